@@ -1,0 +1,325 @@
+/* Framed bufferevent connections (see conn.h). */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/conn.h"
+#include "daemon/log.h"
+
+/*
+ * Reading stops at this much unprocessed input, so a fast sender cannot grow
+ * our memory; it must exceed the largest frame.
+ */
+#define CONN_READ_HIGH (FRAME_HDR_LEN + FRAME_MSG_MAX + FRAME_DATA_MAX + 4096)
+
+struct conn {
+	struct bufferevent *bev;
+	struct event *resume;
+	conn_frame_cb on_frame;
+	conn_close_cb on_close;
+	conn_drain_cb on_drain;
+	void *arg;
+	char name[96];
+	int budget;
+	int in_cb;
+	int dead;
+	int finishing;
+	size_t data_left;
+};
+
+static void conn_read_cb(struct bufferevent *, void *);
+
+static void
+conn_destroy(struct conn *c)
+{
+	if (c->resume)
+		event_free(c->resume);
+	bufferevent_free(c->bev);
+	free(c);
+}
+
+static void
+conn_fail(struct conn *c, const char *why)
+{
+	conn_close_cb cb = c->on_close;
+
+	if (c->dead)
+		return;
+	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+	if (c->finishing || cb == NULL) {
+		conn_free(c);
+		return;
+	}
+	cb(c, why, c->arg);
+}
+
+static void
+conn_process(struct conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	int n = 0;
+
+	c->in_cb++;
+	while (!c->dead && !c->finishing) {
+		uint8_t raw[FRAME_HDR_LEN];
+		struct frame_hdr h;
+		ProtobufCMessage *msg;
+		const char *why;
+		size_t len = evbuffer_get_length(in);
+
+		if (c->budget && n >= c->budget) {
+			event_active(c->resume, EV_TIMEOUT, 0);
+			break;
+		}
+		if (len < FRAME_HDR_LEN)
+			break;
+		evbuffer_copyout(in, raw, FRAME_HDR_LEN);
+		if (frame_hdr_decode(raw, &h, &why) < 0) {
+			log_warnx("%s: bad frame: %s", c->name, why);
+			conn_fail(c, why);
+			break;
+		}
+		if (len < FRAME_HDR_LEN + (size_t)h.msg_len + h.data_len)
+			break;
+		evbuffer_drain(in, FRAME_HDR_LEN);
+		msg = frame_unpack(h.type, evbuffer_pullup(in, h.msg_len),
+				   h.msg_len);
+		evbuffer_drain(in, h.msg_len);
+		if (msg == NULL) {
+			log_warnx("%s: malformed %s message", c->name,
+				  frame_type_name(h.type));
+			conn_fail(c, "malformed message");
+			break;
+		}
+		c->data_left = h.data_len;
+		if (c->on_frame)
+			c->on_frame(c, &h, msg, c->arg);
+		frame_free(msg);
+		if (!c->dead && c->data_left) {
+			evbuffer_drain(in, c->data_left);
+			c->data_left = 0;
+		}
+		n++;
+	}
+	c->in_cb--;
+	if (c->dead && c->in_cb == 0)
+		conn_destroy(c);
+}
+
+static void
+conn_read_cb(struct bufferevent *bev, void *arg)
+{
+	conn_process(arg);
+}
+
+static void
+conn_resume_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	conn_process(arg);
+}
+
+static void
+conn_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+
+	if (c->finishing) {
+		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+			conn_free(c);
+		return;
+	}
+	if (c->on_drain) {
+		c->in_cb++;
+		c->on_drain(c, c->arg);
+		c->in_cb--;
+		if (c->dead && c->in_cb == 0)
+			conn_destroy(c);
+	}
+}
+
+static void
+conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct conn *c = arg;
+	char why[128];
+
+	if (what & BEV_EVENT_CONNECTED)
+		return;
+	if (what & BEV_EVENT_EOF)
+		snprintf(why, sizeof(why), "connection closed by peer");
+	else if (what & BEV_EVENT_TIMEOUT)
+		snprintf(why, sizeof(why), "connection timed out");
+	else
+		snprintf(why, sizeof(why), "%s",
+			 evutil_socket_error_to_string(
+				 EVUTIL_SOCKET_ERROR()));
+	c->in_cb++;
+	conn_fail(c, why);
+	c->in_cb--;
+	if (c->dead && c->in_cb == 0)
+		conn_destroy(c);
+}
+
+struct conn *
+conn_new(struct event_base *base, struct bufferevent *bev, const char *name,
+	 conn_frame_cb fcb, conn_close_cb ccb, void *arg)
+{
+	struct conn *c = xcalloc(1, sizeof(*c));
+
+	c->bev = bev;
+	c->on_frame = fcb;
+	c->on_close = ccb;
+	c->arg = arg;
+	snprintf(c->name, sizeof(c->name), "%s", name);
+	c->resume = event_new(base, -1, 0, conn_resume_cb, c);
+	if (c->resume == NULL)
+		fatalx("event_new");
+	bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+	bufferevent_setwatermark(bev, EV_READ, 0, CONN_READ_HIGH);
+	bufferevent_enable(bev, EV_READ | EV_WRITE);
+	return c;
+}
+
+void
+conn_free(struct conn *c)
+{
+	if (c == NULL || c->dead)
+		return;
+	c->dead = 1;
+	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+	event_del(c->resume);
+	if (c->in_cb == 0)
+		conn_destroy(c);
+}
+
+void
+conn_finish(struct conn *c)
+{
+	c->finishing = 1;
+	c->on_frame = NULL;
+	c->on_close = NULL;
+	c->on_drain = NULL;
+	bufferevent_disable(c->bev, EV_READ);
+	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		conn_free(c);
+}
+
+void
+conn_set_owner(struct conn *c, conn_frame_cb fcb, conn_close_cb ccb,
+	       void *arg)
+{
+	c->on_frame = fcb;
+	c->on_close = ccb;
+	c->arg = arg;
+}
+
+void
+conn_set_priority(struct conn *c, int prio)
+{
+	bufferevent_priority_set(c->bev, prio);
+	event_priority_set(c->resume, prio);
+}
+
+void
+conn_set_budget(struct conn *c, int n)
+{
+	c->budget = n;
+}
+
+void
+conn_set_drain(struct conn *c, conn_drain_cb cb, size_t lowmark)
+{
+	c->on_drain = cb;
+	bufferevent_setwatermark(c->bev, EV_WRITE, lowmark, 0);
+}
+
+void
+conn_set_timeout(struct conn *c, int secs)
+{
+	struct timeval tv = {secs, 0};
+
+	bufferevent_set_timeouts(c->bev, secs ? &tv : NULL, NULL);
+}
+
+const char *
+conn_name(const struct conn *c)
+{
+	return c->name;
+}
+
+int
+conn_fd(const struct conn *c)
+{
+	return (int)bufferevent_getfd(c->bev);
+}
+
+int
+conn_send(struct conn *c, uint16_t type, const ProtobufCMessage *msg)
+{
+	size_t len;
+	uint8_t *buf = frame_pack(type, msg, 0, &len);
+	int rc;
+
+	if (buf == NULL)
+		return -1;
+	rc = bufferevent_write(c->bev, buf, len);
+	free(buf);
+	return rc;
+}
+
+int
+conn_send_data_hdr(struct conn *c, const ProtobufCMessage *msg,
+		   uint32_t data_len)
+{
+	size_t len;
+	uint8_t *buf = frame_pack(FRAME_PAGE_DATA, msg, data_len, &len);
+	int rc;
+
+	if (buf == NULL)
+		return -1;
+	rc = bufferevent_write(c->bev, buf, len);
+	free(buf);
+	return rc;
+}
+
+int
+conn_send_error(struct conn *c, uint32_t code, const char *fmt, ...)
+{
+	Uffdd__Error e = UFFDD__ERROR__INIT;
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	e.code = code;
+	e.message = msg;
+	return conn_send(c, FRAME_ERROR, &e.base);
+}
+
+struct evbuffer *
+conn_output(struct conn *c)
+{
+	return bufferevent_get_output(c->bev);
+}
+
+size_t
+conn_output_len(struct conn *c)
+{
+	return evbuffer_get_length(bufferevent_get_output(c->bev));
+}
+
+int
+conn_take_data(struct conn *c, void *dst, size_t n)
+{
+	if (n > c->data_left)
+		return -1;
+	if (evbuffer_remove(bufferevent_get_input(c->bev), dst, n) != (int)n)
+		return -1;
+	c->data_left -= n;
+	return 0;
+}

@@ -1,0 +1,56 @@
+/*
+ * A framed connection over a libevent bufferevent: peer lanes and control
+ * clients alike. Frames are handed to the owner whole; page bytes stay at
+ * the head of the input buffer until the owner takes them.
+ */
+#ifndef UFFDD_CONN_H
+#define UFFDD_CONN_H
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "proto/frame.h"
+
+struct conn;
+
+/*
+ * A whole frame has arrived. The owner may take up to hdr->data_len bytes
+ * with conn_take_data(); what it leaves is dropped. It may free the conn.
+ */
+typedef void (*conn_frame_cb)(struct conn *, const struct frame_hdr *,
+			      ProtobufCMessage *, void *arg);
+/* The connection broke or the peer misbehaved; the owner frees it. */
+typedef void (*conn_close_cb)(struct conn *, const char *why, void *arg);
+/* The output buffer drained below the mark set with conn_set_drain(). */
+typedef void (*conn_drain_cb)(struct conn *, void *arg);
+
+struct conn *conn_new(struct event_base *base, struct bufferevent *bev,
+		      const char *name, conn_frame_cb, conn_close_cb,
+		      void *arg);
+/* Frees now, or once the current callback returns. */
+void conn_free(struct conn *);
+/* Sends what is queued, then frees itself; the owner hears nothing more. */
+void conn_finish(struct conn *);
+void conn_set_owner(struct conn *, conn_frame_cb, conn_close_cb, void *arg);
+void conn_set_priority(struct conn *, int prio);
+/* At most n frames a callback, the rest after other events (0: no limit). */
+void conn_set_budget(struct conn *, int n);
+void conn_set_drain(struct conn *, conn_drain_cb, size_t lowmark);
+/* Read timeout in seconds (0: none): a silent peer is a broken one. */
+void conn_set_timeout(struct conn *, int secs);
+const char *conn_name(const struct conn *);
+int conn_fd(const struct conn *);
+
+int conn_send(struct conn *, uint16_t type, const ProtobufCMessage *msg);
+/* Queues a PAGE_DATA header; the caller appends data_len bytes itself. */
+int conn_send_data_hdr(struct conn *, const ProtobufCMessage *msg,
+		       uint32_t data_len);
+int conn_send_error(struct conn *, uint32_t code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+struct evbuffer *conn_output(struct conn *);
+size_t conn_output_len(struct conn *);
+/* Takes n bytes of the current frame's data into dst. */
+int conn_take_data(struct conn *, void *dst, size_t n);
+
+#endif

@@ -1,0 +1,229 @@
+/*
+ * The control socket: uffd-client's requests, framed like the peer lanes.
+ * Replies to slow requests (attach) are routed by client serial number, so a
+ * client that went away is simply not answered.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/bufferevent.h>
+#include <event2/listener.h>
+
+#include "daemon/log.h"
+#include "daemon/uffdd.h"
+
+struct client {
+	TAILQ_ENTRY(client) link;
+	uint64_t serial;
+	struct conn *conn;
+	uid_t uid;
+	pid_t pid;
+};
+
+static TAILQ_HEAD(, client) clients = TAILQ_HEAD_INITIALIZER(clients);
+static struct evconnlistener *listener;
+static char *sock_path;
+static uint64_t next_serial = 1;
+
+static void
+client_free(struct client *cl)
+{
+	TAILQ_REMOVE(&clients, cl, link);
+	conn_free(cl->conn);
+	free(cl);
+}
+
+static struct client *
+client_find(uint64_t serial)
+{
+	struct client *cl;
+
+	TAILQ_FOREACH(cl, &clients, link)
+		if (cl->serial == serial)
+			return cl;
+	return NULL;
+}
+
+void
+control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *msg)
+{
+	struct client *cl = client_find(serial);
+
+	if (cl != NULL)
+		conn_send(cl->conn, type, msg);
+}
+
+void
+control_reply_error(uint64_t serial, uint32_t code, const char *fmt, ...)
+{
+	struct client *cl = client_find(serial);
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (cl != NULL)
+		conn_send_error(cl->conn, code, "%s", msg);
+}
+
+static void
+do_status(struct client *cl, const Uffdd__StatusRequest *req)
+{
+	Uffdd__StatusReply rep = UFFDD__STATUS_REPLY__INIT;
+	Uffdd__MigrationStatus *st, **ptrs;
+	struct migration *m;
+	size_t n = 0, i = 0;
+
+	TAILQ_FOREACH(m, &migrations, link)
+		n++;
+	st = xcalloc(n, sizeof(*st));
+	ptrs = xcalloc(n, sizeof(*ptrs));
+	TAILQ_FOREACH(m, &migrations, link) {
+		if (req->id[0] && strcmp(req->id, m->id) != 0)
+			continue;
+		uffdd__migration_status__init(&st[i]);
+		migration_status(m, &st[i]);
+		ptrs[i] = &st[i];
+		i++;
+	}
+	if (req->id[0] && i == 0) {
+		conn_send_error(cl->conn, ERR_UNKNOWN_ID,
+				"unknown migration ID %s", log_id(req->id));
+	} else {
+		rep.n_migrations = i;
+		rep.migrations = ptrs;
+		conn_send(cl->conn, FRAME_CTL_STATUS_REPLY, &rep.base);
+	}
+	free(ptrs);
+	free(st);
+}
+
+static void
+client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
+	     void *arg)
+{
+	struct client *cl = arg;
+
+	switch (h->type) {
+	case FRAME_CTL_EXPORT:
+		source_export(cl->serial, (const Uffdd__ExportRequest *)msg);
+		break;
+	case FRAME_CTL_ATTACH:
+		dest_attach(cl->serial, (const Uffdd__AttachRequest *)msg);
+		break;
+	case FRAME_CTL_STATUS:
+		do_status(cl, (const Uffdd__StatusRequest *)msg);
+		break;
+	default:
+		conn_send_error(c, ERR_PROTOCOL, "unexpected %s on the control "
+				"socket", frame_type_name(h->type));
+		conn_finish(c);
+		TAILQ_REMOVE(&clients, cl, link);
+		free(cl);
+		break;
+	}
+}
+
+static void
+client_close(struct conn *c, const char *why, void *arg)
+{
+	client_free(arg);
+}
+
+static void
+accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+	  int sl, void *arg)
+{
+	struct ucred cred;
+	socklen_t cl_len = sizeof(cred);
+	struct bufferevent *bev;
+	struct client *cl;
+	char name[64];
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl_len) < 0) {
+		log_warn("control: SO_PEERCRED");
+		evutil_closesocket(fd);
+		return;
+	}
+	bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (bev == NULL) {
+		evutil_closesocket(fd);
+		return;
+	}
+	cl = xcalloc(1, sizeof(*cl));
+	cl->serial = next_serial++;
+	cl->uid = cred.uid;
+	cl->pid = cred.pid;
+	snprintf(name, sizeof(name), "control client pid %d", (int)cred.pid);
+	cl->conn = conn_new(base, bev, name, client_frame, client_close, cl);
+	conn_set_priority(cl->conn, PRIO_CONTROL);
+	TAILQ_INSERT_TAIL(&clients, cl, link);
+}
+
+int
+control_listen(const char *path)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	mode_t old;
+
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		log_warnx("control socket path too long: %s", path);
+		return -1;
+	}
+	strcpy(sun.sun_path, path);
+	/* A stale socket from a dead daemon is replaced, a live one is not. */
+	if (access(path, F_OK) == 0) {
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&sun,
+				       sizeof(sun)) == 0) {
+			close(fd);
+			log_warnx("control socket %s: another uffdd is running "
+				  "there", path);
+			return -1;
+		}
+		if (fd >= 0)
+			close(fd);
+		unlink(path);
+	}
+	/* Root only by default: the socket is created 0600. */
+	old = umask(0177);
+	listener = evconnlistener_new_bind(
+		base, accept_cb, NULL,
+		LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 16,
+		(struct sockaddr *)&sun, sizeof(sun));
+	umask(old);
+	if (listener == NULL) {
+		log_warn("control socket %s", path);
+		return -1;
+	}
+	sock_path = xstrdup(path);
+	return 0;
+}
+
+void
+control_close(void)
+{
+	struct client *cl;
+
+	while ((cl = TAILQ_FIRST(&clients)) != NULL)
+		client_free(cl);
+	if (listener) {
+		evconnlistener_free(listener);
+		listener = NULL;
+	}
+	if (sock_path) {
+		unlink(sock_path);
+		free(sock_path);
+		sock_path = NULL;
+	}
+}

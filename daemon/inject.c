@@ -1,0 +1,238 @@
+/* ptrace-based system call injection (x86_64). */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/ptrace.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+
+#include "daemon/inject.h"
+#include "daemon/region.h"
+
+#if !defined(__x86_64__)
+#error "system call injection is written for x86_64"
+#endif
+
+static int
+seized(const struct inject *inj, pid_t tid)
+{
+	for (size_t i = 0; i < inj->ntids; i++)
+		if (inj->tids[i] == tid)
+			return 1;
+	return 0;
+}
+
+/*
+ * PTRACE_INTERRUPT makes a seized thread report a PTRACE_EVENT_STOP; a thread
+ * that had a signal pending may report that first, so wait until the event
+ * stop arrives and keep the signal for later.
+ */
+static int
+seize_one(struct inject *inj, pid_t tid)
+{
+	int st;
+
+	if (ptrace(PTRACE_SEIZE, tid, 0, 0) < 0)
+		return errno == ESRCH ? 0 : -1; /* a thread that just exited */
+	inj->tids[inj->ntids++] = tid;
+	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0)
+		return -1;
+	for (;;) {
+		if (waitpid(tid, &st, __WALL) < 0)
+			return -1;
+		if (!WIFSTOPPED(st)) {
+			errno = ESRCH;
+			return -1;
+		}
+		if ((st >> 16) == PTRACE_EVENT_STOP)
+			return 0;
+		/* A signal-delivery stop: re-inject the signal, go on waiting. */
+		if (ptrace(PTRACE_CONT, tid, 0, WSTOPSIG(st)) < 0)
+			return -1;
+		if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0)
+			return -1;
+	}
+}
+
+/* Seizes every thread, re-reading the task list until it holds still. */
+static int
+seize_all(struct inject *inj)
+{
+	char path[64];
+	size_t cap = 64;
+	int added;
+
+	inj->tids = calloc(cap, sizeof(pid_t));
+	if (inj->tids == NULL)
+		return -1;
+	if (seize_one(inj, inj->pid) < 0 || inj->ntids == 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)inj->pid);
+	do {
+		DIR *d = opendir(path);
+		struct dirent *e;
+
+		if (d == NULL)
+			return -1;
+		added = 0;
+		while ((e = readdir(d)) != NULL) {
+			pid_t tid = (pid_t)atoi(e->d_name);
+
+			if (tid <= 0 || seized(inj, tid))
+				continue;
+			if (inj->ntids == cap) {
+				pid_t *nt = realloc(inj->tids,
+						    2 * cap * sizeof(pid_t));
+
+				if (nt == NULL) {
+					closedir(d);
+					return -1;
+				}
+				inj->tids = nt;
+				cap *= 2;
+			}
+			if (seize_one(inj, tid) < 0) {
+				closedir(d);
+				return -1;
+			}
+			added = 1;
+		}
+		closedir(d);
+	} while (added);
+	return 0;
+}
+
+/* Finds a `syscall` instruction (0f 05) in the target's vdso. */
+static int
+find_syscall_insn(struct inject *inj)
+{
+	struct vma *v;
+	size_t n;
+	int rc = -1;
+
+	if (region_read_maps(inj->pid, &v, &n) < 0)
+		return -1;
+	for (size_t i = 0; i < n && rc < 0; i++) {
+		size_t len = (size_t)(v[i].end - v[i].start);
+		unsigned char *buf;
+
+		if (strcmp(v[i].name, "[vdso]") != 0)
+			continue;
+		if ((buf = malloc(len)) == NULL)
+			break;
+		struct iovec l = {buf, len}, r = {(void *)v[i].start, len};
+
+		if (process_vm_readv(inj->pid, &l, 1, &r, 1, 0) == (ssize_t)len) {
+			for (size_t k = 0; k + 1 < len; k++) {
+				if (buf[k] == 0x0f && buf[k + 1] == 0x05) {
+					inj->syscall_ip = v[i].start + k;
+					rc = 0;
+					break;
+				}
+			}
+		}
+		free(buf);
+	}
+	free(v);
+	if (rc < 0)
+		errno = ENOEXEC;
+	return rc;
+}
+
+int
+inject_begin(struct inject *inj, pid_t pid, int all_threads)
+{
+	memset(inj, 0, sizeof(*inj));
+	inj->pid = pid;
+	if (all_threads) {
+		if (seize_all(inj) < 0)
+			goto fail;
+	} else {
+		if ((inj->tids = calloc(1, sizeof(pid_t))) == NULL ||
+		    seize_one(inj, pid) < 0 || inj->ntids == 0)
+			goto fail;
+	}
+	if (ptrace(PTRACE_GETREGS, pid, 0, &inj->saved) < 0)
+		goto fail;
+	inj->have_regs = 1;
+	if (find_syscall_insn(inj) < 0) {
+		snprintf(inj->err, sizeof(inj->err),
+			 "no syscall instruction in the vdso of %d", (int)pid);
+		inject_end(inj);
+		return -1;
+	}
+	return 0;
+fail:
+	snprintf(inj->err, sizeof(inj->err), "ptrace %d: %s", (int)pid,
+		 strerror(errno));
+	{
+		int saved = errno;
+
+		inject_end(inj);
+		errno = saved;
+	}
+	return -1;
+}
+
+long
+inject_syscall(struct inject *inj, long nr, unsigned long a1,
+	       unsigned long a2, unsigned long a3, unsigned long a4,
+	       unsigned long a5, unsigned long a6)
+{
+	struct user_regs_struct r = inj->saved;
+	int st;
+
+	r.rip = inj->syscall_ip;
+	r.rax = (unsigned long)nr;
+	r.rdi = a1;
+	r.rsi = a2;
+	r.rdx = a3;
+	r.r10 = a4;
+	r.r8 = a5;
+	r.r9 = a6;
+	/* No restart of whatever call the thread was stopped in. */
+	r.orig_rax = (unsigned long)-1;
+	if (ptrace(PTRACE_SETREGS, inj->pid, 0, &r) < 0)
+		return -errno;
+	if (ptrace(PTRACE_SINGLESTEP, inj->pid, 0, 0) < 0)
+		return -errno;
+	for (;;) {
+		if (waitpid(inj->pid, &st, __WALL) < 0)
+			return -errno;
+		if (!WIFSTOPPED(st))
+			return -ESRCH;
+		if (WSTOPSIG(st) == SIGTRAP)
+			break;
+		/*
+		 * A signal-delivery stop came first. Stepping on without it
+		 * would drop the signal: hand it back to the thread, which runs
+		 * no handler before the single step ends (the step traps at
+		 * the handler's first instruction at the latest, and then rip
+		 * is not past our instruction: report EINTR to the caller).
+		 */
+		if (ptrace(PTRACE_SINGLESTEP, inj->pid, 0, WSTOPSIG(st)) < 0)
+			return -errno;
+	}
+	if (ptrace(PTRACE_GETREGS, inj->pid, 0, &r) < 0)
+		return -errno;
+	if (r.rip != inj->syscall_ip + 2)
+		return -EINTR;
+	return (long)r.rax;
+}
+
+void
+inject_end(struct inject *inj)
+{
+	if (inj->have_regs)
+		ptrace(PTRACE_SETREGS, inj->pid, 0, &inj->saved);
+	for (size_t i = 0; i < inj->ntids; i++)
+		ptrace(PTRACE_DETACH, inj->tids[i], 0, 0);
+	free(inj->tids);
+	inj->tids = NULL;
+	inj->ntids = 0;
+}

@@ -1,0 +1,35 @@
+/*
+ * Running system calls inside another process with ptrace (DESIGN section 5):
+ * the way to make a target create a userfaultfd bound to its own memory.
+ */
+#ifndef UFFDD_INJECT_H
+#define UFFDD_INJECT_H
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/user.h>
+
+struct inject {
+	pid_t pid;
+	pid_t *tids;  /* every thread seized, tids[0] == pid runs the calls */
+	size_t ntids;
+	struct user_regs_struct saved;
+	unsigned long syscall_ip; /* a `syscall` instruction in the vdso */
+	int have_regs;
+	char err[256];
+};
+
+/*
+ * Seizes and stops the target: all its threads when all_threads is set (so
+ * none touches memory between a discard and the registration), or only the
+ * main thread. Returns 0, or -1 with inj->err and errno set.
+ */
+int inject_begin(struct inject *inj, pid_t pid, int all_threads);
+/* Runs one system call in the target; returns its result (-errno on error). */
+long inject_syscall(struct inject *inj, long nr, unsigned long a1,
+		    unsigned long a2, unsigned long a3, unsigned long a4,
+		    unsigned long a5, unsigned long a6);
+/* Restores the registers and lets every seized thread go. */
+void inject_end(struct inject *inj);
+
+#endif

@@ -1,0 +1,136 @@
+/* Migration table, IDs and status. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include <openssl/crypto.h>
+
+#include "daemon/log.h"
+#include "daemon/migration.h"
+
+struct migration_list migrations = TAILQ_HEAD_INITIALIZER(migrations);
+
+/* IDs are credentials for now: 128 bits from the kernel's CSPRNG. */
+static void
+new_id(char out[MIG_ID_LEN + 1])
+{
+	uint8_t raw[MIG_ID_LEN / 2];
+
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		fatal("getrandom");
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+struct migration *
+migration_new(enum mig_role role, const char *id)
+{
+	struct migration *m = xcalloc(1, sizeof(*m));
+
+	if (id)
+		snprintf(m->id, sizeof(m->id), "%s", id);
+	else
+		new_id(m->id);
+	m->role = role;
+	m->state = role == ROLE_SOURCE ? MIG_WAITING : MIG_CONNECTING;
+	m->t_start = now_ns();
+	TAILQ_INSERT_TAIL(&migrations, m, link);
+	return m;
+}
+
+/* Compared in constant time: the ID is what a peer proves itself with. */
+struct migration *
+migration_find(const char *id, enum mig_role role)
+{
+	struct migration *m;
+
+	if (id == NULL || strlen(id) != MIG_ID_LEN)
+		return NULL;
+	TAILQ_FOREACH(m, &migrations, link)
+		if (m->role == role &&
+		    CRYPTO_memcmp(m->id, id, MIG_ID_LEN) == 0)
+			return m;
+	return NULL;
+}
+
+void
+migration_free(struct migration *m)
+{
+	if (m->impl_free)
+		m->impl_free(m);
+	TAILQ_REMOVE(&migrations, m, link);
+	free(m);
+}
+
+void
+migration_free_all(void)
+{
+	struct migration *m;
+
+	while ((m = TAILQ_FIRST(&migrations)) != NULL)
+		migration_free(m);
+}
+
+const char *
+migration_state_name(enum mig_state s)
+{
+	static const char *names[] = {"connecting", "waiting", "running",
+				      "paused", "complete", "failed"};
+
+	return names[s];
+}
+
+void
+migration_set_state(struct migration *m, enum mig_state s)
+{
+	if (m->state == s)
+		return;
+	log_info("migration %s (%s): %s -> %s", log_id(m->id),
+		 m->role == ROLE_SOURCE ? "source" : "destination",
+		 migration_state_name(m->state), migration_state_name(s));
+	m->state = s;
+	if (s == MIG_COMPLETE || s == MIG_FAILED)
+		m->t_end = now_ns();
+	if (s == MIG_RUNNING && m->role == ROLE_DEST)
+		m->t_start = now_ns();
+}
+
+void
+migration_fail(struct migration *m, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (m->state == MIG_FAILED || m->state == MIG_COMPLETE)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(m->reason, sizeof(m->reason), fmt, ap);
+	va_end(ap);
+	log_warnx("migration %s failed: %s", log_id(m->id), m->reason);
+	migration_set_state(m, MIG_FAILED);
+}
+
+void
+migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
+{
+	uint64_t end = m->t_end ? m->t_end : now_ns();
+
+	s->id = (char *)m->id;
+	s->role = m->role == ROLE_SOURCE ? "source" : "destination";
+	s->state = (char *)migration_state_name(m->state);
+	s->reason = (char *)m->reason;
+	s->pid = m->pid;
+	s->peer = (char *)m->peer;
+	s->pages_total = m->pages_total;
+	s->pages_present = m->pages_present;
+	s->demand_faults = m->demand_faults;
+	s->demand_pages = m->demand_pages;
+	s->prefetched_pages = m->prefetched_pages;
+	s->zero_pages = m->zero_pages;
+	s->bytes = m->bytes;
+	s->elapsed_s = (double)(end - m->t_start) / 1e9;
+	s->latency_p50_us = (double)hist_quantile(&m->latency, 0.50) / 1e3;
+	s->latency_p99_us = (double)hist_quantile(&m->latency, 0.99) / 1e3;
+}

@@ -1,0 +1,61 @@
+/* The daemon's table of migrations, in either role, with their statistics. */
+#ifndef UFFDD_MIGRATION_H
+#define UFFDD_MIGRATION_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+
+#include "daemon/stats.h"
+#include "proto/frame.h"
+
+#define MIG_ID_LEN 32 /* 128 random bits in hex */
+
+enum mig_role { ROLE_SOURCE, ROLE_DEST };
+enum mig_state {
+	MIG_CONNECTING, /* destination: talking to the source */
+	MIG_WAITING,    /* source: exported, no destination yet */
+	MIG_RUNNING,
+	MIG_PAUSED,
+	MIG_COMPLETE,
+	MIG_FAILED,
+};
+
+struct migration {
+	TAILQ_ENTRY(migration) link;
+	char id[MIG_ID_LEN + 1];
+	enum mig_role role;
+	enum mig_state state;
+	char reason[256];
+	pid_t pid;
+	char peer[128];
+	uint64_t pages_total;
+	uint64_t pages_present; /* source: pages sent */
+	uint64_t demand_faults;
+	uint64_t demand_pages;
+	uint64_t prefetched_pages;
+	uint64_t zero_pages;
+	uint64_t bytes;
+	uint64_t t_start, t_end; /* ns, monotonic */
+	struct hist latency;     /* ns from fault read to install */
+	void *impl;              /* struct source or struct dest */
+	void (*impl_free)(struct migration *);
+};
+
+TAILQ_HEAD(migration_list, migration);
+extern struct migration_list migrations;
+
+/* A new migration with a fresh random ID; id may name an existing ID. */
+struct migration *migration_new(enum mig_role, const char *id);
+struct migration *migration_find(const char *id, enum mig_role);
+void migration_free(struct migration *);
+const char *migration_state_name(enum mig_state);
+void migration_set_state(struct migration *, enum mig_state);
+/* Marks the migration failed with a reason, logged once. */
+void migration_fail(struct migration *, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Fills a status message; strings point into m. */
+void migration_status(const struct migration *, Uffdd__MigrationStatus *);
+void migration_free_all(void);
+
+#endif

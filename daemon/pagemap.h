@@ -1,0 +1,55 @@
+/*
+ * Source-side page classification (DESIGN section 4): which pages of a region
+ * hold data (present or swapped out) and which were never populated.
+ */
+#ifndef UFFDD_PAGEMAP_H
+#define UFFDD_PAGEMAP_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* A plain bit array, one bit a page. */
+static inline int
+bit_test(const uint64_t *b, uint64_t i)
+{
+	return (b[i >> 6] >> (i & 63)) & 1;
+}
+
+static inline void
+bit_set(uint64_t *b, uint64_t i)
+{
+	b[i >> 6] |= 1ULL << (i & 63);
+}
+
+static inline uint64_t
+bit_words(uint64_t n)
+{
+	return (n + 63) / 64;
+}
+
+/*
+ * Sets bit i of `data` (bit_words(npages) words, zeroed by the caller) for
+ * each page of [start, start + npages * page_size) that holds data. Reads
+ * /proc/PID/pagemap in large batches, never one entry a read.
+ * Returns the number of data pages, or -1 with errno set.
+ */
+int64_t pagemap_classify(pid_t pid, uint64_t start, uint64_t npages,
+			 uint64_t page_size, uint64_t *data);
+
+/* The first clear bit at or after `from` below n; n when there is none. */
+static inline uint64_t
+bit_next_clear(const uint64_t *b, uint64_t from, uint64_t n)
+{
+	while (from < n) {
+		uint64_t w = ~b[from >> 6] >> (from & 63);
+
+		if (w) {
+			from += (uint64_t)__builtin_ctzll(w);
+			return from < n ? from : n;
+		}
+		from = (from | 63) + 1;
+	}
+	return n;
+}
+
+#endif

@@ -1,0 +1,199 @@
+/* Peer connections between daemons: listening, connecting, address policy. */
+#include "config.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+
+#include <event2/bufferevent.h>
+#include <event2/listener.h>
+
+#include "daemon/log.h"
+#include "daemon/uffdd.h"
+
+static struct evconnlistener *listener;
+
+/* Plaintext is allowed only where nobody else can listen in: loopback. */
+static int
+is_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s = (const void *)sa;
+
+		return (ntohl(s->sin_addr.s_addr) >> 24) == 127;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s = (const void *)sa;
+
+		return IN6_IS_ADDR_LOOPBACK(&s->sin6_addr);
+	}
+	return 0;
+}
+
+/* Splits HOST:PORT ([v6]:PORT too) and resolves it to one address. */
+static int
+resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sl,
+	char *err, size_t errlen)
+{
+	char host[256];
+	const char *port, *colon = strrchr(hostport, ':');
+	struct addrinfo hints = {0}, *res;
+	size_t hl;
+	int rc;
+
+	if (colon == NULL || colon[1] == '\0') {
+		snprintf(err, errlen, "%s: expected HOST:PORT", hostport);
+		return -1;
+	}
+	port = colon + 1;
+	hl = (size_t)(colon - hostport);
+	if (hl > 1 && hostport[0] == '[' && hostport[hl - 1] == ']') {
+		hostport++;
+		hl -= 2;
+	}
+	if (hl == 0 || hl >= sizeof(host)) {
+		snprintf(err, errlen, "%s: expected HOST:PORT", hostport);
+		return -1;
+	}
+	memcpy(host, hostport, hl);
+	host[hl] = '\0';
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV;
+	if ((rc = getaddrinfo(host, port, &hints, &res)) != 0) {
+		snprintf(err, errlen, "%s: %s", hostport, gai_strerror(rc));
+		return -1;
+	}
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*sl = res->ai_addrlen;
+	freeaddrinfo(res);
+	if (!is_loopback((struct sockaddr *)ss)) {
+		snprintf(err, errlen,
+			 "%s: plaintext peer connections are refused on a "
+			 "non-loopback address (TLS is not built yet)",
+			 hostport);
+		return -1;
+	}
+	return 0;
+}
+
+void
+peer_set_nodelay(struct conn *c)
+{
+	int one = 1;
+
+	setsockopt(conn_fd(c), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* The first frame on an accepted connection says which role it is for. */
+static void
+accepted_frame(struct conn *c, const struct frame_hdr *h,
+	       ProtobufCMessage *msg, void *arg)
+{
+	if (h->type != FRAME_HELLO) {
+		log_warnx("%s: %s before HELLO", conn_name(c),
+			  frame_type_name(h->type));
+		conn_send_error(c, ERR_PROTOCOL, "expected HELLO");
+		conn_finish(c);
+		return;
+	}
+	source_hello(c, (const Uffdd__Hello *)msg);
+}
+
+static void
+accepted_close(struct conn *c, const char *why, void *arg)
+{
+	log_debug("%s: %s", conn_name(c), why);
+	conn_free(c);
+}
+
+static void
+accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+	  int sl, void *arg)
+{
+	char host[INET6_ADDRSTRLEN + 8] = "?", name[96];
+	struct bufferevent *bev;
+
+	if (sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, host,
+			  sizeof(host));
+	else if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr,
+			  host, sizeof(host));
+	if (!is_loopback(sa)) {
+		log_warnx("peer %s refused: plaintext only on loopback", host);
+		evutil_closesocket(fd);
+		return;
+	}
+	snprintf(name, sizeof(name), "peer %s", host);
+	bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (bev == NULL) {
+		evutil_closesocket(fd);
+		return;
+	}
+	conn_set_priority(conn_new(base, bev, name, accepted_frame,
+				   accepted_close, NULL),
+			  PRIO_CONTROL);
+}
+
+int
+peer_listen(const char *hostport)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	char err[256];
+
+	if (resolve(hostport, &ss, &sl, err, sizeof(err)) < 0) {
+		log_warnx("--listen %s", err);
+		return -1;
+	}
+	listener = evconnlistener_new_bind(
+		base, accept_cb, NULL,
+		LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+		64, (struct sockaddr *)&ss, (int)sl);
+	if (listener == NULL) {
+		log_warn("listen on %s", hostport);
+		return -1;
+	}
+	log_info("listening for peers on %s (plaintext, loopback only)",
+		 hostport);
+	return 0;
+}
+
+void
+peer_close_listeners(void)
+{
+	if (listener)
+		evconnlistener_free(listener);
+	listener = NULL;
+}
+
+struct conn *
+peer_connect(const char *hostport, const char *name, conn_frame_cb fcb,
+	     conn_close_cb ccb, void *arg, char *err, size_t errlen)
+{
+	struct sockaddr_storage ss;
+	struct bufferevent *bev;
+	struct conn *c;
+	socklen_t sl;
+
+	if (resolve(hostport, &ss, &sl, err, errlen) < 0)
+		return NULL;
+	bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+	if (bev == NULL) {
+		snprintf(err, errlen, "bufferevent: %s", strerror(errno));
+		return NULL;
+	}
+	c = conn_new(base, bev, name, fcb, ccb, arg);
+	if (bufferevent_socket_connect(bev, (struct sockaddr *)&ss, (int)sl) <
+	    0) {
+		snprintf(err, errlen, "source %s unreachable: %s", hostport,
+			 strerror(errno));
+		conn_free(c);
+		return NULL;
+	}
+	return c;
+}

@@ -1,0 +1,25 @@
+/*
+ * What the running kernel can do, probed once at start-up (STYLE.md point 7).
+ * The rest of the daemon reads this struct and never probes again.
+ */
+#ifndef UFFDD_PROBE_H
+#define UFFDD_PROBE_H
+
+#include <stdint.h>
+
+struct kfeatures {
+	int uffd_syscall;     /* userfaultfd(2) works for the daemon */
+	int dev_userfaultfd;  /* /dev/userfaultfd can be opened */
+	uint64_t uffd_features; /* UFFDIO_API features offered */
+	int pagemap_scan;     /* PAGEMAP_SCAN ioctl (6.7+) */
+	int access_likely;    /* UFFDIO_COPY_MODE_ACCESS_LIKELY (patched) */
+	int unprivileged_sysctl; /* vm.unprivileged_userfaultfd */
+};
+
+extern struct kfeatures kfeat;
+
+void probe_kernel(void);
+/* A one-line summary for logs and status. */
+const char *probe_summary(void);
+
+#endif

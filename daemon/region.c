@@ -1,0 +1,170 @@
+/* /proc/PID/maps parsing, region selection and matching. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/region.h"
+
+const char *
+region_kind_name(enum region_kind k)
+{
+	switch (k) {
+	case REGION_ANON_PRIVATE:
+		return "anon-private";
+	default:
+		return "other";
+	}
+}
+
+/*
+ * Private anonymous memory that the process can write: no backing path, or
+ * the heap, or a prctl-named anonymous area. The stack and the kernel's
+ * special mappings stay with the destination process.
+ */
+static enum region_kind
+vma_kind(const struct vma *v)
+{
+	if (v->perms[0] != 'r' || v->perms[1] != 'w' || v->perms[3] != 'p')
+		return REGION_UNKNOWN;
+	if (v->name[0] == '\0' || strcmp(v->name, "[heap]") == 0 ||
+	    strncmp(v->name, "[anon:", 6) == 0)
+		return REGION_ANON_PRIVATE;
+	return REGION_UNKNOWN;
+}
+
+int
+region_read_maps(pid_t pid, struct vma **out, size_t *n)
+{
+	char path[64], line[4096];
+	struct vma *v = NULL;
+	size_t cap = 0, cnt = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		struct vma e = {0};
+		char perms[8] = "", name[4096] = "";
+		unsigned long long s, en, off;
+		int pos = 0;
+
+		if (sscanf(line, "%llx-%llx %7s %llx %*s %*s%n", &s, &en,
+			   perms, &off, &pos) < 4)
+			continue;
+		sscanf(line + pos, " %4095[^\n]", name);
+		e.start = s;
+		e.end = en;
+		memcpy(e.perms, perms, 4);
+		snprintf(e.name, sizeof(e.name), "%s", name);
+		e.kind = vma_kind(&e);
+		if (cnt == cap) {
+			struct vma *nv;
+
+			cap = cap ? cap * 2 : 64;
+			if ((nv = realloc(v, cap * sizeof(*v))) == NULL) {
+				free(v);
+				fclose(f);
+				return -1;
+			}
+			v = nv;
+		}
+		v[cnt++] = e;
+	}
+	fclose(f);
+	*out = v;
+	*n = cnt;
+	return 0;
+}
+
+int
+region_in_ranges(const struct range *r, size_t n, uint64_t start, uint64_t end)
+{
+	if (n == 0)
+		return 1;
+	for (size_t i = 0; i < n; i++)
+		if (start >= r[i].start && end <= r[i].end)
+			return 1;
+	return 0;
+}
+
+static int
+add_region(struct region **out, size_t *cnt, const struct vma *v,
+	   uint64_t start, uint64_t end)
+{
+	struct region *nr = realloc(*out, (*cnt + 1) * sizeof(**out));
+
+	if (nr == NULL)
+		return -1;
+	*out = nr;
+	memset(&nr[*cnt], 0, sizeof(nr[0]));
+	nr[*cnt].index = (uint32_t)*cnt;
+	snprintf(nr[*cnt].name, sizeof(nr[0].name), "%s",
+		 v->name[0] ? v->name : "[anon]");
+	nr[*cnt].start = start;
+	nr[*cnt].length = end - start;
+	nr[*cnt].page_size = (uint32_t)sysconf(_SC_PAGESIZE);
+	nr[*cnt].kind = v->kind;
+	(*cnt)++;
+	return 0;
+}
+
+int
+region_build(pid_t pid, const struct range *ranges, size_t nranges,
+	     struct region **out)
+{
+	struct vma *v;
+	size_t n, cnt = 0;
+
+	*out = NULL;
+	if (region_read_maps(pid, &v, &n) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].kind == REGION_UNKNOWN)
+			continue;
+		if (nranges == 0) {
+			if (add_region(out, &cnt, &v[i], v[i].start, v[i].end) < 0)
+				goto fail;
+			continue;
+		}
+		for (size_t j = 0; j < nranges; j++) {
+			uint64_t s = v[i].start > ranges[j].start ?
+					     v[i].start : ranges[j].start;
+			uint64_t e = v[i].end < ranges[j].end ? v[i].end :
+								  ranges[j].end;
+
+			if (s < e && add_region(out, &cnt, &v[i], s, e) < 0)
+				goto fail;
+		}
+	}
+	free(v);
+	return (int)cnt;
+fail:
+	free(v);
+	free(*out);
+	*out = NULL;
+	errno = ENOMEM;
+	return -1;
+}
+
+int
+region_covered(const struct vma *v, size_t n, uint64_t start, uint64_t end,
+	       enum region_kind kind)
+{
+	uint64_t at = start;
+
+	/* maps is sorted by address: walk forward, demanding no gap. */
+	for (size_t i = 0; i < n && at < end; i++) {
+		if (v[i].end <= at)
+			continue;
+		if (v[i].start > at || v[i].kind != kind)
+			return 0;
+		at = v[i].end;
+	}
+	return at >= end;
+}

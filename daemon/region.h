@@ -1,0 +1,48 @@
+/*
+ * Regions: the parts of a process's address space that migrate, read from
+ * /proc/PID/maps, and the matching of a source's table against a target.
+ */
+#ifndef UFFDD_REGION_H
+#define UFFDD_REGION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/range.h"
+
+enum region_kind { REGION_UNKNOWN = 0, REGION_ANON_PRIVATE = 1 };
+
+struct vma {
+	uint64_t start, end;
+	char perms[5];
+	char name[64]; /* path or [heap]-style name, "" for anonymous */
+	enum region_kind kind;
+};
+
+struct region {
+	uint32_t index; /* in the source's table */
+	char name[64];
+	uint64_t start, length;
+	uint32_t page_size;
+	enum region_kind kind;
+	uint64_t data_pages, zero_pages;
+};
+
+const char *region_kind_name(enum region_kind);
+/* Reads /proc/PID/maps. Returns 0, or -1 with errno set. */
+int region_read_maps(pid_t pid, struct vma **out, size_t *n);
+/*
+ * The migratable regions of pid, clipped to ranges when nranges > 0.
+ * Returns the count (0: none), or -1 with errno set.
+ */
+int region_build(pid_t pid, const struct range *ranges, size_t nranges,
+		 struct region **out);
+/* Whether [start, end) is covered, without gaps, by vmas of `kind`. */
+int region_covered(const struct vma *v, size_t n, uint64_t start, uint64_t end,
+		   enum region_kind kind);
+/* Whether [start, end) lies inside one of the ranges (or nranges is 0). */
+int region_in_ranges(const struct range *r, size_t n, uint64_t start,
+		     uint64_t end);
+
+#endif

@@ -1,0 +1,682 @@
+/*
+ * Source role: freeze a process, classify its pages, and serve them to one
+ * destination on two lanes (demand answers at once, the bulk stream behind).
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/uio.h>
+
+#include "daemon/compat.h"
+#include "daemon/log.h"
+#include "daemon/pagemap.h"
+#include "daemon/region.h"
+#include "daemon/uffdd.h"
+
+/*
+ * Bulk sizing. One data frame is at most 64 pages (256 KiB): a demand answer
+ * never waits behind more than that on our side. Zero runs cost no bytes and
+ * go in runs of up to 2 MiB. The bulk socket is kept 1-4 MiB full.
+ */
+#define BULK_DATA_PAGES 64
+#define BULK_ZERO_PAGES 512
+#define BULK_ROUND_BYTES (256u << 10)
+#define BULK_HIGH (4u << 20)
+#define BULK_LOW (1u << 20)
+/* After a fault the bulk lane sends this many pages around it first. */
+#define LOCALITY_PAGES 256
+#define DEMAND_MAX_PAGES 512
+
+struct src_region {
+	struct region r;
+	uint64_t npages;
+	uint64_t *data; /* page holds data (else: ZERO marker) */
+	uint64_t *sent;
+	int accepted;
+};
+
+struct source {
+	struct migration *m;
+	struct src_region *regs;
+	size_t nregs;
+	struct conn *demand, *bulk;
+	struct event *bulk_ev, *exit_ev;
+	int pidfd;
+	int keep_source;
+	uint32_t cur_reg;
+	uint64_t cur_page;
+	uint32_t hint_reg;
+	uint64_t hint_page, hint_left;
+};
+
+static void source_free(struct migration *);
+
+/* Whether every thread of pid is in a stopped state (T or t). */
+static int
+all_stopped(pid_t pid)
+{
+	char path[320], buf[512];
+	struct dirent *e;
+	int stopped = 1;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if ((d = opendir(path)) == NULL)
+		return -1;
+	while (stopped && (e = readdir(d)) != NULL) {
+		char *p;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid,
+			 e->d_name);
+		if ((f = fopen(path, "re")) == NULL)
+			continue;
+		if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) &&
+		    p[1] == ' ' && p[2] != 'T' && p[2] != 't')
+			stopped = 0;
+		fclose(f);
+	}
+	closedir(d);
+	return stopped;
+}
+
+/*
+ * SIGSTOP and wait until every thread has stopped, so that no page changes
+ * after it was classified. The wait is short (one scheduling round), bounded
+ * to 2 s, and is the one place the source blocks the loop.
+ */
+static int
+freeze(pid_t pid)
+{
+	struct timespec ts = {0, 200000};
+
+	if (kill(pid, SIGSTOP) < 0)
+		return -1;
+	for (int i = 0; i < 10000; i++) {
+		int st = all_stopped(pid);
+
+		if (st != 0)
+			return st < 0 ? -1 : 0;
+		nanosleep(&ts, NULL);
+	}
+	kill(pid, SIGCONT);
+	errno = ETIMEDOUT;
+	return -1;
+}
+
+static void
+exit_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct source *s = arg;
+
+	event_del(s->exit_ev);
+	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
+		return;
+	migration_fail(s->m, "source process %d exited", (int)s->m->pid);
+	if (s->demand)
+		conn_send_error(s->demand, ERR_SOURCE, "%s", s->m->reason);
+}
+
+static void bulk_cb(evutil_socket_t, short, void *);
+
+void
+source_export(uint64_t serial, const Uffdd__ExportRequest *req)
+{
+	Uffdd__ExportReply rep = UFFDD__EXPORT_REPLY__INIT;
+	struct range *ranges = NULL;
+	struct region *regs = NULL;
+	struct source *s;
+	struct migration *m;
+	pid_t pid = req->pid;
+	int n;
+
+	if (pid <= 1 || pid == getpid()) {
+		control_reply_error(serial, ERR_INVALID,
+				    "export: %d is not a process uffdd can "
+				    "export", (int)pid);
+		return;
+	}
+	if (kill(pid, 0) < 0) {
+		control_reply_error(serial,
+				    errno == ESRCH ? ERR_NO_PROCESS :
+						     ERR_PERMISSION,
+				    "export: process %d: %s", (int)pid,
+				    errno == ESRCH ? "no such process" :
+						     strerror(errno));
+		return;
+	}
+	ranges = xcalloc(req->n_ranges, sizeof(*ranges));
+	for (size_t i = 0; i < req->n_ranges; i++) {
+		ranges[i].start = req->ranges[i]->start;
+		ranges[i].end = req->ranges[i]->end;
+		if (ranges[i].end <= ranges[i].start) {
+			control_reply_error(serial, ERR_INVALID,
+					    "export: empty range");
+			free(ranges);
+			return;
+		}
+	}
+	/* Check before freezing: a bad request must leave the process be. */
+	n = region_build(pid, ranges, req->n_ranges, &regs);
+	free(regs);
+	if (n <= 0) {
+		control_reply_error(serial, n < 0 ? ERR_NO_PROCESS : ERR_NO_MATCH,
+				    "export: process %d: %s", (int)pid,
+				    n < 0 ? strerror(errno) :
+				    "no private anonymous memory in the ranges "
+				    "given");
+		free(ranges);
+		return;
+	}
+	if (freeze(pid) < 0) {
+		control_reply_error(serial, ERR_NO_PROCESS,
+				    "export: cannot stop process %d: %s",
+				    (int)pid, strerror(errno));
+		free(ranges);
+		return;
+	}
+	n = region_build(pid, ranges, req->n_ranges, &regs);
+	free(ranges);
+	if (n <= 0) {
+		kill(pid, SIGCONT);
+		control_reply_error(serial, ERR_NO_PROCESS,
+				    "export: process %d changed under us",
+				    (int)pid);
+		free(regs);
+		return;
+	}
+
+	m = migration_new(ROLE_SOURCE, NULL);
+	s = xcalloc(1, sizeof(*s));
+	m->impl = s;
+	m->impl_free = source_free;
+	m->pid = pid;
+	s->m = m;
+	s->pidfd = -1;
+	s->keep_source = req->keep_source;
+	s->nregs = (size_t)n;
+	s->regs = xcalloc(s->nregs, sizeof(*s->regs));
+	for (size_t i = 0; i < s->nregs; i++) {
+		struct src_region *sr = &s->regs[i];
+		int64_t data;
+
+		sr->r = regs[i];
+		sr->npages = sr->r.length / sr->r.page_size;
+		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
+		sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
+		data = pagemap_classify(pid, sr->r.start, sr->npages,
+					sr->r.page_size, sr->data);
+		if (data < 0) {
+			control_reply_error(serial, ERR_KERNEL,
+					    "export: pagemap of %d: %s",
+					    (int)pid, strerror(errno));
+			kill(pid, SIGCONT);
+			free(regs);
+			migration_free(m);
+			return;
+		}
+		sr->r.data_pages = (uint64_t)data;
+		sr->r.zero_pages = sr->npages - (uint64_t)data;
+		m->pages_total += sr->npages;
+	}
+	free(regs);
+	s->bulk_ev = event_new(base, -1, 0, bulk_cb, s);
+	event_priority_set(s->bulk_ev, PRIO_BULK);
+	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (s->pidfd >= 0) {
+		s->exit_ev = event_new(base, s->pidfd, EV_READ | EV_PERSIST,
+				       exit_cb, s);
+		event_priority_set(s->exit_ev, PRIO_CONTROL);
+		event_add(s->exit_ev, NULL);
+	}
+	log_info("exported process %d as %s: %zu regions, %llu pages", (int)pid,
+		 log_id(m->id), s->nregs, (unsigned long long)m->pages_total);
+	state_write(m);
+	rep.id = m->id;
+	control_reply(serial, FRAME_CTL_EXPORT_REPLY, &rep.base);
+}
+
+static void
+source_free(struct migration *m)
+{
+	struct source *s = m->impl;
+
+	if (s == NULL)
+		return;
+	conn_free(s->demand);
+	conn_free(s->bulk);
+	if (s->bulk_ev)
+		event_free(s->bulk_ev);
+	if (s->exit_ev)
+		event_free(s->exit_ev);
+	if (s->pidfd >= 0)
+		close(s->pidfd);
+	for (size_t i = 0; i < s->nregs; i++) {
+		free(s->regs[i].data);
+		free(s->regs[i].sent);
+	}
+	free(s->regs);
+	free(s);
+	m->impl = NULL;
+}
+
+/*
+ * Queues one frame for pages [page, page+n) of a region, all of one class
+ * (data or zero). Data is read from the frozen process straight into the
+ * output buffer, header and bytes in one reserved extent, so a failed read
+ * queues nothing. Returns the data bytes queued, or -1.
+ */
+static int64_t
+send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
+	 uint64_t n, int zero, int demand)
+{
+	struct src_region *sr = &s->regs[ri];
+	Uffdd__PageData pd = UFFDD__PAGE_DATA__INIT;
+	uint64_t len = zero ? 0 : n * sr->r.page_size;
+	struct evbuffer_iovec v;
+	uint8_t *hdr;
+	size_t hlen;
+
+	pd.region = sr->r.index;
+	pd.page = page;
+	pd.npages = (uint32_t)n;
+	pd.zero = zero;
+	pd.demand = demand;
+	if ((hdr = frame_pack(FRAME_PAGE_DATA, &pd.base, (uint32_t)len,
+			      &hlen)) == NULL)
+		return -1;
+	if (evbuffer_reserve_space(conn_output(c), (ev_ssize_t)(hlen + len),
+				   &v, 1) < 1) {
+		free(hdr);
+		return -1;
+	}
+	memcpy(v.iov_base, hdr, hlen);
+	free(hdr);
+	if (len) {
+		struct iovec l = {(uint8_t *)v.iov_base + hlen, len};
+		struct iovec r = {(void *)(sr->r.start + page * sr->r.page_size),
+				  len};
+		ssize_t got = process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
+
+		if (got != (ssize_t)len) {
+			migration_fail(s->m, "reading %llu bytes of process %d "
+				       "at 0x%llx: %s", (unsigned long long)len,
+				       (int)s->m->pid,
+				       (unsigned long long)r.iov_base,
+				       got < 0 ? strerror(errno) : "short read");
+			return -1;
+		}
+	}
+	v.iov_len = hlen + len;
+	evbuffer_commit_space(conn_output(c), &v, 1);
+	for (uint64_t i = 0; i < n; i++) {
+		if (!bit_test(sr->sent, page + i)) {
+			bit_set(sr->sent, page + i);
+			s->m->pages_present++;
+			s->m->zero_pages += (uint64_t)zero;
+		}
+	}
+	s->m->bytes += len;
+	return (int64_t)len;
+}
+
+/* Length of the run from `page` of one class, at most max pages. */
+static uint64_t
+class_run(const struct src_region *sr, uint64_t page, uint64_t max,
+	  int only_unsent)
+{
+	int cls = bit_test(sr->data, page);
+	uint64_t n = 1;
+
+	while (n < max && page + n < sr->npages &&
+	       bit_test(sr->data, page + n) == cls &&
+	       (!only_unsent || !bit_test(sr->sent, page + n)))
+		n++;
+	return n;
+}
+
+static void
+demand_request(struct source *s, const Uffdd__PageRequest *pr)
+{
+	struct src_region *sr = NULL;
+	uint64_t page = pr->page, end;
+
+	for (size_t i = 0; i < s->nregs; i++)
+		if (s->regs[i].r.index == pr->region && s->regs[i].accepted)
+			sr = &s->regs[i];
+	if (sr == NULL || pr->npages == 0 || pr->npages > DEMAND_MAX_PAGES ||
+	    page >= sr->npages || pr->npages > sr->npages - page) {
+		log_warnx("%s: page request out of bounds (region %u page "
+			  "%llu+%u)", conn_name(s->demand), pr->region,
+			  (unsigned long long)page, pr->npages);
+		conn_send_error(s->demand, ERR_PROTOCOL,
+				"page request out of bounds");
+		conn_free(s->demand);
+		s->demand = NULL;
+		migration_set_state(s->m, MIG_PAUSED);
+		return;
+	}
+	end = page + pr->npages;
+	while (page < end) {
+		uint64_t n = class_run(sr, page, end - page, 0);
+
+		if (send_run(s, s->demand, (uint32_t)(sr - s->regs), page, n,
+			     !bit_test(sr->data, page), 1) < 0)
+			return;
+		page += n;
+	}
+	s->m->demand_faults++;
+	s->m->demand_pages += pr->npages;
+	/* Spatial locality: the bulk lane goes on from just past the fault. */
+	s->hint_reg = (uint32_t)(sr - s->regs);
+	s->hint_page = end;
+	s->hint_left = LOCALITY_PAGES;
+}
+
+/* The next unsent page: first around the last fault, then the sweep. */
+static int
+next_unsent(struct source *s, uint32_t *ri, uint64_t *page, uint64_t *max)
+{
+	while (s->hint_left > 0) {
+		struct src_region *sr = &s->regs[s->hint_reg];
+		uint64_t lim = s->hint_page + s->hint_left;
+		uint64_t p;
+
+		if (lim > sr->npages)
+			lim = sr->npages;
+		p = bit_next_clear(sr->sent, s->hint_page, lim);
+		if (p >= lim) {
+			s->hint_left = 0;
+			break;
+		}
+		s->hint_left -= p - s->hint_page;
+		s->hint_page = p;
+		*ri = s->hint_reg;
+		*page = p;
+		*max = lim - p;
+		return 1;
+	}
+	for (; s->cur_reg < s->nregs; s->cur_reg++, s->cur_page = 0) {
+		struct src_region *sr = &s->regs[s->cur_reg];
+		uint64_t p;
+
+		if (!sr->accepted)
+			continue;
+		p = bit_next_clear(sr->sent, s->cur_page, sr->npages);
+		if (p < sr->npages) {
+			s->cur_page = p;
+			*ri = s->cur_reg;
+			*page = p;
+			*max = sr->npages - p;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Produces one round of the bulk stream, then yields to the loop so that
+ * demand requests (higher priority) go first.
+ */
+static void
+bulk_produce(struct source *s)
+{
+	uint64_t bytes = 0;
+
+	while (s->bulk && bytes < BULK_ROUND_BYTES &&
+	       conn_output_len(s->bulk) < BULK_HIGH) {
+		uint32_t ri;
+		uint64_t page, max, n;
+		int64_t got;
+		int zero;
+
+		if (!next_unsent(s, &ri, &page, &max))
+			return; /* everything sent */
+		zero = !bit_test(s->regs[ri].data, page);
+		if (max > (zero ? BULK_ZERO_PAGES : BULK_DATA_PAGES))
+			max = zero ? BULK_ZERO_PAGES : BULK_DATA_PAGES;
+		n = class_run(&s->regs[ri], page, max, 1);
+		if ((got = send_run(s, s->bulk, ri, page, n, zero, 0)) < 0)
+			return;
+		bytes += (uint64_t)got + 4096;
+		if (s->hint_left) {
+			s->hint_page += n;
+			s->hint_left = s->hint_left > n ? s->hint_left - n : 0;
+		}
+	}
+	if (s->bulk && conn_output_len(s->bulk) < BULK_HIGH)
+		event_active(s->bulk_ev, EV_TIMEOUT, 0);
+}
+
+static void
+bulk_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	bulk_produce(arg);
+}
+
+static void
+bulk_drain(struct conn *c, void *arg)
+{
+	bulk_produce(arg);
+}
+
+static void
+lanes_down(struct source *s, const char *why)
+{
+	conn_free(s->demand);
+	conn_free(s->bulk);
+	s->demand = s->bulk = NULL;
+	event_del(s->bulk_ev);
+	if (s->m->state == MIG_RUNNING) {
+		log_warnx("migration %s: destination lost (%s); the process "
+			  "stays frozen", log_id(s->m->id), why);
+		migration_set_state(s->m, MIG_PAUSED);
+	} else if (s->m->state == MIG_WAITING) {
+		for (size_t i = 0; i < s->nregs; i++)
+			s->regs[i].accepted = 0;
+	}
+}
+
+static void
+complete(struct source *s)
+{
+	migration_set_state(s->m, MIG_COMPLETE);
+	if (s->keep_source) {
+		log_info("migration %s complete; process %d left stopped",
+			 log_id(s->m->id), (int)s->m->pid);
+	} else {
+		log_info("migration %s complete; killing source process %d",
+			 log_id(s->m->id), (int)s->m->pid);
+		kill(s->m->pid, SIGKILL);
+	}
+	if (s->demand)
+		conn_finish(s->demand);
+	if (s->bulk)
+		conn_finish(s->bulk);
+	s->demand = s->bulk = NULL;
+	event_del(s->bulk_ev);
+	state_write(s->m);
+}
+
+static void
+accept_regions(struct source *s, const Uffdd__RegionTable *t)
+{
+	s->m->pages_total = 0;
+	for (size_t i = 0; i < t->n_regions; i++) {
+		uint32_t idx = t->regions[i]->index;
+
+		if (idx >= s->nregs) {
+			conn_send_error(s->demand, ERR_PROTOCOL,
+					"no region %u", idx);
+			lanes_down(s, "bad region index");
+			return;
+		}
+		s->regs[idx].accepted = 1;
+	}
+	for (size_t i = 0; i < s->nregs; i++)
+		if (s->regs[i].accepted)
+			s->m->pages_total += s->regs[i].npages;
+	migration_set_state(s->m, MIG_RUNNING);
+	state_write(s->m);
+}
+
+static void
+demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
+	     void *arg)
+{
+	struct source *s = arg;
+
+	switch (h->type) {
+	case FRAME_REGIONS:
+		accept_regions(s, (const Uffdd__RegionTable *)msg);
+		break;
+	case FRAME_PAGE_REQUEST:
+		if (s->m->state == MIG_RUNNING)
+			demand_request(s, (const Uffdd__PageRequest *)msg);
+		break;
+	case FRAME_COMPLETE:
+		if (s->m->state == MIG_RUNNING || s->m->state == MIG_PAUSED)
+			complete(s);
+		break;
+	case FRAME_ERROR: {
+		const Uffdd__Error *e = (const Uffdd__Error *)msg;
+
+		log_warnx("migration %s: destination says: %s",
+			  log_id(s->m->id), e->message);
+		lanes_down(s, e->message);
+		break;
+	}
+	default:
+		log_warnx("%s: unexpected %s", conn_name(c),
+			  frame_type_name(h->type));
+		lanes_down(s, "protocol error");
+		break;
+	}
+}
+
+static void
+lane_close(struct conn *c, const char *why, void *arg)
+{
+	lanes_down(arg, why);
+}
+
+/*
+ * The bulk lane alone going down leaves the demand lane serving: the
+ * destination closes bulk first at completion, and the two sockets' closes
+ * may arrive in either order.
+ */
+static void
+bulk_close(struct conn *c, const char *why, void *arg)
+{
+	struct source *s = arg;
+
+	conn_free(s->bulk);
+	s->bulk = NULL;
+	event_del(s->bulk_ev);
+	if (s->demand == NULL)
+		lanes_down(s, why);
+}
+
+static void
+bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
+	   void *arg)
+{
+	log_warnx("%s: unexpected %s on the bulk lane", conn_name(c),
+		  frame_type_name(h->type));
+	lanes_down(arg, "protocol error");
+}
+
+void
+source_hello(struct conn *c, const Uffdd__Hello *hello)
+{
+	Uffdd__Hello me = UFFDD__HELLO__INIT;
+	Uffdd__RegionTable t = UFFDD__REGION_TABLE__INIT;
+	Uffdd__Region *rp, **pp;
+	struct migration *m;
+	struct source *s;
+
+	if (hello->version != UFFDD_PROTO_VERSION) {
+		conn_send_error(c, ERR_PROTOCOL,
+				"protocol version %u, this source speaks %u",
+				hello->version, UFFDD_PROTO_VERSION);
+		conn_finish(c);
+		return;
+	}
+	m = migration_find(hello->migration_id, ROLE_SOURCE);
+	if (m == NULL) {
+		log_warnx("%s: unknown migration ID %s", conn_name(c),
+			  log_id(hello->migration_id));
+		conn_send_error(c, ERR_UNKNOWN_ID, "unknown migration ID");
+		conn_finish(c);
+		return;
+	}
+	s = m->impl;
+	if (m->state == MIG_COMPLETE || m->state == MIG_FAILED) {
+		conn_send_error(c, ERR_SOURCE, "migration is %s",
+				migration_state_name(m->state));
+		conn_finish(c);
+		return;
+	}
+	if (hello->lane == UFFDD__LANE__LANE_BULK) {
+		if (s->demand == NULL || m->state != MIG_RUNNING || s->bulk) {
+			conn_send_error(c, ERR_BUSY,
+					s->bulk ? "bulk lane already open" :
+						  "bulk lane before the demand "
+						  "lane");
+			conn_finish(c);
+			return;
+		}
+		s->bulk = c;
+		conn_set_owner(c, bulk_frame, bulk_close, s);
+		conn_set_priority(c, PRIO_BULK);
+		conn_set_drain(c, bulk_drain, BULK_LOW);
+		conn_send(c, FRAME_HELLO, &me.base);
+		bulk_produce(s);
+		return;
+	}
+	if (hello->lane != UFFDD__LANE__LANE_DEMAND || s->demand) {
+		conn_send_error(c, ERR_BUSY, s->demand ?
+				"migration already has a destination" :
+				"unknown lane");
+		conn_finish(c);
+		return;
+	}
+	s->demand = c;
+	snprintf(m->peer, sizeof(m->peer), "%s", conn_name(c));
+	conn_set_owner(c, demand_frame, lane_close, s);
+	conn_set_priority(c, PRIO_FAULT);
+	peer_set_nodelay(c);
+	me.version = UFFDD_PROTO_VERSION;
+	me.lane = UFFDD__LANE__LANE_DEMAND;
+	conn_send(c, FRAME_HELLO, &me.base);
+	rp = xcalloc(s->nregs, sizeof(*rp));
+	pp = xcalloc(s->nregs, sizeof(*pp));
+	for (size_t i = 0; i < s->nregs; i++) {
+		const struct region *r = &s->regs[i].r;
+
+		uffdd__region__init(&rp[i]);
+		rp[i].index = r->index;
+		rp[i].name = (char *)r->name;
+		rp[i].start = r->start;
+		rp[i].length = r->length;
+		rp[i].page_size = r->page_size;
+		rp[i].kind = (Uffdd__RegionKind)r->kind;
+		rp[i].data_pages = r->data_pages;
+		rp[i].zero_pages = r->zero_pages;
+		pp[i] = &rp[i];
+	}
+	t.n_regions = s->nregs;
+	t.regions = pp;
+	conn_send(c, FRAME_REGIONS, &t.base);
+	free(pp);
+	free(rp);
+}

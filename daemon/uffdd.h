@@ -1,0 +1,76 @@
+/* Daemon-wide settings and the roles' entry points. */
+#ifndef UFFDD_UFFDD_H
+#define UFFDD_UFFDD_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <event2/event.h>
+
+#include "daemon/conn.h"
+#include "daemon/migration.h"
+#include "proto/range.h"
+
+/* Event priorities: faults first, bulk work last (STYLE.md point 3). */
+enum { PRIO_FAULT = 0, PRIO_CONTROL = 1, PRIO_BULK = 2, PRIO_COUNT = 3 };
+
+/* Error codes carried in Error frames and control replies. */
+enum {
+	ERR_UNKNOWN_ID = 1,
+	ERR_BUSY = 2,
+	ERR_PROTOCOL = 3,
+	ERR_NO_MATCH = 4,
+	ERR_SOURCE = 5,
+	ERR_INVALID = 6,
+	ERR_NO_PROCESS = 7,
+	ERR_PERMISSION = 8,
+	ERR_UNREACHABLE = 9,
+	ERR_KERNEL = 10,
+};
+
+struct uffdd_conf {
+	const char *listen;
+	const char *control;
+	const char *state_dir;
+	int foreground;
+	int verbose;
+	int insecure;
+};
+
+extern struct uffdd_conf conf;
+extern struct event_base *base;
+
+/* peer.c */
+int peer_listen(const char *hostport);
+void peer_close_listeners(void);
+/*
+ * Starts a connection to hostport; frames and errors (including a refused
+ * connect) arrive through the callbacks. NULL with err filled on bad input.
+ */
+struct conn *peer_connect(const char *hostport, const char *name,
+			  conn_frame_cb, conn_close_cb, void *arg, char *err,
+			  size_t errlen);
+void peer_set_nodelay(struct conn *);
+
+/* control.c */
+int control_listen(const char *path);
+void control_close(void);
+/* Sends a reply to control client `serial` if it is still connected. */
+void control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *);
+void control_reply_error(uint64_t serial, uint32_t code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* source.c */
+void source_export(uint64_t serial, const Uffdd__ExportRequest *);
+/* A peer connection's first frame was a Hello for the source role. */
+void source_hello(struct conn *, const Uffdd__Hello *);
+
+/* dest.c */
+void dest_attach(uint64_t serial, const Uffdd__AttachRequest *);
+
+/* uffdd.c: state files under --state-dir */
+void state_write(const struct migration *);
+void state_remove(const struct migration *);
+
+#endif

@@ -1,0 +1,215 @@
+/* Frame header coding, message (un)packing and blocking frame I/O. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "proto/frame.h"
+
+static const struct {
+	uint16_t type;
+	const char *name;
+	const ProtobufCMessageDescriptor *desc;
+} frame_types[] = {
+	{FRAME_HELLO, "HELLO", &uffdd__hello__descriptor},
+	{FRAME_REGIONS, "REGIONS", &uffdd__region_table__descriptor},
+	{FRAME_PAGE_REQUEST, "PAGE_REQUEST", &uffdd__page_request__descriptor},
+	{FRAME_PAGE_DATA, "PAGE_DATA", &uffdd__page_data__descriptor},
+	{FRAME_COMPLETE, "COMPLETE", &uffdd__complete__descriptor},
+	{FRAME_ERROR, "ERROR", &uffdd__error__descriptor},
+	{FRAME_CTL_EXPORT, "EXPORT", &uffdd__export_request__descriptor},
+	{FRAME_CTL_EXPORT_REPLY, "EXPORT_REPLY", &uffdd__export_reply__descriptor},
+	{FRAME_CTL_ATTACH, "ATTACH", &uffdd__attach_request__descriptor},
+	{FRAME_CTL_ATTACH_REPLY, "ATTACH_REPLY", &uffdd__attach_reply__descriptor},
+	{FRAME_CTL_STATUS, "STATUS", &uffdd__status_request__descriptor},
+	{FRAME_CTL_STATUS_REPLY, "STATUS_REPLY", &uffdd__status_reply__descriptor},
+};
+
+const ProtobufCMessageDescriptor *
+frame_descriptor(uint16_t type)
+{
+	for (size_t i = 0; i < sizeof(frame_types) / sizeof(frame_types[0]); i++)
+		if (frame_types[i].type == type)
+			return frame_types[i].desc;
+	return NULL;
+}
+
+const char *
+frame_type_name(uint16_t type)
+{
+	for (size_t i = 0; i < sizeof(frame_types) / sizeof(frame_types[0]); i++)
+		if (frame_types[i].type == type)
+			return frame_types[i].name;
+	return "UNKNOWN";
+}
+
+void
+frame_hdr_encode(uint8_t out[FRAME_HDR_LEN], const struct frame_hdr *h)
+{
+	uint16_t t = htons(h->type), f = htons(h->flags);
+	uint32_t m = htonl(h->msg_len), d = htonl(h->data_len);
+
+	memcpy(out, &t, 2);
+	memcpy(out + 2, &f, 2);
+	memcpy(out + 4, &m, 4);
+	memcpy(out + 8, &d, 4);
+}
+
+int
+frame_hdr_decode(const uint8_t in[FRAME_HDR_LEN], struct frame_hdr *h,
+		 const char **why)
+{
+	uint16_t t, f;
+	uint32_t m, d;
+
+	memcpy(&t, in, 2);
+	memcpy(&f, in + 2, 2);
+	memcpy(&m, in + 4, 4);
+	memcpy(&d, in + 8, 4);
+	h->type = ntohs(t);
+	h->flags = ntohs(f);
+	h->msg_len = ntohl(m);
+	h->data_len = ntohl(d);
+	if (frame_descriptor(h->type) == NULL) {
+		*why = "unknown frame type";
+		return -1;
+	}
+	if (h->flags != 0) {
+		*why = "reserved header flags set";
+		return -1;
+	}
+	if (h->msg_len > FRAME_MSG_MAX) {
+		*why = "message longer than the frame limit";
+		return -1;
+	}
+	if (h->data_len > FRAME_DATA_MAX) {
+		*why = "page data longer than the frame limit";
+		return -1;
+	}
+	if (h->data_len != 0 && h->type != FRAME_PAGE_DATA) {
+		*why = "raw data after a frame that carries none";
+		return -1;
+	}
+	return 0;
+}
+
+uint8_t *
+frame_pack(uint16_t type, const ProtobufCMessage *msg, uint32_t data_len,
+	   size_t *len)
+{
+	size_t mlen = protobuf_c_message_get_packed_size(msg);
+	struct frame_hdr h = {.type = type, .msg_len = (uint32_t)mlen,
+			      .data_len = data_len};
+	uint8_t *buf;
+
+	if (mlen > FRAME_MSG_MAX || data_len > FRAME_DATA_MAX ||
+	    msg->descriptor != frame_descriptor(type)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((buf = malloc(FRAME_HDR_LEN + mlen)) == NULL)
+		return NULL;
+	frame_hdr_encode(buf, &h);
+	protobuf_c_message_pack(msg, buf + FRAME_HDR_LEN);
+	*len = FRAME_HDR_LEN + mlen;
+	return buf;
+}
+
+ProtobufCMessage *
+frame_unpack(uint16_t type, const uint8_t *buf, size_t len)
+{
+	const ProtobufCMessageDescriptor *d = frame_descriptor(type);
+
+	if (d == NULL || len > FRAME_MSG_MAX)
+		return NULL;
+	return protobuf_c_message_unpack(d, NULL, len, buf);
+}
+
+void
+frame_free(ProtobufCMessage *msg)
+{
+	if (msg != NULL)
+		protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+static int
+write_all(int fd, const uint8_t *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int
+read_all(int fd, uint8_t *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t r = read(fd, p, n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r == 0) {
+			errno = ECONNRESET;
+			return -1;
+		}
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+int
+frame_send_fd(int fd, uint16_t type, const ProtobufCMessage *msg)
+{
+	size_t len;
+	uint8_t *buf = frame_pack(type, msg, 0, &len);
+	int rc;
+
+	if (buf == NULL)
+		return -1;
+	rc = write_all(fd, buf, len);
+	free(buf);
+	return rc;
+}
+
+int
+frame_recv_fd(int fd, uint16_t *type, ProtobufCMessage **msg)
+{
+	uint8_t hdr[FRAME_HDR_LEN], *buf;
+	struct frame_hdr h;
+	const char *why;
+
+	if (read_all(fd, hdr, sizeof(hdr)) < 0)
+		return -1;
+	if (frame_hdr_decode(hdr, &h, &why) < 0 || h.data_len != 0) {
+		errno = EPROTO;
+		return -1;
+	}
+	if ((buf = malloc(h.msg_len ? h.msg_len : 1)) == NULL)
+		return -1;
+	if (read_all(fd, buf, h.msg_len) < 0) {
+		free(buf);
+		return -1;
+	}
+	*msg = frame_unpack(h.type, buf, h.msg_len);
+	free(buf);
+	if (*msg == NULL) {
+		errno = EPROTO;
+		return -1;
+	}
+	*type = h.type;
+	return 0;
+}

@@ -1,0 +1,76 @@
+/*
+ * Framing shared by the peer lanes and the control socket.
+ *
+ * A frame is a 12-byte header (big-endian: u16 type, u16 flags, u32 msg_len,
+ * u32 data_len), msg_len bytes of one protobuf-c message, then data_len raw
+ * bytes (page contents after PAGE_DATA, zero everywhere else). Page bytes stay
+ * outside protobuf so the receiver can read them straight into an aligned
+ * buffer for UFFDIO_COPY.
+ */
+#ifndef UFFDD_FRAME_H
+#define UFFDD_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "proto/uffdd.pb-c.h"
+
+#define FRAME_HDR_LEN 12
+#define FRAME_MSG_MAX (1u << 20)  /* region tables of a few thousand regions */
+#define FRAME_DATA_MAX (4u << 20) /* two 2 MiB huge pages at most */
+#define UFFDD_PROTO_VERSION 1
+
+enum frame_type {
+	FRAME_HELLO = 1,
+	FRAME_REGIONS = 2,
+	FRAME_PAGE_REQUEST = 3,
+	FRAME_PAGE_DATA = 4,
+	FRAME_COMPLETE = 5,
+	FRAME_ERROR = 6,
+	FRAME_CTL_EXPORT = 100,
+	FRAME_CTL_EXPORT_REPLY = 101,
+	FRAME_CTL_ATTACH = 102,
+	FRAME_CTL_ATTACH_REPLY = 103,
+	FRAME_CTL_STATUS = 104,
+	FRAME_CTL_STATUS_REPLY = 105,
+};
+
+struct frame_hdr {
+	uint16_t type;
+	uint16_t flags;
+	uint32_t msg_len;
+	uint32_t data_len;
+};
+
+/* The message descriptor for a frame type, NULL for an unknown type. */
+const ProtobufCMessageDescriptor *frame_descriptor(uint16_t type);
+const char *frame_type_name(uint16_t type);
+
+void frame_hdr_encode(uint8_t out[FRAME_HDR_LEN], const struct frame_hdr *h);
+/*
+ * Decodes and checks a header against the hard limits. Returns 0, or -1 with
+ * *why set to a static reason.
+ */
+int frame_hdr_decode(const uint8_t in[FRAME_HDR_LEN], struct frame_hdr *h,
+		     const char **why);
+/* Packs header and message into a malloc'd buffer; data follows separately. */
+uint8_t *frame_pack(uint16_t type, const ProtobufCMessage *msg,
+		    uint32_t data_len, size_t *len);
+/*
+ * Unpacks a message whose header was decoded; checks it is the message type
+ * the frame type says. NULL when malformed.
+ */
+ProtobufCMessage *frame_unpack(uint16_t type, const uint8_t *buf, size_t len);
+void frame_free(ProtobufCMessage *msg);
+
+/* Blocking helpers for the client (and tests): whole frames over a socket. */
+int frame_send_fd(int fd, uint16_t type, const ProtobufCMessage *msg);
+/*
+ * Receives one frame with no data part. Returns 0 with *type and *msg set,
+ * -1 with errno set (ECONNRESET on EOF, EPROTO on a malformed frame).
+ */
+int frame_recv_fd(int fd, uint16_t *type, ProtobufCMessage **msg);
+
+#endif

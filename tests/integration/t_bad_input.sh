@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Bad input gets a clear error and changes nothing: both processes keep
+# running, untouched, and the daemons keep serving.
+. "$SRC/tests/lib.sh"
+need_root
+start_daemon src
+start_daemon dst
+start_workload WS source --size 16M --threads 1
+start_workload WD dest --size 16M --threads 2
+RANGE=600000000000-600001000000
+dst_hash() { "$MEMHASH" "$WD" 0x600000000000 0x600001000000; }
+h_before=$(dst_hash)
+
+# expect_error NAME PATTERN CMD...: CMD must fail and say PATTERN.
+expect_error() {
+	local name=$1 pat=$2
+	shift 2
+	if "$@" >"$T/out" 2>&1; then
+		fail "$name: succeeded: $(cat "$T/out")"
+	fi
+	grep -qi -- "$pat" "$T/out" || fail "$name: error does not say '$pat': $(cat "$T/out")"
+	info "$name: $(cat "$T/out")"
+}
+
+untouched() {
+	[ "$(proc_state "$WS")" != T ] || fail "$1: source process left stopped"
+	[ "$(proc_state "$WD")" != T ] && [ "$(proc_state "$WD")" != t ] ||
+		fail "$1: destination process left stopped"
+	ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "$1: destination got a userfaultfd"
+	[ "$(dst_hash)" = "$h_before" ] || fail "$1: destination memory changed"
+	kill -0 "$src_PID" && kill -0 "$dst_PID" || fail "$1: a daemon died"
+}
+
+# A PID that does not exist.
+dead=$(sh -c 'echo $$')
+expect_error "export missing pid" "no such process" \
+	"$CLIENT" --control "$src_SOCK" export "$dead"
+expect_error "attach missing pid" "no such process" \
+	"$CLIENT" --control "$dst_SOCK" attach "$dead" --from "127.0.0.1:$src_PORT" \
+	--id 0123456789abcdef0123456789abcdef
+expect_error "export bad pid" "not a process ID" "$CLIENT" --control "$src_SOCK" export abc
+untouched "missing pid"
+
+# Export with ranges that hold no memory of the process.
+expect_error "export no region" "no private anonymous memory" \
+	"$CLIENT" --control "$src_SOCK" export "$WS" --range 100000-200000
+untouched "export no region"
+
+# Now a real export, then attach errors against it.
+ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
+[ "$(proc_state "$WS")" = T ] || fail "export did not freeze the source"
+
+# Unreachable source: a port nobody listens on.
+expect_error "unreachable source" "unreachable" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$(free_port)" --id "$ID"
+# Plaintext to a non-loopback address is refused.
+expect_error "non-loopback plaintext" "non-loopback" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "192.0.2.1:7401" --id "$ID"
+# A wrong ID.
+expect_error "wrong id" "unknown migration ID" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	--id ffffffffffffffffffffffffffffffff
+expect_error "malformed id" "malformed migration ID" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" --id nope
+# A target with no region matching the source's: a shorter mapping.
+start_workload WX dest --size 8M --threads 1
+expect_error "no matching region" "no region of process" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WX" --from "127.0.0.1:$src_PORT" --id "$ID"
+ls -l "/proc/$WX/fd" | grep -q userfaultfd && fail "no-match target got a userfaultfd"
+# Source regions outside the destination's --range do not match either.
+expect_error "range excludes all" "no region of process" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	--id "$ID" --range 700000000000-700000001000
+[ "$(dst_hash)" = "$h_before" ] || fail "attach errors changed the destination's memory"
+[ "$(proc_state "$WS")" = T ] || fail "source left its frozen state"
+kill -0 "$src_PID" && kill -0 "$dst_PID" || fail "a daemon died"
+
+# Unknown IDs in status and wait.
+expect_error "status unknown id" "unknown migration ID" \
+	"$CLIENT" --control "$dst_SOCK" status ffffffffffffffffffffffffffffffff
+# No daemon at the socket.
+expect_error "daemon not running" "not running" "$CLIENT" --control "$T/none.sock" status
+# Bad ranges and usage.
+expect_error "bad range" "want START-END" "$CLIENT" --control "$src_SOCK" export "$WS" --range 5-1
+expect_error "unknown command" "unknown command" "$CLIENT" frobnicate
+
+# After all of that, the export still works: a real attach succeeds.
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	--id "$ID" --range "$RANGE" --wait >"$T/attach.out" 2>&1 ||
+	fail "attach after errors: $(cat "$T/attach.out")"
+info "attach after the errors completed"

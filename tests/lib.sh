@@ -1,0 +1,173 @@
+# Shared helpers for integration tests and the demo. Sourced, not run.
+# Every process, mount and swap device a test creates is registered here
+# and removed by the EXIT trap, also when the test fails.
+set -euo pipefail
+
+B=${BUILDDIR:?BUILDDIR must name the build directory}
+UFFDD=$B/daemon/uffdd
+CLIENT=$B/client/uffd-client
+WORKLOAD=$B/tests/workload
+MEMHASH=$B/tests/memhash
+T=$(mktemp -d /tmp/uffdd-test.XXXXXX)
+PIDS=()
+CLEANUPS=()
+# LeakSanitizer's report at exit would turn a passing client into a failing
+# one in sanitizer builds; leaks are checked on the daemon's own shutdown.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+
+cleanup() {
+	local rc=$?
+	set +e
+	for p in "${PIDS[@]}"; do
+		kill -CONT "$p" 2>/dev/null
+		kill -9 "$p" 2>/dev/null
+	done
+	for p in "${PIDS[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+	for ((i = ${#CLEANUPS[@]} - 1; i >= 0; i--)); do
+		eval "${CLEANUPS[$i]}"
+	done
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
+		for f in "$T"/*.log; do
+			[ -f "$f" ] || continue
+			echo "--- $f"
+			tail -n 30 "$f"
+		done
+	fi
+	rm -rf "$T"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+info() { echo "== $*"; }
+need_root() { [ "$(id -u)" = 0 ] || skip "needs root (ptrace, userfaultfd in other processes)"; }
+on_cleanup() { CLEANUPS+=("$*"); }
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+	local p
+	for _ in $(seq 50); do
+		p=$((20000 + RANDOM % 30000))
+		if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+	fail "no free port"
+}
+
+# start_daemon NAME: starts uffdd; sets NAME_PORT and NAME_SOCK.
+start_daemon() {
+	local name=$1 port
+	port=$(free_port)
+	"$UFFDD" -f --insecure --listen "127.0.0.1:$port" \
+		--control "$T/$name.sock" --state-dir "$T/$name.state" \
+		>"$T/$name.log" 2>&1 &
+	PIDS+=($!)
+	eval "${name}_PID=$!"
+	eval "${name}_PORT=$port"
+	eval "${name}_SOCK=$T/$name.sock"
+	for _ in $(seq 100); do
+		[ -S "$T/$name.sock" ] && grep -q ready "$T/$name.log" && return
+		sleep 0.05
+	done
+	fail "uffdd $name did not start: $(cat "$T/$name.log")"
+}
+
+# start_workload VAR MODE ARGS...: starts a workload, waits for "ready".
+start_workload() {
+	local var=$1 mode=$2
+	shift 2
+	"$WORKLOAD" "$mode" "$@" >"$T/$var.out" 2>"$T/$var.log" &
+	PIDS+=($!)
+	eval "$var=$!"
+	for _ in $(seq 600); do
+		grep -q "^ready" "$T/$var.out" 2>/dev/null && return
+		kill -0 "${!var}" 2>/dev/null || fail "workload $var died: $(cat "$T/$var.log")"
+		sleep 0.05
+	done
+	fail "workload $var not ready"
+}
+
+# Process state letter (R, S, T, t, Z...) from /proc/PID/stat.
+proc_state() { sed -e 's/^.*) //' "/proc/$1/stat" | cut -d' ' -f1; }
+
+# wait_verified VAR: waits for the destination workload's verdict line.
+wait_verified() {
+	local var=$1
+	for _ in $(seq 6000); do
+		grep -q "^verified" "$T/$var.out" 2>/dev/null && break
+		kill -0 "${!var}" 2>/dev/null || fail "workload $var died: $(cat "$T/$var.log")"
+		sleep 0.1
+	done
+	grep '^verified' "$T/$var.out" || fail "workload $var never finished checking"
+	grep -q '^verified [0-9]* pages, 0 mismatches' "$T/$var.out" ||
+		fail "destination saw wrong bytes: $(cat "$T/$var.log")"
+}
+
+# set_up_zram_swap SIZE: a zram swap device, removed at exit.
+set_up_zram_swap() {
+	local size=$1 dev
+	command -v zramctl >/dev/null || skip "zramctl missing (util-linux)"
+	[ -e /sys/class/zram-control/hot_add ] || modprobe zram 2>/dev/null || true
+	[ -e /sys/class/zram-control/hot_add ] || skip "no zram in this kernel"
+	dev=/dev/zram$(cat /sys/class/zram-control/hot_add)
+	on_cleanup "swapoff $dev 2>/dev/null; zramctl --reset $dev 2>/dev/null; echo ${dev#/dev/zram} > /sys/class/zram-control/hot_remove 2>/dev/null"
+	zramctl "$dev" --size "$size" >/dev/null || skip "zramctl $dev failed"
+	mkswap "$dev" >/dev/null
+	swapon "$dev" || skip "swapon $dev failed"
+	ZRAM_DEV=$dev
+}
+
+# migrate SIZE SRC_THREADS DST_THREADS [SRC_ARGS] [DST_ARGS] [POKE]
+# One whole migration between two fresh daemons, checked three ways: the
+# destination's own per-word check, and SHA-256 of the frozen source (taken
+# before attach, with the destination's pre-arrival writes applied) against
+# SHA-256 of the destination after completion.
+migrate() {
+	local size=$1 sthreads=$2 dthreads=$3 sargs=${4:-} dargs=${5:-} poke=${6:-}
+	local base=0x600000000000 end pokeargs=() id h_src h_dst
+	end=$(printf '0x%x' $((base + $(numfmt --from=iec "$size"))))
+	[ -n "$poke" ] && pokeargs=(--poke-every "$poke")
+	start_daemon src
+	start_daemon dst
+	# shellcheck disable=SC2086
+	start_workload WS source --size "$size" --threads "$sthreads" $sargs
+	# shellcheck disable=SC2086
+	start_workload WD dest --size "$size" --threads "$dthreads" --prefault "${pokeargs[@]}" $dargs
+	sleep 0.2 # let the source mutate for a moment
+	RANGE=$(printf '%x-%x' $((base)) $((end)))
+	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
+	MIG_ID=$id
+	[ "$(proc_state "$WS")" = T ] || fail "source not stopped after export"
+	h_src=$("$MEMHASH" "$WS" $base "$end" "${pokeargs[@]}")
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+		--id "$id" --range "$RANGE" >"$T/attach.out"
+	grep -q '^attached' "$T/attach.out" || fail "attach printed: $(cat "$T/attach.out")"
+	kill -USR1 "$WD"
+	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 600 >"$T/wait.out" ||
+		fail "wait: $(cat "$T/wait.out")"
+	wait_verified WD
+	h_dst=$("$MEMHASH" "$WD" $base "$end")
+	info "source sha256 $h_src"
+	info "dest   sha256 $h_dst"
+	[ "$h_src" = "$h_dst" ] || fail "destination memory differs from the source"
+	# The source is told, and kills its frozen process.
+	for _ in $(seq 100); do
+		kill -0 "$WS" 2>/dev/null || break
+		[ "$(proc_state "$WS")" = Z ] && break
+		sleep 0.05
+	done
+	[ "$(proc_state "$WS" 2>/dev/null || echo gone)" != T ] ||
+		fail "source process still frozen after completion"
+	# The destination's uffd is gone from the target after completion.
+	if ls -l "/proc/$WD/fd" | grep -q 'anon_inode:\[userfaultfd\]'; then
+		fail "target still holds a userfaultfd after completion"
+	fi
+	"$CLIENT" --control "$dst_SOCK" status "$id" --json >"$T/status.json"
+	cat "$T/wait.out"
+}

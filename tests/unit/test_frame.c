@@ -1,0 +1,162 @@
+/* Unit tests for framing: header coding, limits, truncation, round trips. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+
+#include "proto/frame.h"
+#include "proto/range.h"
+#include "tests/unit/unit.h"
+
+static int
+decode(uint16_t type, uint16_t flags, uint32_t mlen, uint32_t dlen)
+{
+	struct frame_hdr h = {type, flags, mlen, dlen}, out;
+	uint8_t raw[FRAME_HDR_LEN];
+	const char *why;
+
+	frame_hdr_encode(raw, &h);
+	return frame_hdr_decode(raw, &out, &why);
+}
+
+static void
+test_header(void)
+{
+	struct frame_hdr h = {FRAME_PAGE_DATA, 0, 1234, 65536}, out;
+	uint8_t raw[FRAME_HDR_LEN];
+	const char *why = NULL;
+
+	frame_hdr_encode(raw, &h);
+	/* Big-endian on the wire. */
+	CHECK(raw[0] == 0 && raw[1] == FRAME_PAGE_DATA);
+	CHECK(raw[4] == 0 && raw[5] == 0 && raw[6] == 0x04 && raw[7] == 0xd2);
+	CHECK(frame_hdr_decode(raw, &out, &why) == 0);
+	CHECK(out.type == h.type && out.msg_len == 1234 && out.data_len == 65536);
+
+	CHECK(decode(FRAME_HELLO, 0, 10, 0) == 0);
+	CHECK(decode(999, 0, 10, 0) < 0);                        /* unknown type */
+	CHECK(decode(0, 0, 10, 0) < 0);
+	CHECK(decode(FRAME_HELLO, 1, 10, 0) < 0);                /* flags */
+	CHECK(decode(FRAME_HELLO, 0, FRAME_MSG_MAX, 0) == 0);    /* at limit */
+	CHECK(decode(FRAME_HELLO, 0, FRAME_MSG_MAX + 1, 0) < 0); /* oversized */
+	CHECK(decode(FRAME_HELLO, 0, 0xffffffff, 0) < 0);
+	CHECK(decode(FRAME_PAGE_DATA, 0, 10, FRAME_DATA_MAX) == 0);
+	CHECK(decode(FRAME_PAGE_DATA, 0, 10, FRAME_DATA_MAX + 1) < 0);
+	CHECK(decode(FRAME_HELLO, 0, 10, 4096) < 0); /* data on a non-data frame */
+}
+
+static void
+test_roundtrip(void)
+{
+	Uffdd__PageData pd = UFFDD__PAGE_DATA__INIT, *back;
+	struct frame_hdr h;
+	const char *why;
+	uint8_t *buf;
+	size_t len;
+
+	pd.region = 3;
+	pd.page = 123456789;
+	pd.npages = 16;
+	pd.demand = 1;
+	buf = frame_pack(FRAME_PAGE_DATA, &pd.base, 16 * 4096, &len);
+	CHECK(buf != NULL);
+	CHECK(frame_hdr_decode(buf, &h, &why) == 0);
+	CHECK(h.data_len == 16 * 4096);
+	CHECK(h.msg_len == len - FRAME_HDR_LEN);
+	back = (Uffdd__PageData *)frame_unpack(h.type, buf + FRAME_HDR_LEN,
+					       h.msg_len);
+	CHECK(back != NULL);
+	if (back) {
+		CHECK(back->region == 3 && back->page == 123456789 &&
+		      back->npages == 16 && back->demand && !back->zero);
+		frame_free(&back->base);
+	}
+	/* Truncated messages: every strict prefix that fails must fail cleanly. */
+	for (size_t cut = 1; cut < h.msg_len; cut++) {
+		ProtobufCMessage *m = frame_unpack(h.type, buf + FRAME_HDR_LEN,
+						   cut);
+
+		frame_free(m); /* NULL or a valid partial message, never a crash */
+	}
+	/* A message of the wrong type for the frame is refused when packing. */
+	CHECK(frame_pack(FRAME_HELLO, &pd.base, 0, &len) == NULL);
+	free(buf);
+
+	/* Garbage is not a message. */
+	{
+		uint8_t junk[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+
+		CHECK(frame_unpack(FRAME_PAGE_DATA, junk, sizeof(junk)) == NULL);
+	}
+}
+
+static void
+test_fd_io(void)
+{
+	Uffdd__Hello h = UFFDD__HELLO__INIT;
+	ProtobufCMessage *msg;
+	uint16_t type;
+	int sv[2];
+
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	h.version = 7;
+	h.migration_id = "abc";
+	CHECK(frame_send_fd(sv[0], FRAME_HELLO, &h.base) == 0);
+	CHECK(frame_recv_fd(sv[1], &type, &msg) == 0);
+	CHECK(type == FRAME_HELLO);
+	CHECK(((Uffdd__Hello *)msg)->version == 7);
+	CHECK(strcmp(((Uffdd__Hello *)msg)->migration_id, "abc") == 0);
+	frame_free(msg);
+
+	/* A header cut short by EOF. */
+	CHECK(write(sv[0], "\0\1\0", 3) == 3);
+	close(sv[0]);
+	errno = 0;
+	CHECK(frame_recv_fd(sv[1], &type, &msg) < 0 && errno == ECONNRESET);
+	close(sv[1]);
+
+	/* An oversized frame is refused before reading its body. */
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	{
+		struct frame_hdr big = {FRAME_HELLO, 0, FRAME_MSG_MAX + 1, 0};
+		uint8_t raw[FRAME_HDR_LEN];
+
+		frame_hdr_encode(raw, &big);
+		CHECK(write(sv[0], raw, sizeof(raw)) == sizeof(raw));
+		errno = 0;
+		CHECK(frame_recv_fd(sv[1], &type, &msg) < 0 && errno == EPROTO);
+	}
+	close(sv[0]);
+	close(sv[1]);
+}
+
+static void
+test_range(void)
+{
+	struct range r;
+
+	CHECK(range_parse("0x1000-0x3000", &r) == 0);
+	CHECK(r.start == 0x1000 && r.end == 0x3000);
+	CHECK(range_parse("600000000000-600040000000", &r) == 0);
+	CHECK(r.end - r.start == 1ULL << 30);
+	CHECK(range_parse("0x3000-0x1000", &r) < 0);
+	CHECK(range_parse("0x1000-0x1000", &r) < 0);
+	CHECK(range_parse("0x1001-0x3000", &r) < 0);
+	CHECK(range_parse("0x1000", &r) < 0);
+	CHECK(range_parse("0x1000-", &r) < 0);
+	CHECK(range_parse("zz-0x1000", &r) < 0);
+	CHECK(range_parse("0x1000-0x3000x", &r) < 0);
+}
+
+int
+main(void)
+{
+	test_header();
+	test_roundtrip();
+	test_fd_io();
+	test_range();
+	return UNIT_DONE();
+}
