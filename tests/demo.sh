@@ -8,7 +8,7 @@ export BUILDDIR SRC
 . "$SRC/tests/lib.sh"
 need_root
 SIZE=${DEMO_SIZE:-1G}
-base=0x600000000000
+base=0x500000000000
 end=$(printf '0x%x' $((base + $(numfmt --from=iec "$SIZE"))))
 RANGE=$(printf '%x-%x' $((base)) $((end)))
 

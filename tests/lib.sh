@@ -130,7 +130,7 @@ set_up_zram_swap() {
 # SHA-256 of the destination after completion.
 migrate() {
 	local size=$1 sthreads=$2 dthreads=$3 sargs=${4:-} dargs=${5:-} poke=${6:-}
-	local base=0x600000000000 end pokeargs=() id h_src h_dst
+	local base=0x500000000000 end pokeargs=() id h_src h_dst
 	end=$(printf '0x%x' $((base + $(numfmt --from=iec "$size"))))
 	[ -n "$poke" ] && pokeargs=(--poke-every "$poke")
 	start_daemon src

@@ -39,7 +39,7 @@
 #define POKE_WORD 8
 #define POKE_TAG 0xFFFFULL
 
-static uint64_t base = 0x600000000000ULL, size = 64ULL << 20, seed = 1;
+static uint64_t base = 0x500000000000ULL, size = 64ULL << 20, seed = 1;
 static unsigned threads = 4, untouched = 16, pageout_every, poke_every;
 static int prefault;
 static uint8_t *mem;

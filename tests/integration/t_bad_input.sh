@@ -7,8 +7,8 @@ start_daemon src
 start_daemon dst
 start_workload WS source --size 16M --threads 1
 start_workload WD dest --size 16M --threads 2
-RANGE=600000000000-600001000000
-dst_hash() { "$MEMHASH" "$WD" 0x600000000000 0x600001000000; }
+RANGE=500000000000-500001000000
+dst_hash() { "$MEMHASH" "$WD" 0x500000000000 0x500001000000; }
 h_before=$(dst_hash)
 
 # expect_error NAME PATTERN CMD...: CMD must fail and say PATTERN.
