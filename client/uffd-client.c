@@ -158,9 +158,13 @@ print_status_text(const Uffdd__MigrationStatus *s)
 	       " remaining\n", s->pages_present, s->pages_total,
 	       strcmp(s->role, "source") == 0 ? "sent" : "present", pct,
 	       s->pages_total - s->pages_present);
-	printf("  demand       %" PRIu64 " faults, %" PRIu64 " pages, latency "
-	       "p50 %.0f us, p99 %.0f us\n", s->demand_faults, s->demand_pages,
-	       s->latency_p50_us, s->latency_p99_us);
+	if (strcmp(s->role, "source") == 0)
+		printf("  demand       %" PRIu64 " requests, %" PRIu64 " pages\n",
+		       s->demand_faults, s->demand_pages);
+	else
+		printf("  demand       %" PRIu64 " faults, %" PRIu64 " pages, "
+		       "latency p50 %.0f us, p99 %.0f us\n", s->demand_faults,
+		       s->demand_pages, s->latency_p50_us, s->latency_p99_us);
 	printf("  prefetched   %" PRIu64 " pages\n", s->prefetched_pages);
 	printf("  zero pages   %" PRIu64 "\n", s->zero_pages);
 	printf("  moved        %s in %.2f s (%s/s)\n",
@@ -258,22 +262,31 @@ cmd_status(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * A bar redrawn in place on a terminal; elsewhere (logs, CI) one plain line
+ * a second, so that progress is visible there too.
+ */
 static void
 progress(const Uffdd__MigrationStatus *s, int tty)
 {
+	static time_t last;
 	double f = s->pages_total ? (double)s->pages_present /
 					    (double)s->pages_total : 0;
 	char b1[32], b2[32];
 	int w = 30, fill = (int)(f * w);
 
-	if (!tty)
-		return;
-	fprintf(stderr, "\r[%.*s%*s] %5.1f%%  %s  %s/s  faults %" PRIu64 "  ",
-		fill, "##############################", w - fill, "", 100 * f,
-		human_bytes((double)s->bytes, b1, sizeof(b1)),
-		human_bytes(s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s : 0,
-			    b2, sizeof(b2)),
-		s->demand_faults);
+	human_bytes((double)s->bytes, b1, sizeof(b1));
+	human_bytes(s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s : 0, b2,
+		    sizeof(b2));
+	if (tty) {
+		fprintf(stderr, "\r[%.*s%*s] %5.1f%%  %s  %s/s  faults %" PRIu64
+			"  ", fill, "##############################", w - fill,
+			"", 100 * f, b1, b2, s->demand_faults);
+	} else if (time(NULL) != last) {
+		last = time(NULL);
+		fprintf(stderr, "  %5.1f%%  %s  %s/s  faults %" PRIu64 "  %s\n",
+			100 * f, b1, b2, s->demand_faults, s->state);
+	}
 }
 
 /* Polls status until the migration ends; 0 complete, 1 failed, 3 timeout. */

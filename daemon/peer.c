@@ -116,19 +116,25 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 {
 	char host[INET6_ADDRSTRLEN + 8] = "?", name[96];
 	struct bufferevent *bev;
+	int port = 0;
 
-	if (sa->sa_family == AF_INET)
+	if (sa->sa_family == AF_INET) {
 		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, host,
 			  sizeof(host));
-	else if (sa->sa_family == AF_INET6)
+		port = ntohs(((struct sockaddr_in *)sa)->sin_port);
+	} else if (sa->sa_family == AF_INET6) {
 		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr,
 			  host, sizeof(host));
+		port = ntohs(((struct sockaddr_in6 *)sa)->sin6_port);
+	}
 	if (!is_loopback(sa)) {
 		log_warnx("peer %s refused: plaintext only on loopback", host);
 		evutil_closesocket(fd);
 		return;
 	}
-	snprintf(name, sizeof(name), "peer %s", host);
+	snprintf(name, sizeof(name), "%s%s%s:%d",
+		 sa->sa_family == AF_INET6 ? "[" : "", host,
+		 sa->sa_family == AF_INET6 ? "]" : "", port);
 	bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (bev == NULL) {
 		evutil_closesocket(fd);

@@ -323,6 +323,7 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 			bit_set(sr->sent, page + i);
 			s->m->pages_present++;
 			s->m->zero_pages += (uint64_t)zero;
+			s->m->prefetched_pages += (uint64_t)!demand;
 		}
 	}
 	s->m->bytes += len;

@@ -24,6 +24,9 @@ cleanup() {
 	done
 	for p in "${PIDS[@]}"; do
 		wait "$p" 2>/dev/null
+		while kill -0 "$p" 2>/dev/null && [ "$(proc_state "$p" 2>/dev/null)" != Z ]; do
+			sleep 0.02
+		done
 	done
 	for ((i = ${#CLEANUPS[@]} - 1; i >= 0; i--)); do
 		eval "${CLEANUPS[$i]}"
@@ -84,6 +87,7 @@ start_workload() {
 	shift 2
 	"$WORKLOAD" "$mode" "$@" >"$T/$var.out" 2>"$T/$var.log" &
 	PIDS+=($!)
+	disown $! # the daemon kills it: no job-control chatter about that
 	eval "$var=$!"
 	for _ in $(seq 600); do
 		grep -q "^ready" "$T/$var.out" 2>/dev/null && return
@@ -130,6 +134,7 @@ set_up_zram_swap() {
 # SHA-256 of the destination after completion.
 migrate() {
 	local size=$1 sthreads=$2 dthreads=$3 sargs=${4:-} dargs=${5:-} poke=${6:-}
+	local exportargs=${EXPORT_ARGS:-}
 	local base=0x500000000000 end pokeargs=() id h_src h_dst
 	end=$(printf '0x%x' $((base + $(numfmt --from=iec "$size"))))
 	[ -n "$poke" ] && pokeargs=(--poke-every "$poke")
@@ -141,7 +146,8 @@ migrate() {
 	start_workload WD dest --size "$size" --threads "$dthreads" --prefault "${pokeargs[@]}" $dargs
 	sleep 0.2 # let the source mutate for a moment
 	RANGE=$(printf '%x-%x' $((base)) $((end)))
-	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
+	# shellcheck disable=SC2086
+	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE" $exportargs)
 	MIG_ID=$id
 	[ "$(proc_state "$WS")" = T ] || fail "source not stopped after export"
 	h_src=$("$MEMHASH" "$WS" $base "$end" "${pokeargs[@]}")
@@ -156,14 +162,18 @@ migrate() {
 	info "source sha256 $h_src"
 	info "dest   sha256 $h_dst"
 	[ "$h_src" = "$h_dst" ] || fail "destination memory differs from the source"
-	# The source is told, and kills its frozen process.
-	for _ in $(seq 100); do
-		kill -0 "$WS" 2>/dev/null || break
-		[ "$(proc_state "$WS")" = Z ] && break
-		sleep 0.05
-	done
-	[ "$(proc_state "$WS" 2>/dev/null || echo gone)" != T ] ||
-		fail "source process still frozen after completion"
+	# The source is told, and kills its frozen process (unless kept).
+	"$CLIENT" --control "$src_SOCK" wait "$id" --timeout 60 >/dev/null 2>&1 ||
+		fail "source side did not complete"
+	if [ -z "$exportargs" ]; then
+		for _ in $(seq 100); do
+			kill -0 "$WS" 2>/dev/null || break
+			[ "$(proc_state "$WS")" = Z ] && break
+			sleep 0.05
+		done
+		[ "$(proc_state "$WS" 2>/dev/null || echo gone)" != T ] ||
+			fail "source process still frozen after completion"
+	fi
 	# The destination's uffd is gone from the target after completion.
 	if ls -l "/proc/$WD/fd" | grep -q 'anon_inode:\[userfaultfd\]'; then
 		fail "target still holds a userfaultfd after completion"

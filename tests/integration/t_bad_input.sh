@@ -89,3 +89,10 @@ expect_error "unknown command" "unknown command" "$CLIENT" frobnicate
 	--id "$ID" --range "$RANGE" --wait >"$T/attach.out" 2>&1 ||
 	fail "attach after errors: $(cat "$T/attach.out")"
 info "attach after the errors completed"
+
+# A caller that is not root cannot use the control socket at all.
+if command -v setpriv >/dev/null; then
+	expect_error "non-root caller" "permission denied" \
+		setpriv --reuid=65534 --regid=65534 --clear-groups \
+		"$CLIENT" --control "$dst_SOCK" status
+fi
