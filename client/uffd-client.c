@@ -46,12 +46,15 @@ connect_daemon(void)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
 		if (errno == ENOENT || errno == ECONNREFUSED)
-			fprintf(stderr, "uffd-client: uffdd is not running (no "
+			fprintf(stderr,
+				"uffd-client: uffdd is not running (no "
 				"daemon at %s): start it (systemctl start "
 				"uffdd) or point --control/UFFDD_CONTROL at "
-				"its socket\n", control_path);
+				"its socket\n",
+				control_path);
 		else if (errno == EACCES || errno == EPERM)
-			fprintf(stderr, "uffd-client: %s: permission denied: "
+			fprintf(stderr,
+				"uffd-client: %s: permission denied: "
 				"the control socket is for root\n",
 				control_path);
 		else
@@ -75,8 +78,8 @@ call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 	if (frame_send_fd(fd, type, req) < 0 ||
 	    frame_recv_fd(fd, &got, &rep) < 0) {
 		fprintf(stderr, "uffd-client: uffdd at %s: %s\n", control_path,
-			errno == ECONNRESET ? "closed the connection" :
-					      strerror(errno));
+			errno == ECONNRESET ? "closed the connection"
+					    : strerror(errno));
 		exit(1);
 	}
 	if (got == FRAME_ERROR) {
@@ -114,8 +117,10 @@ add_range(Uffdd__Range **rs, size_t *n, const char *arg, const char *u)
 	Uffdd__Range *pr;
 
 	if (range_parse(arg, &r) < 0) {
-		fprintf(stderr, "uffd-client: --range %s: want START-END in "
-			"hex, page aligned, START < END\n", arg);
+		fprintf(stderr,
+			"uffd-client: --range %s: want START-END in "
+			"hex, page aligned, START < END\n",
+			arg);
 		die_usage(u);
 	}
 	rs = realloc(rs, (*n + 1) * sizeof(*rs));
@@ -146,8 +151,9 @@ human_bytes(double b, char *buf, size_t len)
 static void
 print_status_text(const Uffdd__MigrationStatus *s)
 {
-	double pct = s->pages_total ?
-		100.0 * (double)s->pages_present / (double)s->pages_total : 0;
+	double pct = s->pages_total ? 100.0 * (double)s->pages_present /
+					      (double)s->pages_total
+				    : 0;
 	char b1[32], b2[32];
 
 	printf("migration %s (%s, pid %d%s%s)\n", s->id, s->role, s->pid,
@@ -155,22 +161,26 @@ print_status_text(const Uffdd__MigrationStatus *s)
 	printf("  state        %s%s%s\n", s->state, s->reason[0] ? ": " : "",
 	       s->reason);
 	printf("  pages        %" PRIu64 " / %" PRIu64 " %s (%.1f%%), %" PRIu64
-	       " remaining\n", s->pages_present, s->pages_total,
+	       " remaining\n",
+	       s->pages_present, s->pages_total,
 	       strcmp(s->role, "source") == 0 ? "sent" : "present", pct,
 	       s->pages_total - s->pages_present);
 	if (strcmp(s->role, "source") == 0)
-		printf("  demand       %" PRIu64 " requests, %" PRIu64 " pages\n",
+		printf("  demand       %" PRIu64 " requests, %" PRIu64
+		       " pages\n",
 		       s->demand_faults, s->demand_pages);
 	else
 		printf("  demand       %" PRIu64 " faults, %" PRIu64 " pages, "
-		       "latency p50 %.0f us, p99 %.0f us\n", s->demand_faults,
-		       s->demand_pages, s->latency_p50_us, s->latency_p99_us);
+		       "latency p50 %.0f us, p99 %.0f us\n",
+		       s->demand_faults, s->demand_pages, s->latency_p50_us,
+		       s->latency_p99_us);
 	printf("  prefetched   %" PRIu64 " pages\n", s->prefetched_pages);
 	printf("  zero pages   %" PRIu64 "\n", s->zero_pages);
 	printf("  moved        %s in %.2f s (%s/s)\n",
 	       human_bytes((double)s->bytes, b1, sizeof(b1)), s->elapsed_s,
-	       human_bytes(s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s :
-					      0, b2, sizeof(b2)));
+	       human_bytes(s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s
+					    : 0,
+			   b2, sizeof(b2)));
 }
 
 static void
@@ -197,16 +207,18 @@ print_status_json(const Uffdd__MigrationStatus *s)
 	json_str("state", s->state, 1);
 	json_str("reason", s->reason, 1);
 	json_str("peer", s->peer, 1);
-	printf("\"pid\":%d,\"pages_total\":%" PRIu64 ",\"pages_present\":%" PRIu64
-	       ",\"pages_remaining\":%" PRIu64 ",\"demand_faults\":%" PRIu64
-	       ",\"demand_pages\":%" PRIu64 ",\"prefetched_pages\":%" PRIu64
-	       ",\"zero_pages\":%" PRIu64 ",\"bytes\":%" PRIu64
+	printf("\"pid\":%d,\"pages_total\":%" PRIu64
+	       ",\"pages_present\":%" PRIu64 ",\"pages_remaining\":%" PRIu64
+	       ",\"demand_faults\":%" PRIu64 ",\"demand_pages\":%" PRIu64
+	       ",\"prefetched_pages\":%" PRIu64 ",\"zero_pages\":%" PRIu64
+	       ",\"bytes\":%" PRIu64
 	       ",\"elapsed_s\":%.6f,\"throughput_bps\":%.0f"
 	       ",\"latency_p50_us\":%.1f,\"latency_p99_us\":%.1f}",
 	       s->pid, s->pages_total, s->pages_present,
 	       s->pages_total - s->pages_present, s->demand_faults,
 	       s->demand_pages, s->prefetched_pages, s->zero_pages, s->bytes,
-	       s->elapsed_s, s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s : 0,
+	       s->elapsed_s,
+	       s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s : 0,
 	       s->latency_p50_us, s->latency_p99_us);
 }
 
@@ -217,7 +229,7 @@ get_status(int fd, const char *id)
 
 	req.id = (char *)(id ? id : "");
 	return (Uffdd__StatusReply *)call(fd, FRAME_CTL_STATUS, &req.base,
-					   FRAME_CTL_STATUS_REPLY);
+					  FRAME_CTL_STATUS_REPLY);
 }
 
 static int
@@ -270,8 +282,9 @@ static void
 progress(const Uffdd__MigrationStatus *s, int tty)
 {
 	static time_t last;
-	double f = s->pages_total ? (double)s->pages_present /
-					    (double)s->pages_total : 0;
+	double f = s->pages_total
+			   ? (double)s->pages_present / (double)s->pages_total
+			   : 0;
 	char b1[32], b2[32];
 	int w = 30, fill = (int)(f * w);
 
@@ -279,9 +292,10 @@ progress(const Uffdd__MigrationStatus *s, int tty)
 	human_bytes(s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s : 0, b2,
 		    sizeof(b2));
 	if (tty) {
-		fprintf(stderr, "\r[%.*s%*s] %5.1f%%  %s  %s/s  faults %" PRIu64
-			"  ", fill, "##############################", w - fill,
-			"", 100 * f, b1, b2, s->demand_faults);
+		fprintf(stderr,
+			"\r[%.*s%*s] %5.1f%%  %s  %s/s  faults %" PRIu64 "  ",
+			fill, "##############################", w - fill, "",
+			100 * f, b1, b2, s->demand_faults);
 	} else if (time(NULL) != last) {
 		last = time(NULL);
 		fprintf(stderr, "  %5.1f%%  %s  %s/s  faults %" PRIu64 "  %s\n",
@@ -311,8 +325,10 @@ wait_for(const char *id, double timeout)
 			if (tty)
 				fprintf(stderr, "\n");
 			if (strcmp(s->state, "failed") == 0) {
-				fprintf(stderr, "uffd-client: migration %s "
-					"failed: %s\n", id, s->reason);
+				fprintf(stderr,
+					"uffd-client: migration %s "
+					"failed: %s\n",
+					id, s->reason);
 				rc = 1;
 			} else {
 				print_status_text(s);
@@ -323,12 +339,16 @@ wait_for(const char *id, double timeout)
 		}
 		frame_free(&rep->base);
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (timeout > 0 && (double)(now.tv_sec - t0.tv_sec) +
-		    (double)(now.tv_nsec - t0.tv_nsec) / 1e9 > timeout) {
+		if (timeout > 0 &&
+		    (double)(now.tv_sec - t0.tv_sec) +
+				    (double)(now.tv_nsec - t0.tv_nsec) / 1e9 >
+			    timeout) {
 			if (tty)
 				fprintf(stderr, "\n");
-			fprintf(stderr, "uffd-client: migration %s not done "
-				"after %.0f s\n", id, timeout);
+			fprintf(stderr,
+				"uffd-client: migration %s not done "
+				"after %.0f s\n",
+				id, timeout);
 			rc = 3;
 			break;
 		}
@@ -375,8 +395,8 @@ cmd_export(int argc, char **argv)
 
 	while ((ch = getopt_long(argc, argv, "r:k", o, NULL)) != -1) {
 		if (ch == 'r')
-			req.ranges = add_range(req.ranges, &req.n_ranges,
-					       optarg, u);
+			req.ranges =
+				add_range(req.ranges, &req.n_ranges, optarg, u);
 		else if (ch == 'k')
 			req.keep_source = 1;
 		else
@@ -387,7 +407,7 @@ cmd_export(int argc, char **argv)
 	req.pid = parse_pid(argv[optind], u);
 	fd = connect_daemon();
 	rep = (Uffdd__ExportReply *)call(fd, FRAME_CTL_EXPORT, &req.base,
-					  FRAME_CTL_EXPORT_REPLY);
+					 FRAME_CTL_EXPORT_REPLY);
 	printf("%s\n", rep->id);
 	frame_free(&rep->base);
 	close(fd);
@@ -398,9 +418,11 @@ static void
 print_regions(const char *what, Uffdd__Region **r, size_t n, FILE *f)
 {
 	for (size_t i = 0; i < n; i++)
-		fprintf(f, "%s 0x%" PRIx64 "-0x%" PRIx64 " %s (%" PRIu64
-			" pages)\n", what, r[i]->start,
-			r[i]->start + r[i]->length, r[i]->name,
+		fprintf(f,
+			"%s 0x%" PRIx64 "-0x%" PRIx64 " %s (%" PRIu64
+			" pages)\n",
+			what, r[i]->start, r[i]->start + r[i]->length,
+			r[i]->name,
 			r[i]->length / (r[i]->page_size ? r[i]->page_size : 1));
 }
 
@@ -429,8 +451,8 @@ cmd_attach(int argc, char **argv)
 			req.id = optarg;
 			break;
 		case 'r':
-			req.ranges = add_range(req.ranges, &req.n_ranges,
-					       optarg, u);
+			req.ranges =
+				add_range(req.ranges, &req.n_ranges, optarg, u);
 			break;
 		case 'w':
 			wait = 1;
@@ -444,7 +466,7 @@ cmd_attach(int argc, char **argv)
 	req.pid = parse_pid(argv[optind], u);
 	fd = connect_daemon();
 	rep = (Uffdd__AttachReply *)call(fd, FRAME_CTL_ATTACH, &req.base,
-					  FRAME_CTL_ATTACH_REPLY);
+					 FRAME_CTL_ATTACH_REPLY);
 	print_regions("attached", rep->matched, rep->n_matched, stdout);
 	print_regions("unmatched", rep->unmatched, rep->n_unmatched, stdout);
 	snprintf(id, sizeof(id), "%s", rep->id);
@@ -458,8 +480,10 @@ cmd_attach(int argc, char **argv)
 static const struct cmd cmds[] = {
 	{"export", "export PID [--range START-END]... [--keep-source]",
 	 cmd_export},
-	{"attach", "attach PID --from HOST:PORT --id ID [--range START-END]... "
-		   "[--wait]", cmd_attach},
+	{"attach",
+	 "attach PID --from HOST:PORT --id ID [--range START-END]... "
+	 "[--wait]",
+	 cmd_attach},
 	{"status", "status [ID] [--json]", cmd_status},
 	{"wait", "wait ID [--timeout SEC]", cmd_wait},
 };
@@ -471,8 +495,10 @@ usage(FILE *f)
 		   "commands:\n");
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		fprintf(f, "  %s\n", cmds[i].usage);
-	fprintf(f, "\nThe control socket is --control, else $UFFDD_CONTROL, "
-		   "else %s.\n", DEFAULT_CONTROL);
+	fprintf(f,
+		"\nThe control socket is --control, else $UFFDD_CONTROL, "
+		"else %s.\n",
+		DEFAULT_CONTROL);
 }
 
 int

@@ -154,8 +154,7 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 		snprintf(why, sizeof(why), "connection timed out");
 	else
 		snprintf(why, sizeof(why), "%s",
-			 evutil_socket_error_to_string(
-				 EVUTIL_SOCKET_ERROR()));
+			 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 	c->in_cb++;
 	conn_fail(c, why);
 	c->in_cb--;
@@ -209,8 +208,7 @@ conn_finish(struct conn *c)
 }
 
 void
-conn_set_owner(struct conn *c, conn_frame_cb fcb, conn_close_cb ccb,
-	       void *arg)
+conn_set_owner(struct conn *c, conn_frame_cb fcb, conn_close_cb ccb, void *arg)
 {
 	c->on_frame = fcb;
 	c->on_close = ccb;

@@ -46,7 +46,7 @@ client_find(uint64_t serial)
 {
 	struct client *cl;
 
-	TAILQ_FOREACH(cl, &clients, link)
+	TAILQ_FOREACH (cl, &clients, link)
 		if (cl->serial == serial)
 			return cl;
 	return NULL;
@@ -83,11 +83,11 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 	struct migration *m;
 	size_t n = 0, i = 0;
 
-	TAILQ_FOREACH(m, &migrations, link)
+	TAILQ_FOREACH (m, &migrations, link)
 		n++;
 	st = xcalloc(n, sizeof(*st));
 	ptrs = xcalloc(n, sizeof(*ptrs));
-	TAILQ_FOREACH(m, &migrations, link) {
+	TAILQ_FOREACH (m, &migrations, link) {
 		if (req->id[0] && strcmp(req->id, m->id) != 0)
 			continue;
 		uffdd__migration_status__init(&st[i]);
@@ -124,8 +124,10 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		do_status(cl, (const Uffdd__StatusRequest *)msg);
 		break;
 	default:
-		conn_send_error(c, ERR_PROTOCOL, "unexpected %s on the control "
-				"socket", frame_type_name(h->type));
+		conn_send_error(c, ERR_PROTOCOL,
+				"unexpected %s on the control "
+				"socket",
+				frame_type_name(h->type));
 		conn_finish(c);
 		TAILQ_REMOVE(&clients, cl, link);
 		free(cl);
@@ -184,11 +186,12 @@ control_listen(const char *path)
 	if (access(path, F_OK) == 0) {
 		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-		if (fd >= 0 && connect(fd, (struct sockaddr *)&sun,
-				       sizeof(sun)) == 0) {
+		if (fd >= 0 &&
+		    connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
 			close(fd);
 			log_warnx("control socket %s: another uffdd is running "
-				  "there", path);
+				  "there",
+				  path);
 			return -1;
 		}
 		if (fd >= 0)

@@ -62,8 +62,7 @@ static void dest_free(struct migration *);
 static void fault_cb(evutil_socket_t, short, void *);
 
 /* Attach failed before the target was touched: answer and forget. */
-static void
-attach_fail(struct dest *d, uint32_t code, const char *fmt, ...)
+static void attach_fail(struct dest *d, uint32_t code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 static void
@@ -186,7 +185,8 @@ lanes_down(struct dest *d, const char *why)
 	d->demand = d->bulk = NULL;
 	if (d->m->state == MIG_RUNNING) {
 		log_warnx("migration %s: source lost (%s); faulting threads "
-			  "wait", log_id(d->m->id), why);
+			  "wait",
+			  log_id(d->m->id), why);
 		migration_set_state(d->m, MIG_PAUSED);
 	}
 }
@@ -338,10 +338,11 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 	int retries = 0;
 
 	while (off < len) {
-		enum uffd_res res = zero ?
-			uffd_zeropage(d->uffd, addr + off, len - off, 0, &done) :
-			uffd_copy(d->uffd, addr + off, src + off, len - off, 0,
-				  &done);
+		enum uffd_res res =
+			zero ? uffd_zeropage(d->uffd, addr + off, len - off, 0,
+					     &done)
+			     : uffd_copy(d->uffd, addr + off, src + off,
+					 len - off, 0, &done);
 
 		done -= done % ps;
 		pagestate_set_present(&dr->ps, page + off / ps, done / ps);
@@ -361,10 +362,13 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 			if (done == 0) {
 				read_faults(d);
 				if (++retries > RETRY_MAX) {
-					migration_fail(d->m, "install at 0x%llx "
-						       "keeps failing with "
-						       "EAGAIN",
-						       (unsigned long long)(addr + off));
+					migration_fail(
+						d->m,
+						"install at 0x%llx "
+						"keeps failing with "
+						"EAGAIN",
+						(unsigned long long)(addr +
+								     off));
 					return -1;
 				}
 			}
@@ -392,10 +396,11 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 
 	if (dr == NULL || pd->npages == 0 || pd->page >= dr->npages ||
 	    pd->npages > dr->npages - pd->page ||
-	    h->data_len != (pd->zero ? 0 : (uint64_t)pd->npages *
-						   dr->r.page_size)) {
+	    h->data_len !=
+		    (pd->zero ? 0 : (uint64_t)pd->npages * dr->r.page_size)) {
 		log_warnx("%s: PAGE_DATA out of bounds (region %u page "
-			  "%llu+%u, %u bytes)", conn_name(c), pd->region,
+			  "%llu+%u, %u bytes)",
+			  conn_name(c), pd->region,
 			  (unsigned long long)pd->page, pd->npages,
 			  h->data_len);
 		lanes_down(d, "malformed PAGE_DATA");
@@ -467,8 +472,10 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	switch (h->type) {
 	case FRAME_HELLO:
 		if (((const Uffdd__Hello *)msg)->version != UFFDD_PROTO_VERSION)
-			attach_fail(d, ERR_PROTOCOL, "source %s speaks "
-				    "protocol version %u, we speak %u", d->from,
+			attach_fail(d, ERR_PROTOCOL,
+				    "source %s speaks "
+				    "protocol version %u, we speak %u",
+				    d->from,
 				    ((const Uffdd__Hello *)msg)->version,
 				    UFFDD_PROTO_VERSION);
 		break;
@@ -486,8 +493,9 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		const Uffdd__Error *e = (const Uffdd__Error *)msg;
 
 		if (d->m->state == MIG_CONNECTING)
-			attach_fail(d, e->code == ERR_UNKNOWN_ID ?
-					       ERR_UNKNOWN_ID : ERR_SOURCE,
+			attach_fail(d,
+				    e->code == ERR_UNKNOWN_ID ? ERR_UNKNOWN_ID
+							      : ERR_SOURCE,
 				    "source %s: %s", d->from, e->message);
 		else if (e->code == ERR_SOURCE)
 			migration_fail(d->m, "source: %s", e->message);
@@ -552,8 +560,8 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		snprintf(err, errlen, "%s", inj.err);
 		return -1;
 	}
-	rc = inject_syscall(&inj, SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK, 0,
-			    0, 0, 0, 0);
+	rc = inject_syscall(&inj, SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK, 0, 0,
+			    0, 0, 0);
 	if (rc < 0) {
 		if (rc == -EPERM)
 			snprintf(err, errlen,
@@ -585,7 +593,8 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		rc = inject_syscall(&inj, SYS_madvise, r->start, r->length,
 				    MADV_DONTNEED, 0, 0, 0);
 		if (rc < 0) {
-			snprintf(err, errlen, "madvise(DONTNEED) 0x%llx in "
+			snprintf(err, errlen,
+				 "madvise(DONTNEED) 0x%llx in "
 				 "process %d: %s",
 				 (unsigned long long)r->start, (int)d->m->pid,
 				 strerror((int)-rc));
@@ -593,15 +602,18 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		}
 		if (uffd_register(d->uffd, r->start, r->length,
 				  UFFDIO_REGISTER_MODE_MISSING, &ioctls) < 0) {
-			snprintf(err, errlen, "UFFDIO_REGISTER 0x%llx+0x%llx: "
-				 "%s", (unsigned long long)r->start,
+			snprintf(err, errlen,
+				 "UFFDIO_REGISTER 0x%llx+0x%llx: "
+				 "%s",
+				 (unsigned long long)r->start,
 				 (unsigned long long)r->length,
 				 strerror(errno));
 			goto undo;
 		}
 		if (!(ioctls & (1ULL << _UFFDIO_COPY)) ||
 		    !(ioctls & (1ULL << _UFFDIO_ZEROPAGE))) {
-			snprintf(err, errlen, "region 0x%llx: kernel offers "
+			snprintf(err, errlen,
+				 "region 0x%llx: kernel offers "
 				 "no UFFDIO_COPY/ZEROPAGE there",
 				 (unsigned long long)r->start);
 			reg++;
@@ -614,8 +626,8 @@ undo:
 	while (reg-- > 0)
 		uffd_unregister(d->uffd, d->regs[reg].r.start,
 				d->regs[reg].r.length);
-	inject_syscall(&inj, SYS_close, (unsigned long)d->target_fd, 0, 0, 0,
-		       0, 0);
+	inject_syscall(&inj, SYS_close, (unsigned long)d->target_fd, 0, 0, 0, 0,
+		       0);
 	inject_end(&inj);
 	d->target_fd = -1;
 	if (d->uffd >= 0)
@@ -643,8 +655,8 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	char err[512];
 
 	if (region_read_maps(d->m->pid, &v, &nv) < 0) {
-		attach_fail(d, ERR_NO_PROCESS, "process %d: %s",
-			    (int)d->m->pid, strerror(errno));
+		attach_fail(d, ERR_NO_PROCESS, "process %d: %s", (int)d->m->pid,
+			    strerror(errno));
 		return;
 	}
 	mbuf = xcalloc(t->n_regions, sizeof(*mbuf));
@@ -685,16 +697,22 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	free(v);
 	if (rep.n_matched == 0) {
 		conn_send_error(d->demand, ERR_NO_MATCH, "no matching region");
-		attach_fail(d, ERR_NO_MATCH,
-			    "no region of process %d matches the %zu region(s) "
-			    "of the source (first: 0x%llx-0x%llx %s); regions "
-			    "match by start, length and kind",
-			    (int)d->m->pid, t->n_regions,
-			    t->n_regions ? (unsigned long long)t->regions[0]->start : 0,
-			    t->n_regions ? (unsigned long long)(t->regions[0]->start +
-						 t->regions[0]->length) : 0,
-			    t->n_regions ? region_kind_name((enum region_kind)
-						 t->regions[0]->kind) : "");
+		attach_fail(
+			d, ERR_NO_MATCH,
+			"no region of process %d matches the %zu region(s) "
+			"of the source (first: 0x%llx-0x%llx %s); regions "
+			"match by start, length and kind",
+			(int)d->m->pid, t->n_regions,
+			t->n_regions ? (unsigned long long)t->regions[0]->start
+				     : 0,
+			t->n_regions
+				? (unsigned long long)(t->regions[0]->start +
+						       t->regions[0]->length)
+				: 0,
+			t->n_regions
+				? region_kind_name(
+					  (enum region_kind)t->regions[0]->kind)
+				: "");
 		goto out;
 	}
 	if (setup_target(d, err, sizeof(err), &code) < 0) {
@@ -702,12 +720,12 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 		attach_fail(d, code, "%s", err);
 		goto out;
 	}
-	d->uffd_ev = event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb,
-			       d);
+	d->uffd_ev =
+		event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
 	event_priority_set(d->uffd_ev, PRIO_FAULT);
 	event_add(d->uffd_ev, NULL);
-	d->exit_ev = event_new(base, d->pidfd, EV_READ | EV_PERSIST, exit_cb,
-			       d);
+	d->exit_ev =
+		event_new(base, d->pidfd, EV_READ | EV_PERSIST, exit_cb, d);
 	event_priority_set(d->exit_ev, PRIO_CONTROL);
 	event_add(d->exit_ev, NULL);
 	conn_set_timeout(d->demand, 0);
@@ -717,7 +735,8 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	conn_send(d->demand, FRAME_REGIONS, &acc.base);
 	migration_set_state(d->m, MIG_RUNNING);
 	log_info("attached to process %d for %s: %zu regions, %llu pages from "
-		 "%s", (int)d->m->pid, log_id(d->m->id), d->nregs,
+		 "%s",
+		 (int)d->m->pid, log_id(d->m->id), d->nregs,
 		 (unsigned long long)d->m->pages_total, d->from);
 	rep.id = d->m->id;
 	rep.matched = mp;
@@ -744,28 +763,34 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 	pid_t pid = req->pid;
 
 	if (pid <= 1 || pid == getpid()) {
-		control_reply_error(serial, ERR_INVALID, "attach: %d is not a "
-				    "process uffdd can attach to", (int)pid);
+		control_reply_error(serial, ERR_INVALID,
+				    "attach: %d is not a "
+				    "process uffdd can attach to",
+				    (int)pid);
 		return;
 	}
 	if (kill(pid, 0) < 0) {
-		control_reply_error(serial, errno == ESRCH ? ERR_NO_PROCESS :
-				    ERR_PERMISSION, "attach: process %d: %s",
-				    (int)pid, errno == ESRCH ?
-				    "no such process" : strerror(errno));
+		control_reply_error(
+			serial,
+			errno == ESRCH ? ERR_NO_PROCESS : ERR_PERMISSION,
+			"attach: process %d: %s", (int)pid,
+			errno == ESRCH ? "no such process" : strerror(errno));
 		return;
 	}
 	if (strlen(req->id) != MIG_ID_LEN ||
 	    strspn(req->id, "0123456789abcdef") != MIG_ID_LEN) {
-		control_reply_error(serial, ERR_UNKNOWN_ID, "attach: malformed "
+		control_reply_error(serial, ERR_UNKNOWN_ID,
+				    "attach: malformed "
 				    "migration ID (want the %d hex digits that "
-				    "export printed)", MIG_ID_LEN);
+				    "export printed)",
+				    MIG_ID_LEN);
 		return;
 	}
-	TAILQ_FOREACH(m, &migrations, link) {
+	TAILQ_FOREACH (m, &migrations, link) {
 		if (m->role == ROLE_DEST && m->pid == pid &&
 		    m->state != MIG_COMPLETE && m->state != MIG_FAILED) {
-			control_reply_error(serial, ERR_BUSY, "attach: process "
+			control_reply_error(serial, ERR_BUSY,
+					    "attach: process "
 					    "%d is already a migration target",
 					    (int)pid);
 			return;

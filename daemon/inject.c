@@ -127,7 +127,8 @@ find_syscall_insn(struct inject *inj)
 			break;
 		struct iovec l = {buf, len}, r = {(void *)v[i].start, len};
 
-		if (process_vm_readv(inj->pid, &l, 1, &r, 1, 0) == (ssize_t)len) {
+		if (process_vm_readv(inj->pid, &l, 1, &r, 1, 0) ==
+		    (ssize_t)len) {
 			for (size_t k = 0; k + 1 < len; k++) {
 				if (buf[k] == 0x0f && buf[k + 1] == 0x05) {
 					inj->syscall_ip = v[i].start + k;
@@ -180,9 +181,9 @@ fail:
 }
 
 long
-inject_syscall(struct inject *inj, long nr, unsigned long a1,
-	       unsigned long a2, unsigned long a3, unsigned long a4,
-	       unsigned long a5, unsigned long a6)
+inject_syscall(struct inject *inj, long nr, unsigned long a1, unsigned long a2,
+	       unsigned long a3, unsigned long a4, unsigned long a5,
+	       unsigned long a6)
 {
 	struct user_regs_struct r = inj->saved;
 	int st;

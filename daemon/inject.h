@@ -11,7 +11,7 @@
 
 struct inject {
 	pid_t pid;
-	pid_t *tids;  /* every thread seized, tids[0] == pid runs the calls */
+	pid_t *tids; /* every thread seized, tids[0] == pid runs the calls */
 	size_t ntids;
 	struct user_regs_struct saved;
 	unsigned long syscall_ip; /* a `syscall` instruction in the vdso */

@@ -30,7 +30,8 @@ vlog(int pri, const char *fmt, va_list ap, int with_errno)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	if (log_to_stderr) {
 		if (with_errno)
-			fprintf(stderr, "uffdd: %s: %s\n", msg, strerror(saved));
+			fprintf(stderr, "uffdd: %s: %s\n", msg,
+				strerror(saved));
 		else
 			fprintf(stderr, "uffdd: %s\n", msg);
 	} else if (with_errno) {
@@ -41,15 +42,15 @@ vlog(int pri, const char *fmt, va_list ap, int with_errno)
 	errno = saved;
 }
 
-#define LOGFN(name, pri, err, gate)                                        \
-	void name(const char *fmt, ...)                                    \
-	{                                                                  \
-		va_list ap;                                                \
-		if (!(gate))                                               \
-			return;                                            \
-		va_start(ap, fmt);                                         \
-		vlog(pri, fmt, ap, err);                                   \
-		va_end(ap);                                                \
+#define LOGFN(name, pri, err, gate)      \
+	void name(const char *fmt, ...)  \
+	{                                \
+		va_list ap;              \
+		if (!(gate))             \
+			return;          \
+		va_start(ap, fmt);       \
+		vlog(pri, fmt, ap, err); \
+		va_end(ap);              \
 	}
 
 LOGFN(log_warn, LOG_WARNING, 1, 1)

@@ -49,7 +49,7 @@ migration_find(const char *id, enum mig_role role)
 
 	if (id == NULL || strlen(id) != MIG_ID_LEN)
 		return NULL;
-	TAILQ_FOREACH(m, &migrations, link)
+	TAILQ_FOREACH (m, &migrations, link)
 		if (m->role == role &&
 		    CRYPTO_memcmp(m->id, id, MIG_ID_LEN) == 0)
 			return m;
@@ -77,8 +77,8 @@ migration_free_all(void)
 const char *
 migration_state_name(enum mig_state s)
 {
-	static const char *names[] = {"connecting", "waiting", "running",
-				      "paused", "complete", "failed"};
+	static const char *names[] = {"connecting", "waiting",	"running",
+				      "paused",	    "complete", "failed"};
 
 	return names[s];
 }

@@ -14,7 +14,7 @@
 enum mig_role { ROLE_SOURCE, ROLE_DEST };
 enum mig_state {
 	MIG_CONNECTING, /* destination: talking to the source */
-	MIG_WAITING,    /* source: exported, no destination yet */
+	MIG_WAITING,	/* source: exported, no destination yet */
 	MIG_RUNNING,
 	MIG_PAUSED,
 	MIG_COMPLETE,
@@ -37,8 +37,8 @@ struct migration {
 	uint64_t zero_pages;
 	uint64_t bytes;
 	uint64_t t_start, t_end; /* ns, monotonic */
-	struct hist latency;     /* ns from fault read to install */
-	void *impl;              /* struct source or struct dest */
+	struct hist latency;	 /* ns from fault read to install */
+	void *impl;		 /* struct source or struct dest */
 	void (*impl_free)(struct migration *);
 };
 

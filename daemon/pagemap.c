@@ -17,8 +17,8 @@
 #define PAGEMAP_BATCH 8192
 
 int64_t
-pagemap_classify(pid_t pid, uint64_t start, uint64_t npages,
-		 uint64_t page_size, uint64_t *data)
+pagemap_classify(pid_t pid, uint64_t start, uint64_t npages, uint64_t page_size,
+		 uint64_t *data)
 {
 	char path[64];
 	uint64_t *ent, done = 0;

@@ -90,8 +90,8 @@ peer_set_nodelay(struct conn *c)
 
 /* The first frame on an accepted connection says which role it is for. */
 static void
-accepted_frame(struct conn *c, const struct frame_hdr *h,
-	       ProtobufCMessage *msg, void *arg)
+accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
+	       void *arg)
 {
 	if (h->type != FRAME_HELLO) {
 		log_warnx("%s: %s before HELLO", conn_name(c),
@@ -140,9 +140,9 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 		evutil_closesocket(fd);
 		return;
 	}
-	conn_set_priority(conn_new(base, bev, name, accepted_frame,
-				   accepted_close, NULL),
-			  PRIO_CONTROL);
+	conn_set_priority(
+		conn_new(base, bev, name, accepted_frame, accepted_close, NULL),
+		PRIO_CONTROL);
 }
 
 int
@@ -156,10 +156,11 @@ peer_listen(const char *hostport)
 		log_warnx("--listen %s", err);
 		return -1;
 	}
-	listener = evconnlistener_new_bind(
-		base, accept_cb, NULL,
-		LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
-		64, (struct sockaddr *)&ss, (int)sl);
+	listener = evconnlistener_new_bind(base, accept_cb, NULL,
+					   LEV_OPT_CLOSE_ON_FREE |
+						   LEV_OPT_REUSEABLE |
+						   LEV_OPT_CLOSE_ON_EXEC,
+					   64, (struct sockaddr *)&ss, (int)sl);
 	if (listener == NULL) {
 		log_warn("listen on %s", hostport);
 		return -1;

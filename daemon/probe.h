@@ -8,11 +8,11 @@
 #include <stdint.h>
 
 struct kfeatures {
-	int uffd_syscall;     /* userfaultfd(2) works for the daemon */
-	int dev_userfaultfd;  /* /dev/userfaultfd can be opened */
-	uint64_t uffd_features; /* UFFDIO_API features offered */
-	int pagemap_scan;     /* PAGEMAP_SCAN ioctl (6.7+) */
-	int access_likely;    /* UFFDIO_COPY_MODE_ACCESS_LIKELY (patched) */
+	int uffd_syscall;	 /* userfaultfd(2) works for the daemon */
+	int dev_userfaultfd;	 /* /dev/userfaultfd can be opened */
+	uint64_t uffd_features;	 /* UFFDIO_API features offered */
+	int pagemap_scan;	 /* PAGEMAP_SCAN ioctl (6.7+) */
+	int access_likely;	 /* UFFDIO_COPY_MODE_ACCESS_LIKELY (patched) */
 	int unprivileged_sysctl; /* vm.unprivileged_userfaultfd */
 };
 

@@ -54,8 +54,8 @@ region_read_maps(pid_t pid, struct vma **out, size_t *n)
 		unsigned long long s, en, off;
 		int pos = 0;
 
-		if (sscanf(line, "%llx-%llx %7s %llx %*s %*s%n", &s, &en,
-			   perms, &off, &pos) < 4)
+		if (sscanf(line, "%llx-%llx %7s %llx %*s %*s%n", &s, &en, perms,
+			   &off, &pos) < 4)
 			continue;
 		sscanf(line + pos, " %4095[^\n]", name);
 		e.start = s;
@@ -128,15 +128,17 @@ region_build(pid_t pid, const struct range *ranges, size_t nranges,
 		if (v[i].kind == REGION_UNKNOWN)
 			continue;
 		if (nranges == 0) {
-			if (add_region(out, &cnt, &v[i], v[i].start, v[i].end) < 0)
+			if (add_region(out, &cnt, &v[i], v[i].start, v[i].end) <
+			    0)
 				goto fail;
 			continue;
 		}
 		for (size_t j = 0; j < nranges; j++) {
-			uint64_t s = v[i].start > ranges[j].start ?
-					     v[i].start : ranges[j].start;
-			uint64_t e = v[i].end < ranges[j].end ? v[i].end :
-								  ranges[j].end;
+			uint64_t s = v[i].start > ranges[j].start
+					     ? v[i].start
+					     : ranges[j].start;
+			uint64_t e = v[i].end < ranges[j].end ? v[i].end
+							      : ranges[j].end;
 
 			if (s < e && add_region(out, &cnt, &v[i], s, e) < 0)
 				goto fail;

@@ -142,16 +142,16 @@ source_export(uint64_t serial, const Uffdd__ExportRequest *req)
 	if (pid <= 1 || pid == getpid()) {
 		control_reply_error(serial, ERR_INVALID,
 				    "export: %d is not a process uffdd can "
-				    "export", (int)pid);
+				    "export",
+				    (int)pid);
 		return;
 	}
 	if (kill(pid, 0) < 0) {
-		control_reply_error(serial,
-				    errno == ESRCH ? ERR_NO_PROCESS :
-						     ERR_PERMISSION,
-				    "export: process %d: %s", (int)pid,
-				    errno == ESRCH ? "no such process" :
-						     strerror(errno));
+		control_reply_error(
+			serial,
+			errno == ESRCH ? ERR_NO_PROCESS : ERR_PERMISSION,
+			"export: process %d: %s", (int)pid,
+			errno == ESRCH ? "no such process" : strerror(errno));
 		return;
 	}
 	ranges = xcalloc(req->n_ranges, sizeof(*ranges));
@@ -169,11 +169,12 @@ source_export(uint64_t serial, const Uffdd__ExportRequest *req)
 	n = region_build(pid, ranges, req->n_ranges, &regs);
 	free(regs);
 	if (n <= 0) {
-		control_reply_error(serial, n < 0 ? ERR_NO_PROCESS : ERR_NO_MATCH,
-				    "export: process %d: %s", (int)pid,
-				    n < 0 ? strerror(errno) :
-				    "no private anonymous memory in the ranges "
-				    "given");
+		control_reply_error(
+			serial, n < 0 ? ERR_NO_PROCESS : ERR_NO_MATCH,
+			"export: process %d: %s", (int)pid,
+			n < 0 ? strerror(errno)
+			      : "no private anonymous memory in the ranges "
+				"given");
 		free(ranges);
 		return;
 	}
@@ -294,8 +295,8 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	if ((hdr = frame_pack(FRAME_PAGE_DATA, &pd.base, (uint32_t)len,
 			      &hlen)) == NULL)
 		return -1;
-	if (evbuffer_reserve_space(conn_output(c), (ev_ssize_t)(hlen + len),
-				   &v, 1) < 1) {
+	if (evbuffer_reserve_space(conn_output(c), (ev_ssize_t)(hlen + len), &v,
+				   1) < 1) {
 		free(hdr);
 		return -1;
 	}
@@ -303,16 +304,18 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	free(hdr);
 	if (len) {
 		struct iovec l = {(uint8_t *)v.iov_base + hlen, len};
-		struct iovec r = {(void *)(sr->r.start + page * sr->r.page_size),
-				  len};
+		struct iovec r = {
+			(void *)(sr->r.start + page * sr->r.page_size), len};
 		ssize_t got = process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
 
 		if (got != (ssize_t)len) {
-			migration_fail(s->m, "reading %llu bytes of process %d "
-				       "at 0x%llx: %s", (unsigned long long)len,
-				       (int)s->m->pid,
+			migration_fail(s->m,
+				       "reading %llu bytes of process %d "
+				       "at 0x%llx: %s",
+				       (unsigned long long)len, (int)s->m->pid,
 				       (unsigned long long)r.iov_base,
-				       got < 0 ? strerror(errno) : "short read");
+				       got < 0 ? strerror(errno)
+					       : "short read");
 			return -1;
 		}
 	}
@@ -357,7 +360,8 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 	if (sr == NULL || pr->npages == 0 || pr->npages > DEMAND_MAX_PAGES ||
 	    page >= sr->npages || pr->npages > sr->npages - page) {
 		log_warnx("%s: page request out of bounds (region %u page "
-			  "%llu+%u)", conn_name(s->demand), pr->region,
+			  "%llu+%u)",
+			  conn_name(s->demand), pr->region,
 			  (unsigned long long)page, pr->npages);
 		conn_send_error(s->demand, ERR_PROTOCOL,
 				"page request out of bounds");
@@ -479,7 +483,8 @@ lanes_down(struct source *s, const char *why)
 	event_del(s->bulk_ev);
 	if (s->m->state == MIG_RUNNING) {
 		log_warnx("migration %s: destination lost (%s); the process "
-			  "stays frozen", log_id(s->m->id), why);
+			  "stays frozen",
+			  log_id(s->m->id), why);
 		migration_set_state(s->m, MIG_PAUSED);
 	} else if (s->m->state == MIG_WAITING) {
 		for (size_t i = 0; i < s->nregs; i++)
@@ -516,8 +521,8 @@ accept_regions(struct source *s, const Uffdd__RegionTable *t)
 		uint32_t idx = t->regions[i]->index;
 
 		if (idx >= s->nregs) {
-			conn_send_error(s->demand, ERR_PROTOCOL,
-					"no region %u", idx);
+			conn_send_error(s->demand, ERR_PROTOCOL, "no region %u",
+					idx);
 			lanes_down(s, "bad region index");
 			return;
 		}
@@ -630,8 +635,8 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 	if (hello->lane == UFFDD__LANE__LANE_BULK) {
 		if (s->demand == NULL || m->state != MIG_RUNNING || s->bulk) {
 			conn_send_error(c, ERR_BUSY,
-					s->bulk ? "bulk lane already open" :
-						  "bulk lane before the demand "
+					s->bulk ? "bulk lane already open"
+						: "bulk lane before the demand "
 						  "lane");
 			conn_finish(c);
 			return;
@@ -645,9 +650,10 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 		return;
 	}
 	if (hello->lane != UFFDD__LANE__LANE_DEMAND || s->demand) {
-		conn_send_error(c, ERR_BUSY, s->demand ?
-				"migration already has a destination" :
-				"unknown lane");
+		conn_send_error(c, ERR_BUSY,
+				s->demand
+					? "migration already has a destination"
+					: "unknown lane");
 		conn_finish(c);
 		return;
 	}

@@ -75,8 +75,10 @@ enum uffd_res
 uffd_copy(int fd, uint64_t dst, const void *src, uint64_t len, uint64_t mode,
 	  uint64_t *done)
 {
-	struct uffdio_copy c = {.dst = dst, .src = (uint64_t)(uintptr_t)src,
-				.len = len, .mode = mode};
+	struct uffdio_copy c = {.dst = dst,
+				.src = (uint64_t)(uintptr_t)src,
+				.len = len,
+				.mode = mode};
 	int rc = ioctl(fd, UFFDIO_COPY, &c), err = errno;
 
 	*done = c.copy > 0 ? (uint64_t)c.copy : 0;
@@ -88,8 +90,7 @@ uffd_copy(int fd, uint64_t dst, const void *src, uint64_t len, uint64_t mode,
 }
 
 enum uffd_res
-uffd_zeropage(int fd, uint64_t dst, uint64_t len, uint64_t mode,
-	      uint64_t *done)
+uffd_zeropage(int fd, uint64_t dst, uint64_t len, uint64_t mode, uint64_t *done)
 {
 	struct uffdio_zeropage z = {.range = {dst, len}, .mode = mode};
 	int rc = ioctl(fd, UFFDIO_ZEROPAGE, &z), err = errno;

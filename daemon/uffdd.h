@@ -48,9 +48,8 @@ void peer_close_listeners(void);
  * Starts a connection to hostport; frames and errors (including a refused
  * connect) arrive through the callbacks. NULL with err filled on bad input.
  */
-struct conn *peer_connect(const char *hostport, const char *name,
-			  conn_frame_cb, conn_close_cb, void *arg, char *err,
-			  size_t errlen);
+struct conn *peer_connect(const char *hostport, const char *name, conn_frame_cb,
+			  conn_close_cb, void *arg, char *err, size_t errlen);
 void peer_set_nodelay(struct conn *);
 
 /* control.c */

@@ -21,17 +21,21 @@ static const struct {
 	{FRAME_COMPLETE, "COMPLETE", &uffdd__complete__descriptor},
 	{FRAME_ERROR, "ERROR", &uffdd__error__descriptor},
 	{FRAME_CTL_EXPORT, "EXPORT", &uffdd__export_request__descriptor},
-	{FRAME_CTL_EXPORT_REPLY, "EXPORT_REPLY", &uffdd__export_reply__descriptor},
+	{FRAME_CTL_EXPORT_REPLY, "EXPORT_REPLY",
+	 &uffdd__export_reply__descriptor},
 	{FRAME_CTL_ATTACH, "ATTACH", &uffdd__attach_request__descriptor},
-	{FRAME_CTL_ATTACH_REPLY, "ATTACH_REPLY", &uffdd__attach_reply__descriptor},
+	{FRAME_CTL_ATTACH_REPLY, "ATTACH_REPLY",
+	 &uffdd__attach_reply__descriptor},
 	{FRAME_CTL_STATUS, "STATUS", &uffdd__status_request__descriptor},
-	{FRAME_CTL_STATUS_REPLY, "STATUS_REPLY", &uffdd__status_reply__descriptor},
+	{FRAME_CTL_STATUS_REPLY, "STATUS_REPLY",
+	 &uffdd__status_reply__descriptor},
 };
 
 const ProtobufCMessageDescriptor *
 frame_descriptor(uint16_t type)
 {
-	for (size_t i = 0; i < sizeof(frame_types) / sizeof(frame_types[0]); i++)
+	for (size_t i = 0; i < sizeof(frame_types) / sizeof(frame_types[0]);
+	     i++)
 		if (frame_types[i].type == type)
 			return frame_types[i].desc;
 	return NULL;
@@ -40,7 +44,8 @@ frame_descriptor(uint16_t type)
 const char *
 frame_type_name(uint16_t type)
 {
-	for (size_t i = 0; i < sizeof(frame_types) / sizeof(frame_types[0]); i++)
+	for (size_t i = 0; i < sizeof(frame_types) / sizeof(frame_types[0]);
+	     i++)
 		if (frame_types[i].type == type)
 			return frame_types[i].name;
 	return "UNKNOWN";
@@ -101,8 +106,8 @@ frame_pack(uint16_t type, const ProtobufCMessage *msg, uint32_t data_len,
 	   size_t *len)
 {
 	size_t mlen = protobuf_c_message_get_packed_size(msg);
-	struct frame_hdr h = {.type = type, .msg_len = (uint32_t)mlen,
-			      .data_len = data_len};
+	struct frame_hdr h = {
+		.type = type, .msg_len = (uint32_t)mlen, .data_len = data_len};
 	uint8_t *buf;
 
 	if (mlen > FRAME_MSG_MAX || data_len > FRAME_DATA_MAX ||

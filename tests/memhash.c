@@ -28,7 +28,8 @@ main(int argc, char **argv)
 	int fd;
 
 	if (argc != 4 && !(argc == 6 && strcmp(argv[4], "--poke-every") == 0)) {
-		fprintf(stderr, "usage: memhash PID START END [--poke-every K]\n");
+		fprintf(stderr,
+			"usage: memhash PID START END [--poke-every K]\n");
 		return 2;
 	}
 	start = strtoull(argv[2], NULL, 0);
@@ -48,8 +49,8 @@ main(int argc, char **argv)
 		ssize_t r = pread(fd, buf, want, (off_t)at);
 
 		if (r <= 0) {
-			fprintf(stderr, "memhash: read at 0x%" PRIx64 " failed\n",
-				at);
+			fprintf(stderr,
+				"memhash: read at 0x%" PRIx64 " failed\n", at);
 			return 1;
 		}
 		for (uint64_t off = 0; poke && off < (uint64_t)r; off += 4096) {

@@ -90,8 +90,9 @@ map_region(void)
 	mem = mmap((void *)base, size, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 	if (mem == MAP_FAILED || (uint64_t)mem != base) {
-		fprintf(stderr, "workload: mmap 0x%" PRIx64 "+0x%" PRIx64
-			": %s\n", base, size, strerror(errno));
+		fprintf(stderr,
+			"workload: mmap 0x%" PRIx64 "+0x%" PRIx64 ": %s\n",
+			base, size, strerror(errno));
 		exit(1);
 	}
 }
@@ -106,7 +107,8 @@ count_swapped(void)
 		return 0;
 	for (uint64_t p = 0; p < npages; p += 512) {
 		uint64_t want = npages - p < 512 ? npages - p : 512;
-		ssize_t r = pread(fd, buf, want * 8, (off_t)((base / PS + p) * 8));
+		ssize_t r =
+			pread(fd, buf, want * 8, (off_t)((base / PS + p) * 8));
 
 		for (ssize_t i = 0; i < r / 8; i++)
 			n += (buf[i] >> 62) & 1;
@@ -169,8 +171,9 @@ static void
 report(uint64_t page, uint64_t w, uint64_t got, uint64_t want)
 {
 	if (atomic_fetch_add(&mismatches, 1) < 5)
-		fprintf(stderr, "workload: MISMATCH page %" PRIu64 " word %"
-			PRIu64 ": 0x%016" PRIx64 " want 0x%016" PRIx64 "\n",
+		fprintf(stderr,
+			"workload: MISMATCH page %" PRIu64 " word %" PRIu64
+			": 0x%016" PRIx64 " want 0x%016" PRIx64 "\n",
 			page, w, got, want);
 }
 

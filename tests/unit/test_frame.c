@@ -34,18 +34,20 @@ test_header(void)
 	CHECK(raw[0] == 0 && raw[1] == FRAME_PAGE_DATA);
 	CHECK(raw[4] == 0 && raw[5] == 0 && raw[6] == 0x04 && raw[7] == 0xd2);
 	CHECK(frame_hdr_decode(raw, &out, &why) == 0);
-	CHECK(out.type == h.type && out.msg_len == 1234 && out.data_len == 65536);
+	CHECK(out.type == h.type && out.msg_len == 1234 &&
+	      out.data_len == 65536);
 
 	CHECK(decode(FRAME_HELLO, 0, 10, 0) == 0);
-	CHECK(decode(999, 0, 10, 0) < 0);                        /* unknown type */
+	CHECK(decode(999, 0, 10, 0) < 0); /* unknown type */
 	CHECK(decode(0, 0, 10, 0) < 0);
-	CHECK(decode(FRAME_HELLO, 1, 10, 0) < 0);                /* flags */
-	CHECK(decode(FRAME_HELLO, 0, FRAME_MSG_MAX, 0) == 0);    /* at limit */
+	CHECK(decode(FRAME_HELLO, 1, 10, 0) < 0);		 /* flags */
+	CHECK(decode(FRAME_HELLO, 0, FRAME_MSG_MAX, 0) == 0);	 /* at limit */
 	CHECK(decode(FRAME_HELLO, 0, FRAME_MSG_MAX + 1, 0) < 0); /* oversized */
 	CHECK(decode(FRAME_HELLO, 0, 0xffffffff, 0) < 0);
 	CHECK(decode(FRAME_PAGE_DATA, 0, 10, FRAME_DATA_MAX) == 0);
 	CHECK(decode(FRAME_PAGE_DATA, 0, 10, FRAME_DATA_MAX + 1) < 0);
-	CHECK(decode(FRAME_HELLO, 0, 10, 4096) < 0); /* data on a non-data frame */
+	CHECK(decode(FRAME_HELLO, 0, 10, 4096) <
+	      0); /* data on a non-data frame */
 }
 
 static void
@@ -76,10 +78,11 @@ test_roundtrip(void)
 	}
 	/* Truncated messages: every strict prefix that fails must fail cleanly. */
 	for (size_t cut = 1; cut < h.msg_len; cut++) {
-		ProtobufCMessage *m = frame_unpack(h.type, buf + FRAME_HDR_LEN,
-						   cut);
+		ProtobufCMessage *m =
+			frame_unpack(h.type, buf + FRAME_HDR_LEN, cut);
 
-		frame_free(m); /* NULL or a valid partial message, never a crash */
+		frame_free(
+			m); /* NULL or a valid partial message, never a crash */
 	}
 	/* A message of the wrong type for the frame is refused when packing. */
 	CHECK(frame_pack(FRAME_HELLO, &pd.base, 0, &len) == NULL);
@@ -87,9 +90,11 @@ test_roundtrip(void)
 
 	/* Garbage is not a message. */
 	{
-		uint8_t junk[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+		uint8_t junk[8] = {0xff, 0xff, 0xff, 0xff,
+				   0xff, 0xff, 0xff, 0xff};
 
-		CHECK(frame_unpack(FRAME_PAGE_DATA, junk, sizeof(junk)) == NULL);
+		CHECK(frame_unpack(FRAME_PAGE_DATA, junk, sizeof(junk)) ==
+		      NULL);
 	}
 }
 

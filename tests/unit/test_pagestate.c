@@ -35,7 +35,7 @@ main(void)
 	CHECK(pagestate_missing_run(&ps, 5, 100) == 0);
 	CHECK(pagestate_present_run(&ps, 5, 100) == 1);
 	CHECK(pagestate_missing_run(&ps, 990, 100) == 10); /* clipped at end */
-	CHECK(pagestate_set_present(&ps, 3, 4) == 3);      /* 3,4,6 new; 5 not */
+	CHECK(pagestate_set_present(&ps, 3, 4) == 3); /* 3,4,6 new; 5 not */
 	CHECK(ps.present == 4);
 	CHECK(pagestate_present_run(&ps, 3, 100) == 4);
 	/* Requested pages are not present: a run of missing includes them. */
