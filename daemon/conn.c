@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <stdarg.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +28,29 @@ struct conn {
 	int in_cb;
 	int dead;
 	int finishing;
+	int shut; /* our side is shut down: draining until the peer's EOF */
 	size_t data_left;
 };
+
+/*
+ * A finishing connection shuts its sending side down once its output is
+ * out, then reads and drops until the peer closes: closing with unread
+ * input would send a reset, and a reset makes the peer drop what it had
+ * not read yet, such as our last frame.
+ */
+static void
+conn_linger(struct conn *c)
+{
+	struct timeval tv = {5, 0};
+
+	c->shut = 1;
+	shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+	evbuffer_drain(bufferevent_get_input(c->bev),
+		       evbuffer_get_length(bufferevent_get_input(c->bev)));
+	bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+	bufferevent_set_timeouts(c->bev, &tv, NULL);
+	bufferevent_enable(c->bev, EV_READ);
+}
 
 static void conn_read_cb(struct bufferevent *, void *);
 
@@ -62,6 +84,10 @@ conn_process(struct conn *c)
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 	int n = 0;
 
+	if (c->shut) {
+		evbuffer_drain(in, evbuffer_get_length(in));
+		return;
+	}
 	c->in_cb++;
 	while (!c->dead && !c->finishing) {
 		uint8_t raw[FRAME_HDR_LEN];
@@ -127,8 +153,9 @@ conn_write_cb(struct bufferevent *bev, void *arg)
 	struct conn *c = arg;
 
 	if (c->finishing) {
-		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-			conn_free(c);
+		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0 &&
+		    !c->shut)
+			conn_linger(c);
 		return;
 	}
 	if (c->on_drain) {
@@ -204,7 +231,7 @@ conn_finish(struct conn *c)
 	bufferevent_disable(c->bev, EV_READ);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-		conn_free(c);
+		conn_linger(c);
 }
 
 void

@@ -80,6 +80,7 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 {
 	Uffdd__StatusReply rep = UFFDD__STATUS_REPLY__INIT;
 	Uffdd__MigrationStatus *st, **ptrs;
+	Uffdd__Range **lbufs, ***lptrs;
 	struct migration *m;
 	size_t n = 0, i = 0;
 
@@ -87,11 +88,15 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 		n++;
 	st = xcalloc(n, sizeof(*st));
 	ptrs = xcalloc(n, sizeof(*ptrs));
+	lbufs = xcalloc(n, sizeof(*lbufs));
+	lptrs = xcalloc(n, sizeof(*lptrs));
 	TAILQ_FOREACH (m, &migrations, link) {
 		if (req->id[0] && strcmp(req->id, m->id) != 0)
 			continue;
 		uffdd__migration_status__init(&st[i]);
 		migration_status(m, &st[i]);
+		st[i].n_lost = migration_lost_ranges(m, &lbufs[i], &lptrs[i]);
+		st[i].lost = lptrs[i];
 		ptrs[i] = &st[i];
 		i++;
 	}
@@ -103,6 +108,12 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 		rep.migrations = ptrs;
 		conn_send(cl->conn, FRAME_CTL_STATUS_REPLY, &rep.base);
 	}
+	for (size_t k = 0; k < i; k++) {
+		free(lbufs[k]);
+		free(lptrs[k]);
+	}
+	free(lbufs);
+	free(lptrs);
 	free(ptrs);
 	free(st);
 }

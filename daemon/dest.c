@@ -17,6 +17,7 @@
 #include "daemon/compat.h"
 #include "daemon/inject.h"
 #include "daemon/log.h"
+#include "daemon/pagemap.h"
 #include "daemon/pagestate.h"
 #include "daemon/probe.h"
 #include "daemon/region.h"
@@ -29,6 +30,13 @@
 #define INFLIGHT_MAX 4096
 /* EAGAIN retries of one install before the migration is declared broken. */
 #define RETRY_MAX 10000
+/*
+ * A lane silent this long is dead: the source pings every second, so this
+ * notices a cut link (whose TCP connection may linger for minutes) quickly.
+ */
+#define LANE_TIMEOUT 3
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 2000
 
 struct dst_region {
 	struct region r; /* r.index: the source's index */
@@ -56,10 +64,17 @@ struct dest {
 	uint8_t *buf;
 	struct inflight *inflight;
 	size_t ninflight;
+	int resuming;     /* the demand lane is in a resume handshake */
+	int failing;      /* poisoning: faults are no longer requested */
+	int have_poison;  /* UFFDIO_POISON offered on every region */
+	uint64_t t_pause; /* ns: when the lanes went down */
+	int backoff_ms;
+	struct event *retry_ev;
 };
 
 static void dest_free(struct migration *);
 static void fault_cb(evutil_socket_t, short, void *);
+static void read_faults(struct dest *);
 
 /* Attach failed before the target was touched: answer and forget. */
 static void attach_fail(struct dest *d, uint32_t code, const char *fmt, ...)
@@ -96,6 +111,8 @@ dest_free(struct migration *m)
 		event_free(d->uffd_ev);
 	if (d->exit_ev)
 		event_free(d->exit_ev);
+	if (d->retry_ev)
+		event_free(d->retry_ev);
 	if (d->uffd >= 0)
 		close(d->uffd);
 	if (d->pidfd >= 0)
@@ -144,6 +161,66 @@ close_target_fd(struct dest *d)
 	d->target_fd = -1;
 }
 
+static void
+save_more(FILE *f, const struct migration *m)
+{
+	const struct dest *d = m->impl;
+
+	fprintf(f, "from=%s\ntarget_fd=%d\n", d->from, d->target_fd);
+	for (size_t i = 0; i < d->nranges; i++)
+		fprintf(f, "range=%llx-%llx\n",
+			(unsigned long long)d->ranges[i].start,
+			(unsigned long long)d->ranges[i].end);
+	for (size_t i = 0; i < d->nregs; i++)
+		fprintf(f, "region=%u %llx %llx %u %d %s\n", d->regs[i].r.index,
+			(unsigned long long)d->regs[i].r.start,
+			(unsigned long long)d->regs[i].r.length,
+			d->regs[i].r.page_size, (int)d->regs[i].r.kind,
+			d->regs[i].r.name);
+}
+
+static void
+save(struct dest *d)
+{
+	state_write(d->m, save_more);
+}
+
+/*
+ * The end of a migration, either way: lanes, registration and both copies
+ * of the uffd go (the target's only when close_target is set), the state
+ * file too, and the role's memory once the current callback returns.
+ */
+static void
+teardown(struct dest *d, int close_target)
+{
+	if (d->demand)
+		conn_finish(d->demand);
+	if (d->bulk)
+		conn_finish(d->bulk);
+	d->demand = d->bulk = NULL;
+	if (close_target && d->uffd >= 0) {
+		for (size_t i = 0; i < d->nregs; i++)
+			if (uffd_unregister(d->uffd, d->regs[i].r.start,
+					    d->regs[i].r.length) < 0 &&
+			    errno != ESRCH)
+				log_warn("migration %s: unregister 0x%llx",
+					 log_id(d->m->id),
+					 (unsigned long long)d->regs[i].r.start);
+		close_target_fd(d);
+	}
+	if (d->uffd_ev)
+		event_del(d->uffd_ev);
+	if (d->exit_ev)
+		event_del(d->exit_ev);
+	if (d->retry_ev)
+		event_del(d->retry_ev);
+	if (d->uffd >= 0)
+		close(d->uffd);
+	d->uffd = -1;
+	state_remove(d->m);
+	migration_release(d->m);
+}
+
 /*
  * Every page is in: tell the source, unregister, and close both copies of
  * the uffd. Only now may the target's copy go (DESIGN section 5).
@@ -154,41 +231,136 @@ dest_complete(struct dest *d)
 	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
 
 	c.pages = present_total(d);
-	if (d->demand) {
+	if (d->demand)
 		conn_send(d->demand, FRAME_COMPLETE, &c.base);
-		conn_finish(d->demand);
-	}
-	if (d->bulk)
-		conn_finish(d->bulk);
-	d->demand = d->bulk = NULL;
-	for (size_t i = 0; i < d->nregs; i++)
-		if (uffd_unregister(d->uffd, d->regs[i].r.start,
-				    d->regs[i].r.length) < 0 &&
-		    errno != ESRCH)
-			log_warn("migration %s: unregister 0x%llx",
-				 log_id(d->m->id),
-				 (unsigned long long)d->regs[i].r.start);
-	close_target_fd(d);
-	event_del(d->uffd_ev);
-	event_del(d->exit_ev);
-	close(d->uffd);
-	d->uffd = -1;
 	migration_set_state(d->m, MIG_COMPLETE);
-	state_write(d->m);
+	teardown(d, 1);
 }
 
+/*
+ * Marks every page that is not present as lost: UFFDIO_POISON where the
+ * kernel has it, so a thread touching one gets SIGBUS instead of a zero page
+ * or an endless wait. Returns 0, or -1 when poisoning is impossible.
+ */
+static int
+poison_missing(struct dest *d)
+{
+	d->failing = 1;
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t p = 0, ps = dr->r.page_size;
+
+		while (p < dr->npages) {
+			uint64_t n;
+
+			p += pagestate_present_run(&dr->ps, p, dr->npages - p);
+			if (p >= dr->npages)
+				break;
+			n = pagestate_missing_run(&dr->ps, p, dr->npages - p);
+			if (d->have_poison) {
+				struct uffdio_poison up = {
+					.range = {dr->r.start + p * ps, n * ps}};
+				int tries = 0;
+
+				while (ioctl(d->uffd, UFFDIO_POISON, &up) < 0 &&
+				       errno == EAGAIN && tries++ < RETRY_MAX) {
+					read_faults(d);
+					if (up.updated > 0) {
+						up.range.start +=
+							(uint64_t)up.updated;
+						up.range.len -=
+							(uint64_t)up.updated;
+					}
+					up.updated = 0;
+				}
+			}
+			migration_lost(d->m, dr->r.start + p * ps,
+				       dr->r.start + (p + n) * ps, n);
+			p += n;
+		}
+	}
+	return d->have_poison ? 0 : -1;
+}
+
+/*
+ * Loud failure (DESIGN section 6): the pages that are still missing can no
+ * longer be had. They are poisoned and the target goes on with SIGBUS on a
+ * lost page; without UFFDIO_POISON the target is stopped instead and keeps
+ * its registration, so that no missing page ever reads as zeros.
+ */
+static void
+dest_fail(struct dest *d, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void
+dest_fail(struct dest *d, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+	int poisoned;
+
+	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	poisoned = poison_missing(d) == 0;
+	if (!poisoned) {
+		kill(d->m->pid, SIGSTOP);
+		migration_fail(d->m,
+			       "%s; %llu pages lost; target %d stopped (this "
+			       "kernel has no UFFDIO_POISON)",
+			       why, (unsigned long long)d->m->pages_lost,
+			       (int)d->m->pid);
+	} else {
+		migration_fail(d->m,
+			       "%s; %llu pages lost and poisoned (SIGBUS on "
+			       "access)",
+			       why, (unsigned long long)d->m->pages_lost);
+	}
+	if (d->demand)
+		conn_send_error(d->demand, ERR_DEST_FAILED, "%s", d->m->reason);
+	teardown(d, poisoned);
+}
+
+static void retry_cb(evutil_socket_t, short, void *);
+
+static void
+schedule_retry(struct dest *d)
+{
+	struct timeval tv;
+
+	d->backoff_ms = d->backoff_ms ? d->backoff_ms * 2 : BACKOFF_MIN_MS;
+	if (d->backoff_ms > BACKOFF_MAX_MS)
+		d->backoff_ms = BACKOFF_MAX_MS;
+	tv.tv_sec = d->backoff_ms / 1000;
+	tv.tv_usec = (d->backoff_ms % 1000) * 1000;
+	evtimer_add(d->retry_ev, &tv);
+}
+
+/*
+ * A lane broke: the migration pauses, faulting threads keep waiting (their
+ * requests stay marked and go out again on reconnect), and the destination
+ * reconnects with backoff until the pause deadline.
+ */
 static void
 lanes_down(struct dest *d, const char *why)
 {
 	conn_free(d->demand);
 	conn_free(d->bulk);
 	d->demand = d->bulk = NULL;
+	d->resuming = 0;
 	if (d->m->state == MIG_RUNNING) {
 		log_warnx("migration %s: source lost (%s); faulting threads "
 			  "wait",
 			  log_id(d->m->id), why);
 		migration_set_state(d->m, MIG_PAUSED);
+		d->t_pause = now_ns();
+		d->backoff_ms = 0;
+		save(d);
 	}
+	if (d->m->state == MIG_PAUSED)
+		schedule_retry(d);
 }
 
 static void
@@ -198,11 +370,10 @@ target_exited(struct dest *d)
 		return;
 	migration_fail(d->m, "target process %d exited", (int)d->m->pid);
 	if (d->demand)
-		conn_send_error(d->demand, ERR_SOURCE, "%s", d->m->reason);
-	lanes_down(d, "target exited");
-	event_del(d->uffd_ev);
-	event_del(d->exit_ev);
+		conn_send_error(d->demand, ERR_TARGET_GONE, "%s",
+				d->m->reason);
 	d->target_fd = -1;
+	teardown(d, 0);
 }
 
 static void
@@ -281,6 +452,8 @@ read_faults(struct dest *d)
 				continue;
 			}
 			page = (addr - dr->r.start) / dr->r.page_size;
+			if (d->failing)
+				continue; /* it will be poisoned and woken */
 			d->m->demand_faults++;
 			switch (pagestate_get(&dr->ps, page)) {
 			case PAGE_MISSING:
@@ -447,12 +620,14 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 {
 	struct dest *d = arg;
 
-	if (h->type == FRAME_PAGE_DATA && d->m->state == MIG_RUNNING)
-		page_data(d, c, h, (const Uffdd__PageData *)msg);
-	else if (h->type == FRAME_ERROR)
+	if (h->type == FRAME_PAGE_DATA) {
+		if (d->m->state == MIG_RUNNING)
+			page_data(d, c, h, (const Uffdd__PageData *)msg);
+	} else if (h->type == FRAME_ERROR) {
 		lanes_down(d, ((const Uffdd__Error *)msg)->message);
-	else if (h->type != FRAME_HELLO)
+	} else if (h->type != FRAME_HELLO && h->type != FRAME_PING) {
 		lanes_down(d, "unexpected frame on the bulk lane");
+	}
 }
 
 static void
@@ -462,6 +637,7 @@ bulk_close(struct conn *c, const char *why, void *arg)
 }
 
 static void match_and_attach(struct dest *, const Uffdd__RegionTable *);
+static void resume(struct dest *, const Uffdd__RegionTable *);
 
 static void
 demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
@@ -471,23 +647,31 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 
 	switch (h->type) {
 	case FRAME_HELLO:
-		if (((const Uffdd__Hello *)msg)->version != UFFDD_PROTO_VERSION)
+		if (((const Uffdd__Hello *)msg)->version == UFFDD_PROTO_VERSION)
+			break;
+		if (d->m->state == MIG_CONNECTING)
 			attach_fail(d, ERR_PROTOCOL,
-				    "source %s speaks "
-				    "protocol version %u, we speak %u",
+				    "source %s speaks protocol version %u, "
+				    "we speak %u",
 				    d->from,
 				    ((const Uffdd__Hello *)msg)->version,
 				    UFFDD_PROTO_VERSION);
+		else
+			lanes_down(d, "protocol version changed");
 		break;
 	case FRAME_REGIONS:
 		if (d->m->state == MIG_CONNECTING)
 			match_and_attach(d, (const Uffdd__RegionTable *)msg);
+		else if (d->resuming)
+			resume(d, (const Uffdd__RegionTable *)msg);
 		else
 			lanes_down(d, "second region table");
 		break;
 	case FRAME_PAGE_DATA:
 		if (d->m->state == MIG_RUNNING)
 			page_data(d, c, h, (const Uffdd__PageData *)msg);
+		break;
+	case FRAME_PING:
 		break;
 	case FRAME_ERROR: {
 		const Uffdd__Error *e = (const Uffdd__Error *)msg;
@@ -497,8 +681,8 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 				    e->code == ERR_UNKNOWN_ID ? ERR_UNKNOWN_ID
 							      : ERR_SOURCE,
 				    "source %s: %s", d->from, e->message);
-		else if (e->code == ERR_SOURCE)
-			migration_fail(d->m, "source: %s", e->message);
+		else if (e->code == ERR_SOURCE || e->code == ERR_UNKNOWN_ID)
+			dest_fail(d, "source %s: %s", d->from, e->message);
 		else
 			lanes_down(d, e->message);
 		break;
@@ -521,6 +705,52 @@ demand_close(struct conn *c, const char *why, void *arg)
 		lanes_down(d, why);
 }
 
+/* Opens the demand lane and says hello; the rest is in demand_frame. */
+static int
+connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
+{
+	Uffdd__Hello h = UFFDD__HELLO__INIT;
+	char name[300];
+
+	snprintf(name, sizeof(name), "source %s demand", d->from);
+	d->demand = peer_connect(d->from, name, demand_frame, demand_close, d,
+				 err, errlen);
+	if (d->demand == NULL)
+		return -1;
+	conn_set_priority(d->demand, PRIO_FAULT);
+	conn_set_timeout(d->demand,
+			 resuming ? LANE_TIMEOUT : HANDSHAKE_TIMEOUT);
+	peer_set_nodelay(d->demand);
+	d->resuming = resuming;
+	h.version = UFFDD_PROTO_VERSION;
+	h.lane = UFFDD__LANE__LANE_DEMAND;
+	h.migration_id = d->m->id;
+	h.resume = resuming;
+	return conn_send(d->demand, FRAME_HELLO, &h.base);
+}
+
+static void
+retry_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct dest *d = arg;
+	char err[256];
+
+	if (d->m->state != MIG_PAUSED || d->demand)
+		return;
+	if (now_ns() - d->t_pause >
+	    (uint64_t)conf.pause_deadline * 1000000000ULL) {
+		dest_fail(d, "source %s unreachable for %d s (pause deadline)",
+			  d->from, conf.pause_deadline);
+		return;
+	}
+	log_debug("migration %s: reconnecting to %s", log_id(d->m->id),
+		  d->from);
+	if (connect_demand(d, 1, err, sizeof(err)) < 0) {
+		log_warnx("migration %s: %s", log_id(d->m->id), err);
+		schedule_retry(d);
+	}
+}
+
 static int
 open_bulk(struct dest *d)
 {
@@ -536,6 +766,7 @@ open_bulk(struct dest *d)
 	}
 	conn_set_priority(d->bulk, PRIO_BULK);
 	conn_set_budget(d->bulk, BULK_BUDGET);
+	conn_set_timeout(d->bulk, LANE_TIMEOUT);
 	h.version = UFFDD_PROTO_VERSION;
 	h.lane = UFFDD__LANE__LANE_BULK;
 	h.migration_id = d->m->id;
@@ -586,6 +817,7 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		snprintf(err, errlen, "UFFDIO_API: %s", strerror(errno));
 		goto undo;
 	}
+	d->have_poison = 1;
 	for (reg = 0; reg < d->nregs; reg++) {
 		struct region *r = &d->regs[reg].r;
 		uint64_t ioctls;
@@ -610,6 +842,8 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 				 strerror(errno));
 			goto undo;
 		}
+		if (!(ioctls & (1ULL << 8))) /* _UFFDIO_POISON, 6.6+ */
+			d->have_poison = 0;
 		if (!(ioctls & (1ULL << _UFFDIO_COPY)) ||
 		    !(ioctls & (1ULL << _UFFDIO_ZEROPAGE))) {
 			snprintf(err, errlen,
@@ -728,7 +962,7 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 		event_new(base, d->pidfd, EV_READ | EV_PERSIST, exit_cb, d);
 	event_priority_set(d->exit_ev, PRIO_CONTROL);
 	event_add(d->exit_ev, NULL);
-	conn_set_timeout(d->demand, 0);
+	conn_set_timeout(d->demand, LANE_TIMEOUT);
 
 	acc.n_regions = rep.n_matched;
 	acc.regions = mp;
@@ -743,7 +977,7 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	rep.unmatched = up;
 	control_reply(d->serial, FRAME_CTL_ATTACH_REPLY, &rep.base);
 	d->serial = 0;
-	state_write(d->m);
+	save(d);
 	if (open_bulk(d) < 0)
 		lanes_down(d, "bulk lane unreachable");
 out:
@@ -756,10 +990,9 @@ out:
 void
 dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 {
-	Uffdd__Hello h = UFFDD__HELLO__INIT;
 	struct migration *m;
 	struct dest *d;
-	char err[256], name[300];
+	char err[256];
 	pid_t pid = req->pid;
 
 	if (pid <= 1 || pid == getpid()) {
@@ -813,6 +1046,7 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 		d->ranges[i].end = req->ranges[i]->end;
 	}
 	d->inflight = xcalloc(INFLIGHT_MAX, sizeof(*d->inflight));
+	d->retry_ev = evtimer_new(base, retry_cb, d);
 	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
 		fatal("page buffer");
 	d->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -821,18 +1055,264 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 			    strerror(errno));
 		return;
 	}
-	snprintf(name, sizeof(name), "source %s demand", d->from);
-	d->demand = peer_connect(d->from, name, demand_frame, demand_close, d,
-				 err, sizeof(err));
-	if (d->demand == NULL) {
+	if (connect_demand(d, 0, err, sizeof(err)) < 0) {
 		attach_fail(d, ERR_UNREACHABLE, "%s", err);
 		return;
 	}
-	conn_set_priority(d->demand, PRIO_FAULT);
-	conn_set_timeout(d->demand, HANDSHAKE_TIMEOUT);
-	peer_set_nodelay(d->demand);
-	h.version = UFFDD_PROTO_VERSION;
-	h.lane = UFFDD__LANE__LANE_DEMAND;
-	h.migration_id = m->id;
-	conn_send(d->demand, FRAME_HELLO, &h.base);
+}
+
+/* Tells the source which pages of a region we hold, in bounded frames. */
+static void
+send_have(struct dest *d, const struct dst_region *dr)
+{
+	const uint64_t chunk = 1ULL << 21; /* pages a frame: 256 KiB of bits */
+
+	for (uint64_t first = 0; first < dr->npages; first += chunk) {
+		Uffdd__PageBitmap b = UFFDD__PAGE_BITMAP__INIT;
+		uint64_t n = dr->npages - first < chunk ? dr->npages - first
+							: chunk;
+		uint8_t *bits = xcalloc((n + 7) / 8, 1);
+
+		for (uint64_t i = 0; i < n; i++)
+			if (pagestate_get(&dr->ps, first + i) == PAGE_PRESENT)
+				bits[i / 8] |= (uint8_t)(1u << (i % 8));
+		b.region = dr->r.index;
+		b.first_page = first;
+		b.npages = n;
+		b.bits.len = (n + 7) / 8;
+		b.bits.data = bits;
+		conn_send(d->demand, FRAME_HAVE, &b.base);
+		free(bits);
+	}
+}
+
+/* Asks again for every page a thread waits on; the old requests died. */
+static void
+rerequest(struct dest *d)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+
+		for (uint64_t p = 0; dr->ps.requested && p < dr->npages; p++) {
+			Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
+
+			if (pagestate_get(&dr->ps, p) != PAGE_REQUESTED)
+				continue;
+			pr.region = dr->r.index;
+			pr.page = p;
+			pr.npages = 1;
+			conn_send(d->demand, FRAME_PAGE_REQUEST, &pr.base);
+		}
+	}
+}
+
+/*
+ * The source answered a resume: check that its regions are still the ones
+ * we hold, tell it what we hold (it sends nothing else), ask again for what
+ * threads wait on, and reopen the bulk lane.
+ */
+static void
+resume(struct dest *d, const Uffdd__RegionTable *t)
+{
+	Uffdd__RegionTable acc = UFFDD__REGION_TABLE__INIT;
+	Uffdd__Region *rb = xcalloc(d->nregs, sizeof(*rb));
+	Uffdd__Region **rp = xcalloc(d->nregs, sizeof(*rp));
+
+	for (size_t i = 0; i < d->nregs; i++) {
+		const struct region *r = &d->regs[i].r;
+		const Uffdd__Region *s = NULL;
+
+		for (size_t k = 0; k < t->n_regions; k++)
+			if (t->regions[k]->index == r->index)
+				s = t->regions[k];
+		if (s == NULL || s->start != r->start ||
+		    s->length != r->length || s->page_size != r->page_size) {
+			free(rb);
+			free(rp);
+			dest_fail(d, "source %s: region 0x%llx changed across "
+				  "the reconnect",
+				  d->from, (unsigned long long)r->start);
+			return;
+		}
+		uffdd__region__init(&rb[i]);
+		rb[i].index = r->index;
+		rb[i].name = (char *)r->name;
+		rb[i].start = r->start;
+		rb[i].length = r->length;
+		rb[i].page_size = r->page_size;
+		rb[i].kind = (Uffdd__RegionKind)r->kind;
+		rp[i] = &rb[i];
+	}
+	acc.n_regions = d->nregs;
+	acc.regions = rp;
+	conn_send(d->demand, FRAME_REGIONS, &acc.base);
+	free(rb);
+	free(rp);
+	for (size_t i = 0; i < d->nregs; i++)
+		send_have(d, &d->regs[i]);
+	rerequest(d);
+	d->resuming = 0;
+	d->backoff_ms = 0;
+	d->m->reconnects++;
+	log_info("migration %s: resumed after %.1f s paused; %llu of %llu "
+		 "pages present",
+		 log_id(d->m->id), (double)(now_ns() - d->t_pause) / 1e9,
+		 (unsigned long long)present_total(d),
+		 (unsigned long long)d->m->pages_total);
+	migration_set_state(d->m, MIG_RUNNING);
+	save(d);
+	if (present_total(d) == d->m->pages_total) {
+		dest_complete(d);
+		return;
+	}
+	if (open_bulk(d) < 0)
+		lanes_down(d, "bulk lane unreachable");
+}
+
+/*
+ * After a daemon restart: takes the target's userfaultfd again (the target
+ * kept its copy: DESIGN section 5), rebuilds the page states from the
+ * target's pagemap (a page is there exactly when it was installed, because
+ * attach discarded everything and registered before any thread ran), wakes
+ * threads whose faults the dead daemon had read, and resumes.
+ */
+int
+dest_restore(const char *path, FILE *f)
+{
+	char id[MIG_ID_LEN + 2] = "", from[256] = "", st[32] = "", link[64];
+	char fdpath[64];
+	struct region *regs = NULL;
+	struct range *ranges = NULL;
+	size_t nregs = 0, nranges = 0;
+	int pid = -1, tfd = -1;
+	struct migration *m;
+	struct dest *d;
+	char *key, *val;
+	ssize_t ll;
+
+	while (state_next(f, &key, &val)) {
+		if (strcmp(key, "id") == 0)
+			snprintf(id, sizeof(id), "%s", val);
+		else if (strcmp(key, "pid") == 0)
+			pid = atoi(val);
+		else if (strcmp(key, "from") == 0)
+			snprintf(from, sizeof(from), "%s", val);
+		else if (strcmp(key, "state") == 0)
+			snprintf(st, sizeof(st), "%s", val);
+		else if (strcmp(key, "target_fd") == 0)
+			tfd = atoi(val);
+		else if (strcmp(key, "range") == 0) {
+			ranges = realloc(ranges, (nranges + 1) * sizeof(*ranges));
+			if (ranges == NULL || range_parse(val, &ranges[nranges]))
+				goto bad;
+			nranges++;
+		} else if (strcmp(key, "region") == 0) {
+			struct region r = {0};
+			unsigned long long s, l;
+			int kind, pos = 0;
+
+			if (sscanf(val, "%u %llx %llx %u %d %n", &r.index, &s, &l,
+				   &r.page_size, &kind, &pos) < 5 ||
+			    r.page_size != (uint32_t)sysconf(_SC_PAGESIZE) ||
+			    l == 0 || l % r.page_size || s % r.page_size)
+				goto bad;
+			r.start = s;
+			r.length = l;
+			r.kind = (enum region_kind)kind;
+			snprintf(r.name, sizeof(r.name), "%s", val + pos);
+			regs = realloc(regs, (nregs + 1) * sizeof(*regs));
+			if (regs == NULL)
+				goto bad;
+			regs[nregs++] = r;
+		}
+	}
+	if (strlen(id) != MIG_ID_LEN || pid <= 1 || tfd < 0 || !from[0] ||
+	    nregs == 0 ||
+	    (strcmp(st, "running") != 0 && strcmp(st, "paused") != 0))
+		goto bad;
+
+	m = migration_new(ROLE_DEST, id);
+	d = xcalloc(1, sizeof(*d));
+	m->impl = d;
+	m->impl_free = dest_free;
+	m->pid = pid;
+	d->m = m;
+	d->uffd = -1;
+	d->target_fd = tfd;
+	snprintf(d->from, sizeof(d->from), "%s", from);
+	snprintf(m->peer, sizeof(m->peer), "%s", from);
+	d->ranges = ranges;
+	d->nranges = nranges;
+	ranges = NULL;
+	d->inflight = xcalloc(INFLIGHT_MAX, sizeof(*d->inflight));
+	d->retry_ev = evtimer_new(base, retry_cb, d);
+	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
+		fatal("page buffer");
+	d->have_poison = (kfeat.uffd_features & UFFD_FEATURE_POISON) != 0;
+	d->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (d->pidfd < 0) {
+		log_warnx("%s: target process %d is gone", path, pid);
+		migration_free(m);
+		free(regs);
+		return -1;
+	}
+	d->uffd = (int)syscall(SYS_pidfd_getfd, d->pidfd, tfd, 0);
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", d->uffd);
+	ll = d->uffd >= 0 ? readlink(fdpath, link, sizeof(link) - 1) : -1;
+	if (ll < 0 || (link[ll] = '\0', strstr(link, "userfaultfd") == NULL)) {
+		log_warnx("%s: fd %d of process %d is not its userfaultfd any "
+			  "more",
+			  path, tfd, pid);
+		migration_free(m);
+		free(regs);
+		return -1;
+	}
+	d->regs = xcalloc(nregs, sizeof(*d->regs));
+	for (size_t i = 0; i < nregs; i++) {
+		struct dst_region *dr = &d->regs[d->nregs++];
+		uint64_t *held;
+
+		dr->r = regs[i];
+		dr->npages = dr->r.length / dr->r.page_size;
+		if (pagestate_init(&dr->ps, dr->npages) < 0)
+			fatal("page state");
+		held = xcalloc(bit_words(dr->npages), sizeof(uint64_t));
+		if (pagemap_classify(pid, dr->r.start, dr->npages,
+				     dr->r.page_size, held) < 0) {
+			log_warn("%s: pagemap of %d", path, pid);
+			free(held);
+			free(regs);
+			migration_free(m);
+			return -1;
+		}
+		for (uint64_t p = 0; p < dr->npages; p++)
+			if (bit_test(held, p))
+				pagestate_set(&dr->ps, p, PAGE_PRESENT);
+		free(held);
+		m->pages_total += dr->npages;
+	}
+	free(regs);
+	m->pages_present = present_total(d);
+	d->uffd_ev = event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
+	event_priority_set(d->uffd_ev, PRIO_FAULT);
+	event_add(d->uffd_ev, NULL);
+	d->exit_ev = event_new(base, d->pidfd, EV_READ | EV_PERSIST, exit_cb, d);
+	event_priority_set(d->exit_ev, PRIO_CONTROL);
+	event_add(d->exit_ev, NULL);
+	for (size_t i = 0; i < d->nregs; i++)
+		uffd_wake(d->uffd, d->regs[i].r.start, d->regs[i].r.length);
+	migration_set_state(m, MIG_PAUSED);
+	d->t_pause = now_ns();
+	log_info("restored migration %s into process %d: %llu of %llu pages "
+		 "present; reconnecting to %s",
+		 log_id(id), pid, (unsigned long long)m->pages_present,
+		 (unsigned long long)m->pages_total, from);
+	save(d);
+	schedule_retry(d);
+	return 0;
+bad:
+	log_warnx("%s: malformed destination state", path);
+	free(regs);
+	free(ranges);
+	return -1;
 }

@@ -10,6 +10,7 @@
 #include "proto/frame.h"
 
 #define MIG_ID_LEN 32 /* 128 random bits in hex */
+#define MIG_LOST_RANGES 16
 
 enum mig_role { ROLE_SOURCE, ROLE_DEST };
 enum mig_state {
@@ -38,6 +39,10 @@ struct migration {
 	uint64_t bytes;
 	uint64_t t_start, t_end; /* ns, monotonic */
 	struct hist latency;	 /* ns from fault read to install */
+	uint64_t pages_lost; /* poisoned: never to arrive */
+	uint64_t lost[MIG_LOST_RANGES][2]; /* the first lost [start, end) */
+	size_t nlost;
+	uint32_t reconnects;
 	void *impl;		 /* struct source or struct dest */
 	void (*impl_free)(struct migration *);
 };
@@ -57,5 +62,16 @@ void migration_fail(struct migration *, const char *fmt, ...)
 /* Fills a status message; strings point into m. */
 void migration_status(const struct migration *, Uffdd__MigrationStatus *);
 void migration_free_all(void);
+/* Records lost pages [start, end) for status. */
+void migration_lost(struct migration *, uint64_t start, uint64_t end,
+		    uint64_t pages);
+/*
+ * Frees the role's state (buffers, bitmaps, descriptors) once the current
+ * callback has returned; the record stays for status. Finished records
+ * beyond a fixed number are dropped, oldest first.
+ */
+void migration_release(struct migration *);
+size_t migration_lost_ranges(const struct migration *, Uffdd__Range **out,
+			     Uffdd__Range ***ptrs);
 
 #endif

@@ -19,6 +19,7 @@
 struct uffdd_conf conf = {
 	.control = "/run/uffdd/control.sock",
 	.state_dir = "/run/uffdd",
+	.pause_deadline = 300,
 };
 struct event_base *base;
 
@@ -28,7 +29,9 @@ usage(FILE *f)
 	fprintf(f,
 		"usage: uffdd [--listen HOST:PORT] [--control PATH] "
 		"[--state-dir DIR]\n"
-		"             [--insecure] [--foreground] [-v] [--help]\n"
+		"             [--insecure] [--pause-deadline SEC] "
+		"[--bulk-rate RATE]\n"
+		"             [--foreground] [-v] [--help]\n"
 		"\n"
 		"  --listen HOST:PORT  accept peer daemons there (source "
 		"role)\n"
@@ -38,42 +41,17 @@ usage(FILE *f)
 		"  --insecure          plaintext peer connections, loopback "
 		"only;\n"
 		"                      required until TLS is built\n"
+		"  --pause-deadline S  a destination whose source stays "
+		"unreachable\n"
+		"                      this long fails the migration and "
+		"poisons\n"
+		"                      missing pages (default 300)\n"
+		"  --bulk-rate RATE    limit each source bulk lane to RATE "
+		"bytes/s\n"
+		"                      (suffix K, M, G; default unlimited)\n"
 		"  --foreground, -f    stay in the foreground, log to stderr\n"
 		"  -v                  more logging\n",
 		"/run/uffdd/control.sock", "/run/uffdd");
-}
-
-/* State files: one per migration, replaced atomically. */
-void
-state_write(const struct migration *m)
-{
-	char *path, *tmp;
-	FILE *f;
-
-	xasprintf(&path, "%s/%s.state", conf.state_dir, m->id);
-	xasprintf(&tmp, "%s.tmp", path);
-	if ((f = fopen(tmp, "we")) != NULL) {
-		fprintf(f, "id=%s\nrole=%s\npid=%d\npeer=%s\nstate=%s\n", m->id,
-			m->role == ROLE_SOURCE ? "source" : "destination",
-			(int)m->pid, m->peer, migration_state_name(m->state));
-		if (fclose(f) == 0 && rename(tmp, path) == 0)
-			goto out;
-	}
-	log_warn("state file %s", path);
-	unlink(tmp);
-out:
-	free(tmp);
-	free(path);
-}
-
-void
-state_remove(const struct migration *m)
-{
-	char *path;
-
-	xasprintf(&path, "%s/%s.state", conf.state_dir, m->id);
-	unlink(path);
-	free(path);
 }
 
 static void
@@ -91,6 +69,8 @@ main(int argc, char **argv)
 		{"control", required_argument, NULL, 'c'},
 		{"state-dir", required_argument, NULL, 's'},
 		{"insecure", no_argument, NULL, 'I'},
+		{"pause-deadline", required_argument, NULL, 'P'},
+		{"bulk-rate", required_argument, NULL, 'R'},
 		{"foreground", no_argument, NULL, 'f'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -99,7 +79,7 @@ main(int argc, char **argv)
 	struct event *sigterm, *sigint;
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "l:c:s:Ifvh", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "l:c:s:IP:R:fvh", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'l':
 			conf.listen = optarg;
@@ -113,6 +93,34 @@ main(int argc, char **argv)
 		case 'I':
 			conf.insecure = 1;
 			break;
+		case 'P': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+
+			if (*end || v < 1 || v > 86400)
+				fatalx("--pause-deadline %s: want seconds, "
+				       "1 to 86400",
+				       optarg);
+			conf.pause_deadline = (int)v;
+			break;
+		}
+		case 'R': {
+			char *end;
+			unsigned long long v = strtoull(optarg, &end, 10);
+
+			if (*end == 'K' || *end == 'k')
+				v <<= 10, end++;
+			else if (*end == 'M' || *end == 'm')
+				v <<= 20, end++;
+			else if (*end == 'G' || *end == 'g')
+				v <<= 30, end++;
+			if (*end || v < 4096)
+				fatalx("--bulk-rate %s: want bytes a second "
+				       "(suffix K, M or G), at least 4096",
+				       optarg);
+			conf.bulk_rate = v;
+			break;
+		}
 		case 'f':
 			conf.foreground = 1;
 			break;
@@ -160,6 +168,7 @@ main(int argc, char **argv)
 	sigint = evsignal_new(base, SIGINT, on_signal, NULL);
 	evsignal_add(sigterm, NULL);
 	evsignal_add(sigint, NULL);
+	state_restore_all();
 	log_info("ready: control %s", conf.control);
 
 	event_base_dispatch(base);
