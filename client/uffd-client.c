@@ -176,6 +176,15 @@ print_status_text(const Uffdd__MigrationStatus *s)
 		       s->latency_p99_us);
 	printf("  prefetched   %" PRIu64 " pages\n", s->prefetched_pages);
 	printf("  zero pages   %" PRIu64 "\n", s->zero_pages);
+	if (s->reconnects)
+		printf("  reconnects   %u\n", s->reconnects);
+	if (s->pages_lost) {
+		printf("  LOST         %" PRIu64 " pages:", s->pages_lost);
+		for (size_t i = 0; i < s->n_lost; i++)
+			printf(" 0x%" PRIx64 "-0x%" PRIx64, s->lost[i]->start,
+			       s->lost[i]->end);
+		printf("%s\n", s->n_lost >= 16 ? " ..." : "");
+	}
 	printf("  moved        %s in %.2f s (%s/s)\n",
 	       human_bytes((double)s->bytes, b1, sizeof(b1)), s->elapsed_s,
 	       human_bytes(s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s
@@ -213,13 +222,22 @@ print_status_json(const Uffdd__MigrationStatus *s)
 	       ",\"prefetched_pages\":%" PRIu64 ",\"zero_pages\":%" PRIu64
 	       ",\"bytes\":%" PRIu64
 	       ",\"elapsed_s\":%.6f,\"throughput_bps\":%.0f"
-	       ",\"latency_p50_us\":%.1f,\"latency_p99_us\":%.1f}",
+	       ",\"latency_p50_us\":%.1f,\"latency_p99_us\":%.1f"
+	       ",\"pages_lost\":%" PRIu64 ",\"reconnects\":%u,",
 	       s->pid, s->pages_total, s->pages_present,
 	       s->pages_total - s->pages_present, s->demand_faults,
 	       s->demand_pages, s->prefetched_pages, s->zero_pages, s->bytes,
 	       s->elapsed_s,
 	       s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s : 0,
-	       s->latency_p50_us, s->latency_p99_us);
+	       s->latency_p50_us, s->latency_p99_us, s->pages_lost,
+	       s->reconnects);
+	printf("\"lost\":[");
+	for (size_t i = 0; i < s->n_lost; i++)
+		printf("%s[%" PRIu64 ",%" PRIu64 "]", i ? "," : "",
+		       s->lost[i]->start, s->lost[i]->end);
+	printf("],");
+	json_str("kernel", s->kernel, 0);
+	printf("}");
 }
 
 static Uffdd__StatusReply *

@@ -64,8 +64,8 @@ struct dest {
 	uint8_t *buf;
 	struct inflight *inflight;
 	size_t ninflight;
-	int resuming;     /* the demand lane is in a resume handshake */
-	int failing;      /* poisoning: faults are no longer requested */
+	int resuming;	  /* the demand lane is in a resume handshake */
+	int failing;	  /* poisoning: faults are no longer requested */
 	int have_poison;  /* UFFDIO_POISON offered on every region */
 	uint64_t t_pause; /* ns: when the lanes went down */
 	int backoff_ms;
@@ -203,9 +203,10 @@ teardown(struct dest *d, int close_target)
 			if (uffd_unregister(d->uffd, d->regs[i].r.start,
 					    d->regs[i].r.length) < 0 &&
 			    errno != ESRCH)
-				log_warn("migration %s: unregister 0x%llx",
-					 log_id(d->m->id),
-					 (unsigned long long)d->regs[i].r.start);
+				log_warn(
+					"migration %s: unregister 0x%llx",
+					log_id(d->m->id),
+					(unsigned long long)d->regs[i].r.start);
 		close_target_fd(d);
 	}
 	if (d->uffd_ev)
@@ -259,7 +260,8 @@ poison_missing(struct dest *d)
 			n = pagestate_missing_run(&dr->ps, p, dr->npages - p);
 			if (d->have_poison) {
 				struct uffdio_poison up = {
-					.range = {dr->r.start + p * ps, n * ps}};
+					.range = {dr->r.start + p * ps,
+						  n * ps}};
 				int tries = 0;
 
 				while (ioctl(d->uffd, UFFDIO_POISON, &up) < 0 &&
@@ -288,8 +290,7 @@ poison_missing(struct dest *d)
  * lost page; without UFFDIO_POISON the target is stopped instead and keeps
  * its registration, so that no missing page ever reads as zeros.
  */
-static void
-dest_fail(struct dest *d, const char *fmt, ...)
+static void dest_fail(struct dest *d, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 static void
@@ -324,6 +325,7 @@ dest_fail(struct dest *d, const char *fmt, ...)
 }
 
 static void retry_cb(evutil_socket_t, short, void *);
+static int open_bulk(struct dest *);
 
 static void
 schedule_retry(struct dest *d)
@@ -370,8 +372,7 @@ target_exited(struct dest *d)
 		return;
 	migration_fail(d->m, "target process %d exited", (int)d->m->pid);
 	if (d->demand)
-		conn_send_error(d->demand, ERR_TARGET_GONE, "%s",
-				d->m->reason);
+		conn_send_error(d->demand, ERR_TARGET_GONE, "%s", d->m->reason);
 	d->target_fd = -1;
 	teardown(d, 0);
 }
@@ -630,10 +631,25 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	}
 }
 
+/*
+ * The bulk lane alone broke: the demand lane goes on serving faults and the
+ * bulk lane is opened again after a backoff. (The source closes bulk first
+ * when it fails, with its reason queued on the demand lane.)
+ */
 static void
 bulk_close(struct conn *c, const char *why, void *arg)
 {
-	lanes_down(arg, why);
+	struct dest *d = arg;
+
+	conn_free(d->bulk);
+	d->bulk = NULL;
+	if (d->demand && d->m->state == MIG_RUNNING) {
+		log_warnx("migration %s: bulk lane lost (%s)", log_id(d->m->id),
+			  why);
+		schedule_retry(d);
+	} else {
+		lanes_down(d, why);
+	}
 }
 
 static void match_and_attach(struct dest *, const Uffdd__RegionTable *);
@@ -735,6 +751,11 @@ retry_cb(evutil_socket_t fd, short ev, void *arg)
 	struct dest *d = arg;
 	char err[256];
 
+	if (d->m->state == MIG_RUNNING && d->demand && d->bulk == NULL) {
+		if (open_bulk(d) < 0)
+			schedule_retry(d);
+		return;
+	}
 	if (d->m->state != MIG_PAUSED || d->demand)
 		return;
 	if (now_ns() - d->t_pause >
@@ -1069,8 +1090,8 @@ send_have(struct dest *d, const struct dst_region *dr)
 
 	for (uint64_t first = 0; first < dr->npages; first += chunk) {
 		Uffdd__PageBitmap b = UFFDD__PAGE_BITMAP__INIT;
-		uint64_t n = dr->npages - first < chunk ? dr->npages - first
-							: chunk;
+		uint64_t n =
+			dr->npages - first < chunk ? dr->npages - first : chunk;
 		uint8_t *bits = xcalloc((n + 7) / 8, 1);
 
 		for (uint64_t i = 0; i < n; i++)
@@ -1129,7 +1150,8 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 		    s->length != r->length || s->page_size != r->page_size) {
 			free(rb);
 			free(rp);
-			dest_fail(d, "source %s: region 0x%llx changed across "
+			dest_fail(d,
+				  "source %s: region 0x%llx changed across "
 				  "the reconnect",
 				  d->from, (unsigned long long)r->start);
 			return;
@@ -1202,8 +1224,10 @@ dest_restore(const char *path, FILE *f)
 		else if (strcmp(key, "target_fd") == 0)
 			tfd = atoi(val);
 		else if (strcmp(key, "range") == 0) {
-			ranges = realloc(ranges, (nranges + 1) * sizeof(*ranges));
-			if (ranges == NULL || range_parse(val, &ranges[nranges]))
+			ranges = realloc(ranges,
+					 (nranges + 1) * sizeof(*ranges));
+			if (ranges == NULL ||
+			    range_parse(val, &ranges[nranges]))
 				goto bad;
 			nranges++;
 		} else if (strcmp(key, "region") == 0) {
@@ -1211,8 +1235,8 @@ dest_restore(const char *path, FILE *f)
 			unsigned long long s, l;
 			int kind, pos = 0;
 
-			if (sscanf(val, "%u %llx %llx %u %d %n", &r.index, &s, &l,
-				   &r.page_size, &kind, &pos) < 5 ||
+			if (sscanf(val, "%u %llx %llx %u %d %n", &r.index, &s,
+				   &l, &r.page_size, &kind, &pos) < 5 ||
 			    r.page_size != (uint32_t)sysconf(_SC_PAGESIZE) ||
 			    l == 0 || l % r.page_size || s % r.page_size)
 				goto bad;
@@ -1293,10 +1317,12 @@ dest_restore(const char *path, FILE *f)
 	}
 	free(regs);
 	m->pages_present = present_total(d);
-	d->uffd_ev = event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
+	d->uffd_ev =
+		event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
 	event_priority_set(d->uffd_ev, PRIO_FAULT);
 	event_add(d->uffd_ev, NULL);
-	d->exit_ev = event_new(base, d->pidfd, EV_READ | EV_PERSIST, exit_cb, d);
+	d->exit_ev =
+		event_new(base, d->pidfd, EV_READ | EV_PERSIST, exit_cb, d);
 	event_priority_set(d->exit_ev, PRIO_CONTROL);
 	event_add(d->exit_ev, NULL);
 	for (size_t i = 0; i < d->nregs; i++)

@@ -1,6 +1,7 @@
 /* Migration table, IDs and status. */
 #include "config.h"
 
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -78,11 +79,17 @@ reap_cb(evutil_socket_t fd, short ev, void *arg)
 
 	if (m->impl_free && m->impl)
 		m->impl_free(m);
-	TAILQ_FOREACH(it, &migrations, link)
+	/*
+	 * A migration's socket buffers are megabytes that glibc keeps in its
+	 * arenas after free; hand them back, so that a daemon that served
+	 * many migrations is as small as a fresh one.
+	 */
+	malloc_trim(0);
+	TAILQ_FOREACH (it, &migrations, link)
 		if (it->state == MIG_COMPLETE || it->state == MIG_FAILED)
 			finished++;
-	for (it = TAILQ_FIRST(&migrations);
-	     it && finished > MIG_KEEP_FINISHED; it = next) {
+	for (it = TAILQ_FIRST(&migrations); it && finished > MIG_KEEP_FINISHED;
+	     it = next) {
 		next = TAILQ_NEXT(it, link);
 		if ((it->state == MIG_COMPLETE || it->state == MIG_FAILED) &&
 		    it != m && it->impl == NULL) {

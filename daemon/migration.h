@@ -37,13 +37,13 @@ struct migration {
 	uint64_t prefetched_pages;
 	uint64_t zero_pages;
 	uint64_t bytes;
-	uint64_t t_start, t_end; /* ns, monotonic */
-	struct hist latency;	 /* ns from fault read to install */
-	uint64_t pages_lost; /* poisoned: never to arrive */
+	uint64_t t_start, t_end;	   /* ns, monotonic */
+	struct hist latency;		   /* ns from fault read to install */
+	uint64_t pages_lost;		   /* poisoned: never to arrive */
 	uint64_t lost[MIG_LOST_RANGES][2]; /* the first lost [start, end) */
 	size_t nlost;
 	uint32_t reconnects;
-	void *impl;		 /* struct source or struct dest */
+	void *impl; /* struct source or struct dest */
 	void (*impl_free)(struct migration *);
 };
 

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -56,7 +57,7 @@ struct source {
 	int keep_source;
 	struct range *ranges; /* as exported, for a restart */
 	size_t nranges;
-	int resume_pending;   /* the demand lane is a destination's resume */
+	int resume_pending; /* the demand lane is a destination's resume */
 	uint64_t win_start, win_bytes; /* --bulk-rate accounting */
 	uint32_t cur_reg;
 	uint64_t cur_page;
@@ -122,18 +123,38 @@ freeze(pid_t pid)
 	return -1;
 }
 
+/*
+ * The source's pages can no longer be had: fail, and tell the destination,
+ * which poisons what it lacks. A destination that comes back later is told
+ * the same when it says hello.
+ */
+static void source_fail(struct source *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void
+source_fail(struct source *s, const char *fmt, ...)
+{
+	va_list ap;
+	char why[256];
+
+	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	migration_fail(s->m, "%s", why);
+	if (s->demand)
+		conn_send_error(s->demand, ERR_SOURCE, "%s", s->m->reason);
+	teardown(s);
+}
+
 static void
 exit_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct source *s = arg;
 
 	event_del(s->exit_ev);
-	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
-		return;
-	migration_fail(s->m, "source process %d exited", (int)s->m->pid);
-	if (s->demand)
-		conn_send_error(s->demand, ERR_SOURCE, "%s", s->m->reason);
-	teardown(s);
+	source_fail(s, "source process %d exited", (int)s->m->pid);
 }
 
 static void
@@ -338,7 +359,8 @@ source_restore(const char *path, FILE *f)
 		else if (strcmp(key, "keep_source") == 0)
 			keep = atoi(val);
 		else if (strcmp(key, "range") == 0) {
-			ranges = realloc(ranges, (nranges + 1) * sizeof(*ranges));
+			ranges = realloc(ranges,
+					 (nranges + 1) * sizeof(*ranges));
 			if (ranges == NULL ||
 			    range_parse(val, &ranges[nranges]) < 0) {
 				free(ranges);
@@ -436,13 +458,18 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 		ssize_t got = process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
 
 		if (got != (ssize_t)len) {
-			migration_fail(s->m,
-				       "reading %llu bytes of process %d "
-				       "at 0x%llx: %s",
-				       (unsigned long long)len, (int)s->m->pid,
-				       (unsigned long long)r.iov_base,
-				       got < 0 ? strerror(errno)
-					       : "short read");
+			if (got < 0 && errno == ESRCH)
+				source_fail(s, "source process %d exited",
+					    (int)s->m->pid);
+			else
+				source_fail(s,
+					    "reading %llu bytes of process %d "
+					    "at 0x%llx: %s",
+					    (unsigned long long)len,
+					    (int)s->m->pid,
+					    (unsigned long long)r.iov_base,
+					    got < 0 ? strerror(errno)
+						    : "short read");
 			return -1;
 		}
 	}
@@ -575,9 +602,10 @@ bulk_produce(struct source *s)
 			}
 			if (s->win_bytes >= conf.bulk_rate / 10) {
 				struct timeval tv = {
-					0, (suseconds_t)((s->win_start +
-							  RATE_WINDOW_NS - now) /
-							 1000)};
+					0,
+					(suseconds_t)((s->win_start +
+						       RATE_WINDOW_NS - now) /
+						      1000)};
 
 				evtimer_add(s->rate_ev, &tv);
 				return;
@@ -713,8 +741,8 @@ accept_regions(struct source *s, const Uffdd__RegionTable *t)
 static int
 have_pages(struct source *s, const Uffdd__PageBitmap *b)
 {
-	struct src_region *sr = b->region < s->nregs ? &s->regs[b->region]
-						     : NULL;
+	struct src_region *sr =
+		b->region < s->nregs ? &s->regs[b->region] : NULL;
 
 	if (sr == NULL || !sr->accepted || b->first_page >= sr->npages ||
 	    b->npages > sr->npages - b->first_page ||

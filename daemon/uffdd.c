@@ -79,7 +79,8 @@ main(int argc, char **argv)
 	struct event *sigterm, *sigint;
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "l:c:s:IP:R:fvh", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "l:c:s:IP:R:fvh", opts, NULL)) !=
+	       -1) {
 		switch (ch) {
 		case 'l':
 			conf.listen = optarg;

@@ -10,6 +10,8 @@ WORKLOAD=$B/tests/workload
 MEMHASH=$B/tests/memhash
 T=$(mktemp -d /tmp/uffdd-test.XXXXXX)
 PIDS=()
+src_STARTS=1
+dst_STARTS=1
 CLEANUPS=()
 # LeakSanitizer's report at exit would turn a passing client into a failing
 # one in sanitizer builds; leaks are checked on the daemon's own shutdown.
@@ -63,22 +65,63 @@ free_port() {
 	fail "no free port"
 }
 
-# start_daemon NAME: starts uffdd; sets NAME_PORT and NAME_SOCK.
+# start_daemon NAME [UFFDD ARGS...]: starts uffdd (inside $NETNS when set);
+# sets NAME_PID, NAME_PORT and NAME_SOCK. restart_daemon NAME starts it
+# again with the same port, socket, state directory and arguments.
 start_daemon() {
 	local name=$1 port
-	port=$(free_port)
-	"$UFFDD" -f --insecure --listen "127.0.0.1:$port" \
-		--control "$T/$name.sock" --state-dir "$T/$name.state" \
-		>"$T/$name.log" 2>&1 &
-	PIDS+=($!)
-	eval "${name}_PID=$!"
+	shift
+	if [ -n "${NETNS:-}" ]; then
+		port=$((20000 + RANDOM % 30000))
+	else
+		port=$(free_port)
+	fi
 	eval "${name}_PORT=$port"
 	eval "${name}_SOCK=$T/$name.sock"
-	for _ in $(seq 100); do
-		[ -S "$T/$name.sock" ] && grep -q ready "$T/$name.log" && return
+	eval "${name}_ARGS=\"\$*\""
+	run_daemon "$name" "$@"
+}
+
+run_daemon() {
+	local name=$1 port
+	shift
+	port=$(eval echo "\$${name}_PORT")
+	rm -f "$T/$name.ready"
+	${NETNS:+ip netns exec "$NETNS"} "$UFFDD" -f --insecure \
+		--listen "127.0.0.1:$port" --control "$T/$name.sock" \
+		--state-dir "$T/$name.state" "$@" >>"$T/$name.log" 2>&1 &
+	PIDS+=($!)
+	eval "${name}_PID=$!"
+	for _ in $(seq 200); do
+		[ -S "$T/$name.sock" ] &&
+			[ "$(grep -c 'ready: control' "$T/$name.log")" -ge "$(eval echo "\$${name}_STARTS")" ] && return
 		sleep 0.05
 	done
 	fail "uffdd $name did not start: $(cat "$T/$name.log")"
+}
+
+restart_daemon() {
+	local name=$1
+	# shellcheck disable=SC2046
+	eval "${name}_STARTS=\$((${name}_STARTS + 1))"
+	eval "run_daemon $name \$${name}_ARGS"
+}
+
+# kill_daemon NAME: SIGKILL, as a crash would.
+kill_daemon() {
+	local pid
+	pid=$(eval echo "\$${1}_PID")
+	kill -9 "$pid"
+	wait "$pid" 2>/dev/null || true
+}
+
+# make_netns: a private network namespace with loopback up, removed at exit.
+make_netns() {
+	command -v ip >/dev/null || skip "ip (iproute2) missing"
+	NETNS=uffdd-test-$$
+	ip netns add "$NETNS" || skip "cannot create a network namespace"
+	on_cleanup "ip netns del $NETNS 2>/dev/null"
+	ip netns exec "$NETNS" ip link set lo up
 }
 
 # start_workload VAR MODE ARGS...: starts a workload, waits for "ready".
@@ -109,7 +152,7 @@ wait_verified() {
 		sleep 0.1
 	done
 	grep '^verified' "$T/$var.out" || fail "workload $var never finished checking"
-	grep -q '^verified [0-9]* pages, 0 mismatches' "$T/$var.out" ||
+	grep -q '^verified [0-9]* pages, 0 mismatches, 0 lost' "$T/$var.out" ||
 		fail "destination saw wrong bytes: $(cat "$T/$var.log")"
 }
 
