@@ -115,12 +115,28 @@ kill_daemon() {
 	wait "$pid" 2>/dev/null || true
 }
 
+# cut_link PORT / heal_link: drop every packet to or from PORT inside
+# $NETNS (a cut cable: no reset, no error, just silence), and undo it.
+cut_link() {
+	ip netns exec "$NETNS" nft -f - <<NFT
+table inet uffdd_cut {
+	chain input {
+		type filter hook input priority 0; policy accept;
+		tcp dport $1 drop
+		tcp sport $1 drop
+	}
+}
+NFT
+}
+heal_link() { ip netns exec "$NETNS" nft delete table inet uffdd_cut; }
+
 # make_netns: a private network namespace with loopback up, removed at exit.
 make_netns() {
 	command -v ip >/dev/null || skip "ip (iproute2) missing"
 	NETNS=uffdd-test-$$
 	ip netns add "$NETNS" || skip "cannot create a network namespace"
 	on_cleanup "ip netns del $NETNS 2>/dev/null"
+	on_cleanup "ip netns exec $NETNS nft delete table inet uffdd_cut 2>/dev/null"
 	ip netns exec "$NETNS" ip link set lo up
 }
 

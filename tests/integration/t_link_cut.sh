@@ -19,29 +19,15 @@ H_SRC=$("$MEMHASH" "$WS" 0x500000000000 0x500008000000)
 	--id "$ID" --range "$RANGE" >/dev/null
 kill -USR1 "$WD"
 
-cut() {
-	ip netns exec "$NETNS" nft -f - <<NFT
-table inet uffdd_cut {
-	chain input {
-		type filter hook input priority 0; policy accept;
-		tcp dport $src_PORT drop
-		tcp sport $src_PORT drop
-	}
-}
-NFT
-}
-heal() { ip netns exec "$NETNS" nft delete table inet uffdd_cut; }
-on_cleanup "ip netns exec $NETNS nft delete table inet uffdd_cut 2>/dev/null"
-
 state() { "$CLIENT" --control "$dst_SOCK" status "$ID" --json | sed 's/.*"state":"\([a-z]*\)".*/\1/'; }
 for i in 1 2 3; do
 	sleep 2
 	[ "$(state)" = complete ] && fail "migration finished before cut $i: the test proves nothing"
-	cut
+	cut_link "$src_PORT"
 	info "link cut $i ($(state))"
 	sleep 5
 	info "after 5 s: $(state)"
-	heal
+	heal_link
 	info "link back"
 done
 "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" || fail "wait: $(cat "$T/wait.out")"
