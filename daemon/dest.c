@@ -1302,7 +1302,8 @@ dest_restore(const char *path, FILE *f)
 			fatal("page state");
 		held = xcalloc(bit_words(dr->npages), sizeof(uint64_t));
 		if (pagemap_classify(pid, dr->r.start, dr->npages,
-				     dr->r.page_size, held) < 0) {
+				     dr->r.page_size, held,
+				     pagemap_method()) < 0) {
 			log_warn("%s: pagemap of %d", path, pid);
 			free(held);
 			free(regs);

@@ -269,7 +269,8 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		data = pagemap_classify(pid, sr->r.start, sr->npages,
-					sr->r.page_size, sr->data);
+					sr->r.page_size, sr->data,
+					pagemap_method());
 		if (data < 0) {
 			*code = ERR_KERNEL;
 			snprintf(err, errlen, "pagemap of %d: %s", (int)pid,

@@ -13,6 +13,7 @@
 #include <event2/event.h>
 
 #include "daemon/log.h"
+#include "daemon/pagemap.h"
 #include "daemon/probe.h"
 #include "daemon/uffdd.h"
 
@@ -31,7 +32,8 @@ usage(FILE *f)
 		"[--state-dir DIR]\n"
 		"             [--insecure] [--pause-deadline SEC] "
 		"[--bulk-rate RATE]\n"
-		"             [--foreground] [-v] [--help]\n"
+		"             [--no-pagemap-scan] [--foreground] [-v] "
+		"[--help]\n"
 		"\n"
 		"  --listen HOST:PORT  accept peer daemons there (source "
 		"role)\n"
@@ -49,6 +51,9 @@ usage(FILE *f)
 		"  --bulk-rate RATE    limit each source bulk lane to RATE "
 		"bytes/s\n"
 		"                      (suffix K, M, G; default unlimited)\n"
+		"  --no-pagemap-scan   classify pages with batched pagemap "
+		"reads even\n"
+		"                      where the PAGEMAP_SCAN ioctl exists\n"
 		"  --foreground, -f    stay in the foreground, log to stderr\n"
 		"  -v                  more logging\n",
 		"/run/uffdd/control.sock", "/run/uffdd");
@@ -71,6 +76,7 @@ main(int argc, char **argv)
 		{"insecure", no_argument, NULL, 'I'},
 		{"pause-deadline", required_argument, NULL, 'P'},
 		{"bulk-rate", required_argument, NULL, 'R'},
+		{"no-pagemap-scan", no_argument, NULL, 'N'},
 		{"foreground", no_argument, NULL, 'f'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -79,7 +85,7 @@ main(int argc, char **argv)
 	struct event *sigterm, *sigint;
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "l:c:s:IP:R:fvh", opts, NULL)) !=
+	while ((ch = getopt_long(argc, argv, "l:c:s:IP:R:Nfvh", opts, NULL)) !=
 	       -1) {
 		switch (ch) {
 		case 'l':
@@ -93,6 +99,9 @@ main(int argc, char **argv)
 			break;
 		case 'I':
 			conf.insecure = 1;
+			break;
+		case 'N':
+			pagemap_force_read = 1;
 			break;
 		case 'P': {
 			char *end;

@@ -197,7 +197,8 @@ migrate() {
 	local base=0x500000000000 end pokeargs=() id h_src h_dst
 	end=$(printf '0x%x' $((base + $(numfmt --from=iec "$size"))))
 	[ -n "$poke" ] && pokeargs=(--poke-every "$poke")
-	start_daemon src
+	# shellcheck disable=SC2086
+	start_daemon src ${SRC_DAEMON_ARGS:-}
 	start_daemon dst
 	# shellcheck disable=SC2086
 	start_workload WS source --size "$size" --threads "$sthreads" $sargs
