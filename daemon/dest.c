@@ -834,7 +834,11 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		snprintf(err, errlen, "pidfd_getfd: %s", strerror(errno));
 		goto undo;
 	}
-	if (uffd_api(d->uffd, 0, NULL) < 0) {
+	/* Shared memory needs its feature bit; nothing else changes. */
+	if (uffd_api(d->uffd,
+		     kfeat.uffd_features & (UFFD_FEATURE_MISSING_SHMEM |
+					    UFFD_FEATURE_MISSING_HUGETLBFS),
+		     NULL) < 0) {
 		snprintf(err, errlen, "UFFDIO_API: %s", strerror(errno));
 		goto undo;
 	}
@@ -843,12 +847,20 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		struct region *r = &d->regs[reg].r;
 		uint64_t ioctls;
 
+		/*
+		 * Discard what is there. For shared memory DONTNEED would
+		 * only drop the mapping: the page cache keeps the data and no
+		 * MISSING fault would ever fire. Punch a hole instead.
+		 */
+		int shm = region_kind_shmem(r->kind);
+
 		rc = inject_syscall(&inj, SYS_madvise, r->start, r->length,
-				    MADV_DONTNEED, 0, 0, 0);
+				    shm ? MADV_REMOVE : MADV_DONTNEED, 0, 0, 0);
 		if (rc < 0) {
 			snprintf(err, errlen,
-				 "madvise(DONTNEED) 0x%llx in "
-				 "process %d: %s",
+				 "madvise(%s) 0x%llx in process "
+				 "%d: %s",
+				 shm ? "REMOVE" : "DONTNEED",
 				 (unsigned long long)r->start, (int)d->m->pid,
 				 strerror((int)-rc));
 			goto undo;

@@ -119,6 +119,46 @@ classify_scan(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
 	return count;
 }
 
+/*
+ * Shared memory cannot be classified from pagemap: a swapped-out shmem page
+ * reads as an all-zero entry, exactly like a page never touched (FACTS.md,
+ * still so on 6.18), and trusting it loses data silently. The backing file
+ * knows: every page that holds data, resident or swapped, is allocated;
+ * a never-touched page is a hole.
+ */
+int64_t
+pagemap_classify_file(int fd, uint64_t off, uint64_t npages, uint64_t page_size,
+		      uint64_t *data)
+{
+	uint64_t end = off + npages * page_size, at = off;
+	int64_t count = 0;
+
+	while (at < end) {
+		off_t d = lseek(fd, (off_t)at, SEEK_DATA), h;
+
+		if (d < 0 && errno == ENXIO)
+			break; /* only holes from here to EOF */
+		if (d < 0)
+			return -1;
+		if ((uint64_t)d >= end)
+			break;
+		h = lseek(fd, d, SEEK_HOLE);
+		if (h < 0)
+			return -1;
+		if ((uint64_t)h > end)
+			h = (off_t)end;
+		for (uint64_t p = ((uint64_t)d - off) / page_size;
+		     p < ((uint64_t)h - off + page_size - 1) / page_size; p++) {
+			if (!bit_test(data, p)) {
+				bit_set(data, p);
+				count++;
+			}
+		}
+		at = (uint64_t)h;
+	}
+	return count;
+}
+
 int64_t
 pagemap_classify(pid_t pid, uint64_t start, uint64_t npages, uint64_t page_size,
 		 uint64_t *data, enum pagemap_method how)

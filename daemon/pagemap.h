@@ -45,6 +45,13 @@ int64_t pagemap_classify(pid_t pid, uint64_t start, uint64_t npages,
 			 uint64_t page_size, uint64_t *data,
 			 enum pagemap_method how);
 
+/*
+ * The same for shared memory, from its backing file (fd) at file offset
+ * off: allocated pages hold data, holes are ZERO.
+ */
+int64_t pagemap_classify_file(int fd, uint64_t off, uint64_t npages,
+			      uint64_t page_size, uint64_t *data);
+
 /* The first clear bit at or after `from` below n; n when there is none. */
 static inline uint64_t
 bit_next_clear(const uint64_t *b, uint64_t from, uint64_t n)

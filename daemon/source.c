@@ -268,12 +268,25 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 		sr->npages = sr->r.length / sr->r.page_size;
 		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
-		data = pagemap_classify(pid, sr->r.start, sr->npages,
-					sr->r.page_size, sr->data,
-					pagemap_method());
+		if (region_kind_shmem(sr->r.kind)) {
+			int fd = region_open_backing(pid, sr->r.vma_start,
+						     sr->r.vma_end);
+
+			data = fd < 0 ? -1
+				      : pagemap_classify_file(
+						fd, sr->r.file_off, sr->npages,
+						sr->r.page_size, sr->data);
+			if (fd >= 0)
+				close(fd);
+		} else {
+			data = pagemap_classify(pid, sr->r.start, sr->npages,
+						sr->r.page_size, sr->data,
+						pagemap_method());
+		}
 		if (data < 0) {
 			*code = ERR_KERNEL;
-			snprintf(err, errlen, "pagemap of %d: %s", (int)pid,
+			snprintf(err, errlen, "classifying 0x%llx of %d: %s",
+				 (unsigned long long)sr->r.start, (int)pid,
 				 strerror(errno));
 			if (!was_stopped)
 				kill(pid, SIGCONT);

@@ -107,6 +107,23 @@ restart_daemon() {
 	eval "run_daemon $name \$${name}_ARGS"
 }
 
+# ensure_daemon NAME [ARGS...]: a running daemon started with ARGS,
+# started (or restarted with the new arguments) when there is none.
+ensure_daemon() {
+	local name=$1 pid args
+	shift
+	pid=$(eval echo "\${${name}_PID:-}")
+	args=$(eval echo "\${${name}_ARGS:-}")
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		[ "$args" = "$*" ] && return
+		kill "$pid"
+		wait "$pid" 2>/dev/null || true
+		rm -f "$T/$name.sock"
+		: >"$T/$name.log"
+	fi
+	start_daemon "$name" "$@"
+}
+
 # kill_daemon NAME: SIGKILL, as a crash would.
 kill_daemon() {
 	local pid
@@ -198,8 +215,8 @@ migrate() {
 	end=$(printf '0x%x' $((base + $(numfmt --from=iec "$size"))))
 	[ -n "$poke" ] && pokeargs=(--poke-every "$poke")
 	# shellcheck disable=SC2086
-	start_daemon src ${SRC_DAEMON_ARGS:-}
-	start_daemon dst
+	ensure_daemon src ${SRC_DAEMON_ARGS:-}
+	ensure_daemon dst
 	# shellcheck disable=SC2086
 	start_workload WS source --size "$size" --threads "$sthreads" $sargs
 	# shellcheck disable=SC2086

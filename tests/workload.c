@@ -42,6 +42,8 @@
 
 static uint64_t base = 0x500000000000ULL, size = 64ULL << 20, seed = 1;
 static unsigned threads = 4, untouched = 16, pageout_every, poke_every;
+static unsigned zero_every;
+static const char *kind = "anon";
 static int prefault, sigbus_ok;
 static unsigned pace_us;
 static atomic_ulong lost;
@@ -76,10 +78,18 @@ is_untouched(uint64_t page)
 	return untouched && page % untouched == untouched - 1;
 }
 
+/* Written with zeros on purpose: data pages whose bytes are all zero. */
+static int
+is_zeroed(uint64_t page)
+{
+	return zero_every && !is_untouched(page) &&
+	       page % zero_every == zero_every - 2;
+}
+
 static int
 is_pageout(uint64_t page)
 {
-	return pageout_every && !is_untouched(page) &&
+	return pageout_every && !is_untouched(page) && !is_zeroed(page) &&
 	       page % pageout_every == 0;
 }
 
@@ -89,26 +99,81 @@ is_poke(uint64_t page)
 	return poke_every && page % poke_every == 0;
 }
 
+/*
+ * The region at BASE, of the --kind asked for: private anonymous, shared
+ * anonymous, a memfd or a tmpfs file (unlinked at once), all mapped at the
+ * same address in source and destination.
+ */
 static void
 map_region(void)
 {
-	mem = mmap((void *)base, size, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	int flags = MAP_FIXED_NOREPLACE, fd = -1;
+
+	if (strcmp(kind, "anon") == 0) {
+		flags |= MAP_PRIVATE | MAP_ANONYMOUS;
+	} else if (strcmp(kind, "shared") == 0) {
+		flags |= MAP_SHARED | MAP_ANONYMOUS;
+	} else if (strcmp(kind, "memfd") == 0) {
+		fd = memfd_create("uffdd-workload", MFD_CLOEXEC);
+		flags |= MAP_SHARED;
+	} else if (strcmp(kind, "tmpfs") == 0) {
+		char path[64];
+
+		snprintf(path, sizeof(path), "/dev/shm/uffdd-workload-%d",
+			 (int)getpid());
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		unlink(path);
+		flags |= MAP_SHARED;
+	} else {
+		fprintf(stderr,
+			"workload: --kind %s: anon, shared, memfd or "
+			"tmpfs\n",
+			kind);
+		exit(2);
+	}
+	if (fd >= 0 && ftruncate(fd, (off_t)size) < 0) {
+		perror("workload: ftruncate");
+		exit(1);
+	}
+	if (strcmp(kind, "anon") != 0 && flags & MAP_ANONYMOUS)
+		fd = -1;
+	else if (strcmp(kind, "anon") != 0 && fd < 0) {
+		perror("workload: backing file");
+		exit(1);
+	}
+	mem = mmap((void *)base, size, PROT_READ | PROT_WRITE, flags, fd, 0);
 	if (mem == MAP_FAILED || (uint64_t)mem != base) {
 		fprintf(stderr,
 			"workload: mmap 0x%" PRIx64 "+0x%" PRIx64 ": %s\n",
 			base, size, strerror(errno));
 		exit(1);
 	}
+	if (fd >= 0)
+		close(fd);
 }
 
+/*
+ * Pages swapped out now. Anonymous memory says so in pagemap; shared memory
+ * does not (the gap uffdd works around), so count written pages that
+ * mincore reports not resident instead.
+ */
 static uint64_t
 count_swapped(void)
 {
-	int fd = open("/proc/self/pagemap", O_RDONLY);
 	uint64_t n = 0, npages = size / PS, buf[512];
+	int fd;
 
-	if (fd < 0)
+	if (strcmp(kind, "anon") != 0) {
+		unsigned char *vec = malloc(npages);
+
+		if (vec == NULL || mincore(mem, size, vec) < 0)
+			return 0;
+		for (uint64_t p = 0; p < npages; p++)
+			n += is_pageout(p) && !(vec[p] & 1);
+		free(vec);
+		return n;
+	}
+	if ((fd = open("/proc/self/pagemap", O_RDONLY)) < 0)
 		return 0;
 	for (uint64_t p = 0; p < npages; p += 512) {
 		uint64_t want = npages - p < 512 ? npages - p : 512;
@@ -132,7 +197,7 @@ mutator(void *arg)
 
 		r = mix(r);
 		page = r % npages;
-		if (is_untouched(page) || is_pageout(page))
+		if (is_untouched(page) || is_pageout(page) || is_zeroed(page))
 			continue;
 		w = (r >> 32) % WORDS;
 		p = (uint64_t *)(mem + page * PS) + w;
@@ -154,6 +219,10 @@ run_source(void)
 
 		if (is_untouched(page))
 			continue;
+		if (is_zeroed(page)) {
+			memset(p, 0, PS);
+			continue;
+		}
 		for (uint64_t w = 0; w < WORDS; w++)
 			p[w] = word_value(page, w, 1);
 	}
@@ -228,12 +297,13 @@ check_page_guarded(uint64_t page)
 
 		if (is_poke(page) && w == POKE_WORD)
 			want = POKE_TAG << 48 | page;
-		else if (is_untouched(page))
+		else if (is_untouched(page) || is_zeroed(page))
 			want = 0;
 		else
 			want = word_value(page, w, v >> 48);
-		if (v != want || (!is_untouched(page) && v >> 48 == 0 &&
-				  !(is_poke(page) && w == POKE_WORD)))
+		if (v != want ||
+		    (!is_untouched(page) && !is_zeroed(page) && v >> 48 == 0 &&
+		     !(is_poke(page) && w == POKE_WORD)))
 			report(page, w, v, want);
 	}
 	atomic_fetch_add(&checked, 1);
@@ -317,7 +387,8 @@ usage(void)
 		"         [--threads N] [--untouched-every K] "
 		"[--pageout-every K]\n"
 		"         [--poke-every K] [--prefault] [--sigbus-ok] "
-		"[--pace-us N]\n");
+		"[--pace-us N]\n"
+		"         [--kind anon|shared|memfd|tmpfs] [--zero-every K]\n");
 	exit(2);
 }
 
@@ -335,6 +406,8 @@ main(int argc, char **argv)
 		{"prefault", no_argument, NULL, 'P'},
 		{"sigbus-ok", no_argument, NULL, 'B'},
 		{"pace-us", required_argument, NULL, 'D'},
+		{"kind", required_argument, NULL, 'K'},
+		{"zero-every", required_argument, NULL, 'Z'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -379,6 +452,12 @@ main(int argc, char **argv)
 			break;
 		case 'D':
 			pace_us = (unsigned)atoi(optarg);
+			break;
+		case 'K':
+			kind = optarg;
+			break;
+		case 'Z':
+			zero_every = (unsigned)atoi(optarg);
 			break;
 		default:
 			usage();
