@@ -8,6 +8,7 @@
 
 #include "daemon/conn.h"
 #include "daemon/log.h"
+#include "daemon/tls.h"
 
 /*
  * Reading stops at this much unprocessed input, so a fast sender cannot grow
@@ -148,13 +149,17 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 
 	if (what & BEV_EVENT_CONNECTED)
 		return;
-	if (what & BEV_EVENT_EOF)
-		snprintf(why, sizeof(why), "connection closed by peer");
-	else if (what & BEV_EVENT_TIMEOUT)
-		snprintf(why, sizeof(why), "connection timed out");
-	else
-		snprintf(why, sizeof(why), "%s",
-			 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+	/* A refused certificate says so, not just "connection reset". */
+	if (tls_error(bev, why, sizeof(why)) < 0) {
+		if (what & BEV_EVENT_EOF)
+			snprintf(why, sizeof(why), "connection closed by peer");
+		else if (what & BEV_EVENT_TIMEOUT)
+			snprintf(why, sizeof(why), "connection timed out");
+		else
+			snprintf(why, sizeof(why), "%s",
+				 evutil_socket_error_to_string(
+					 EVUTIL_SOCKET_ERROR()));
+	}
 	c->in_cb++;
 	conn_fail(c, why);
 	c->in_cb--;

@@ -1,4 +1,7 @@
-/* Peer connections between daemons: listening, connecting, address policy. */
+/*
+ * Peer connections between daemons: listening, connecting, address policy.
+ * TLS 1.3 (tls.c) unless --insecure, and plaintext only on loopback.
+ */
 #include "config.h"
 
 #include <errno.h>
@@ -13,6 +16,7 @@
 #include <event2/listener.h>
 
 #include "daemon/log.h"
+#include "daemon/tls.h"
 #include "daemon/uffdd.h"
 
 static struct evconnlistener *listener;
@@ -34,12 +38,14 @@ is_loopback(const struct sockaddr *sa)
 	return 0;
 }
 
-/* Splits HOST:PORT ([v6]:PORT too) and resolves it to one address. */
+/*
+ * Splits HOST:PORT ([v6]:PORT too) and resolves it to one address; host
+ * receives HOST, the name the peer's certificate must carry.
+ */
 static int
 resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sl,
-	char *err, size_t errlen)
+	char host[256], char *err, size_t errlen)
 {
-	char host[256];
 	const char *port, *colon = strrchr(hostport, ':');
 	struct addrinfo hints = {0}, *res;
 	size_t hl;
@@ -55,8 +61,12 @@ resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sl,
 		hostport++;
 		hl -= 2;
 	}
-	if (hl == 0 || hl >= sizeof(host)) {
+	if (hl == 0) {
 		snprintf(err, errlen, "%s: expected HOST:PORT", hostport);
+		return -1;
+	}
+	if (hl >= 256) {
+		snprintf(err, errlen, "%s: host name too long", hostport);
 		return -1;
 	}
 	memcpy(host, hostport, hl);
@@ -70,10 +80,11 @@ resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sl,
 	memcpy(ss, res->ai_addr, res->ai_addrlen);
 	*sl = res->ai_addrlen;
 	freeaddrinfo(res);
-	if (!is_loopback((struct sockaddr *)ss)) {
+	if (!tls_enabled() && !is_loopback((struct sockaddr *)ss)) {
 		snprintf(err, errlen,
 			 "%s: plaintext peer connections are refused on a "
-			 "non-loopback address (TLS is not built yet)",
+			 "non-loopback address (--insecure is for loopback "
+			 "only: give the daemon --ca, --cert and --key)",
 			 hostport);
 		return -1;
 	}
@@ -103,10 +114,11 @@ accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	source_hello(c, (const Uffdd__Hello *)msg);
 }
 
+/* Before HELLO nobody owns the connection: TLS refusals end up here. */
 static void
 accepted_close(struct conn *c, const char *why, void *arg)
 {
-	log_debug("%s: %s", conn_name(c), why);
+	log_warnx("peer %s refused: %s", conn_name(c), why);
 	conn_free(c);
 }
 
@@ -127,7 +139,7 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 			  host, sizeof(host));
 		port = ntohs(((struct sockaddr_in6 *)sa)->sin6_port);
 	}
-	if (!is_loopback(sa)) {
+	if (!tls_enabled() && !is_loopback(sa)) {
 		log_warnx("peer %s refused: plaintext only on loopback", host);
 		evutil_closesocket(fd);
 		return;
@@ -135,7 +147,10 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	snprintf(name, sizeof(name), "%s%s%s:%d",
 		 sa->sa_family == AF_INET6 ? "[" : "", host,
 		 sa->sa_family == AF_INET6 ? "]" : "", port);
-	bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (tls_enabled())
+		bev = tls_accept(base, fd);
+	else
+		bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (bev == NULL) {
 		evutil_closesocket(fd);
 		return;
@@ -150,9 +165,9 @@ peer_listen(const char *hostport)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	char err[256];
+	char err[256], host[256];
 
-	if (resolve(hostport, &ss, &sl, err, sizeof(err)) < 0) {
+	if (resolve(hostport, &ss, &sl, host, err, sizeof(err)) < 0) {
 		log_warnx("--listen %s", err);
 		return -1;
 	}
@@ -165,8 +180,9 @@ peer_listen(const char *hostport)
 		log_warn("listen on %s", hostport);
 		return -1;
 	}
-	log_info("listening for peers on %s (plaintext, loopback only)",
-		 hostport);
+	log_info("listening for peers on %s (%s)", hostport,
+		 tls_enabled() ? "TLS 1.3, mutual authentication"
+			       : "plaintext, loopback only");
 	return 0;
 }
 
@@ -184,13 +200,17 @@ peer_connect(const char *hostport, const char *name, conn_frame_cb fcb,
 {
 	struct sockaddr_storage ss;
 	struct bufferevent *bev;
+	char host[256];
 	struct conn *c;
 	socklen_t sl;
 
-	if (resolve(hostport, &ss, &sl, err, errlen) < 0)
+	if (resolve(hostport, &ss, &sl, host, err, errlen) < 0)
 		return NULL;
-	bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-	if (bev == NULL) {
+	if (tls_enabled()) {
+		if ((bev = tls_connect(base, host, err, errlen)) == NULL)
+			return NULL;
+	} else if ((bev = bufferevent_socket_new(
+			    base, -1, BEV_OPT_CLOSE_ON_FREE)) == NULL) {
 		snprintf(err, errlen, "bufferevent: %s", strerror(errno));
 		return NULL;
 	}

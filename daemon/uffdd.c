@@ -14,6 +14,7 @@
 
 #include "daemon/log.h"
 #include "daemon/probe.h"
+#include "daemon/tls.h"
 #include "daemon/uffdd.h"
 
 struct uffdd_conf conf = {
@@ -28,6 +29,8 @@ usage(FILE *f)
 	fprintf(f,
 		"usage: uffdd [--listen HOST:PORT] [--control PATH] "
 		"[--state-dir DIR]\n"
+		"             [--ca FILE --cert FILE --key FILE [--pin SHA256]]"
+		"\n"
 		"             [--insecure] [--foreground] [-v] [--help]\n"
 		"\n"
 		"  --listen HOST:PORT  accept peer daemons there (source "
@@ -35,9 +38,18 @@ usage(FILE *f)
 		"  --control PATH      control socket for uffd-client "
 		"(default %s)\n"
 		"  --state-dir DIR     per-migration state files (default %s)\n"
+		"  --ca FILE           CA certificate(s) every peer's "
+		"certificate must\n"
+		"                      chain to (PEM)\n"
+		"  --cert FILE         this daemon's certificate chain (PEM), "
+		"shown as\n"
+		"                      server and as client\n"
+		"  --key FILE          its private key (PEM)\n"
+		"  --pin SHA256        accept a source by this certificate "
+		"fingerprint\n"
+		"                      instead of the name in --from\n"
 		"  --insecure          plaintext peer connections, loopback "
-		"only;\n"
-		"                      required until TLS is built\n"
+		"only\n"
 		"  --foreground, -f    stay in the foreground, log to stderr\n"
 		"  -v                  more logging\n",
 		"/run/uffdd/control.sock", "/run/uffdd");
@@ -91,6 +103,10 @@ main(int argc, char **argv)
 		{"control", required_argument, NULL, 'c'},
 		{"state-dir", required_argument, NULL, 's'},
 		{"insecure", no_argument, NULL, 'I'},
+		{"ca", required_argument, NULL, 'A'},
+		{"cert", required_argument, NULL, 'C'},
+		{"key", required_argument, NULL, 'K'},
+		{"pin", required_argument, NULL, 'P'},
 		{"foreground", no_argument, NULL, 'f'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -112,6 +128,18 @@ main(int argc, char **argv)
 			break;
 		case 'I':
 			conf.insecure = 1;
+			break;
+		case 'A':
+			conf.ca = optarg;
+			break;
+		case 'C':
+			conf.cert = optarg;
+			break;
+		case 'K':
+			conf.key = optarg;
+			break;
+		case 'P':
+			conf.pin = optarg;
 			break;
 		case 'f':
 			conf.foreground = 1;
@@ -135,9 +163,13 @@ main(int argc, char **argv)
 	if (geteuid() != 0)
 		fatalx("must run as root: it reads and writes other processes' "
 		       "memory");
-	if (!conf.insecure)
-		fatalx("peer connections need TLS, which this build does not "
-		       "have yet: pass --insecure (plaintext, loopback only)");
+	/* TLS files required unless --insecure; never both, to be clear. */
+	if (conf.insecure && (conf.ca || conf.cert || conf.key || conf.pin))
+		fatalx("--insecure (plaintext) and --ca/--cert/--key/--pin "
+		       "(TLS) exclude each other");
+	if (!conf.insecure &&
+	    tls_init(conf.ca, conf.cert, conf.key, conf.pin) < 0)
+		return 1;
 	if (mkdir(conf.state_dir, 0700) < 0 && errno != EEXIST)
 		fatal("state directory %s", conf.state_dir);
 	if (!conf.foreground && daemon(0, 0) < 0)
@@ -170,5 +202,6 @@ main(int argc, char **argv)
 	event_free(sigterm);
 	event_free(sigint);
 	event_base_free(base);
+	tls_free();
 	return 0;
 }

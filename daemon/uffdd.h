@@ -36,6 +36,12 @@ struct uffdd_conf {
 	int foreground;
 	int verbose;
 	int insecure;
+	/* TLS: CA that signs every peer, our certificate and key. */
+	const char *ca;
+	const char *cert;
+	const char *key;
+	/* SHA-256 fingerprint a source must show instead of the --from name */
+	const char *pin;
 };
 
 extern struct uffdd_conf conf;
