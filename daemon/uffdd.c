@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,8 @@
 
 struct uffdd_conf conf = {
 	.control = "/run/uffdd/control.sock",
+	.control_mode = 0600,
+	.control_gid = (gid_t)-1,
 	.state_dir = "/run/uffdd",
 };
 struct event_base *base;
@@ -29,6 +32,7 @@ usage(FILE *f)
 	fprintf(f,
 		"usage: uffdd [--listen HOST:PORT] [--control PATH] "
 		"[--state-dir DIR]\n"
+		"             [--control-mode MODE] [--control-group GROUP]\n"
 		"             [--ca FILE --cert FILE --key FILE [--pin SHA256]]"
 		"\n"
 		"             [--insecure] [--foreground] [-v] [--help]\n"
@@ -37,6 +41,9 @@ usage(FILE *f)
 		"role)\n"
 		"  --control PATH      control socket for uffd-client "
 		"(default %s)\n"
+		"  --control-mode MODE control socket mode, octal (default "
+		"0600)\n"
+		"  --control-group GRP control socket group (name or number)\n"
 		"  --state-dir DIR     per-migration state files (default %s)\n"
 		"  --ca FILE           CA certificate(s) every peer's "
 		"certificate must\n"
@@ -53,6 +60,45 @@ usage(FILE *f)
 		"  --foreground, -f    stay in the foreground, log to stderr\n"
 		"  -v                  more logging\n",
 		"/run/uffdd/control.sock", "/run/uffdd");
+}
+
+/* An octal file mode, permission bits only. */
+static int
+parse_mode(const char *s, mode_t *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 8);
+	if (errno || end == s || *end || v < 0 || v > 0777) {
+		fprintf(stderr, "uffdd: mode %s: want octal 0000-0777\n", s);
+		return -1;
+	}
+	*out = (mode_t)v;
+	return 0;
+}
+
+/* A group name, or a number. */
+static int
+parse_group(const char *s, gid_t *out)
+{
+	struct group *gr = getgrnam(s);
+	char *end;
+	long v;
+
+	if (gr != NULL) {
+		*out = gr->gr_gid;
+		return 0;
+	}
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < 0 || v >= (long)(gid_t)-1) {
+		fprintf(stderr, "uffdd: group %s: no such group\n", s);
+		return -1;
+	}
+	*out = (gid_t)v;
+	return 0;
 }
 
 /* State files: one per migration, replaced atomically. */
@@ -101,6 +147,8 @@ main(int argc, char **argv)
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, 'l'},
 		{"control", required_argument, NULL, 'c'},
+		{"control-mode", required_argument, NULL, 'M'},
+		{"control-group", required_argument, NULL, 'G'},
 		{"state-dir", required_argument, NULL, 's'},
 		{"insecure", no_argument, NULL, 'I'},
 		{"ca", required_argument, NULL, 'A'},
@@ -122,6 +170,14 @@ main(int argc, char **argv)
 			break;
 		case 'c':
 			conf.control = optarg;
+			break;
+		case 'M':
+			if (parse_mode(optarg, &conf.control_mode) < 0)
+				return 2;
+			break;
+		case 'G':
+			if (parse_group(optarg, &conf.control_gid) < 0)
+				return 2;
 			break;
 		case 's':
 			conf.state_dir = optarg;

@@ -32,6 +32,8 @@ enum {
 struct uffdd_conf {
 	const char *listen;
 	const char *control;
+	mode_t control_mode; /* of the control socket; 0600 by default */
+	gid_t control_gid;   /* its group; (gid_t)-1: leave it */
 	const char *state_dir;
 	int foreground;
 	int verbose;
