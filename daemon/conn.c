@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "daemon/conn.h"
 #include "daemon/log.h"
@@ -15,6 +16,8 @@
  * our memory; it must exceed the largest frame.
  */
 #define CONN_READ_HIGH (FRAME_HDR_LEN + FRAME_MSG_MAX + FRAME_DATA_MAX + 4096)
+/* How long a finished connection waits for the peer to close its side. */
+#define CONN_LINGER_SECS 10
 
 struct conn {
 	struct bufferevent *bev;
@@ -28,10 +31,32 @@ struct conn {
 	int in_cb;
 	int dead;
 	int finishing;
+	int lingering;
 	size_t data_left;
 };
 
 static void conn_read_cb(struct bufferevent *, void *);
+
+/*
+ * Everything queued is out: say so (TLS close_notify, TCP FIN) but go on
+ * reading, and discarding, until the peer closes too. Closing with unread
+ * input would send a reset, and a peer that meets the reset before it reads
+ * our last frames loses them: the source lost the destination's COMPLETE
+ * that way when its own late writes failed first.
+ */
+static void
+conn_linger(struct conn *c)
+{
+	struct timeval tv = {CONN_LINGER_SECS, 0};
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+
+	c->lingering = 1;
+	tls_shutdown(c->bev);
+	shutdown(conn_fd(c), SHUT_WR);
+	evbuffer_drain(in, evbuffer_get_length(in));
+	bufferevent_set_timeouts(c->bev, &tv, NULL);
+	bufferevent_enable(c->bev, EV_READ);
+}
 
 static void
 conn_destroy(struct conn *c)
@@ -63,6 +88,10 @@ conn_process(struct conn *c)
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 	int n = 0;
 
+	if (c->finishing) {
+		evbuffer_drain(in, evbuffer_get_length(in));
+		return;
+	}
 	c->in_cb++;
 	while (!c->dead && !c->finishing) {
 		uint8_t raw[FRAME_HDR_LEN];
@@ -128,8 +157,9 @@ conn_write_cb(struct bufferevent *bev, void *arg)
 	struct conn *c = arg;
 
 	if (c->finishing) {
-		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-			conn_free(c);
+		if (!c->lingering &&
+		    evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+			conn_linger(c);
 		return;
 	}
 	if (c->on_drain) {
@@ -206,10 +236,9 @@ conn_finish(struct conn *c)
 	c->on_frame = NULL;
 	c->on_close = NULL;
 	c->on_drain = NULL;
-	bufferevent_disable(c->bev, EV_READ);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-		conn_free(c);
+		conn_linger(c);
 }
 
 void

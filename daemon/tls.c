@@ -96,52 +96,68 @@ verify_cb(int ok, X509_STORE_CTX *xs)
 	return 1;
 }
 
+/* Logs why c could not be built, frees it; -1 for the caller. */
+static int
+ctx_fail(SSL_CTX *c, const char *what)
+{
+	ssl_fail(what);
+	SSL_CTX_free(c);
+	return -1;
+}
+
 int
 tls_init(const char *ca, const char *cert, const char *key, const char *p)
 {
 	STACK_OF(X509_NAME) * names;
+	unsigned char newpin[32];
+	SSL_CTX *c;
 
 	if (ca == NULL || cert == NULL || key == NULL) {
 		log_warnx("TLS needs --ca, --cert and --key (or --insecure "
 			  "for plaintext on loopback)");
 		return -1;
 	}
-	if (p != NULL) {
-		if (parse_pin(p, pin) < 0) {
-			log_warnx("--pin %s: want the 64 hex digits of a "
-				  "SHA-256 fingerprint",
-				  p);
-			return -1;
-		}
-		have_pin = 1;
+	if (p != NULL && parse_pin(p, newpin) < 0) {
+		log_warnx("--pin %s: want the 64 hex digits of a SHA-256 "
+			  "fingerprint",
+			  p);
+		return -1;
 	}
-	if ((ctx = SSL_CTX_new(TLS_method())) == NULL)
+	if ((c = SSL_CTX_new(TLS_method())) == NULL)
 		return ssl_fail("SSL_CTX_new");
 	/* Nothing older than TLS 1.3: no downgrade, no legacy ciphers. */
-	if (!SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION))
-		return ssl_fail("TLS 1.3 minimum");
-	if (!SSL_CTX_load_verify_locations(ctx, ca, NULL))
-		return ssl_fail(ca);
+	if (!SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION))
+		return ctx_fail(c, "TLS 1.3 minimum");
+	if (!SSL_CTX_load_verify_locations(c, ca, NULL))
+		return ctx_fail(c, ca);
 	if ((names = SSL_load_client_CA_file(ca)) == NULL)
-		return ssl_fail(ca);
-	SSL_CTX_set_client_CA_list(ctx, names);
-	if (!SSL_CTX_use_certificate_chain_file(ctx, cert))
-		return ssl_fail(cert);
-	if (!SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM))
-		return ssl_fail(key);
-	if (!SSL_CTX_check_private_key(ctx))
-		return ssl_fail("key does not match certificate");
+		return ctx_fail(c, ca);
+	SSL_CTX_set_client_CA_list(c, names);
+	if (!SSL_CTX_use_certificate_chain_file(c, cert))
+		return ctx_fail(c, cert);
+	if (!SSL_CTX_use_PrivateKey_file(c, key, SSL_FILETYPE_PEM))
+		return ctx_fail(c, key);
+	if (!SSL_CTX_check_private_key(c))
+		return ctx_fail(c, "key does not match certificate");
 	/* Both ends must show a certificate from our CA. */
-	SSL_CTX_set_verify(ctx,
-			   SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+	SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
 			   verify_cb);
 	/*
 	 * No resumption: every connection proves its certificate again, so a
 	 * revoked or replaced certificate takes effect at once.
 	 */
-	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-	SSL_CTX_set_num_tickets(ctx, 0);
-	SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+	SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
+	SSL_CTX_set_num_tickets(c, 0);
+	SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
+	/*
+	 * Only now replace what runs (a reload keeps the old context on any
+	 * error); connections keep a reference to the context they began on.
+	 */
+	SSL_CTX_free(ctx);
+	ctx = c;
+	have_pin = p != NULL;
+	if (have_pin)
+		memcpy(pin, newpin, sizeof(pin));
 	return 0;
 }
 
@@ -216,6 +232,17 @@ tls_connect(struct event_base *b, const char *host, char *err, size_t errlen)
 		return NULL;
 	}
 	return bev;
+}
+
+void
+tls_shutdown(struct bufferevent *bev)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+
+	/* Fails harmlessly mid-handshake or on a full socket buffer. */
+	if (ssl != NULL && SSL_is_init_finished(ssl))
+		SSL_shutdown(ssl);
+	ERR_clear_error();
 }
 
 int

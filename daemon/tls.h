@@ -13,7 +13,8 @@
 /*
  * Loads the CA, our certificate and key. pin, if not NULL, is the SHA-256
  * fingerprint (hex, colons allowed) a source's certificate must have, in
- * place of the name check. Returns -1 with the reason logged.
+ * place of the name check. Returns -1 with the reason logged, and then
+ * keeps what was loaded before (a reload that fails changes nothing).
  */
 int tls_init(const char *ca, const char *cert, const char *key,
 	     const char *pin);
@@ -27,6 +28,8 @@ struct bufferevent *tls_accept(struct event_base *, evutil_socket_t fd);
  */
 struct bufferevent *tls_connect(struct event_base *, const char *host,
 				char *err, size_t errlen);
+/* Sends close_notify if bev is a TLS bufferevent; the caller goes on reading. */
+void tls_shutdown(struct bufferevent *);
 /*
  * Why a TLS bufferevent failed, for logs and replies: the certificate check
  * or the OpenSSL error. Returns 0 if it wrote a reason, -1 if bev is not a
