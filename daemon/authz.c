@@ -16,6 +16,7 @@
 
 #include "daemon/authz.h"
 #include "daemon/log.h"
+#include "daemon/migration.h"
 #include "daemon/uffdd.h"
 
 #define CAP_SYS_PTRACE_BIT 19
@@ -70,34 +71,67 @@ authz_caller_init(struct authz_caller *c, pid_t pid, uid_t uid, gid_t gid)
 			    (capeff & (UINT64_C(1) << CAP_SYS_PTRACE_BIT)) != 0;
 }
 
-int
-authz_may_ptrace(const struct authz_caller *c, pid_t pid, uint32_t *code,
-		 char *err, size_t errlen)
+/* 0: allowed; -1: no such process; -2: denied (*owner: its uid). */
+static int
+check(const struct authz_caller *c, pid_t pid, unsigned long *owner)
 {
 	unsigned long u[3], g[3];
 	uint64_t capeff;
 
-	if (pid <= 0 || read_status(pid, u, g, &capeff) < 0) {
+	if (pid <= 0 || read_status(pid, u, g, &capeff) < 0)
+		return -1;
+	*owner = u[0];
+	if (c->cap_sys_ptrace)
+		return 0;
+	for (int i = 0; i < 3; i++)
+		if (u[i] != c->uid || g[i] != c->gid)
+			return -2;
+	return 0;
+}
+
+int
+authz_may_ptrace(const struct authz_caller *c, pid_t pid, uint32_t *code,
+		 char *err, size_t errlen)
+{
+	unsigned long owner = 0;
+
+	switch (check(c, pid, &owner)) {
+	case 0:
+		return 0;
+	case -1:
 		*code = ERR_NO_PROCESS;
 		snprintf(err, errlen, "process %d: no such process", (int)pid);
 		return -1;
+	default:
+		*code = ERR_PERMISSION;
+		snprintf(err, errlen,
+			 "process %d: permission denied: uid %lu may "
+			 "only migrate processes it could ptrace "
+			 "(same uid and gid, or CAP_SYS_PTRACE)",
+			 (int)pid, (unsigned long)c->uid);
+		log_warnx("control: uid %lu (pid %d) refused on "
+			  "process %d of uid %lu",
+			  (unsigned long)c->uid, (int)c->pid, (int)pid, owner);
+		return -1;
 	}
-	if (c->cap_sys_ptrace)
-		return 0;
-	for (int i = 0; i < 3; i++) {
-		if (u[i] != c->uid || g[i] != c->gid) {
-			*code = ERR_PERMISSION;
-			snprintf(err, errlen,
-				 "process %d: permission denied: uid %lu may "
-				 "only migrate processes it could ptrace "
-				 "(same uid and gid, or CAP_SYS_PTRACE)",
-				 (int)pid, (unsigned long)c->uid);
-			log_warnx("control: uid %lu (pid %d) refused on "
-				  "process %d of uid %lu",
-				  (unsigned long)c->uid, (int)c->pid, (int)pid,
-				  u[0]);
-			return -1;
-		}
-	}
-	return 0;
+}
+
+void
+authz_set_owner(const struct authz_caller *c, struct migration *m)
+{
+	m->owned = 1;
+	m->owner_uid = c->uid;
+	m->owner_gid = c->gid;
+}
+
+int
+authz_may_see(const struct authz_caller *c, const struct migration *m)
+{
+	unsigned long owner;
+
+	/* The owner still sees it after completion killed the process. */
+	if (c->cap_sys_ptrace ||
+	    (m->owned && m->owner_uid == c->uid && m->owner_gid == c->gid))
+		return 1;
+	return check(c, m->pid, &owner) == 0;
 }

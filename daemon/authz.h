@@ -26,4 +26,13 @@ void authz_caller_init(struct authz_caller *, pid_t, uid_t, gid_t);
 int authz_may_ptrace(const struct authz_caller *, pid_t pid, uint32_t *code,
 		     char *err, size_t errlen);
 
+struct migration;
+/* Records the caller as the owner of the migration its request made. */
+void authz_set_owner(const struct authz_caller *, struct migration *);
+/*
+ * Whether the caller may see a migration (and its ID): it made it, or it
+ * could ptrace the process. Silent: status asks this for every migration.
+ */
+int authz_may_see(const struct authz_caller *, const struct migration *);
+
 #endif

@@ -56,9 +56,21 @@ void
 control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *msg)
 {
 	struct client *cl = client_find(serial);
+	const char *id = NULL;
+	struct migration *m;
 
-	if (cl != NULL)
-		conn_send(cl->conn, type, msg);
+	if (cl == NULL)
+		return;
+	/* The caller whose request made a migration may follow it. */
+	if (type == FRAME_CTL_EXPORT_REPLY)
+		id = ((const Uffdd__ExportReply *)msg)->id;
+	else if (type == FRAME_CTL_ATTACH_REPLY)
+		id = ((const Uffdd__AttachReply *)msg)->id;
+	if (id != NULL && (m = migration_find(id, type == FRAME_CTL_EXPORT_REPLY
+							  ? ROLE_SOURCE
+							  : ROLE_DEST)) != NULL)
+		authz_set_owner(&cl->who, m);
+	conn_send(cl->conn, type, msg);
 }
 
 void
@@ -88,14 +100,10 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 	st = xcalloc(n, sizeof(*st));
 	ptrs = xcalloc(n, sizeof(*ptrs));
 	TAILQ_FOREACH (m, &migrations, link) {
-		uint32_t code;
-		char err[256];
-
 		if (req->id[0] && strcmp(req->id, m->id) != 0)
 			continue;
 		/* IDs are credentials: only for who may touch the process. */
-		if (authz_may_ptrace(&cl->who, m->pid, &code, err,
-				     sizeof(err)) < 0)
+		if (!authz_may_see(&cl->who, m))
 			continue;
 		uffdd__migration_status__init(&st[i]);
 		migration_status(m, &st[i]);

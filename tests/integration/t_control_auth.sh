@@ -71,3 +71,14 @@ grep -q "${ID:0:8}" "$T/status.out" && fail "uid 65534 sees root's migration"
 "$CLIENT" --control "$src_SOCK" status >"$T/status.out"
 grep -q "${ID:0:8}" "$T/status.out" && grep -q "$(head -c 8 "$T/nid.out")" "$T/status.out" ||
 	fail "root does not see every migration: $(cat "$T/status.out")"
+# The owner keeps seeing its migration after the process is gone (as after
+# a completed migration, which kills the source process).
+kill -9 "$WN"
+for _ in $(seq 100); do
+	[ -e "/proc/$WN/status" ] || break
+	[ "$(proc_state "$WN" 2>/dev/null)" = Z ] && break
+	sleep 0.05
+done
+"${NOBODY[@]}" "$CLIENT" --control "$src_SOCK" status >"$T/status.out" 2>&1
+grep -q "$(head -c 8 "$T/nid.out")" "$T/status.out" ||
+	fail "uid 65534 lost sight of its own migration: $(cat "$T/status.out")"
