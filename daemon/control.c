@@ -248,17 +248,26 @@ control_listen(const char *path)
 		log_warn("control socket %s", path);
 		return -1;
 	}
-	if ((conf.control_gid != (gid_t)-1 &&
-	     chown(path, (uid_t)-1, conf.control_gid) < 0) ||
-	    chmod(path, conf.control_mode) < 0) {
-		log_warn("control socket %s: mode %04o group %ld", path,
-			 (unsigned)conf.control_mode, (long)conf.control_gid);
-		evconnlistener_free(listener);
-		listener = NULL;
-		unlink(path);
+	sock_path = xstrdup(path);
+	if (control_apply_mode() < 0) {
+		control_close();
 		return -1;
 	}
-	sock_path = xstrdup(path);
+	return 0;
+}
+
+int
+control_apply_mode(void)
+{
+	if (sock_path == NULL)
+		return 0;
+	if ((conf.control_gid != (gid_t)-1 &&
+	     chown(sock_path, (uid_t)-1, conf.control_gid) < 0) ||
+	    chmod(sock_path, conf.control_mode) < 0) {
+		log_warn("control socket %s: mode %04o group %ld", sock_path,
+			 (unsigned)conf.control_mode, (long)conf.control_gid);
+		return -1;
+	}
 	return 0;
 }
 

@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,18 +12,19 @@
 
 #include <event2/event.h>
 
+#include "daemon/conffile.h"
 #include "daemon/log.h"
 #include "daemon/probe.h"
 #include "daemon/tls.h"
 #include "daemon/uffdd.h"
 
-struct uffdd_conf conf = {
-	.control = "/run/uffdd/control.sock",
-	.control_mode = 0600,
-	.control_gid = (gid_t)-1,
-	.state_dir = "/run/uffdd",
-};
+struct uffdd_conf conf;
 struct event_base *base;
+
+/* What the command line said, kept to override the file again on reload. */
+static struct uffdd_conf cli;
+static const char *conf_path = CONFFILE_DEFAULT_PATH;
+static int conf_path_given;
 
 static void
 usage(FILE *f)
@@ -35,7 +35,8 @@ usage(FILE *f)
 		"             [--control-mode MODE] [--control-group GROUP]\n"
 		"             [--ca FILE --cert FILE --key FILE [--pin SHA256]]"
 		"\n"
-		"             [--insecure] [--foreground] [-v] [--help]\n"
+		"             [--insecure] [--config FILE] [-n] [--foreground] "
+		"[-v] [--help]\n"
 		"\n"
 		"  --listen HOST:PORT  accept peer daemons there (source "
 		"role)\n"
@@ -57,48 +58,14 @@ usage(FILE *f)
 		"                      instead of the name in --from\n"
 		"  --insecure          plaintext peer connections, loopback "
 		"only\n"
+		"  --config FILE       configuration file (default %s);\n"
+		"                      flags override it, SIGHUP reloads it\n"
+		"  --check, -n         check the configuration, print the "
+		"effective one\n"
+		"                      and exit\n"
 		"  --foreground, -f    stay in the foreground, log to stderr\n"
 		"  -v                  more logging\n",
-		"/run/uffdd/control.sock", "/run/uffdd");
-}
-
-/* An octal file mode, permission bits only. */
-static int
-parse_mode(const char *s, mode_t *out)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 8);
-	if (errno || end == s || *end || v < 0 || v > 0777) {
-		fprintf(stderr, "uffdd: mode %s: want octal 0000-0777\n", s);
-		return -1;
-	}
-	*out = (mode_t)v;
-	return 0;
-}
-
-/* A group name, or a number. */
-static int
-parse_group(const char *s, gid_t *out)
-{
-	struct group *gr = getgrnam(s);
-	char *end;
-	long v;
-
-	if (gr != NULL) {
-		*out = gr->gr_gid;
-		return 0;
-	}
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < 0 || v >= (long)(gid_t)-1) {
-		fprintf(stderr, "uffdd: group %s: no such group\n", s);
-		return -1;
-	}
-	*out = (gid_t)v;
-	return 0;
+		"/run/uffdd/control.sock", "/run/uffdd", CONFFILE_DEFAULT_PATH);
 }
 
 /* State files: one per migration, replaced atomically. */
@@ -141,88 +108,185 @@ on_signal(evutil_socket_t sig, short ev, void *arg)
 	event_base_loopexit(base, NULL);
 }
 
-int
-main(int argc, char **argv)
+/*
+ * Builds the effective configuration: defaults, the file, then the flags.
+ * Returns -1 with err filled if the file is unreadable or invalid.
+ */
+static int
+conf_build(struct uffdd_conf *c, char *err, size_t errlen)
+{
+	struct uffdd_conf file = {.control_gid = (gid_t)-1};
+
+	conffile_defaults(c);
+	if (conffile_load(conf_path, conf_path_given, &file, err, errlen) < 0) {
+		conffile_clear(&file);
+		conffile_clear(c);
+		return -1;
+	}
+	conffile_merge(c, &file);
+	conffile_merge(c, &cli);
+	conffile_clear(&file);
+	c->foreground = cli.foreground;
+	if (cli.verbose > c->verbose)
+		c->verbose = cli.verbose;
+	/* TLS files required unless insecure; never both, to be clear. */
+	if (c->insecure && (c->ca || c->cert || c->key || c->pin)) {
+		snprintf(err, errlen,
+			 "insecure (plaintext) and ca/cert/key/pin (TLS) "
+			 "exclude each other");
+		conffile_clear(c);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * SIGHUP: reread the file. Anything invalid keeps the running configuration
+ * whole; keys that need a restart keep their running values, with a warning.
+ */
+static void
+on_hup(evutil_socket_t sig, short ev, void *arg)
+{
+	struct uffdd_conf next;
+	const char *k;
+	char err[512];
+
+	if (conf_build(&next, err, sizeof(err)) < 0) {
+		log_warnx("reload: %s; keeping the running configuration", err);
+		return;
+	}
+	if ((k = conffile_restart_key(&conf, &next)) != NULL) {
+		log_warnx("reload: %s changes only at restart; keeping the "
+			  "running configuration",
+			  k);
+		conffile_clear(&next);
+		return;
+	}
+	if (!next.insecure &&
+	    tls_init(next.ca, next.cert, next.key, next.pin) < 0) {
+		log_warnx("reload: TLS settings refused; keeping the running "
+			  "configuration");
+		conffile_clear(&next);
+		return;
+	}
+	conffile_clear(&conf);
+	conf = next;
+	log_init(conf.foreground, conf.verbose);
+	control_apply_mode();
+	log_info("reloaded %s", conf_path);
+}
+
+/* Flags, each a config key of the same name, into cli. */
+static int
+parse_args(int argc, char **argv, int *check)
 {
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, 'l'},
 		{"control", required_argument, NULL, 'c'},
-		{"control-mode", required_argument, NULL, 'M'},
-		{"control-group", required_argument, NULL, 'G'},
+		{"control-mode", required_argument, NULL, 'K'},
+		{"control-group", required_argument, NULL, 'K'},
 		{"state-dir", required_argument, NULL, 's'},
 		{"insecure", no_argument, NULL, 'I'},
-		{"ca", required_argument, NULL, 'A'},
-		{"cert", required_argument, NULL, 'C'},
+		{"ca", required_argument, NULL, 'K'},
+		{"cert", required_argument, NULL, 'K'},
 		{"key", required_argument, NULL, 'K'},
-		{"pin", required_argument, NULL, 'P'},
+		{"pin", required_argument, NULL, 'K'},
+		{"config", required_argument, NULL, 'F'},
+		{"check", no_argument, NULL, 'n'},
 		{"foreground", no_argument, NULL, 'f'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	struct event *sigterm, *sigint;
-	int ch;
+	char err[256];
+	int ch, idx, rc;
 
-	while ((ch = getopt_long(argc, argv, "l:c:s:Ifvh", opts, NULL)) != -1) {
+	cli.control_gid = (gid_t)-1;
+	while ((ch = getopt_long(argc, argv, "l:c:s:Infvh", opts, &idx)) !=
+	       -1) {
 		switch (ch) {
 		case 'l':
-			conf.listen = optarg;
+			rc = conffile_set(&cli, "listen", optarg, err,
+					  sizeof(err));
 			break;
 		case 'c':
-			conf.control = optarg;
-			break;
-		case 'M':
-			if (parse_mode(optarg, &conf.control_mode) < 0)
-				return 2;
-			break;
-		case 'G':
-			if (parse_group(optarg, &conf.control_gid) < 0)
-				return 2;
+			rc = conffile_set(&cli, "control", optarg, err,
+					  sizeof(err));
 			break;
 		case 's':
-			conf.state_dir = optarg;
+			rc = conffile_set(&cli, "state-dir", optarg, err,
+					  sizeof(err));
 			break;
 		case 'I':
-			conf.insecure = 1;
-			break;
-		case 'A':
-			conf.ca = optarg;
-			break;
-		case 'C':
-			conf.cert = optarg;
+			rc = conffile_set(&cli, "insecure", "yes", err,
+					  sizeof(err));
 			break;
 		case 'K':
-			conf.key = optarg;
+			rc = conffile_set(&cli, opts[idx].name, optarg, err,
+					  sizeof(err));
 			break;
-		case 'P':
-			conf.pin = optarg;
+		case 'F':
+			conf_path = optarg;
+			conf_path_given = 1;
+			rc = 0;
+			break;
+		case 'n':
+			*check = 1;
+			rc = 0;
 			break;
 		case 'f':
-			conf.foreground = 1;
+			cli.foreground = 1;
+			rc = 0;
 			break;
 		case 'v':
-			conf.verbose++;
+			cli.verbose++;
+			rc = 0;
 			break;
 		case 'h':
 			usage(stdout);
-			return 0;
+			exit(0);
 		default:
 			usage(stderr);
-			return 2;
+			return -1;
+		}
+		if (rc < 0) {
+			fprintf(stderr, "uffdd: --%s\n", err);
+			return -1;
 		}
 	}
 	if (optind != argc) {
 		usage(stderr);
+		return -1;
+	}
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct event *sigterm, *sigint, *sighup;
+	char err[512];
+	int check = 0;
+
+	if (parse_args(argc, argv, &check) < 0)
 		return 2;
+	if (conf_build(&conf, err, sizeof(err)) < 0) {
+		fprintf(stderr, "uffdd: %s\n", err);
+		return 1;
 	}
 	log_init(1, conf.verbose);
+	if (check) {
+		/* The TLS files are part of the configuration: load them. */
+		if (!conf.insecure &&
+		    tls_init(conf.ca, conf.cert, conf.key, conf.pin) < 0)
+			return 1;
+		conffile_print(stdout, &conf);
+		tls_free();
+		return 0;
+	}
 	if (geteuid() != 0)
 		fatalx("must run as root: it reads and writes other processes' "
 		       "memory");
-	/* TLS files required unless --insecure; never both, to be clear. */
-	if (conf.insecure && (conf.ca || conf.cert || conf.key || conf.pin))
-		fatalx("--insecure (plaintext) and --ca/--cert/--key/--pin "
-		       "(TLS) exclude each other");
 	if (!conf.insecure &&
 	    tls_init(conf.ca, conf.cert, conf.key, conf.pin) < 0)
 		return 1;
@@ -246,8 +310,10 @@ main(int argc, char **argv)
 	}
 	sigterm = evsignal_new(base, SIGTERM, on_signal, NULL);
 	sigint = evsignal_new(base, SIGINT, on_signal, NULL);
+	sighup = evsignal_new(base, SIGHUP, on_hup, NULL);
 	evsignal_add(sigterm, NULL);
 	evsignal_add(sigint, NULL);
+	evsignal_add(sighup, NULL);
 	log_info("ready: control %s", conf.control);
 
 	event_base_dispatch(base);
@@ -257,7 +323,10 @@ main(int argc, char **argv)
 	migration_free_all();
 	event_free(sigterm);
 	event_free(sigint);
+	event_free(sighup);
 	event_base_free(base);
 	tls_free();
+	conffile_clear(&conf);
+	conffile_clear(&cli);
 	return 0;
 }

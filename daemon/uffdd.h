@@ -29,21 +29,23 @@ enum {
 	ERR_KERNEL = 10,
 };
 
+/* The effective configuration (conffile.c): strings are owned. */
 struct uffdd_conf {
-	const char *listen;
-	const char *control;
+	char *listen;
+	char *control;
 	mode_t control_mode; /* of the control socket; 0600 by default */
 	gid_t control_gid;   /* its group; (gid_t)-1: leave it */
-	const char *state_dir;
+	char *state_dir;
 	int foreground;
 	int verbose;
 	int insecure;
 	/* TLS: CA that signs every peer, our certificate and key. */
-	const char *ca;
-	const char *cert;
-	const char *key;
+	char *ca;
+	char *cert;
+	char *key;
 	/* SHA-256 fingerprint a source must show instead of the --from name */
-	const char *pin;
+	char *pin;
+	unsigned set; /* which keys were given (conffile.c) */
 };
 
 extern struct uffdd_conf conf;
@@ -62,6 +64,8 @@ void peer_set_nodelay(struct conn *);
 
 /* control.c */
 int control_listen(const char *path);
+/* Applies conf.control_mode and conf.control_gid to the socket. */
+int control_apply_mode(void);
 void control_close(void);
 /* Sends a reply to control client `serial` if it is still connected. */
 void control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *);

@@ -140,8 +140,11 @@ start_daemon() {
 	shift
 	port=$(free_port)
 	tls=$(tls_args "$@")
+	# An empty configuration file, so that the machine's
+	# /etc/uffdd/uffdd.conf cannot change a test; ARGS may name another.
+	: >"$T/empty.conf"
 	# shellcheck disable=SC2086
-	"$UFFDD" -f $tls --listen "127.0.0.1:$port" \
+	"$UFFDD" -f --config "$T/empty.conf" $tls --listen "127.0.0.1:$port" \
 		--control "$T/$name.sock" --state-dir "$T/$name.state" "$@" \
 		>"$T/$name.log" 2>&1 &
 	PIDS+=($!)
