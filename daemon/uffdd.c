@@ -14,6 +14,7 @@
 
 #include "daemon/conffile.h"
 #include "daemon/log.h"
+#include "daemon/notify.h"
 #include "daemon/probe.h"
 #include "daemon/tls.h"
 #include "daemon/uffdd.h"
@@ -101,9 +102,26 @@ state_remove(const struct migration *m)
 	free(path);
 }
 
+/* systemd's STATUS= line: what the daemon is doing now. */
+static void
+status_line(char *buf, size_t len)
+{
+	struct migration *m;
+	int n = 0, active = 0;
+
+	TAILQ_FOREACH (m, &migrations, link) {
+		n++;
+		active += m->state == MIG_RUNNING || m->state == MIG_PAUSED ||
+			  m->state == MIG_CONNECTING;
+	}
+	snprintf(buf, len, "%d migrations, %d active; peers on %s", n, active,
+		 conf.listen ? conf.listen : "(none)");
+}
+
 static void
 on_signal(evutil_socket_t sig, short ev, void *arg)
 {
+	notify_send("STOPPING=1");
 	log_info("signal %d: shutting down", (int)sig);
 	event_base_loopexit(base, NULL);
 }
@@ -141,11 +159,11 @@ conf_build(struct uffdd_conf *c, char *err, size_t errlen)
 }
 
 /*
- * SIGHUP: reread the file. Anything invalid keeps the running configuration
- * whole; keys that need a restart keep their running values, with a warning.
+ * Rereads the file. Anything invalid keeps the running configuration whole;
+ * a change to a key that needs a restart too, with a warning.
  */
 static void
-on_hup(evutil_socket_t sig, short ev, void *arg)
+reload(void)
 {
 	struct uffdd_conf next;
 	const char *k;
@@ -174,6 +192,15 @@ on_hup(evutil_socket_t sig, short ev, void *arg)
 	log_init(conf.foreground, conf.verbose);
 	control_apply_mode();
 	log_info("reloaded %s", conf_path);
+}
+
+/* SIGHUP, as systemctl reload sends it. */
+static void
+on_hup(evutil_socket_t sig, short ev, void *arg)
+{
+	notify_send("RELOADING=1");
+	reload();
+	notify_send("READY=1");
 }
 
 /* Flags, each a config key of the same name, into cli. */
@@ -292,6 +319,7 @@ main(int argc, char **argv)
 		return 1;
 	if (mkdir(conf.state_dir, 0700) < 0 && errno != EEXIST)
 		fatal("state directory %s", conf.state_dir);
+	notify_init();
 	if (!conf.foreground && daemon(0, 0) < 0)
 		fatal("daemon");
 	log_init(conf.foreground, conf.verbose);
@@ -315,6 +343,9 @@ main(int argc, char **argv)
 	evsignal_add(sigint, NULL);
 	evsignal_add(sighup, NULL);
 	log_info("ready: control %s", conf.control);
+	notify_send("READY=1\nSTATUS=ready; peers on %s, control %s",
+		    conf.listen ? conf.listen : "(none)", conf.control);
+	notify_watchdog_start(base, status_line);
 
 	event_base_dispatch(base);
 
@@ -324,6 +355,7 @@ main(int argc, char **argv)
 	event_free(sigterm);
 	event_free(sigint);
 	event_free(sighup);
+	notify_stop();
 	event_base_free(base);
 	tls_free();
 	conffile_clear(&conf);
