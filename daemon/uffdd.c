@@ -36,7 +36,9 @@ usage(FILE *f)
 		"             [--control-mode MODE] [--control-group GROUP]\n"
 		"             [--ca FILE --cert FILE --key FILE [--pin SHA256]]"
 		"\n"
-		"             [--insecure] [--config FILE] [-n] [--foreground] "
+		"             [--insecure] [--config FILE] [-n] "
+		"[--foreground]\n"
+		"             [--log-level LEVEL] "
 		"[-v] [--help]\n"
 		"\n"
 		"  --listen HOST:PORT  accept peer daemons there (source "
@@ -65,7 +67,8 @@ usage(FILE *f)
 		"effective one\n"
 		"                      and exit\n"
 		"  --foreground, -f    stay in the foreground, log to stderr\n"
-		"  -v                  more logging\n",
+		"  --log-level LEVEL   info or debug (default info)\n"
+		"  -v                  more logging (debug)\n",
 		"/run/uffdd/control.sock", "/run/uffdd", CONFFILE_DEFAULT_PATH);
 }
 
@@ -218,6 +221,7 @@ parse_args(int argc, char **argv, int *check)
 		{"cert", required_argument, NULL, 'K'},
 		{"key", required_argument, NULL, 'K'},
 		{"pin", required_argument, NULL, 'K'},
+		{"log-level", required_argument, NULL, 'K'},
 		{"config", required_argument, NULL, 'F'},
 		{"check", no_argument, NULL, 'n'},
 		{"foreground", no_argument, NULL, 'f'},
