@@ -20,6 +20,9 @@
 #include "daemon/conffile.h"
 #include "daemon/log.h"
 
+#define CONF_LINE_MAX 4096
+#define CONF_VALUE_MAX 1024
+
 enum key_type { T_STR, T_BOOL, T_MODE, T_GROUP, T_LEVEL };
 
 /*
@@ -103,6 +106,12 @@ conffile_set(struct uffdd_conf *c, const char *name, const char *v, char *err,
 	case T_STR:
 		if (*v == '\0') {
 			snprintf(err, errlen, "%s: empty value", name);
+			return -1;
+		}
+		/* Printed with escapes, it must still fit a line. */
+		if (strlen(v) > CONF_VALUE_MAX) {
+			snprintf(err, errlen, "%s: longer than %d characters",
+				 name, CONF_VALUE_MAX);
 			return -1;
 		}
 		free(*FIELD(c, k, char *));
@@ -229,7 +238,7 @@ int
 conffile_load(const char *path, int must_exist, struct uffdd_conf *c, char *err,
 	      size_t errlen)
 {
-	char line[1024], why[256];
+	char line[CONF_LINE_MAX], why[256];
 	unsigned lineno = 0;
 	int rc = 0;
 	FILE *f;
