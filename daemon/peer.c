@@ -7,7 +7,9 @@
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -20,6 +22,53 @@
 #include "daemon/uffdd.h"
 
 static struct evconnlistener *listener;
+
+/*
+ * Limits on connections that have not yet said which migration they are for
+ * (TLS handshake, then HELLO): per peer address and in all, and a deadline.
+ * Past HELLO the source role allows one demand and one bulk lane per
+ * migration. Without these, anyone who can reach the port could hold file
+ * descriptors and handshakes open at no cost.
+ */
+#define PEER_PENDING_PER_ADDR 8
+#define PEER_PENDING_MAX 64
+#define PEER_HELLO_TIMEOUT 10
+
+struct pending {
+	TAILQ_ENTRY(pending) link;
+	struct conn *conn;
+	struct sockaddr_storage addr;
+};
+static TAILQ_HEAD(, pending) pendings = TAILQ_HEAD_INITIALIZER(pendings);
+static int npending;
+
+static int
+same_host(const struct sockaddr_storage *a, const struct sockaddr *b)
+{
+	if (a->ss_family != b->sa_family)
+		return 0;
+	if (b->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)(const void *)a)
+			       ->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)(const void *)b)
+			       ->sin_addr.s_addr;
+	if (b->sa_family == AF_INET6)
+		return memcmp(&((const struct sockaddr_in6 *)(const void *)a)
+				       ->sin6_addr,
+			      &((const struct sockaddr_in6 *)(const void *)b)
+				       ->sin6_addr,
+			      sizeof(struct in6_addr)) == 0;
+	return 0;
+}
+
+/* The connection got its HELLO or closed: it no longer counts. */
+static void
+pending_done(struct pending *p)
+{
+	TAILQ_REMOVE(&pendings, p, link);
+	npending--;
+	free(p);
+}
 
 /* Plaintext is allowed only where nobody else can listen in: loopback. */
 static int
@@ -104,6 +153,7 @@ static void
 accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	       void *arg)
 {
+	pending_done(arg);
 	if (h->type != FRAME_HELLO) {
 		log_warnx("%s: %s before HELLO", conn_name(c),
 			  frame_type_name(h->type));
@@ -111,6 +161,8 @@ accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		conn_finish(c);
 		return;
 	}
+	/* The deadline was for HELLO; the role sets its own. */
+	conn_set_timeout(c, 0);
 	source_hello(c, (const Uffdd__Hello *)msg);
 }
 
@@ -119,6 +171,7 @@ static void
 accepted_close(struct conn *c, const char *why, void *arg)
 {
 	log_warnx("peer %s refused: %s", conn_name(c), why);
+	pending_done(arg);
 	conn_free(c);
 }
 
@@ -128,7 +181,8 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 {
 	char host[INET6_ADDRSTRLEN + 8] = "?", name[96];
 	struct bufferevent *bev;
-	int port = 0;
+	struct pending *p;
+	int port = 0, same = 0;
 
 	if (sa->sa_family == AF_INET) {
 		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, host,
@@ -144,6 +198,15 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 		evutil_closesocket(fd);
 		return;
 	}
+	TAILQ_FOREACH (p, &pendings, link)
+		same += same_host(&p->addr, sa);
+	if (same >= PEER_PENDING_PER_ADDR || npending >= PEER_PENDING_MAX) {
+		log_warnx("peer %s refused: %d connections from it and %d in "
+			  "all are still before HELLO",
+			  host, same, npending);
+		evutil_closesocket(fd);
+		return;
+	}
 	snprintf(name, sizeof(name), "%s%s%s:%d",
 		 sa->sa_family == AF_INET6 ? "[" : "", host,
 		 sa->sa_family == AF_INET6 ? "]" : "", port);
@@ -155,9 +218,14 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 		evutil_closesocket(fd);
 		return;
 	}
-	conn_set_priority(
-		conn_new(base, bev, name, accepted_frame, accepted_close, NULL),
-		PRIO_CONTROL);
+	p = xcalloc(1, sizeof(*p));
+	memcpy(&p->addr, sa,
+	       (size_t)sl < sizeof(p->addr) ? (size_t)sl : sizeof(p->addr));
+	p->conn = conn_new(base, bev, name, accepted_frame, accepted_close, p);
+	conn_set_priority(p->conn, PRIO_CONTROL);
+	conn_set_timeout(p->conn, PEER_HELLO_TIMEOUT);
+	TAILQ_INSERT_TAIL(&pendings, p, link);
+	npending++;
 }
 
 int
@@ -189,6 +257,12 @@ peer_listen(const char *hostport)
 void
 peer_close_listeners(void)
 {
+	struct pending *p;
+
+	while ((p = TAILQ_FIRST(&pendings)) != NULL) {
+		conn_free(p->conn);
+		pending_done(p);
+	}
 	if (listener)
 		evconnlistener_free(listener);
 	listener = NULL;

@@ -105,7 +105,11 @@ wait_log d "run.conf:2: unknown key \"bogus\"; keeping the running configuration
 # here, and flags win; pin does not).
 printf 'control-mode 0600\npin 00:11\n' >"$T/run.conf"
 kill -HUP "$d_PID"
-wait_log d "reload: TLS settings refused; keeping the running configuration" 1
+if [ "${UFFDD_TEST_INSECURE:-0}" = 1 ]; then
+	wait_log d "exclude each other; keeping the running configuration" 1
+else
+	wait_log d "reload: TLS settings refused; keeping the running configuration" 1
+fi
 [ "$(stat -c %a "$d_SOCK")" = 666 ] || fail "bad TLS settings changed the running configuration"
 # ... and on a key that only a restart can change: a daemon whose control
 # socket and state directory come from its file alone.
