@@ -6,15 +6,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "daemon/conn.h"
 #include "daemon/log.h"
+#include "daemon/tls.h"
 
 /*
  * Reading stops at this much unprocessed input, so a fast sender cannot grow
  * our memory; it must exceed the largest frame.
  */
 #define CONN_READ_HIGH (FRAME_HDR_LEN + FRAME_MSG_MAX + FRAME_DATA_MAX + 4096)
+/* How long a finished connection waits for the peer to close its side. */
+#define CONN_LINGER_SECS 10
 
 struct conn {
 	struct bufferevent *bev;
@@ -28,31 +32,32 @@ struct conn {
 	int in_cb;
 	int dead;
 	int finishing;
-	int shut; /* our side is shut down: draining until the peer's EOF */
+	int lingering;
 	size_t data_left;
 };
 
+static void conn_read_cb(struct bufferevent *, void *);
+
 /*
- * A finishing connection shuts its sending side down once its output is
- * out, then reads and drops until the peer closes: closing with unread
- * input would send a reset, and a reset makes the peer drop what it had
- * not read yet, such as our last frame.
+ * Everything queued is out: say so (TLS close_notify, TCP FIN) but go on
+ * reading, and discarding, until the peer closes too. Closing with unread
+ * input would send a reset, and a peer that meets the reset before it reads
+ * our last frames loses them: the source lost the destination's COMPLETE
+ * that way when its own late writes failed first.
  */
 static void
 conn_linger(struct conn *c)
 {
-	struct timeval tv = {5, 0};
+	struct timeval tv = {CONN_LINGER_SECS, 0};
+	struct evbuffer *in = bufferevent_get_input(c->bev);
 
-	c->shut = 1;
-	shutdown(bufferevent_getfd(c->bev), SHUT_WR);
-	evbuffer_drain(bufferevent_get_input(c->bev),
-		       evbuffer_get_length(bufferevent_get_input(c->bev)));
-	bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+	c->lingering = 1;
+	tls_shutdown(c->bev);
+	shutdown(conn_fd(c), SHUT_WR);
+	evbuffer_drain(in, evbuffer_get_length(in));
 	bufferevent_set_timeouts(c->bev, &tv, NULL);
 	bufferevent_enable(c->bev, EV_READ);
 }
-
-static void conn_read_cb(struct bufferevent *, void *);
 
 static void
 conn_destroy(struct conn *c)
@@ -84,7 +89,7 @@ conn_process(struct conn *c)
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 	int n = 0;
 
-	if (c->shut) {
+	if (c->finishing) {
 		evbuffer_drain(in, evbuffer_get_length(in));
 		return;
 	}
@@ -153,8 +158,8 @@ conn_write_cb(struct bufferevent *bev, void *arg)
 	struct conn *c = arg;
 
 	if (c->finishing) {
-		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0 &&
-		    !c->shut)
+		if (!c->lingering &&
+		    evbuffer_get_length(bufferevent_get_output(bev)) == 0)
 			conn_linger(c);
 		return;
 	}
@@ -175,13 +180,17 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 
 	if (what & BEV_EVENT_CONNECTED)
 		return;
-	if (what & BEV_EVENT_EOF)
-		snprintf(why, sizeof(why), "connection closed by peer");
-	else if (what & BEV_EVENT_TIMEOUT)
-		snprintf(why, sizeof(why), "connection timed out");
-	else
-		snprintf(why, sizeof(why), "%s",
-			 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+	/* A refused certificate says so, not just "connection reset". */
+	if (tls_error(bev, why, sizeof(why)) < 0) {
+		if (what & BEV_EVENT_EOF)
+			snprintf(why, sizeof(why), "connection closed by peer");
+		else if (what & BEV_EVENT_TIMEOUT)
+			snprintf(why, sizeof(why), "connection timed out");
+		else
+			snprintf(why, sizeof(why), "%s",
+				 evutil_socket_error_to_string(
+					 EVUTIL_SOCKET_ERROR()));
+	}
 	c->in_cb++;
 	conn_fail(c, why);
 	c->in_cb--;
@@ -228,7 +237,6 @@ conn_finish(struct conn *c)
 	c->on_frame = NULL;
 	c->on_close = NULL;
 	c->on_drain = NULL;
-	bufferevent_disable(c->bev, EV_READ);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
 		conn_linger(c);

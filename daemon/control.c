@@ -17,6 +17,7 @@
 #include <event2/bufferevent.h>
 #include <event2/listener.h>
 
+#include "daemon/authz.h"
 #include "daemon/log.h"
 #include "daemon/uffdd.h"
 
@@ -24,8 +25,7 @@ struct client {
 	TAILQ_ENTRY(client) link;
 	uint64_t serial;
 	struct conn *conn;
-	uid_t uid;
-	pid_t pid;
+	struct authz_caller who;
 };
 
 static TAILQ_HEAD(, client) clients = TAILQ_HEAD_INITIALIZER(clients);
@@ -56,9 +56,21 @@ void
 control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *msg)
 {
 	struct client *cl = client_find(serial);
+	const char *id = NULL;
+	struct migration *m;
 
-	if (cl != NULL)
-		conn_send(cl->conn, type, msg);
+	if (cl == NULL)
+		return;
+	/* The caller whose request made a migration may follow it. */
+	if (type == FRAME_CTL_EXPORT_REPLY)
+		id = ((const Uffdd__ExportReply *)msg)->id;
+	else if (type == FRAME_CTL_ATTACH_REPLY)
+		id = ((const Uffdd__AttachReply *)msg)->id;
+	if (id != NULL && (m = migration_find(id, type == FRAME_CTL_EXPORT_REPLY
+							  ? ROLE_SOURCE
+							  : ROLE_DEST)) != NULL)
+		authz_set_owner(&cl->who, m);
+	conn_send(cl->conn, type, msg);
 }
 
 void
@@ -93,6 +105,9 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 	TAILQ_FOREACH (m, &migrations, link) {
 		if (req->id[0] && strcmp(req->id, m->id) != 0)
 			continue;
+		/* IDs are credentials: only for who may touch the process. */
+		if (!authz_may_see(&cl->who, m))
+			continue;
 		uffdd__migration_status__init(&st[i]);
 		migration_status(m, &st[i]);
 		st[i].n_lost = migration_lost_ranges(m, &lbufs[i], &lptrs[i]);
@@ -118,6 +133,19 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 	free(st);
 }
 
+/* Export and attach only for a caller that could ptrace the process. */
+static int
+allowed(struct client *cl, const char *what, pid_t pid)
+{
+	uint32_t code;
+	char err[256];
+
+	if (authz_may_ptrace(&cl->who, pid, &code, err, sizeof(err)) == 0)
+		return 1;
+	conn_send_error(cl->conn, code, "%s: %s", what, err);
+	return 0;
+}
+
 static void
 client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	     void *arg)
@@ -125,12 +153,20 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	struct client *cl = arg;
 
 	switch (h->type) {
-	case FRAME_CTL_EXPORT:
-		source_export(cl->serial, (const Uffdd__ExportRequest *)msg);
+	case FRAME_CTL_EXPORT: {
+		const Uffdd__ExportRequest *r = (const void *)msg;
+
+		if (allowed(cl, "export", r->pid))
+			source_export(cl->serial, r);
 		break;
-	case FRAME_CTL_ATTACH:
-		dest_attach(cl->serial, (const Uffdd__AttachRequest *)msg);
+	}
+	case FRAME_CTL_ATTACH: {
+		const Uffdd__AttachRequest *r = (const void *)msg;
+
+		if (allowed(cl, "attach", r->pid))
+			dest_attach(cl->serial, r);
 		break;
+	}
 	case FRAME_CTL_STATUS:
 		do_status(cl, (const Uffdd__StatusRequest *)msg);
 		break;
@@ -174,8 +210,7 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	}
 	cl = xcalloc(1, sizeof(*cl));
 	cl->serial = next_serial++;
-	cl->uid = cred.uid;
-	cl->pid = cred.pid;
+	authz_caller_init(&cl->who, cred.pid, cred.uid, cred.gid);
 	snprintf(name, sizeof(name), "control client pid %d", (int)cred.pid);
 	cl->conn = conn_new(base, bev, name, client_frame, client_close, cl);
 	conn_set_priority(cl->conn, PRIO_CONTROL);
@@ -209,7 +244,11 @@ control_listen(const char *path)
 			close(fd);
 		unlink(path);
 	}
-	/* Root only by default: the socket is created 0600. */
+	/*
+	 * Root only by default: the socket is created 0600, then opened to
+	 * --control-mode and --control-group. Whoever gets in is still held
+	 * to the ptrace rule on every request (authz.c).
+	 */
 	old = umask(0177);
 	listener = evconnlistener_new_bind(
 		base, accept_cb, NULL,
@@ -221,6 +260,25 @@ control_listen(const char *path)
 		return -1;
 	}
 	sock_path = xstrdup(path);
+	if (control_apply_mode() < 0) {
+		control_close();
+		return -1;
+	}
+	return 0;
+}
+
+int
+control_apply_mode(void)
+{
+	if (sock_path == NULL)
+		return 0;
+	if ((conf.control_gid != (gid_t)-1 &&
+	     chown(sock_path, (uid_t)-1, conf.control_gid) < 0) ||
+	    chmod(sock_path, conf.control_mode) < 0) {
+		log_warn("control socket %s: mode %04o group %ld", sock_path,
+			 (unsigned)conf.control_mode, (long)conf.control_gid);
+		return -1;
+	}
 	return 0;
 }
 

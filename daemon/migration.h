@@ -45,6 +45,10 @@ struct migration {
 	uint32_t reconnects;
 	void *impl; /* struct source or struct dest */
 	void (*impl_free)(struct migration *);
+	/* The control caller whose request made it (authz.c, for status). */
+	int owned;
+	uid_t owner_uid;
+	gid_t owner_gid;
 };
 
 TAILQ_HEAD(migration_list, migration);

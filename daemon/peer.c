@@ -1,10 +1,15 @@
-/* Peer connections between daemons: listening, connecting, address policy. */
+/*
+ * Peer connections between daemons: listening, connecting, address policy.
+ * TLS 1.3 (tls.c) unless --insecure, and plaintext only on loopback.
+ */
 #include "config.h"
 
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -13,9 +18,57 @@
 #include <event2/listener.h>
 
 #include "daemon/log.h"
+#include "daemon/tls.h"
 #include "daemon/uffdd.h"
 
 static struct evconnlistener *listener;
+
+/*
+ * Limits on connections that have not yet said which migration they are for
+ * (TLS handshake, then HELLO): per peer address and in all, and a deadline.
+ * Past HELLO the source role allows one demand and one bulk lane per
+ * migration. Without these, anyone who can reach the port could hold file
+ * descriptors and handshakes open at no cost.
+ */
+#define PEER_PENDING_PER_ADDR 8
+#define PEER_PENDING_MAX 64
+#define PEER_HELLO_TIMEOUT 10
+
+struct pending {
+	TAILQ_ENTRY(pending) link;
+	struct conn *conn;
+	struct sockaddr_storage addr;
+};
+static TAILQ_HEAD(, pending) pendings = TAILQ_HEAD_INITIALIZER(pendings);
+static int npending;
+
+static int
+same_host(const struct sockaddr_storage *a, const struct sockaddr *b)
+{
+	if (a->ss_family != b->sa_family)
+		return 0;
+	if (b->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)(const void *)a)
+			       ->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)(const void *)b)
+			       ->sin_addr.s_addr;
+	if (b->sa_family == AF_INET6)
+		return memcmp(&((const struct sockaddr_in6 *)(const void *)a)
+				       ->sin6_addr,
+			      &((const struct sockaddr_in6 *)(const void *)b)
+				       ->sin6_addr,
+			      sizeof(struct in6_addr)) == 0;
+	return 0;
+}
+
+/* The connection got its HELLO or closed: it no longer counts. */
+static void
+pending_done(struct pending *p)
+{
+	TAILQ_REMOVE(&pendings, p, link);
+	npending--;
+	free(p);
+}
 
 /* Plaintext is allowed only where nobody else can listen in: loopback. */
 static int
@@ -34,12 +87,14 @@ is_loopback(const struct sockaddr *sa)
 	return 0;
 }
 
-/* Splits HOST:PORT ([v6]:PORT too) and resolves it to one address. */
+/*
+ * Splits HOST:PORT ([v6]:PORT too) and resolves it to one address; host
+ * receives HOST, the name the peer's certificate must carry.
+ */
 static int
 resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sl,
-	char *err, size_t errlen)
+	char host[256], char *err, size_t errlen)
 {
-	char host[256];
 	const char *port, *colon = strrchr(hostport, ':');
 	struct addrinfo hints = {0}, *res;
 	size_t hl;
@@ -55,8 +110,12 @@ resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sl,
 		hostport++;
 		hl -= 2;
 	}
-	if (hl == 0 || hl >= sizeof(host)) {
+	if (hl == 0) {
 		snprintf(err, errlen, "%s: expected HOST:PORT", hostport);
+		return -1;
+	}
+	if (hl >= 256) {
+		snprintf(err, errlen, "%s: host name too long", hostport);
 		return -1;
 	}
 	memcpy(host, hostport, hl);
@@ -70,10 +129,11 @@ resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sl,
 	memcpy(ss, res->ai_addr, res->ai_addrlen);
 	*sl = res->ai_addrlen;
 	freeaddrinfo(res);
-	if (!is_loopback((struct sockaddr *)ss)) {
+	if (!tls_enabled() && !is_loopback((struct sockaddr *)ss)) {
 		snprintf(err, errlen,
 			 "%s: plaintext peer connections are refused on a "
-			 "non-loopback address (TLS is not built yet)",
+			 "non-loopback address (--insecure is for loopback "
+			 "only: give the daemon --ca, --cert and --key)",
 			 hostport);
 		return -1;
 	}
@@ -93,6 +153,7 @@ static void
 accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	       void *arg)
 {
+	pending_done(arg);
 	if (h->type != FRAME_HELLO) {
 		log_warnx("%s: %s before HELLO", conn_name(c),
 			  frame_type_name(h->type));
@@ -100,13 +161,17 @@ accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		conn_finish(c);
 		return;
 	}
+	/* The deadline was for HELLO; the role sets its own. */
+	conn_set_timeout(c, 0);
 	source_hello(c, (const Uffdd__Hello *)msg);
 }
 
+/* Before HELLO nobody owns the connection: TLS refusals end up here. */
 static void
 accepted_close(struct conn *c, const char *why, void *arg)
 {
-	log_debug("%s: %s", conn_name(c), why);
+	log_warnx("peer %s refused: %s", conn_name(c), why);
+	pending_done(arg);
 	conn_free(c);
 }
 
@@ -116,7 +181,8 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 {
 	char host[INET6_ADDRSTRLEN + 8] = "?", name[96];
 	struct bufferevent *bev;
-	int port = 0;
+	struct pending *p;
+	int port = 0, same = 0;
 
 	if (sa->sa_family == AF_INET) {
 		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, host,
@@ -127,22 +193,39 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 			  host, sizeof(host));
 		port = ntohs(((struct sockaddr_in6 *)sa)->sin6_port);
 	}
-	if (!is_loopback(sa)) {
+	if (!tls_enabled() && !is_loopback(sa)) {
 		log_warnx("peer %s refused: plaintext only on loopback", host);
+		evutil_closesocket(fd);
+		return;
+	}
+	TAILQ_FOREACH (p, &pendings, link)
+		same += same_host(&p->addr, sa);
+	if (same >= PEER_PENDING_PER_ADDR || npending >= PEER_PENDING_MAX) {
+		log_warnx("peer %s refused: %d connections from it and %d in "
+			  "all are still before HELLO",
+			  host, same, npending);
 		evutil_closesocket(fd);
 		return;
 	}
 	snprintf(name, sizeof(name), "%s%s%s:%d",
 		 sa->sa_family == AF_INET6 ? "[" : "", host,
 		 sa->sa_family == AF_INET6 ? "]" : "", port);
-	bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (tls_enabled())
+		bev = tls_accept(base, fd);
+	else
+		bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (bev == NULL) {
 		evutil_closesocket(fd);
 		return;
 	}
-	conn_set_priority(
-		conn_new(base, bev, name, accepted_frame, accepted_close, NULL),
-		PRIO_CONTROL);
+	p = xcalloc(1, sizeof(*p));
+	memcpy(&p->addr, sa,
+	       (size_t)sl < sizeof(p->addr) ? (size_t)sl : sizeof(p->addr));
+	p->conn = conn_new(base, bev, name, accepted_frame, accepted_close, p);
+	conn_set_priority(p->conn, PRIO_CONTROL);
+	conn_set_timeout(p->conn, PEER_HELLO_TIMEOUT);
+	TAILQ_INSERT_TAIL(&pendings, p, link);
+	npending++;
 }
 
 int
@@ -150,9 +233,9 @@ peer_listen(const char *hostport)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	char err[256];
+	char err[256], host[256];
 
-	if (resolve(hostport, &ss, &sl, err, sizeof(err)) < 0) {
+	if (resolve(hostport, &ss, &sl, host, err, sizeof(err)) < 0) {
 		log_warnx("--listen %s", err);
 		return -1;
 	}
@@ -165,14 +248,21 @@ peer_listen(const char *hostport)
 		log_warn("listen on %s", hostport);
 		return -1;
 	}
-	log_info("listening for peers on %s (plaintext, loopback only)",
-		 hostport);
+	log_info("listening for peers on %s (%s)", hostport,
+		 tls_enabled() ? "TLS 1.3, mutual authentication"
+			       : "plaintext, loopback only");
 	return 0;
 }
 
 void
 peer_close_listeners(void)
 {
+	struct pending *p;
+
+	while ((p = TAILQ_FIRST(&pendings)) != NULL) {
+		conn_free(p->conn);
+		pending_done(p);
+	}
 	if (listener)
 		evconnlistener_free(listener);
 	listener = NULL;
@@ -184,13 +274,17 @@ peer_connect(const char *hostport, const char *name, conn_frame_cb fcb,
 {
 	struct sockaddr_storage ss;
 	struct bufferevent *bev;
+	char host[256];
 	struct conn *c;
 	socklen_t sl;
 
-	if (resolve(hostport, &ss, &sl, err, errlen) < 0)
+	if (resolve(hostport, &ss, &sl, host, err, errlen) < 0)
 		return NULL;
-	bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-	if (bev == NULL) {
+	if (tls_enabled()) {
+		if ((bev = tls_connect(base, host, err, errlen)) == NULL)
+			return NULL;
+	} else if ((bev = bufferevent_socket_new(
+			    base, -1, BEV_OPT_CLOSE_ON_FREE)) == NULL) {
 		snprintf(err, errlen, "bufferevent: %s", strerror(errno));
 		return NULL;
 	}

@@ -12,17 +12,21 @@
 
 #include <event2/event.h>
 
+#include "daemon/conffile.h"
 #include "daemon/log.h"
+#include "daemon/notify.h"
 #include "daemon/pagemap.h"
 #include "daemon/probe.h"
+#include "daemon/tls.h"
 #include "daemon/uffdd.h"
 
-struct uffdd_conf conf = {
-	.control = "/run/uffdd/control.sock",
-	.state_dir = "/run/uffdd",
-	.pause_deadline = 300,
-};
+struct uffdd_conf conf;
 struct event_base *base;
+
+/* What the command line said, kept to override the file again on reload. */
+static struct uffdd_conf cli;
+static const char *conf_path = CONFFILE_DEFAULT_PATH;
+static int conf_path_given;
 
 static void
 usage(FILE *f)
@@ -30,19 +34,41 @@ usage(FILE *f)
 	fprintf(f,
 		"usage: uffdd [--listen HOST:PORT] [--control PATH] "
 		"[--state-dir DIR]\n"
-		"             [--insecure] [--pause-deadline SEC] "
-		"[--bulk-rate RATE]\n"
-		"             [--no-pagemap-scan] [--foreground] [-v] "
-		"[--help]\n"
+		"             [--control-mode MODE] [--control-group GROUP]\n"
+		"             [--ca FILE --cert FILE --key FILE [--pin SHA256]]"
+		"\n"
+		"             [--insecure] [--config FILE] [-n] "
+		"[--foreground]\n"
+		"             [--pause-deadline SEC] [--bulk-rate RATE] "
+		"[--pagemap-scan yes|no]\n"
+		"             [--log-level LEVEL] [-v] [--help]\n"
 		"\n"
 		"  --listen HOST:PORT  accept peer daemons there (source "
 		"role)\n"
 		"  --control PATH      control socket for uffd-client "
 		"(default %s)\n"
+		"  --control-mode MODE control socket mode, octal (default "
+		"0600)\n"
+		"  --control-group GRP control socket group (name or number)\n"
 		"  --state-dir DIR     per-migration state files (default %s)\n"
+		"  --ca FILE           CA certificate(s) every peer's "
+		"certificate must\n"
+		"                      chain to (PEM)\n"
+		"  --cert FILE         this daemon's certificate chain (PEM), "
+		"shown as\n"
+		"                      server and as client\n"
+		"  --key FILE          its private key (PEM)\n"
+		"  --pin SHA256        accept a source by this certificate "
+		"fingerprint\n"
+		"                      instead of the name in --from\n"
 		"  --insecure          plaintext peer connections, loopback "
-		"only;\n"
-		"                      required until TLS is built\n"
+		"only\n"
+		"  --config FILE       configuration file (default %s);\n"
+		"                      flags override it, SIGHUP reloads it\n"
+		"  --check, -n         check the configuration, print the "
+		"effective one\n"
+		"                      and exit\n"
+		"  --foreground, -f    stay in the foreground, log to stderr\n"
 		"  --pause-deadline S  a destination whose source stays "
 		"unreachable\n"
 		"                      this long fails the migration and "
@@ -50,114 +76,245 @@ usage(FILE *f)
 		"                      missing pages (default 300)\n"
 		"  --bulk-rate RATE    limit each source bulk lane to RATE "
 		"bytes/s\n"
-		"                      (suffix K, M, G; default unlimited)\n"
-		"  --no-pagemap-scan   classify pages with batched pagemap "
-		"reads even\n"
-		"                      where the PAGEMAP_SCAN ioctl exists\n"
-		"  --foreground, -f    stay in the foreground, log to stderr\n"
-		"  -v                  more logging\n",
-		"/run/uffdd/control.sock", "/run/uffdd");
+		"                      (suffix K, M, G; default 0: "
+		"unlimited)\n"
+		"  --pagemap-scan yes|no  classify anonymous pages with "
+		"PAGEMAP_SCAN\n"
+		"                      where the kernel has it (default yes)\n"
+		"  --no-pagemap-scan   the same as --pagemap-scan no\n"
+		"  --log-level LEVEL   info or debug (default info)\n"
+		"  -v                  more logging (debug)\n",
+		"/run/uffdd/control.sock", "/run/uffdd", CONFFILE_DEFAULT_PATH);
+}
+
+/* systemd's STATUS= line: what the daemon is doing now. */
+static void
+status_line(char *buf, size_t len)
+{
+	struct migration *m;
+	int n = 0, active = 0;
+
+	TAILQ_FOREACH (m, &migrations, link) {
+		n++;
+		active += m->state == MIG_RUNNING || m->state == MIG_PAUSED ||
+			  m->state == MIG_CONNECTING;
+	}
+	snprintf(buf, len, "%d migrations, %d active; peers on %s", n, active,
+		 conf.listen ? conf.listen : "(none)");
 }
 
 static void
 on_signal(evutil_socket_t sig, short ev, void *arg)
 {
+	notify_send("STOPPING=1");
 	log_info("signal %d: shutting down", (int)sig);
 	event_base_loopexit(base, NULL);
 }
 
-int
-main(int argc, char **argv)
+/*
+ * Builds the effective configuration: defaults, the file, then the flags.
+ * Returns -1 with err filled if the file is unreadable or invalid.
+ */
+static int
+conf_build(struct uffdd_conf *c, char *err, size_t errlen)
+{
+	struct uffdd_conf file = {.control_gid = (gid_t)-1};
+
+	conffile_defaults(c);
+	if (conffile_load(conf_path, conf_path_given, &file, err, errlen) < 0) {
+		conffile_clear(&file);
+		conffile_clear(c);
+		return -1;
+	}
+	conffile_merge(c, &file);
+	conffile_merge(c, &cli);
+	conffile_clear(&file);
+	c->foreground = cli.foreground;
+	if (cli.verbose > c->verbose)
+		c->verbose = cli.verbose;
+	/* TLS files required unless insecure; never both, to be clear. */
+	if (c->insecure && (c->ca || c->cert || c->key || c->pin)) {
+		snprintf(err, errlen,
+			 "insecure (plaintext) and ca/cert/key/pin (TLS) "
+			 "exclude each other");
+		conffile_clear(c);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Rereads the file. Anything invalid keeps the running configuration whole;
+ * a change to a key that needs a restart too, with a warning.
+ */
+static void
+reload(void)
+{
+	struct uffdd_conf next;
+	const char *k;
+	char err[512];
+
+	if (conf_build(&next, err, sizeof(err)) < 0) {
+		log_warnx("reload: %s; keeping the running configuration", err);
+		return;
+	}
+	if ((k = conffile_restart_key(&conf, &next)) != NULL) {
+		log_warnx("reload: %s changes only at restart; keeping the "
+			  "running configuration",
+			  k);
+		conffile_clear(&next);
+		return;
+	}
+	if (!next.insecure &&
+	    tls_init(next.ca, next.cert, next.key, next.pin) < 0) {
+		log_warnx("reload: TLS settings refused; keeping the running "
+			  "configuration");
+		conffile_clear(&next);
+		return;
+	}
+	conffile_clear(&conf);
+	conf = next;
+	log_init(conf.foreground, conf.verbose);
+	control_apply_mode();
+	pagemap_force_read = !conf.pagemap_scan;
+	log_info("reloaded %s", conf_path);
+}
+
+/* SIGHUP, as systemctl reload sends it. */
+static void
+on_hup(evutil_socket_t sig, short ev, void *arg)
+{
+	notify_send("RELOADING=1");
+	reload();
+	notify_send("READY=1");
+}
+
+/* Flags, each a config key of the same name, into cli. */
+static int
+parse_args(int argc, char **argv, int *check)
 {
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, 'l'},
 		{"control", required_argument, NULL, 'c'},
+		{"control-mode", required_argument, NULL, 'K'},
+		{"control-group", required_argument, NULL, 'K'},
 		{"state-dir", required_argument, NULL, 's'},
 		{"insecure", no_argument, NULL, 'I'},
-		{"pause-deadline", required_argument, NULL, 'P'},
-		{"bulk-rate", required_argument, NULL, 'R'},
+		{"ca", required_argument, NULL, 'K'},
+		{"cert", required_argument, NULL, 'K'},
+		{"key", required_argument, NULL, 'K'},
+		{"pin", required_argument, NULL, 'K'},
+		{"log-level", required_argument, NULL, 'K'},
+		{"pause-deadline", required_argument, NULL, 'K'},
+		{"bulk-rate", required_argument, NULL, 'K'},
+		{"pagemap-scan", required_argument, NULL, 'K'},
 		{"no-pagemap-scan", no_argument, NULL, 'N'},
+		{"config", required_argument, NULL, 'F'},
+		{"check", no_argument, NULL, 'n'},
 		{"foreground", no_argument, NULL, 'f'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	struct event *sigterm, *sigint;
-	int ch;
+	char err[256];
+	int ch, idx, rc;
 
-	while ((ch = getopt_long(argc, argv, "l:c:s:IP:R:Nfvh", opts, NULL)) !=
+	cli.control_gid = (gid_t)-1;
+	while ((ch = getopt_long(argc, argv, "l:c:s:Infvh", opts, &idx)) !=
 	       -1) {
 		switch (ch) {
 		case 'l':
-			conf.listen = optarg;
+			rc = conffile_set(&cli, "listen", optarg, err,
+					  sizeof(err));
 			break;
 		case 'c':
-			conf.control = optarg;
+			rc = conffile_set(&cli, "control", optarg, err,
+					  sizeof(err));
 			break;
 		case 's':
-			conf.state_dir = optarg;
+			rc = conffile_set(&cli, "state-dir", optarg, err,
+					  sizeof(err));
 			break;
 		case 'I':
-			conf.insecure = 1;
+			rc = conffile_set(&cli, "insecure", "yes", err,
+					  sizeof(err));
+			break;
+		case 'K':
+			rc = conffile_set(&cli, opts[idx].name, optarg, err,
+					  sizeof(err));
+			break;
+		case 'F':
+			conf_path = optarg;
+			conf_path_given = 1;
+			rc = 0;
+			break;
+		case 'n':
+			*check = 1;
+			rc = 0;
 			break;
 		case 'N':
-			pagemap_force_read = 1;
+			rc = conffile_set(&cli, "pagemap-scan", "no", err,
+					  sizeof(err));
 			break;
-		case 'P': {
-			char *end;
-			long v = strtol(optarg, &end, 10);
-
-			if (*end || v < 1 || v > 86400)
-				fatalx("--pause-deadline %s: want seconds, "
-				       "1 to 86400",
-				       optarg);
-			conf.pause_deadline = (int)v;
-			break;
-		}
-		case 'R': {
-			char *end;
-			unsigned long long v = strtoull(optarg, &end, 10);
-
-			if (*end == 'K' || *end == 'k')
-				v <<= 10, end++;
-			else if (*end == 'M' || *end == 'm')
-				v <<= 20, end++;
-			else if (*end == 'G' || *end == 'g')
-				v <<= 30, end++;
-			if (*end || v < 4096)
-				fatalx("--bulk-rate %s: want bytes a second "
-				       "(suffix K, M or G), at least 4096",
-				       optarg);
-			conf.bulk_rate = v;
-			break;
-		}
 		case 'f':
-			conf.foreground = 1;
+			cli.foreground = 1;
+			rc = 0;
 			break;
 		case 'v':
-			conf.verbose++;
+			cli.verbose++;
+			rc = 0;
 			break;
 		case 'h':
 			usage(stdout);
-			return 0;
+			exit(0);
 		default:
 			usage(stderr);
-			return 2;
+			return -1;
+		}
+		if (rc < 0) {
+			fprintf(stderr, "uffdd: --%s\n", err);
+			return -1;
 		}
 	}
 	if (optind != argc) {
 		usage(stderr);
+		return -1;
+	}
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct event *sigterm, *sigint, *sighup;
+	char err[512];
+	int check = 0;
+
+	if (parse_args(argc, argv, &check) < 0)
 		return 2;
+	if (conf_build(&conf, err, sizeof(err)) < 0) {
+		fprintf(stderr, "uffdd: %s\n", err);
+		return 1;
 	}
 	log_init(1, conf.verbose);
+	if (check) {
+		/* The TLS files are part of the configuration: load them. */
+		if (!conf.insecure &&
+		    tls_init(conf.ca, conf.cert, conf.key, conf.pin) < 0)
+			return 1;
+		conffile_print(stdout, &conf);
+		tls_free();
+		return 0;
+	}
 	if (geteuid() != 0)
 		fatalx("must run as root: it reads and writes other processes' "
 		       "memory");
-	if (!conf.insecure)
-		fatalx("peer connections need TLS, which this build does not "
-		       "have yet: pass --insecure (plaintext, loopback only)");
+	if (!conf.insecure &&
+	    tls_init(conf.ca, conf.cert, conf.key, conf.pin) < 0)
+		return 1;
 	if (mkdir(conf.state_dir, 0700) < 0 && errno != EEXIST)
 		fatal("state directory %s", conf.state_dir);
+	notify_init();
 	if (!conf.foreground && daemon(0, 0) < 0)
 		fatal("daemon");
 	log_init(conf.foreground, conf.verbose);
@@ -167,6 +324,7 @@ main(int argc, char **argv)
 		fatalx("event_base_new");
 	if (event_base_priority_init(base, PRIO_COUNT) < 0)
 		fatalx("event_base_priority_init");
+	pagemap_force_read = !conf.pagemap_scan;
 	probe_kernel();
 	if (control_listen(conf.control) < 0)
 		return 1;
@@ -176,10 +334,15 @@ main(int argc, char **argv)
 	}
 	sigterm = evsignal_new(base, SIGTERM, on_signal, NULL);
 	sigint = evsignal_new(base, SIGINT, on_signal, NULL);
+	sighup = evsignal_new(base, SIGHUP, on_hup, NULL);
 	evsignal_add(sigterm, NULL);
 	evsignal_add(sigint, NULL);
+	evsignal_add(sighup, NULL);
 	state_restore_all();
 	log_info("ready: control %s", conf.control);
+	notify_send("READY=1\nSTATUS=ready; peers on %s, control %s",
+		    conf.listen ? conf.listen : "(none)", conf.control);
+	notify_watchdog_start(base, status_line);
 
 	event_base_dispatch(base);
 
@@ -188,6 +351,11 @@ main(int argc, char **argv)
 	migration_free_all();
 	event_free(sigterm);
 	event_free(sigint);
+	event_free(sighup);
+	notify_stop();
 	event_base_free(base);
+	tls_free();
+	conffile_clear(&conf);
+	conffile_clear(&cli);
 	return 0;
 }

@@ -32,15 +32,26 @@ enum {
 	ERR_DEST_FAILED = 12, /* destination gave up: pages were poisoned */
 };
 
+/* The effective configuration (conffile.c): strings are owned. */
 struct uffdd_conf {
-	const char *listen;
-	const char *control;
-	const char *state_dir;
+	char *listen;
+	char *control;
+	mode_t control_mode; /* of the control socket; 0600 by default */
+	gid_t control_gid;   /* its group; (gid_t)-1: leave it */
+	char *state_dir;
 	int foreground;
 	int verbose;
 	int insecure;
 	int pause_deadline; /* seconds a destination waits for its source */
 	uint64_t bulk_rate; /* bytes a second on a source's bulk lane, 0: any */
+	int pagemap_scan;   /* use PAGEMAP_SCAN where the kernel has it */
+	/* TLS: CA that signs every peer, our certificate and key. */
+	char *ca;
+	char *cert;
+	char *key;
+	/* SHA-256 fingerprint a source must show instead of the --from name */
+	char *pin;
+	unsigned set; /* which keys were given (conffile.c) */
 };
 
 extern struct uffdd_conf conf;
@@ -59,6 +70,8 @@ void peer_set_nodelay(struct conn *);
 
 /* control.c */
 int control_listen(const char *path);
+/* Applies conf.control_mode and conf.control_gid to the socket. */
+int control_apply_mode(void);
 void control_close(void);
 /* Sends a reply to control client `serial` if it is still connected. */
 void control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *);

@@ -12,7 +12,9 @@ base=0x500000000000
 end=$(printf '0x%x' $((base + $(numfmt --from=iec "$SIZE"))))
 RANGE=$(printf '%x-%x' $((base)) $((end)))
 
-info "starting two daemons on loopback (source and destination host)"
+# tests/lib.sh makes a throwaway CA with the openssl CLI: the daemons talk
+# TLS 1.3 with mutual authentication, as between two hosts.
+info "starting two daemons on loopback (source and destination host), TLS 1.3"
 start_daemon src
 start_daemon dst
 echo "   source uffdd on 127.0.0.1:$src_PORT, destination uffdd on 127.0.0.1:$dst_PORT"

@@ -65,6 +65,76 @@ free_port() {
 	fail "no free port"
 }
 
+# A throwaway PKI under $T/pki, made with the openssl CLI: make_ca NAME
+# creates NAME.crt/NAME.key (a CA); issue CA NAME SAN [openssl-ca args...]
+# signs NAME.crt/NAME.key for SAN (e.g. "IP:127.0.0.1"), valid for both
+# server and client use. Extra args go to `openssl ca` (-startdate...).
+PKI=$T/pki
+make_ca() {
+	local ca=$1
+	command -v openssl >/dev/null || skip "openssl CLI missing (Debian package openssl)"
+	mkdir -p "$PKI/$ca.db"
+	: >"$PKI/$ca.db/index.txt"
+	echo 01 >"$PKI/$ca.db/serial"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+		-keyout "$PKI/$ca.key" -out "$PKI/$ca.crt" -days 2 \
+		-subj "/CN=uffdd test CA $ca" 2>/dev/null ||
+		fail "openssl req: cannot make CA $ca"
+	cat >"$PKI/$ca.cnf" <<-EOF
+		[ca]
+		default_ca = tca
+		[tca]
+		dir = $PKI/$ca.db
+		database = \$dir/index.txt
+		new_certs_dir = \$dir
+		serial = \$dir/serial
+		default_md = sha256
+		default_days = 2
+		unique_subject = no
+		policy = pol
+		[pol]
+		commonName = supplied
+		[leaf]
+		basicConstraints = CA:FALSE
+		keyUsage = digitalSignature
+		extendedKeyUsage = serverAuth, clientAuth
+		subjectAltName = \${ENV::SAN}
+	EOF
+}
+issue() {
+	local ca=$1 name=$2 san=$3
+	shift 3
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+		-keyout "$PKI/$name.key" -out "$PKI/$name.csr" \
+		-subj "/CN=$name" 2>/dev/null || fail "openssl req: $name"
+	SAN=$san openssl ca -batch -notext -config "$PKI/$ca.cnf" \
+		-cert "$PKI/$ca.crt" -keyfile "$PKI/$ca.key" -extensions leaf \
+		-in "$PKI/$name.csr" -out "$PKI/$name.crt" "$@" 2>"$PKI/$name.err" ||
+		fail "openssl ca: $name: $(cat "$PKI/$name.err")"
+}
+# The default PKI: CA "ca" and one certificate "node" for loopback that
+# every test daemon shows, both as server and as client.
+default_pki() {
+	[ -f "$PKI/node.crt" ] && return
+	make_ca ca
+	issue ca node "IP:127.0.0.1,IP:::1,DNS:localhost"
+}
+
+# Peer connections use TLS 1.3 unless UFFDD_TEST_INSECURE=1 (plaintext on
+# loopback, --insecure) or the test passes --insecure itself.
+tls_args() {
+	local a
+	for a in "$@"; do
+		[ "$a" = --insecure ] && return
+	done
+	if [ "${UFFDD_TEST_INSECURE:-0}" = 1 ]; then
+		echo --insecure
+		return
+	fi
+	default_pki
+	echo --ca "$PKI/ca.crt" --cert "$PKI/node.crt" --key "$PKI/node.key"
+}
+
 # start_daemon NAME [UFFDD ARGS...]: starts uffdd (inside $NETNS when set);
 # sets NAME_PID, NAME_PORT and NAME_SOCK. restart_daemon NAME starts it
 # again with the same port, socket, state directory and arguments.
@@ -79,16 +149,21 @@ start_daemon() {
 	eval "${name}_PORT=$port"
 	eval "${name}_SOCK=$T/$name.sock"
 	eval "${name}_ARGS=\"\$*\""
+	eval "${name}_STARTS=\${${name}_STARTS:-1}"
 	run_daemon "$name" "$@"
 }
 
 run_daemon() {
-	local name=$1 port
+	local name=$1 port tls
 	shift
 	port=$(eval echo "\$${name}_PORT")
-	rm -f "$T/$name.ready"
-	${NETNS:+ip netns exec "$NETNS"} "$UFFDD" -f --insecure \
-		--listen "127.0.0.1:$port" --control "$T/$name.sock" \
+	tls=$(tls_args "$@")
+	# An empty configuration file, so that the machine's
+	# /etc/uffdd/uffdd.conf cannot change a test; ARGS may name another.
+	: >"$T/empty.conf"
+	# shellcheck disable=SC2086
+	${NETNS:+ip netns exec "$NETNS"} "$UFFDD" -f --config "$T/empty.conf" \
+		$tls --listen "127.0.0.1:$port" --control "$T/$name.sock" \
 		--state-dir "$T/$name.state" "$@" >>"$T/$name.log" 2>&1 &
 	PIDS+=($!)
 	eval "${name}_PID=$!"

@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 
 DEPS="build-essential autoconf automake libtool pkg-config bc
       libevent-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler liburing-dev
-      util-linux procps iproute2 nftables"
+      util-linux procps iproute2 nftables
+      openssl python3 systemd man-db clang"
 missing=()
 for p in $DEPS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,0 +1,447 @@
+/*
+ * Configuration file and flags (see conffile.h). The grammar is small and
+ * strict, so that a typo stops the daemon instead of being ignored:
+ *
+ *	line   = [ key value ] [ "#" comment ]
+ *	key    = [a-z-]+, one of keys[] below, at most once per file
+ *	value  = bare word (no blanks, '#' or '"') | '"' chars '"'
+ *
+ * Inside quotes, \" and \\ stand for " and \. Anything else is an error
+ * with the file name and line number.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/conffile.h"
+#include "daemon/log.h"
+
+#define CONF_LINE_MAX 4096
+#define CONF_VALUE_MAX 1024
+
+enum key_type { T_STR, T_BOOL, T_MODE, T_GROUP, T_LEVEL, T_SECS, T_RATE };
+
+/*
+ * Every key, once: file keys and long flags share these names. restart:
+ * a reload cannot change it (sockets are bound, files open).
+ */
+static const struct key {
+	const char *name;
+	enum key_type type;
+	size_t off;
+	int restart;
+	const char *help;
+} keys[] = {
+	{"listen", T_STR, offsetof(struct uffdd_conf, listen), 1,
+	 "HOST:PORT peers connect to"},
+	{"control", T_STR, offsetof(struct uffdd_conf, control), 1,
+	 "control socket path"},
+	{"control-mode", T_MODE, offsetof(struct uffdd_conf, control_mode), 0,
+	 "control socket mode, octal"},
+	{"control-group", T_GROUP, offsetof(struct uffdd_conf, control_gid), 0,
+	 "control socket group"},
+	{"state-dir", T_STR, offsetof(struct uffdd_conf, state_dir), 1,
+	 "per-migration state files"},
+	{"ca", T_STR, offsetof(struct uffdd_conf, ca), 0, "CA certificates"},
+	{"cert", T_STR, offsetof(struct uffdd_conf, cert), 0,
+	 "certificate chain"},
+	{"key", T_STR, offsetof(struct uffdd_conf, key), 0, "private key"},
+	{"pin", T_STR, offsetof(struct uffdd_conf, pin), 0,
+	 "source certificate SHA-256"},
+	{"insecure", T_BOOL, offsetof(struct uffdd_conf, insecure), 1,
+	 "plaintext on loopback"},
+	{"log-level", T_LEVEL, offsetof(struct uffdd_conf, verbose), 0,
+	 "info or debug"},
+	{"pause-deadline", T_SECS, offsetof(struct uffdd_conf, pause_deadline),
+	 0, "seconds a destination waits for an unreachable source"},
+	{"bulk-rate", T_RATE, offsetof(struct uffdd_conf, bulk_rate), 0,
+	 "bytes a second on each bulk lane, 0: unlimited"},
+	{"pagemap-scan", T_BOOL, offsetof(struct uffdd_conf, pagemap_scan), 0,
+	 "classify with PAGEMAP_SCAN where the kernel has it"},
+};
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+#define FIELD(c, k, type) ((type *)(void *)((char *)(c) + (k)->off))
+
+static const struct key *
+find_key(const char *name)
+{
+	for (size_t i = 0; i < NKEYS; i++)
+		if (strcmp(keys[i].name, name) == 0)
+			return &keys[i];
+	return NULL;
+}
+
+void
+conffile_defaults(struct uffdd_conf *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->control = xstrdup("/run/uffdd/control.sock");
+	c->state_dir = xstrdup("/run/uffdd");
+	c->control_mode = 0600;
+	c->control_gid = (gid_t)-1;
+	c->pause_deadline = 300;
+	c->pagemap_scan = 1;
+}
+
+void
+conffile_clear(struct uffdd_conf *c)
+{
+	for (size_t i = 0; i < NKEYS; i++)
+		if (keys[i].type == T_STR) {
+			free(*FIELD(c, &keys[i], char *));
+			*FIELD(c, &keys[i], char *) = NULL;
+		}
+}
+
+int
+conffile_set(struct uffdd_conf *c, const char *name, const char *v, char *err,
+	     size_t errlen)
+{
+	const struct key *k = find_key(name);
+	char *end;
+	long n;
+
+	if (k == NULL) {
+		snprintf(err, errlen, "unknown key \"%s\"", name);
+		return -1;
+	}
+	switch (k->type) {
+	case T_STR:
+		if (*v == '\0') {
+			snprintf(err, errlen, "%s: empty value", name);
+			return -1;
+		}
+		/* Printed with escapes, it must still fit a line. */
+		if (strlen(v) > CONF_VALUE_MAX) {
+			snprintf(err, errlen, "%s: longer than %d characters",
+				 name, CONF_VALUE_MAX);
+			return -1;
+		}
+		free(*FIELD(c, k, char *));
+		*FIELD(c, k, char *) = xstrdup(v);
+		break;
+	case T_BOOL:
+		if (!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "on"))
+			*FIELD(c, k, int) = 1;
+		else if (!strcmp(v, "no") || !strcmp(v, "false") ||
+			 !strcmp(v, "off"))
+			*FIELD(c, k, int) = 0;
+		else {
+			snprintf(err, errlen, "%s: want yes or no, not \"%s\"",
+				 name, v);
+			return -1;
+		}
+		break;
+	case T_MODE:
+		errno = 0;
+		n = strtol(v, &end, 8);
+		if (errno || end == v || *end || n < 0 || n > 0777) {
+			snprintf(err, errlen,
+				 "%s: want an octal mode 0000-0777, not \"%s\"",
+				 name, v);
+			return -1;
+		}
+		*FIELD(c, k, mode_t) = (mode_t)n;
+		break;
+	case T_GROUP: {
+		struct group *gr = getgrnam(v);
+
+		if (gr != NULL) {
+			*FIELD(c, k, gid_t) = gr->gr_gid;
+			break;
+		}
+		errno = 0;
+		n = strtol(v, &end, 10);
+		if (errno || end == v || *end || n < 0 || n >= 0x7fffffffL) {
+			snprintf(err, errlen, "%s: no such group \"%s\"", name,
+				 v);
+			return -1;
+		}
+		*FIELD(c, k, gid_t) = (gid_t)n;
+		break;
+	}
+	case T_SECS:
+		errno = 0;
+		n = strtol(v, &end, 10);
+		if (errno || end == v || *end || n < 1 || n > 86400) {
+			snprintf(err, errlen,
+				 "%s: want seconds, 1 to 86400, not \"%s\"",
+				 name, v);
+			return -1;
+		}
+		*FIELD(c, k, int) = (int)n;
+		break;
+	case T_RATE: {
+		unsigned long long r;
+
+		errno = 0;
+		r = strtoull(v, &end, 10);
+		if (end != v && (*end == 'K' || *end == 'k'))
+			r <<= 10, end++;
+		else if (end != v && (*end == 'M' || *end == 'm'))
+			r <<= 20, end++;
+		else if (end != v && (*end == 'G' || *end == 'g'))
+			r <<= 30, end++;
+		if (errno || end == v || *end || (r != 0 && r < 4096)) {
+			snprintf(err, errlen,
+				 "%s: want bytes a second (suffix K, M or G), "
+				 "0 or at least 4096, not \"%s\"",
+				 name, v);
+			return -1;
+		}
+		*FIELD(c, k, uint64_t) = r;
+		break;
+	}
+	case T_LEVEL:
+		if (!strcmp(v, "info"))
+			*FIELD(c, k, int) = 0;
+		else if (!strcmp(v, "debug"))
+			*FIELD(c, k, int) = 1;
+		else {
+			snprintf(err, errlen,
+				 "%s: want info or debug, not \"%s\"", name, v);
+			return -1;
+		}
+		break;
+	}
+	c->set |= 1u << (k - keys);
+	return 0;
+}
+
+/*
+ * Splits one line into key and value in place. Returns 0 with *key NULL
+ * for a blank or comment line, -1 with err filled for a malformed one.
+ */
+static int
+split_line(char *p, char **key, char **value, char *err, size_t errlen)
+{
+	char *w;
+
+	*key = *value = NULL;
+	p += strspn(p, " \t");
+	if (*p == '\0' || *p == '#')
+		return 0;
+	*key = p;
+	p += strspn(p, "abcdefghijklmnopqrstuvwxyz-");
+	if (p == *key || (*p != ' ' && *p != '\t')) {
+		snprintf(err, errlen, "expected \"key value\"");
+		return -1;
+	}
+	*p++ = '\0';
+	p += strspn(p, " \t");
+	if (*p == '"') {
+		*value = w = ++p;
+		for (;; p++) {
+			if (*p == '\0') {
+				snprintf(err, errlen, "unterminated quote");
+				return -1;
+			}
+			if (*p == '"')
+				break;
+			if (*p == '\\' && (p[1] == '"' || p[1] == '\\'))
+				p++;
+			*w++ = *p;
+		}
+		*w = '\0';
+		p++;
+	} else {
+		*value = p;
+		p += strcspn(p, " \t#\"");
+		if (p == *value) {
+			snprintf(err, errlen, "%s: missing value", *key);
+			return -1;
+		}
+		if (*p == '"') {
+			snprintf(err, errlen, "%s: stray quote in value", *key);
+			return -1;
+		}
+		if (*p != '\0')
+			*p++ = '\0';
+	}
+	p += strspn(p, " \t");
+	if (*p != '\0' && *p != '#') {
+		snprintf(err, errlen,
+			 "%s: one value only (quote it if it "
+			 "has blanks)",
+			 *key);
+		return -1;
+	}
+	return 0;
+}
+
+int
+conffile_load(const char *path, int must_exist, struct uffdd_conf *c, char *err,
+	      size_t errlen)
+{
+	char line[CONF_LINE_MAX], why[256];
+	unsigned lineno = 0;
+	int rc = 0;
+	FILE *f;
+
+	if ((f = fopen(path, "re")) == NULL) {
+		if (errno == ENOENT && !must_exist)
+			return 0;
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f) != NULL) {
+		size_t len = strlen(line);
+		const struct key *k;
+		char *key, *value;
+
+		lineno++;
+		if (len == sizeof(line) - 1 && line[len - 1] != '\n') {
+			snprintf(why, sizeof(why), "line too long");
+			goto bad;
+		}
+		line[strcspn(line, "\r\n")] = '\0';
+		if (split_line(line, &key, &value, why, sizeof(why)) < 0)
+			goto bad;
+		if (key == NULL)
+			continue;
+		if ((k = find_key(key)) != NULL &&
+		    (c->set & (1u << (k - keys)))) {
+			snprintf(why, sizeof(why), "%s given twice", key);
+			goto bad;
+		}
+		if (conffile_set(c, key, value, why, sizeof(why)) < 0)
+			goto bad;
+	}
+	if (ferror(f)) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		rc = -1;
+	}
+	fclose(f);
+	return rc;
+bad:
+	snprintf(err, errlen, "%s:%u: %s", path, lineno, why);
+	fclose(f);
+	return -1;
+}
+
+void
+conffile_merge(struct uffdd_conf *dst, const struct uffdd_conf *src)
+{
+	for (size_t i = 0; i < NKEYS; i++) {
+		const struct key *k = &keys[i];
+
+		if (!(src->set & (1u << i)))
+			continue;
+		switch (k->type) {
+		case T_STR:
+			free(*FIELD(dst, k, char *));
+			*FIELD(dst, k, char *) =
+				xstrdup(*FIELD(src, k, char *const));
+			break;
+		case T_BOOL:
+		case T_LEVEL:
+		case T_SECS:
+			*FIELD(dst, k, int) = *FIELD(src, k, const int);
+			break;
+		case T_RATE:
+			*FIELD(dst, k, uint64_t) =
+				*FIELD(src, k, const uint64_t);
+			break;
+		case T_MODE:
+			*FIELD(dst, k, mode_t) = *FIELD(src, k, const mode_t);
+			break;
+		case T_GROUP:
+			*FIELD(dst, k, gid_t) = *FIELD(src, k, const gid_t);
+			break;
+		}
+		dst->set |= 1u << i;
+	}
+}
+
+/* Quotes a string value the way conffile_load reads it back. */
+static void
+print_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fputc('\\', f);
+		fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+void
+conffile_print(FILE *f, const struct uffdd_conf *c)
+{
+	for (size_t i = 0; i < NKEYS; i++) {
+		const struct key *k = &keys[i];
+
+		switch (k->type) {
+		case T_STR: {
+			const char *s = *FIELD(c, k, char *const);
+
+			if (s == NULL) {
+				fprintf(f, "# %s (unset: %s)\n", k->name,
+					k->help);
+				continue;
+			}
+			fprintf(f, "%s ", k->name);
+			print_str(f, s);
+			fputc('\n', f);
+			break;
+		}
+		case T_BOOL:
+			fprintf(f, "%s %s\n", k->name,
+				*FIELD(c, k, const int) ? "yes" : "no");
+			break;
+		case T_SECS:
+			fprintf(f, "%s %d\n", k->name, *FIELD(c, k, const int));
+			break;
+		case T_RATE:
+			fprintf(f, "%s %llu\n", k->name,
+				(unsigned long long)*FIELD(c, k,
+							   const uint64_t));
+			break;
+		case T_MODE:
+			fprintf(f, "%s %04o\n", k->name,
+				(unsigned)*FIELD(c, k, const mode_t));
+			break;
+		case T_GROUP:
+			if (*FIELD(c, k, const gid_t) == (gid_t)-1)
+				fprintf(f, "# %s (unset: %s)\n", k->name,
+					k->help);
+			else
+				fprintf(f, "%s %lu\n", k->name,
+					(unsigned long)*FIELD(c, k,
+							      const gid_t));
+			break;
+		case T_LEVEL:
+			fprintf(f, "%s %s\n", k->name,
+				*FIELD(c, k, const int) ? "debug" : "info");
+			break;
+		}
+	}
+}
+
+const char *
+conffile_restart_key(const struct uffdd_conf *a, const struct uffdd_conf *b)
+{
+	for (size_t i = 0; i < NKEYS; i++) {
+		const struct key *k = &keys[i];
+
+		if (!k->restart)
+			continue;
+		if (k->type == T_STR) {
+			const char *x = *FIELD(a, k, char *const);
+			const char *y = *FIELD(b, k, char *const);
+
+			if ((x == NULL) != (y == NULL) ||
+			    (x != NULL && strcmp(x, y) != 0))
+				return k->name;
+		} else if (*FIELD(a, k, const int) != *FIELD(b, k, const int)) {
+			return k->name;
+		}
+	}
+	return NULL;
+}

@@ -1,0 +1,276 @@
+/*
+ * TLS between daemons (see tls.h). One SSL_CTX serves both ends: a daemon is
+ * the server for the migrations it exports and the client for the ones it
+ * attaches, with the same certificate, so every certificate must allow both
+ * serverAuth and clientAuth when it lists extended key usages.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <arpa/inet.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include <event2/bufferevent_ssl.h>
+
+#include "daemon/log.h"
+#include "daemon/tls.h"
+
+/*
+ * Deferred callbacks: libevent's OpenSSL bufferevent reports a read error or
+ * close_notify before it hands over the bytes read in the same pass, so the
+ * last frame from a peer (COMPLETE, just before it closes) would be lost.
+ * Deferred, the read callback runs before the event callback.
+ */
+#define BEV_OPTS (BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS)
+
+static SSL_CTX *ctx;
+static unsigned char pin[32];
+static int have_pin;
+
+/* Logs the OpenSSL error queue under what; returns -1 for the caller. */
+static int
+ssl_fail(const char *what)
+{
+	unsigned long e = ERR_get_error();
+	char buf[256] = "unknown error";
+
+	if (e)
+		ERR_error_string_n(e, buf, sizeof(buf));
+	ERR_clear_error();
+	log_warnx("TLS: %s: %s", what, buf);
+	return -1;
+}
+
+/* Accepts "ab12..." and "AB:12:...", 32 bytes, nothing else. */
+static int
+parse_pin(const char *s, unsigned char out[32])
+{
+	size_t n = 0;
+
+	while (*s && n < 64) {
+		int v;
+
+		if (*s == ':') {
+			s++;
+			continue;
+		}
+		if (!isxdigit((unsigned char)*s))
+			return -1;
+		v = isdigit((unsigned char)*s)
+			    ? *s - '0'
+			    : tolower((unsigned char)*s) - 'a' + 10;
+		out[n / 2] = (unsigned char)(n % 2 ? out[n / 2] | v : v << 4);
+		n++;
+		s++;
+	}
+	return n == 64 && *s == '\0' ? 0 : -1;
+}
+
+/*
+ * The chain check against the CA stays on in every case; a pin only replaces
+ * the name check, for sources known by fingerprint rather than by name.
+ */
+static int
+verify_cb(int ok, X509_STORE_CTX *xs)
+{
+	SSL *ssl = X509_STORE_CTX_get_ex_data(
+		xs, SSL_get_ex_data_X509_STORE_CTX_idx());
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	X509 *x;
+
+	if (!ok || !have_pin || ssl == NULL || SSL_is_server(ssl) ||
+	    X509_STORE_CTX_get_error_depth(xs) != 0)
+		return ok;
+	x = X509_STORE_CTX_get_current_cert(xs);
+	if (x == NULL || !X509_digest(x, EVP_sha256(), md, &mdlen) ||
+	    mdlen != sizeof(pin) || CRYPTO_memcmp(md, pin, sizeof(pin)) != 0) {
+		X509_STORE_CTX_set_error(xs, X509_V_ERR_CERT_REJECTED);
+		return 0;
+	}
+	return 1;
+}
+
+/* Logs why c could not be built, frees it; -1 for the caller. */
+static int
+ctx_fail(SSL_CTX *c, const char *what)
+{
+	ssl_fail(what);
+	SSL_CTX_free(c);
+	return -1;
+}
+
+int
+tls_init(const char *ca, const char *cert, const char *key, const char *p)
+{
+	STACK_OF(X509_NAME) * names;
+	unsigned char newpin[32];
+	SSL_CTX *c;
+
+	if (ca == NULL || cert == NULL || key == NULL) {
+		log_warnx("TLS needs --ca, --cert and --key (or --insecure "
+			  "for plaintext on loopback)");
+		return -1;
+	}
+	if (p != NULL && parse_pin(p, newpin) < 0) {
+		log_warnx("--pin %s: want the 64 hex digits of a SHA-256 "
+			  "fingerprint",
+			  p);
+		return -1;
+	}
+	if ((c = SSL_CTX_new(TLS_method())) == NULL)
+		return ssl_fail("SSL_CTX_new");
+	/* Nothing older than TLS 1.3: no downgrade, no legacy ciphers. */
+	if (!SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION))
+		return ctx_fail(c, "TLS 1.3 minimum");
+	if (!SSL_CTX_load_verify_locations(c, ca, NULL))
+		return ctx_fail(c, ca);
+	if ((names = SSL_load_client_CA_file(ca)) == NULL)
+		return ctx_fail(c, ca);
+	SSL_CTX_set_client_CA_list(c, names);
+	if (!SSL_CTX_use_certificate_chain_file(c, cert))
+		return ctx_fail(c, cert);
+	if (!SSL_CTX_use_PrivateKey_file(c, key, SSL_FILETYPE_PEM))
+		return ctx_fail(c, key);
+	if (!SSL_CTX_check_private_key(c))
+		return ctx_fail(c, "key does not match certificate");
+	/* Both ends must show a certificate from our CA. */
+	SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+			   verify_cb);
+	/*
+	 * No resumption: every connection proves its certificate again, so a
+	 * revoked or replaced certificate takes effect at once.
+	 */
+	SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
+	SSL_CTX_set_num_tickets(c, 0);
+	SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
+	/*
+	 * Only now replace what runs (a reload keeps the old context on any
+	 * error); connections keep a reference to the context they began on.
+	 */
+	SSL_CTX_free(ctx);
+	ctx = c;
+	have_pin = p != NULL;
+	if (have_pin)
+		memcpy(pin, newpin, sizeof(pin));
+	return 0;
+}
+
+int
+tls_enabled(void)
+{
+	return ctx != NULL;
+}
+
+void
+tls_free(void)
+{
+	SSL_CTX_free(ctx);
+	ctx = NULL;
+}
+
+struct bufferevent *
+tls_accept(struct event_base *b, evutil_socket_t fd)
+{
+	struct bufferevent *bev;
+	SSL *ssl;
+
+	if ((ssl = SSL_new(ctx)) == NULL) {
+		ssl_fail("SSL_new");
+		return NULL;
+	}
+	bev = bufferevent_openssl_socket_new(
+		b, fd, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+	if (bev == NULL) {
+		SSL_free(ssl);
+		return NULL;
+	}
+	return bev;
+}
+
+struct bufferevent *
+tls_connect(struct event_base *b, const char *host, char *err, size_t errlen)
+{
+	unsigned char addr[sizeof(struct in6_addr)];
+	struct bufferevent *bev;
+	int is_ip;
+	SSL *ssl;
+
+	if ((ssl = SSL_new(ctx)) == NULL) {
+		snprintf(err, errlen, "TLS: SSL_new failed");
+		return NULL;
+	}
+	is_ip = inet_pton(AF_INET, host, addr) == 1 ||
+		inet_pton(AF_INET6, host, addr) == 1;
+	/*
+	 * The source's certificate must name the host or address we were
+	 * given in --from, unless a pinned fingerprint identifies it.
+	 */
+	if (!have_pin) {
+		X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
+
+		if ((is_ip && !X509_VERIFY_PARAM_set1_ip_asc(vp, host)) ||
+		    (!is_ip && !SSL_set1_host(ssl, host))) {
+			snprintf(err, errlen, "TLS: cannot check the name %s",
+				 host);
+			SSL_free(ssl);
+			return NULL;
+		}
+	}
+	if (!is_ip)
+		SSL_set_tlsext_host_name(ssl, host);
+	bev = bufferevent_openssl_socket_new(
+		b, -1, ssl, BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE);
+	if (bev == NULL) {
+		snprintf(err, errlen, "TLS: bufferevent_openssl_socket_new");
+		SSL_free(ssl);
+		return NULL;
+	}
+	return bev;
+}
+
+void
+tls_shutdown(struct bufferevent *bev)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+
+	/* Fails harmlessly mid-handshake or on a full socket buffer. */
+	if (ssl != NULL && SSL_is_init_finished(ssl))
+		SSL_shutdown(ssl);
+	ERR_clear_error();
+}
+
+int
+tls_error(struct bufferevent *bev, char *buf, size_t len)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	unsigned long e, first = 0;
+	long vr;
+
+	if (ssl == NULL)
+		return -1;
+	/*
+	 * libevent queues SSL_get_error() codes (SSL_ERROR_SYSCALL: a socket
+	 * error, which the caller reports from errno) among OpenSSL's own
+	 * error codes; only the latter carry a library and a reason.
+	 */
+	while ((e = bufferevent_get_openssl_error(bev)) != 0)
+		if (first == 0 && ERR_GET_LIB(e) != 0 &&
+		    ERR_reason_error_string(e) != NULL)
+			first = e;
+	vr = SSL_get_verify_result(ssl);
+	if (vr != X509_V_OK) {
+		snprintf(buf, len, "TLS: peer certificate refused: %s",
+			 X509_verify_cert_error_string(vr));
+		return 0;
+	}
+	if (first == 0)
+		return -1;
+	snprintf(buf, len, "TLS: %s", ERR_reason_error_string(first));
+	return 0;
+}

@@ -1,0 +1,40 @@
+/*
+ * TLS 1.3 between daemons: one context, mutual certificate authentication
+ * against the configured CA, bufferevent_openssl for both ends.
+ */
+#ifndef UFFDD_TLS_H
+#define UFFDD_TLS_H
+
+#include <stddef.h>
+
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+/*
+ * Loads the CA, our certificate and key. pin, if not NULL, is the SHA-256
+ * fingerprint (hex, colons allowed) a source's certificate must have, in
+ * place of the name check. Returns -1 with the reason logged, and then
+ * keeps what was loaded before (a reload that fails changes nothing).
+ */
+int tls_init(const char *ca, const char *cert, const char *key,
+	     const char *pin);
+int tls_enabled(void);
+void tls_free(void);
+/* A bufferevent for an accepted socket: we are the server. */
+struct bufferevent *tls_accept(struct event_base *, evutil_socket_t fd);
+/*
+ * A bufferevent that will connect to a source whose certificate must name
+ * host (DNS name or IP address). NULL with err filled on failure.
+ */
+struct bufferevent *tls_connect(struct event_base *, const char *host,
+				char *err, size_t errlen);
+/* Sends close_notify if bev is a TLS bufferevent; the caller goes on reading. */
+void tls_shutdown(struct bufferevent *);
+/*
+ * Why a TLS bufferevent failed, for logs and replies: the certificate check
+ * or the OpenSSL error. Returns 0 if it wrote a reason, -1 if bev is not a
+ * TLS bufferevent or holds no TLS error.
+ */
+int tls_error(struct bufferevent *, char *buf, size_t len);
+
+#endif

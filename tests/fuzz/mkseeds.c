@@ -1,0 +1,139 @@
+/*
+ * Writes the seed corpus: one well-formed frame of every type (the shapes a
+ * real peer and uffd-client send), a stream of several frames for the conn
+ * reader, and configuration files. Run from tests/fuzz/run.sh --seeds; the
+ * output is committed in tests/fuzz/corpus/.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "proto/frame.h"
+
+static const char *dir;
+
+static void
+put(const char *sub, const char *name, const void *p, size_t n)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, sub);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/%s/%s", dir, sub, name);
+	if ((f = fopen(path, "wb")) == NULL || fwrite(p, 1, n, f) != n ||
+	    fclose(f) != 0) {
+		perror(path);
+		exit(1);
+	}
+}
+
+/* A frame, to the frame corpus and appended to the stream for conn. */
+static void
+frame(const char *name, uint16_t type, const ProtobufCMessage *m,
+      uint32_t data_len, uint8_t *stream, size_t *slen)
+{
+	uint8_t *buf, *full;
+	size_t len;
+
+	buf = frame_pack(type, m, data_len, &len);
+	full = calloc(1, len + data_len);
+	memcpy(full, buf, len);
+	memset(full + len, 0xa5, data_len);
+	put("frame", name, full, len + data_len);
+	put("conn", name, full, len + data_len);
+	if (*slen + len + data_len < 65536) {
+		memcpy(stream + *slen, full, len + data_len);
+		*slen += len + data_len;
+	}
+	free(full);
+	free(buf);
+}
+
+int
+main(int argc, char **argv)
+{
+	static uint8_t stream[65536];
+	size_t slen = 0;
+	Uffdd__Hello h = UFFDD__HELLO__INIT;
+	Uffdd__Region r = UFFDD__REGION__INIT, *rp = &r;
+	Uffdd__RegionTable t = UFFDD__REGION_TABLE__INIT;
+	Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
+	Uffdd__PageData pd = UFFDD__PAGE_DATA__INIT;
+	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
+	Uffdd__Error e = UFFDD__ERROR__INIT;
+	Uffdd__Range rg = UFFDD__RANGE__INIT, *rgp = &rg;
+	Uffdd__ExportRequest ex = UFFDD__EXPORT_REQUEST__INIT;
+	Uffdd__AttachRequest at = UFFDD__ATTACH_REQUEST__INIT;
+	Uffdd__StatusRequest st = UFFDD__STATUS_REQUEST__INIT;
+	static const char *confs[][2] = {
+		{"full", "# example\nlisten 127.0.0.1:7401\ncontrol "
+			 "\"/run/uffdd/c s\"\ncontrol-mode 0660\ncontrol-group "
+			 "0\nstate-dir /run/uffdd\nca /etc/uffdd/ca.crt\ncert "
+			 "/etc/uffdd/node.crt\nkey /etc/uffdd/node.key\npin "
+			 "00:11\nlog-level debug\n"},
+		{"insecure", "insecure yes # plaintext\n\n  \t\n"},
+		{"escapes", "control \"/a\\\"b\\\\c\"\n"},
+		{"bad", "bogus 1\ncontrol\n\"x\n"},
+	};
+
+	if (argc != 2) {
+		fprintf(stderr, "usage: mkseeds DIR\n");
+		return 2;
+	}
+	dir = argv[1];
+	mkdir(dir, 0755);
+	h.version = UFFDD_PROTO_VERSION;
+	h.lane = UFFDD__LANE__LANE_DEMAND;
+	h.migration_id = "0123456789abcdef0123456789abcdef";
+	frame("hello", FRAME_HELLO, &h.base, 0, stream, &slen);
+	r.index = 0;
+	r.name = "[heap]";
+	r.start = 0x500000000000;
+	r.length = 1 << 20;
+	r.page_size = 4096;
+	r.kind = UFFDD__REGION_KIND__KIND_ANON_PRIVATE;
+	r.data_pages = 200;
+	r.zero_pages = 56;
+	t.n_regions = 1;
+	t.regions = &rp;
+	frame("regions", FRAME_REGIONS, &t.base, 0, stream, &slen);
+	pr.region = 0;
+	pr.page = 17;
+	pr.npages = 1;
+	frame("page_request", FRAME_PAGE_REQUEST, &pr.base, 0, stream, &slen);
+	pd.region = 0;
+	pd.page = 17;
+	pd.npages = 1;
+	pd.demand = 1;
+	frame("page_data", FRAME_PAGE_DATA, &pd.base, 4096, stream, &slen);
+	pd.zero = 1;
+	pd.npages = 8;
+	frame("page_zero", FRAME_PAGE_DATA, &pd.base, 0, stream, &slen);
+	c.pages = 256;
+	frame("complete", FRAME_COMPLETE, &c.base, 0, stream, &slen);
+	e.code = 1;
+	e.message = "unknown migration ID";
+	frame("error", FRAME_ERROR, &e.base, 0, stream, &slen);
+	rg.start = 0x500000000000;
+	rg.end = 0x500000100000;
+	ex.pid = 4242;
+	ex.n_ranges = 1;
+	ex.ranges = &rgp;
+	frame("ctl_export", FRAME_CTL_EXPORT, &ex.base, 0, stream, &slen);
+	at.pid = 5151;
+	at.from = "127.0.0.1:7401";
+	at.id = "0123456789abcdef0123456789abcdef";
+	at.n_ranges = 1;
+	at.ranges = &rgp;
+	frame("ctl_attach", FRAME_CTL_ATTACH, &at.base, 0, stream, &slen);
+	st.id = "";
+	frame("ctl_status", FRAME_CTL_STATUS, &st.base, 0, stream, &slen);
+	put("conn", "stream", stream, slen);
+	for (size_t i = 0; i < sizeof(confs) / sizeof(confs[0]); i++)
+		put("conffile", confs[i][0], confs[i][1], strlen(confs[i][1]));
+	return 0;
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target for a bounded time (CI: 60 s each).
+#   tests/fuzz/run.sh BUILDDIR [SECONDS]   after `make -C BUILDDIR fuzz`
+#   tests/fuzz/run.sh --seeds BUILDDIR     rewrite tests/fuzz/corpus
+# Each target starts from tests/fuzz/corpus/NAME (read only) and a scratch
+# corpus; a crash, sanitizer report or leak fails the run and leaves the
+# reproducer in BUILDDIR/fuzz-artifacts/. Ends with "N targets, N failed".
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+if [ "${1:-}" = --seeds ]; then
+	B=$(cd "${2:?usage: run.sh --seeds BUILDDIR}" && pwd)
+	SRC=$(cd "$HERE/../.." && pwd)
+	cc -I"$SRC" -I"$B" $(pkg-config --cflags libprotobuf-c) -o "$B/tests/fuzz/mkseeds" \
+		"$HERE/mkseeds.c" "$SRC/proto/frame.c" "$B/proto/uffdd.pb-c.c" \
+		$(pkg-config --libs libprotobuf-c) || exit 1
+	rm -rf "$HERE/corpus"
+	exec "$B/tests/fuzz/mkseeds" "$HERE/corpus"
+fi
+B=$(cd "${1:?usage: run.sh BUILDDIR [SECONDS]}" && pwd)
+SECS=${2:-60}
+ART=$B/fuzz-artifacts
+mkdir -p "$ART"
+failed=0 n=0
+for name in frame conn conffile; do
+	bin=$B/tests/fuzz/fuzz_$name
+	if [ ! -x "$bin" ]; then
+		echo "FAIL fuzz_$name: not built (make -C $B fuzz)"
+		failed=$((failed + 1))
+		n=$((n + 1))
+		continue
+	fi
+	work=$(mktemp -d "/tmp/uffdd-fuzz-$name.XXXXXX")
+	n=$((n + 1))
+	# -close_fd_mask=2: the targets' own logging would drown the report.
+	if "$bin" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
+		-close_fd_mask=2 -artifact_prefix="$ART/$name-" -print_final_stats=1 \
+		"$work" "$HERE/corpus/$name" >"$B/fuzz-$name.log" 2>&1; then
+		echo "PASS fuzz_$name (${SECS}s, $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$B/fuzz-$name.log" | grep -o '[0-9]*$') runs)"
+	else
+		failed=$((failed + 1))
+		echo "FAIL fuzz_$name; last lines of $B/fuzz-$name.log:"
+		tail -n 40 "$B/fuzz-$name.log" | sed 's/^/    /'
+	fi
+	rm -rf "$work"
+done
+echo "$n targets, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The configuration file: a strict grammar with file:line errors, `uffdd -n`
+# prints the effective configuration, flags override the file, and SIGHUP
+# reloads it, keeping the running configuration when the new one is bad.
+. "$SRC/tests/lib.sh"
+need_root
+
+# check CONF [FLAGS...]: uffdd -n; output in $T/n.out, status returned.
+check() {
+	local f=$1
+	shift
+	"$UFFDD" -n --config "$f" "$@" >"$T/n.out" 2>&1
+}
+# bad NAME PATTERN LINES...: a file of LINES must be refused saying PATTERN.
+bad() {
+	local name=$1 pat=$2
+	shift 2
+	printf '%s\n' "$@" >"$T/bad.conf"
+	if check "$T/bad.conf" --insecure; then
+		fail "$name: accepted: $(cat "$T/n.out")"
+	fi
+	grep -q -- "$pat" "$T/n.out" || fail "$name: error does not say '$pat': $(cat "$T/n.out")"
+	info "$name: $(cat "$T/n.out")"
+}
+
+default_pki
+cat >"$T/good.conf" <<EOF2
+# uffdd test configuration
+listen 127.0.0.1:7401        # peers
+control "$T/ctl sock"
+control-mode 0660
+control-group 0
+state-dir $T/state
+ca $PKI/ca.crt
+cert "$PKI/node.crt"
+key $PKI/node.key
+log-level debug
+EOF2
+check "$T/good.conf" || fail "good file refused: $(cat "$T/n.out")"
+cat "$T/n.out"
+grep -qx 'listen "127.0.0.1:7401"' "$T/n.out" || fail "listen not in effective config"
+grep -qx "control \"$T/ctl sock\"" "$T/n.out" || fail "quoted value with a blank lost"
+grep -qx 'control-mode 0660' "$T/n.out" || fail "control-mode not in effective config"
+grep -qx 'log-level debug' "$T/n.out" || fail "log-level not in effective config"
+# The printed configuration reads back to itself.
+cp "$T/n.out" "$T/again.conf"
+check "$T/again.conf" || fail "printed configuration refused: $(cat "$T/n.out")"
+cmp -s "$T/n.out" "$T/again.conf" || fail "printed configuration does not read back the same"
+# Flags override the file, key by key.
+check "$T/good.conf" --control-mode 0600 --listen 127.0.0.1:7402 ||
+	fail "flags refused: $(cat "$T/n.out")"
+grep -qx 'control-mode 0600' "$T/n.out" || fail "--control-mode did not override the file"
+grep -qx 'listen "127.0.0.1:7402"' "$T/n.out" || fail "--listen did not override the file"
+grep -qx 'log-level debug' "$T/n.out" || fail "a key without a flag lost its file value"
+# -n loads the TLS files too.
+sed "s|^key .*|key $PKI/ca.key|" "$T/good.conf" >"$T/wrongkey.conf"
+check "$T/wrongkey.conf" && fail "a key that does not match the certificate passed -n"
+grep -q "ca.key: .*key values mismatch" "$T/n.out" || fail "wrong key: $(cat "$T/n.out")"
+
+bad "unknown key" 'bad.conf:2: unknown key "lisen"' "# c" "lisen 1.2.3.4:5"
+bad "bad mode" "bad.conf:1: control-mode: want an octal mode" "control-mode 999"
+bad "bad bool" "bad.conf:1: insecure: want yes or no" "insecure maybe"
+bad "bad level" "bad.conf:1: log-level: want info or debug" "log-level loud"
+bad "twice" "bad.conf:2: control given twice" "control /a" "control /b"
+bad "two values" "bad.conf:1: listen: one value only" "listen a b"
+bad "unterminated" "bad.conf:1: unterminated quote" 'control "/a'
+bad "no value" "bad.conf:1: expected \"key value\"" "control"
+bad "no group" "bad.conf:1: control-group: no such group" "control-group no-such-group-here"
+bad "TLS and insecure" "exclude each other" "insecure yes" "ca /x"
+if "$UFFDD" -n --config "$T/missing.conf" --insecure >"$T/n.out" 2>&1; then
+	fail "missing --config file accepted"
+fi
+grep -q "missing.conf: No such file" "$T/n.out" || fail "missing file: $(cat "$T/n.out")"
+
+# A running daemon: the file sets the socket mode, a flag would win.
+cat >"$T/run.conf" <<EOF2
+control-mode 0660
+EOF2
+start_daemon d --config "$T/run.conf"
+[ "$(stat -c %a "$d_SOCK")" = 660 ] || fail "file's control-mode not applied"
+start_daemon e --config "$T/run.conf" --control-mode 0640
+[ "$(stat -c %a "$e_SOCK")" = 640 ] || fail "flag did not override the file"
+
+# wait_log NAME PATTERN COUNT: until NAME's log has COUNT lines matching.
+wait_log() {
+	for _ in $(seq 200); do
+		[ "$(grep -c -- "$2" "$T/$1.log")" -ge "$3" ] && return
+		sleep 0.05
+	done
+	fail "$1 never logged '$2' $3 times: $(tail -n 5 "$T/$1.log")"
+}
+# SIGHUP applies a good file.
+echo "control-mode 0666" >"$T/run.conf"
+kill -HUP "$d_PID" "$e_PID"
+wait_log d "reloaded" 1
+wait_log e "reloaded" 1
+[ "$(stat -c %a "$d_SOCK")" = 666 ] || fail "reload did not apply control-mode"
+[ "$(stat -c %a "$e_SOCK")" = 640 ] || fail "reload let the file override a flag"
+# ... and keeps the running configuration on a bad one.
+printf 'control-mode 0600\nbogus yes\n' >"$T/run.conf"
+kill -HUP "$d_PID"
+wait_log d "run.conf:2: unknown key \"bogus\"; keeping the running configuration" 1
+[ "$(stat -c %a "$d_SOCK")" = 666 ] || fail "a bad file changed the running configuration"
+# ... on TLS settings it cannot load (ca, cert and key come from flags
+# here, and flags win; pin does not).
+printf 'control-mode 0600\npin 00:11\n' >"$T/run.conf"
+kill -HUP "$d_PID"
+if [ "${UFFDD_TEST_INSECURE:-0}" = 1 ]; then
+	wait_log d "exclude each other; keeping the running configuration" 1
+else
+	wait_log d "reload: TLS settings refused; keeping the running configuration" 1
+fi
+[ "$(stat -c %a "$d_SOCK")" = 666 ] || fail "bad TLS settings changed the running configuration"
+# ... and on a key that only a restart can change: a daemon whose control
+# socket and state directory come from its file alone.
+printf 'control "%s"\nstate-dir "%s"\ncontrol-mode 0600\n' "$T/r.sock" "$T/r.state" >"$T/r.conf"
+"$UFFDD" -f --insecure --config "$T/r.conf" >"$T/r.log" 2>&1 &
+PIDS+=($!)
+r_PID=$!
+wait_log r "ready: control $T/r.sock" 1
+printf 'control "%s"\nstate-dir /elsewhere\ncontrol-mode 0666\n' "$T/r.sock" >"$T/r.conf"
+kill -HUP "$r_PID"
+wait_log r "reload: state-dir changes only at restart" 1
+[ "$(stat -c %a "$T/r.sock")" = 600 ] || fail "a restart-only change was half applied"
+kill -0 "$r_PID" || fail "daemon died on reload"
+kill -0 "$d_PID" || fail "daemon died on reload"
+"$CLIENT" --control "$d_SOCK" status >/dev/null || fail "daemon does not answer after reloads"

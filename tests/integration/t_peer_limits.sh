@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Connections that have not said HELLO are limited per peer address and in
+# time, and a bad frame closes its connection with a logged reason; a real
+# destination is served all the same.
+. "$SRC/tests/lib.sh"
+need_root
+start_daemon src
+start_daemon dst
+
+# wait_log NAME PATTERN: until NAME's log matches (at most 30 s).
+wait_log() {
+	for _ in $(seq 600); do
+		grep -q -- "$2" "$T/$1.log" && return
+		sleep 0.05
+	done
+	fail "$1 never logged '$2': $(tail -n 5 "$T/$1.log")"
+}
+
+# Eight silent connections from 127.0.0.1 are allowed, the ninth is closed
+# at once.
+fds=()
+for _ in $(seq 8); do
+	exec {fd}<>"/dev/tcp/127.0.0.1/$src_PORT"
+	fds+=("$fd")
+done
+exec {extra}<>"/dev/tcp/127.0.0.1/$src_PORT"
+timeout 10 cat <&"$extra" >/dev/null 2>&1 || true
+wait_log src "refused: 8 connections from it and 8 in all are still before HELLO"
+info "ninth connection before HELLO refused"
+exec {extra}>&-
+for fd in "${fds[@]}"; do
+	exec {fd}>&-
+done
+
+# A connection that never says HELLO is dropped after its deadline.
+exec {slow}<>"/dev/tcp/127.0.0.1/$src_PORT"
+wait_log src "refused: connection timed out"
+exec {slow}>&-
+info "silent connection dropped at its deadline"
+
+# A bad frame header closes the connection with the reason logged.
+if [ "${UFFDD_TEST_INSECURE:-0}" = 1 ]; then
+	printf '\x00\x63\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' >"/dev/tcp/127.0.0.1/$src_PORT"
+else
+	printf '\x00\x63\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' |
+		openssl s_client -quiet -connect "127.0.0.1:$src_PORT" -CAfile "$PKI/ca.crt" \
+			-cert "$PKI/node.crt" -key "$PKI/node.key" >/dev/null 2>&1 || true
+fi
+wait_log src "bad frame"
+info "bad frame: $(grep 'bad frame' "$T/src.log" | tail -n 1)"
+
+# The limits left room for a real migration.
+start_workload WS source --size 16M --threads 1
+start_workload WD dest --size 16M --threads 1
+RANGE=500000000000-500001000000
+ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	--id "$ID" --range "$RANGE" --wait >"$T/attach.out" 2>&1 ||
+	fail "attach after the limits: $(cat "$T/attach.out")"
+info "a real destination is still served"
