@@ -10,6 +10,11 @@ WORKLOAD=$B/tests/workload
 MEMHASH=$B/tests/memhash
 T=$(mktemp -d /tmp/uffdd-test.XXXXXX)
 PIDS=()
+# Where daemons listen: loopback, or the two hosts of make_hosts.
+src_ADDR=127.0.0.1
+dst_ADDR=127.0.0.1
+SRC_HOST_ADDR=10.231.0.1
+DST_HOST_ADDR=10.231.0.2
 src_STARTS=1
 dst_STARTS=1
 CLEANUPS=()
@@ -117,7 +122,7 @@ issue() {
 default_pki() {
 	[ -f "$PKI/node.crt" ] && return
 	make_ca ca
-	issue ca node "IP:127.0.0.1,IP:::1,DNS:localhost"
+	issue ca node "IP:127.0.0.1,IP:::1,DNS:localhost,IP:$SRC_HOST_ADDR,IP:$DST_HOST_ADDR"
 }
 
 # Peer connections use TLS 1.3 unless UFFDD_TEST_INSECURE=1 (plaintext on
@@ -141,7 +146,7 @@ tls_args() {
 start_daemon() {
 	local name=$1 port
 	shift
-	if [ -n "${NETNS:-}" ]; then
+	if [ -n "${NETNS:-}" ] || [ -n "${HOSTS:-}" ]; then
 		port=$((20000 + RANDOM % 30000))
 	else
 		port=$(free_port)
@@ -154,7 +159,7 @@ start_daemon() {
 }
 
 run_daemon() {
-	local name=$1 port tls
+	local name=$1 port tls ns addr
 	shift
 	port=$(eval echo "\$${name}_PORT")
 	tls=$(tls_args "$@")
@@ -162,8 +167,16 @@ run_daemon() {
 	# /etc/uffdd/uffdd.conf cannot change a test; ARGS may name another.
 	: >"$T/empty.conf"
 	# shellcheck disable=SC2086
-	${NETNS:+ip netns exec "$NETNS"} "$UFFDD" -f --config "$T/empty.conf" \
-		$tls --listen "127.0.0.1:$port" --control "$T/$name.sock" \
+	ns=${NETNS:-}
+	addr=127.0.0.1
+	if [ -n "${HOSTS:-}" ]; then
+		case $name in
+		src*) ns=$NS_SRC addr=$SRC_HOST_ADDR ;;
+		*) ns=$NS_DST addr=$DST_HOST_ADDR ;;
+		esac
+	fi
+	${ns:+ip netns exec "$ns"} "$UFFDD" -f --config "$T/empty.conf" \
+		$tls --listen "$addr:$port" --control "$T/$name.sock" \
 		--state-dir "$T/$name.state" "$@" >>"$T/$name.log" 2>&1 &
 	PIDS+=($!)
 	eval "${name}_PID=$!"
@@ -207,9 +220,14 @@ kill_daemon() {
 	wait "$pid" 2>/dev/null || true
 }
 
-# cut_link PORT / heal_link: drop every packet to or from PORT inside
-# $NETNS (a cut cable: no reset, no error, just silence), and undo it.
+# cut_link PORT / heal_link: the cable is pulled (no reset, no error, just
+# silence) and put back: between make_hosts' hosts the source's veth goes
+# down; inside a single $NETNS every packet of PORT is dropped (nftables).
 cut_link() {
+	if [ -n "${HOSTS:-}" ]; then
+		ip -n "$NS_SRC" link set "$VETH_SRC" down
+		return
+	fi
 	ip netns exec "$NETNS" nft -f - <<NFT
 table inet uffdd_cut {
 	chain input {
@@ -220,7 +238,40 @@ table inet uffdd_cut {
 }
 NFT
 }
-heal_link() { ip netns exec "$NETNS" nft delete table inet uffdd_cut; }
+heal_link() {
+	if [ -n "${HOSTS:-}" ]; then
+		ip -n "$NS_SRC" link set "$VETH_SRC" up
+		return
+	fi
+	ip netns exec "$NETNS" nft delete table inet uffdd_cut
+}
+
+# make_hosts: a "source host" and a "destination host", two network
+# namespaces joined by a veth pair (SRC_HOST_ADDR, DST_HOST_ADDR); daemons
+# named src* run on the first, the others on the second, and src_ADDR /
+# dst_ADDR say where they listen. Removed at exit.
+make_hosts() {
+	command -v ip >/dev/null || skip "ip (iproute2) missing"
+	NS_SRC=uffdd-src-$$
+	NS_DST=uffdd-dst-$$
+	VETH_SRC=uS$$
+	ip netns add "$NS_SRC" || skip "cannot create a network namespace"
+	on_cleanup "ip netns del $NS_SRC 2>/dev/null"
+	ip netns add "$NS_DST" || skip "cannot create a network namespace"
+	on_cleanup "ip netns del $NS_DST 2>/dev/null"
+	ip link add "$VETH_SRC" netns "$NS_SRC" type veth peer name "uD$$" \
+		netns "$NS_DST" || skip "cannot create a veth pair"
+	ip -n "$NS_SRC" addr add "$SRC_HOST_ADDR/24" dev "$VETH_SRC"
+	ip -n "$NS_DST" addr add "$DST_HOST_ADDR/24" dev "uD$$"
+	for ns in "$NS_SRC" "$NS_DST"; do
+		ip -n "$ns" link set lo up
+	done
+	ip -n "$NS_SRC" link set "$VETH_SRC" up
+	ip -n "$NS_DST" link set "uD$$" up
+	HOSTS=1
+	src_ADDR=$SRC_HOST_ADDR
+	dst_ADDR=$DST_HOST_ADDR
+}
 
 # make_netns: a private network namespace with loopback up, removed at exit.
 make_netns() {
@@ -303,7 +354,7 @@ migrate() {
 	MIG_ID=$id
 	[ "$(proc_state "$WS")" = T ] || fail "source not stopped after export"
 	h_src=$("$MEMHASH" "$WS" $base "$end" "${pokeargs[@]}")
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$RANGE" >"$T/attach.out"
 	grep -q '^attached' "$T/attach.out" || fail "attach printed: $(cat "$T/attach.out")"
 	kill -USR1 "$WD"

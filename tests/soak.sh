@@ -24,7 +24,7 @@ while [ "$(date +%s)" -lt "$t_end" ]; do
 	start_workload WD dest --size 128M --threads 8 --pace-us 200 --base "$base" --seed "$i"
 	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
 	h_src=$("$MEMHASH" "$WS" "$base" "$end")
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$range" >/dev/null
 	kill -USR1 "$WD"
 	sleep "0.$((RANDOM % 9 + 1))"

@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# The link between the daemons goes down for 5 s, three times in one
-# migration (nftables drops every packet of the peer port inside a private
-# network namespace). Each time the destination notices, pauses with its
+# The link between the source host and the destination host (two network
+# namespaces joined by veth) goes down for 5 s, three times in one
+# migration. Each time the destination notices, pauses with its
 # faulting threads waiting, reconnects, tells the source what it holds and
 # resumes. The result is byte-exact.
 . "$SRC/tests/lib.sh"
 need_root
-command -v nft >/dev/null || skip "nft (nftables) missing"
-make_netns
+make_hosts
 start_daemon src --bulk-rate 8M
 start_daemon dst
 start_workload WS source --size 128M --threads 2
@@ -15,7 +14,7 @@ start_workload WD dest --size 128M --threads 4 --pace-us 1500 --prefault
 RANGE=500000000000-500008000000
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 H_SRC=$("$MEMHASH" "$WS" 0x500000000000 0x500008000000)
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range "$RANGE" >/dev/null
 kill -USR1 "$WD"
 

@@ -5,6 +5,7 @@
 # and resident memory are back where they started.
 . "$SRC/tests/lib.sh"
 need_root
+make_hosts
 # AddressSanitizer's allocator keeps freed memory (quarantine, shadow), so
 # resident memory says nothing there; run.sh runs this test on the plain
 # build when it has one (PLAIN_BUILDDIR), as tests/setup.sh check does.
@@ -34,7 +35,7 @@ run_batch() {
 		base=$((0x500000000000 + i * 0x100000000))
 		end=$((base + $(numfmt --from=iec "$size")))
 		range=$(printf '%x-%x' "$base" "$end")
-		eval "\"\$CLIENT\" --control \"\$dst_SOCK\" attach \"\$WD$i\" --from 127.0.0.1:$src_PORT --id \"\$ID$i\" --range $range >/dev/null"
+		eval "\"\$CLIENT\" --control \"\$dst_SOCK\" attach \"\$WD$i\" --from $src_ADDR:$src_PORT --id \"\$ID$i\" --range $range >/dev/null"
 		eval "kill -USR1 \"\$WD$i\""
 	done
 	for ((i = 0; i < n; i++)); do

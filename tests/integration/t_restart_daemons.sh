@@ -5,6 +5,7 @@
 # still-frozen process. Both migrations complete byte-exact.
 . "$SRC/tests/lib.sh"
 need_root
+make_hosts
 
 one() {
 	local victim=$1 base=$2 end range id h_src h_dst
@@ -14,7 +15,7 @@ one() {
 	start_workload WD dest --size 128M --threads 4 --pace-us 400 --base "$base"
 	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
 	h_src=$("$MEMHASH" "$WS" "$base" "$end")
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$range" >/dev/null
 	kill -USR1 "$WD"
 	sleep 1.5

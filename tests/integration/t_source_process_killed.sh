@@ -4,6 +4,7 @@
 # no page of the target reads back wrong or as zeros.
 . "$SRC/tests/lib.sh"
 need_root
+make_hosts
 start_daemon src --bulk-rate 4M
 start_daemon dst
 "$CLIENT" --control "$dst_SOCK" status --json >/dev/null
@@ -12,7 +13,7 @@ start_workload WS source --size 64M --threads 1
 start_workload WD dest --size 64M --threads 4 --pace-us 300 --sigbus-ok
 RANGE=500000000000-500004000000
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range "$RANGE" >/dev/null
 kill -USR1 "$WD"
 sleep 1

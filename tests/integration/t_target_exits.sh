@@ -9,7 +9,7 @@ start_workload WS source --size 64M --threads 1
 start_workload WD dest --size 64M --threads 2
 RANGE=500000000000-500004000000
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range "$RANGE" >/dev/null
 sleep 0.5
 kill -9 "$WD"
