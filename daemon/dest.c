@@ -38,10 +38,17 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
 
+/* Pages [p0, p1) of a region that the target moved to base (mremap). */
+struct move {
+	uint64_t p0, p1, base;
+};
+
 struct dst_region {
 	struct region r; /* r.index: the source's index */
 	uint64_t npages;
 	struct pagestate ps;
+	struct move *moves; /* later entries win */
+	size_t nmoves;
 };
 
 struct inflight {
@@ -75,6 +82,9 @@ struct dest {
 static void dest_free(struct migration *);
 static void fault_cb(evutil_socket_t, short, void *);
 static void read_faults(struct dest *);
+struct dst_region;
+static uint64_t page_addr(const struct dst_region *, uint64_t);
+static uint64_t addr_run(const struct dst_region *, uint64_t, uint64_t);
 
 /* Attach failed before the target was touched: answer and forget. */
 static void attach_fail(struct dest *d, uint32_t code, const char *fmt, ...)
@@ -117,8 +127,10 @@ dest_free(struct migration *m)
 		close(d->uffd);
 	if (d->pidfd >= 0)
 		close(d->pidfd);
-	for (size_t i = 0; i < d->nregs; i++)
+	for (size_t i = 0; i < d->nregs; i++) {
 		pagestate_free(&d->regs[i].ps);
+		free(d->regs[i].moves);
+	}
 	free(d->regs);
 	free(d->ranges);
 	free(d->buf);
@@ -133,7 +145,7 @@ present_total(const struct dest *d)
 	uint64_t n = 0;
 
 	for (size_t i = 0; i < d->nregs; i++)
-		n += d->regs[i].ps.present;
+		n += pagestate_done(&d->regs[i].ps);
 	return n;
 }
 
@@ -258,10 +270,10 @@ poison_missing(struct dest *d)
 			if (p >= dr->npages)
 				break;
 			n = pagestate_missing_run(&dr->ps, p, dr->npages - p);
+			n = addr_run(dr, p, n);
 			if (d->have_poison) {
 				struct uffdio_poison up = {
-					.range = {dr->r.start + p * ps,
-						  n * ps}};
+					.range = {page_addr(dr, p), n * ps}};
 				int tries = 0;
 
 				while (ioctl(d->uffd, UFFDIO_POISON, &up) < 0 &&
@@ -276,8 +288,8 @@ poison_missing(struct dest *d)
 					up.updated = 0;
 				}
 			}
-			migration_lost(d->m, dr->r.start + p * ps,
-				       dr->r.start + (p + n) * ps, n);
+			migration_lost(d->m, page_addr(dr, p),
+				       page_addr(dr, p) + n * ps, n);
 			p += n;
 		}
 	}
@@ -383,13 +395,52 @@ exit_cb(evutil_socket_t fd, short ev, void *arg)
 	target_exited(arg);
 }
 
-static struct dst_region *
-region_by_addr(struct dest *d, uint64_t addr)
+/* Where page p of a region is in the target now (it may have moved). */
+static uint64_t
+page_addr(const struct dst_region *dr, uint64_t p)
 {
-	for (size_t i = 0; i < d->nregs; i++)
-		if (addr >= d->regs[i].r.start &&
-		    addr - d->regs[i].r.start < d->regs[i].r.length)
-			return &d->regs[i];
+	for (size_t i = dr->nmoves; i-- > 0;)
+		if (p >= dr->moves[i].p0 && p < dr->moves[i].p1)
+			return dr->moves[i].base +
+			       (p - dr->moves[i].p0) * dr->r.page_size;
+	return dr->r.start + p * dr->r.page_size;
+}
+
+/* How many pages from p (at most max) sit at consecutive addresses. */
+static uint64_t
+addr_run(const struct dst_region *dr, uint64_t p, uint64_t max)
+{
+	uint64_t a = page_addr(dr, p), n = 1;
+
+	while (n < max && page_addr(dr, p + n) == a + n * dr->r.page_size)
+		n++;
+	return n;
+}
+
+/* The region and page an address of the target belongs to, or NULL. */
+static struct dst_region *
+locate(struct dest *d, uint64_t addr, uint64_t *page)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t ps = dr->r.page_size, pa = addr - addr % ps;
+
+		for (size_t k = dr->nmoves; k-- > 0;) {
+			const struct move *mv = &dr->moves[k];
+			uint64_t p = mv->p0 + (pa - mv->base) / ps;
+
+			if (pa >= mv->base && p < mv->p1 &&
+			    page_addr(dr, p) == pa) {
+				*page = p;
+				return dr;
+			}
+		}
+		if (pa >= dr->r.start && pa - dr->r.start < dr->r.length &&
+		    page_addr(dr, (pa - dr->r.start) / ps) == pa) {
+			*page = (pa - dr->r.start) / ps;
+			return dr;
+		}
+	}
 	return NULL;
 }
 
@@ -422,7 +473,77 @@ request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	conn_send(d->demand, FRAME_PAGE_REQUEST, &pr.base);
 }
 
-/* Reads every pending uffd message; page faults become requests. */
+/*
+ * The target discarded [start, end) itself (madvise DONTNEED or REMOVE,
+ * munmap): those pages must never receive the source's bytes.
+ */
+static void
+discard_range(struct dest *d, uint64_t start, uint64_t end)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+
+		for (uint64_t p = 0; p < dr->npages; p++) {
+			uint64_t a = page_addr(dr, p);
+
+			if (a >= start && a < end &&
+			    pagestate_get(&dr->ps, p) != PAGE_DISCARDED) {
+				pagestate_set(&dr->ps, p, PAGE_DISCARDED);
+				n++;
+			}
+		}
+	}
+	log_debug("migration %s: target discarded 0x%llx-0x%llx (%llu pages)",
+		  log_id(d->m->id), (unsigned long long)start,
+		  (unsigned long long)end, (unsigned long long)n);
+}
+
+/*
+ * The target moved [from, from + len) to `to` (mremap): the pages there
+ * keep their identity (region, index) and get a new address. A scan over
+ * every page is fine: mremap of migrating memory is rare.
+ */
+static void
+remap_range(struct dest *d, uint64_t from, uint64_t to, uint64_t len)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t p = 0;
+
+		while (p < dr->npages) {
+			uint64_t a = page_addr(dr, p), n;
+
+			if (a < from || a >= from + len) {
+				p++;
+				continue;
+			}
+			n = addr_run(dr, p, dr->npages - p);
+			if (a + n * dr->r.page_size > from + len)
+				n = (from + len - a) / dr->r.page_size;
+			dr->moves =
+				realloc(dr->moves,
+					(dr->nmoves + 1) * sizeof(*dr->moves));
+			if (dr->moves == NULL)
+				fatal("page moves");
+			dr->moves[dr->nmoves++] =
+				(struct move){p, p + n, to + (a - from)};
+			p += n;
+		}
+	}
+	log_debug("migration %s: target moved 0x%llx+0x%llx to 0x%llx",
+		  log_id(d->m->id), (unsigned long long)from,
+		  (unsigned long long)len, (unsigned long long)to);
+}
+
+static void zero_discarded(struct dest *, struct dst_region *, uint64_t page);
+
+/*
+ * Reads every pending uffd message: page faults become requests, and the
+ * target's own changes to its memory (DESIGN section 4, non-cooperative
+ * events) update the page map before any page is installed again.
+ */
 static void
 read_faults(struct dest *d)
 {
@@ -440,19 +561,42 @@ read_faults(struct dest *d)
 			struct dst_region *dr;
 			uint64_t addr, page;
 
-			if (msg->event != UFFD_EVENT_PAGEFAULT) {
+			switch (msg->event) {
+			case UFFD_EVENT_PAGEFAULT:
+				break;
+			case UFFD_EVENT_REMOVE:
+			case UFFD_EVENT_UNMAP:
+				discard_range(d, msg->arg.remove.start,
+					      msg->arg.remove.end);
+				continue;
+			case UFFD_EVENT_REMAP:
+				remap_range(d, msg->arg.remap.from,
+					    msg->arg.remap.to,
+					    msg->arg.remap.len);
+				continue;
+			case UFFD_EVENT_FORK:
+				/*
+				 * Not served yet: the child's missing pages
+				 * would wait forever, so say so loudly.
+				 */
+				log_warnx("migration %s: process %d forked; "
+					  "the child's missing pages are not "
+					  "served",
+					  log_id(d->m->id), (int)d->m->pid);
+				close((int)msg->arg.fork.ufd);
+				continue;
+			default:
 				log_debug("uffd event %u ignored", msg->event);
 				continue;
 			}
 			addr = msg->arg.pagefault.address;
-			if ((dr = region_by_addr(d, addr)) == NULL) {
+			if ((dr = locate(d, addr, &page)) == NULL) {
 				log_warnx("migration %s: fault at 0x%llx "
 					  "outside every region",
 					  log_id(d->m->id),
 					  (unsigned long long)addr);
 				continue;
 			}
-			page = (addr - dr->r.start) / dr->r.page_size;
 			if (d->failing)
 				continue; /* it will be poisoned and woken */
 			d->m->demand_faults++;
@@ -464,9 +608,11 @@ read_faults(struct dest *d)
 				break; /* merged with the request in flight */
 			case PAGE_PRESENT:
 				/* Installed after the fault was queued. */
-				uffd_wake(d->uffd,
-					  dr->r.start + page * dr->r.page_size,
+				uffd_wake(d->uffd, page_addr(dr, page),
 					  dr->r.page_size);
+				break;
+			case PAGE_DISCARDED:
+				zero_discarded(d, dr, page);
 				break;
 			}
 		}
@@ -507,9 +653,8 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 	    const uint8_t *src, int zero)
 {
 	uint64_t ps = dr->r.page_size, len = n * ps, off = 0, done;
-	uint64_t addr = dr->r.start + page * ps;
+	uint64_t addr = page_addr(dr, page);
 	int64_t installed = 0;
-	int retries = 0;
 
 	while (off < len) {
 		enum uffd_res res =
@@ -532,19 +677,14 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 			off += ps;
 			break;
 		case UFFD_RETRY:
-			/* A partial install, or an event to read first. */
+			/*
+			 * A partial install goes on; otherwise an event is
+			 * pending: read it, and let the caller look at the
+			 * page map again, which the event may have changed.
+			 */
 			if (done == 0) {
 				read_faults(d);
-				if (++retries > RETRY_MAX) {
-					migration_fail(
-						d->m,
-						"install at 0x%llx "
-						"keeps failing with "
-						"EAGAIN",
-						(unsigned long long)(addr +
-								     off));
-					return -1;
-				}
+				return installed;
 			}
 			break;
 		case UFFD_GONE:
@@ -561,12 +701,37 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 	return installed;
 }
 
+/*
+ * A thread touches a page the target had discarded: it gets what it would
+ * have got without a migration, a zero page.
+ */
+static void
+zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
+{
+	uint64_t done, ps = dr->r.page_size, addr = page_addr(dr, page);
+	enum uffd_res res = uffd_zeropage(d->uffd, addr, ps, 0, &done);
+
+	if (res == UFFD_OK || res == UFFD_EXISTS) {
+		pagestate_set(&dr->ps, page, PAGE_PRESENT);
+		if (res == UFFD_EXISTS)
+			uffd_wake(d->uffd, addr, ps);
+		d->m->zero_pages++;
+	} else if (res == UFFD_GONE) {
+		target_exited(d);
+	} else if (res != UFFD_RETRY) {
+		log_warn("migration %s: zero page at 0x%llx", log_id(d->m->id),
+			 (unsigned long long)addr);
+	}
+	/* On EAGAIN the thread faults again once the event is read. */
+}
+
 static void
 page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	  const Uffdd__PageData *pd)
 {
 	struct dst_region *dr = region_by_index(d, pd->region);
 	uint64_t p, end;
+	int retries = 0;
 
 	if (dr == NULL || pd->npages == 0 || pd->page >= dr->npages ||
 	    pd->npages > dr->npages - pd->page ||
@@ -595,18 +760,26 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		if (p >= end)
 			break;
 		n = pagestate_missing_run(&dr->ps, p, end - p);
+		n = addr_run(dr, p, n);
 		got = install_run(d, dr, p, n,
 				  d->buf + (p - pd->page) * dr->r.page_size,
 				  pd->zero);
 		if (got < 0)
 			return;
+		if (got == 0 && ++retries > RETRY_MAX) {
+			migration_fail(d->m,
+				       "install at 0x%llx keeps failing with "
+				       "EAGAIN",
+				       (unsigned long long)page_addr(dr, p));
+			return;
+		}
 		if (pd->zero)
 			d->m->zero_pages += (uint64_t)got;
 		if (pd->demand)
 			d->m->demand_pages += (uint64_t)got;
 		else
 			d->m->prefetched_pages += (uint64_t)got;
-		p += n;
+		/* The page map is looked at again from p: see install_run. */
 	}
 	if (pd->demand || d->ninflight)
 		settle_requests(d, pd->region, pd->page, pd->npages);
@@ -834,10 +1007,17 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		snprintf(err, errlen, "pidfd_getfd: %s", strerror(errno));
 		goto undo;
 	}
-	/* Shared memory needs its feature bit; nothing else changes. */
+	/*
+	 * Shared memory needs its feature bit. The event features make the
+	 * kernel tell us when the target itself discards or moves migrating
+	 * memory, so that no stale source page lands there later.
+	 */
 	if (uffd_api(d->uffd,
 		     kfeat.uffd_features & (UFFD_FEATURE_MISSING_SHMEM |
-					    UFFD_FEATURE_MISSING_HUGETLBFS),
+					    UFFD_FEATURE_MISSING_HUGETLBFS |
+					    UFFD_FEATURE_EVENT_REMOVE |
+					    UFFD_FEATURE_EVENT_UNMAP |
+					    UFFD_FEATURE_EVENT_REMAP),
 		     NULL) < 0) {
 		snprintf(err, errlen, "UFFDIO_API: %s", strerror(errno));
 		goto undo;

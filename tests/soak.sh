@@ -8,9 +8,8 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 export BUILDDIR SRC
 . "$SRC/tests/lib.sh"
 need_root
-command -v nft >/dev/null || skip "nft (nftables) missing"
 SECS=${SOAK_SECONDS:-600}
-make_netns
+make_hosts
 start_daemon src --bulk-rate 32M
 start_daemon dst
 done_n=0 faults=0 cuts=0 kills=0 lost=0 bytes=0 i=0

@@ -44,6 +44,16 @@ static uint64_t base = 0x500000000000ULL, size = 64ULL << 20, seed = 1;
 static unsigned threads = 4, untouched = 16, pageout_every, poke_every;
 static unsigned zero_every;
 static const char *kind = "anon";
+/*
+ * dest --event: what the target does to pages [ev0, ev0 + EV_PAGES) right
+ * after it starts, while they are still missing: "remove" (madvise; they
+ * must then read as zeros), "unmap" (munmap; they are not checked) or
+ * "remap" (mremap to moved_at; they must be found there).
+ */
+static const char *event;
+static uint64_t ev0;
+static uint8_t *moved_at;
+#define EV_PAGES 256
 static int prefault, sigbus_ok;
 static unsigned pace_us;
 static atomic_ulong lost;
@@ -285,10 +295,24 @@ check_page(uint64_t page)
 	bus_armed = 0;
 }
 
+static int
+in_event(uint64_t page)
+{
+	return event && page >= ev0 && page < ev0 + EV_PAGES;
+}
+
 static void
 check_page_guarded(uint64_t page)
 {
 	volatile uint64_t *p = (volatile uint64_t *)(mem + page * PS);
+	int removed = in_event(page) && strcmp(event, "remove") == 0;
+
+	if (in_event(page) && strcmp(event, "unmap") == 0) {
+		atomic_fetch_add(&checked, 1);
+		return;
+	}
+	if (in_event(page) && strcmp(event, "remap") == 0)
+		p = (volatile uint64_t *)(moved_at + (page - ev0) * PS);
 
 	if (is_poke(page)) /* a write before the page arrives */
 		p[POKE_WORD] = POKE_TAG << 48 | page;
@@ -297,13 +321,13 @@ check_page_guarded(uint64_t page)
 
 		if (is_poke(page) && w == POKE_WORD)
 			want = POKE_TAG << 48 | page;
-		else if (is_untouched(page) || is_zeroed(page))
+		else if (is_untouched(page) || is_zeroed(page) || removed)
 			want = 0;
 		else
 			want = word_value(page, w, v >> 48);
 		if (v != want ||
-		    (!is_untouched(page) && !is_zeroed(page) && v >> 48 == 0 &&
-		     !(is_poke(page) && w == POKE_WORD)))
+		    (!is_untouched(page) && !is_zeroed(page) && !removed &&
+		     v >> 48 == 0 && !(is_poke(page) && w == POKE_WORD)))
 			report(page, w, v, want);
 	}
 	atomic_fetch_add(&checked, 1);
@@ -362,6 +386,29 @@ run_dest(void)
 		if (sig == SIGTERM)
 			return 2;
 	} while (sig != SIGUSR1);
+	if (event) {
+		uint8_t *at = mem + ev0 * PS;
+		int rc = 0;
+
+		if (strcmp(event, "remove") == 0)
+			rc = madvise(at, EV_PAGES * PS,
+				     strcmp(kind, "anon") == 0 ? MADV_DONTNEED
+							       : MADV_REMOVE);
+		else if (strcmp(event, "unmap") == 0)
+			rc = munmap(at, EV_PAGES * PS);
+		else if (strcmp(event, "remap") == 0) {
+			moved_at =
+				mremap(at, EV_PAGES * PS, EV_PAGES * PS,
+				       MREMAP_MAYMOVE | MREMAP_FIXED,
+				       (void *)(base + size + (64ULL << 20)));
+			rc = moved_at == MAP_FAILED ? -1 : 0;
+		}
+		if (rc < 0) {
+			fprintf(stderr, "workload: --event %s: %s\n", event,
+				strerror(errno));
+			return 1;
+		}
+	}
 	ts = calloc(threads, sizeof(*ts));
 	for (unsigned i = 0; i < threads; i++)
 		pthread_create(&ts[i], NULL, checker, (void *)(uintptr_t)i);
@@ -388,7 +435,8 @@ usage(void)
 		"[--pageout-every K]\n"
 		"         [--poke-every K] [--prefault] [--sigbus-ok] "
 		"[--pace-us N]\n"
-		"         [--kind anon|shared|memfd|tmpfs] [--zero-every K]\n");
+		"         [--kind anon|shared|memfd|tmpfs] [--zero-every K]\n"
+		"         [--event remove|unmap|remap]\n");
 	exit(2);
 }
 
@@ -408,6 +456,7 @@ main(int argc, char **argv)
 		{"pace-us", required_argument, NULL, 'D'},
 		{"kind", required_argument, NULL, 'K'},
 		{"zero-every", required_argument, NULL, 'Z'},
+		{"event", required_argument, NULL, 'E'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -459,11 +508,20 @@ main(int argc, char **argv)
 		case 'Z':
 			zero_every = (unsigned)atoi(optarg);
 			break;
+		case 'E':
+			event = optarg;
+			if (strcmp(event, "remove") && strcmp(event, "unmap") &&
+			    strcmp(event, "remap"))
+				usage();
+			break;
 		default:
 			usage();
 		}
 	}
 	if (size == 0 || size % PS || base % PS || threads == 0)
+		usage();
+	ev0 = size / PS / 4;
+	if (event && ev0 + EV_PAGES > size / PS)
 		usage();
 	if (strcmp(argv[1], "source") == 0)
 		return run_source();
