@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "daemon/compat.h"
 #include "daemon/inject.h"
@@ -968,6 +969,49 @@ open_bulk(struct dest *d)
 }
 
 /*
+ * A target that may not call userfaultfd() itself (not root, and
+ * vm.unprivileged_userfaultfd=0; the user-mode-only kind would break the
+ * target's system calls on missing pages) gets a full one from
+ * /dev/userfaultfd: we open the device, hand the target a copy and have
+ * it ask the device for a userfaultfd of its own (DESIGN section 5).
+ */
+static long
+uffd_via_device(struct dest *d, struct inject *inj, char *err, size_t errlen)
+{
+	int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC), tdev;
+	char path[64];
+	struct stat st;
+	long rc;
+
+	err[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d", (int)d->m->pid);
+	if (dev < 0 || stat(path, &st) < 0) {
+		if (dev >= 0)
+			close(dev);
+		return -EPERM;
+	}
+	tdev = inject_pass_fd(inj, dev, st.st_uid, st.st_gid);
+	close(dev);
+	if (tdev < 0) {
+		snprintf(err, errlen, "/dev/userfaultfd for process %d: %s",
+			 (int)d->m->pid, inj->err);
+		return -EPERM;
+	}
+	rc = inject_syscall(inj, SYS_ioctl, (unsigned long)tdev,
+			    USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK, 0, 0,
+			    0);
+	inject_syscall(inj, SYS_close, (unsigned long)tdev, 0, 0, 0, 0, 0);
+	if (rc < 0)
+		snprintf(err, errlen, "USERFAULTFD_IOC_NEW in process %d: %s",
+			 (int)d->m->pid, strerror((int)-rc));
+	else
+		log_info("process %d may not call userfaultfd(); it got one "
+			 "from /dev/userfaultfd",
+			 (int)d->m->pid);
+	return rc;
+}
+
+/*
  * Makes the target create a userfaultfd, copies it out, discards what is
  * resident in the matched regions and registers them, all while every thread
  * of the target is stopped, so no thread can touch a page in between.
@@ -980,6 +1024,7 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	long rc;
 
 	*code = ERR_KERNEL;
+	err[0] = '\0';
 	if (inject_begin(&inj, d->m->pid, 1) < 0) {
 		*code = errno == EPERM ? ERR_PERMISSION : ERR_NO_PROCESS;
 		snprintf(err, errlen, "%s", inj.err);
@@ -987,6 +1032,13 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	}
 	rc = inject_syscall(&inj, SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK, 0, 0,
 			    0, 0, 0);
+	if (rc == -EPERM && kfeat.dev_userfaultfd)
+		rc = uffd_via_device(d, &inj, err, errlen);
+	if (rc < 0 && err[0]) {
+		*code = ERR_PERMISSION;
+		inject_end(&inj);
+		return -1;
+	}
 	if (rc < 0) {
 		if (rc == -EPERM)
 			snprintf(err, errlen,
