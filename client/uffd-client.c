@@ -178,6 +178,15 @@ print_status_text(const Uffdd__MigrationStatus *s)
 	printf("  zero pages   %" PRIu64 "\n", s->zero_pages);
 	if (s->reconnects)
 		printf("  reconnects   %u\n", s->reconnects);
+	if (s->n_threads) {
+		printf("  blocktime    %.1f ms in all;", s->blocktime_ms);
+		for (size_t i = 0; i < s->n_threads && i < 4; i++)
+			printf(" tid %d %.1f ms (%" PRIu64 " faults)%s",
+			       s->threads[i]->tid, s->threads[i]->ms,
+			       s->threads[i]->faults,
+			       i + 1 < s->n_threads && i < 3 ? "," : "");
+		printf("%s\n", s->n_threads > 4 ? " ..." : "");
+	}
 	if (s->pages_lost) {
 		printf("  LOST         %" PRIu64 " pages:", s->pages_lost);
 		for (size_t i = 0; i < s->n_lost; i++)
@@ -231,6 +240,12 @@ print_status_json(const Uffdd__MigrationStatus *s)
 	       s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s : 0,
 	       s->latency_p50_us, s->latency_p99_us, s->pages_lost,
 	       s->reconnects);
+	printf("\"blocktime_ms\":%.3f,\"threads\":[", s->blocktime_ms);
+	for (size_t i = 0; i < s->n_threads; i++)
+		printf("%s{\"tid\":%d,\"ms\":%.3f,\"faults\":%" PRIu64 "}",
+		       i ? "," : "", s->threads[i]->tid, s->threads[i]->ms,
+		       s->threads[i]->faults);
+	printf("],");
 	printf("\"lost\":[");
 	for (size_t i = 0; i < s->n_lost; i++)
 		printf("%s[%" PRIu64 ",%" PRIu64 "]", i ? "," : "",

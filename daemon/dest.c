@@ -58,6 +58,14 @@ struct inflight {
 	uint64_t t0;
 };
 
+/* A target thread blocked on a missing page (blocktime accounting). */
+struct waiter {
+	uint32_t reg;
+	uint64_t page;
+	uint64_t t0;
+	pid_t tid;
+};
+
 struct dest {
 	struct migration *m;
 	uint64_t serial; /* control client awaiting the attach reply */
@@ -72,6 +80,8 @@ struct dest {
 	uint8_t *buf;
 	struct inflight *inflight;
 	size_t ninflight;
+	struct waiter *waiters;
+	size_t nwaiters;
 	int resuming;	  /* the demand lane is in a resume handshake */
 	int failing;	  /* poisoning: faults are no longer requested */
 	int have_poison;  /* UFFDIO_POISON offered on every region */
@@ -136,6 +146,7 @@ dest_free(struct migration *m)
 	free(d->ranges);
 	free(d->buf);
 	free(d->inflight);
+	free(d->waiters);
 	free(d);
 	m->impl = NULL;
 }
@@ -540,6 +551,33 @@ remap_range(struct dest *d, uint64_t from, uint64_t to, uint64_t len)
 
 static void zero_discarded(struct dest *, struct dst_region *, uint64_t page);
 
+static void
+add_waiter(struct dest *d, const struct dst_region *dr, uint64_t page,
+	   pid_t tid)
+{
+	if (d->nwaiters < INFLIGHT_MAX)
+		d->waiters[d->nwaiters++] =
+			(struct waiter){dr->r.index, page, now_ns(), tid};
+}
+
+/* Threads waiting on [page, page+n) are free: charge their wait. */
+static void
+settle_waiters(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
+{
+	uint64_t t = now_ns();
+
+	for (size_t i = 0; i < d->nwaiters;) {
+		struct waiter *w = &d->waiters[i];
+
+		if (w->reg == idx && w->page >= page && w->page < page + n) {
+			migration_blocked(d->m, w->tid, t - w->t0);
+			*w = d->waiters[--d->nwaiters];
+			continue;
+		}
+		i++;
+	}
+}
+
 /*
  * Reads every pending uffd message: page faults become requests, and the
  * target's own changes to its memory (DESIGN section 4, non-cooperative
@@ -604,9 +642,14 @@ read_faults(struct dest *d)
 			switch (pagestate_get(&dr->ps, page)) {
 			case PAGE_MISSING:
 				request_page(d, dr, page);
+				add_waiter(d, dr, page,
+					   (pid_t)msg->arg.pagefault.feat.ptid);
 				break;
 			case PAGE_REQUESTED:
-				break; /* merged with the request in flight */
+				/* Merged with the request in flight. */
+				add_waiter(d, dr, page,
+					   (pid_t)msg->arg.pagefault.feat.ptid);
+				break;
 			case PAGE_PRESENT:
 				/* Installed after the fault was queued. */
 				uffd_wake(d->uffd, page_addr(dr, page),
@@ -784,6 +827,8 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	}
 	if (pd->demand || d->ninflight)
 		settle_requests(d, pd->region, pd->page, pd->npages);
+	if (d->nwaiters)
+		settle_waiters(d, pd->region, pd->page, pd->npages);
 	d->m->pages_present = present_total(d);
 	if (d->m->pages_present == d->m->pages_total)
 		dest_complete(d);
@@ -1062,14 +1107,16 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	/*
 	 * Shared memory needs its feature bit. The event features make the
 	 * kernel tell us when the target itself discards or moves migrating
-	 * memory, so that no stale source page lands there later.
+	 * memory, so that no stale source page lands there later. THREAD_ID
+	 * names the faulting thread, for blocktime.
 	 */
 	if (uffd_api(d->uffd,
 		     kfeat.uffd_features & (UFFD_FEATURE_MISSING_SHMEM |
 					    UFFD_FEATURE_MISSING_HUGETLBFS |
 					    UFFD_FEATURE_EVENT_REMOVE |
 					    UFFD_FEATURE_EVENT_UNMAP |
-					    UFFD_FEATURE_EVENT_REMAP),
+					    UFFD_FEATURE_EVENT_REMAP |
+					    UFFD_FEATURE_THREAD_ID),
 		     NULL) < 0) {
 		snprintf(err, errlen, "UFFDIO_API: %s", strerror(errno));
 		goto undo;
@@ -1311,6 +1358,7 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 		d->ranges[i].end = req->ranges[i]->end;
 	}
 	d->inflight = xcalloc(INFLIGHT_MAX, sizeof(*d->inflight));
+	d->waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->waiters));
 	d->retry_ev = evtimer_new(base, retry_cb, d);
 	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
 		fatal("page buffer");
@@ -1513,6 +1561,7 @@ dest_restore(const char *path, FILE *f)
 	d->nranges = nranges;
 	ranges = NULL;
 	d->inflight = xcalloc(INFLIGHT_MAX, sizeof(*d->inflight));
+	d->waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->waiters));
 	d->retry_ev = evtimer_new(base, retry_cb, d);
 	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
 		fatal("page buffer");

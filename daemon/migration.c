@@ -4,6 +4,7 @@
 #include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -122,6 +123,48 @@ migration_lost(struct migration *m, uint64_t start, uint64_t end,
 }
 
 void
+migration_blocked(struct migration *m, pid_t tid, uint64_t ns)
+{
+	m->blocked_ns += ns;
+	for (size_t i = 0; i < m->nthreads; i++) {
+		if (m->threads[i].tid == tid) {
+			m->threads[i].ns += ns;
+			m->threads[i].faults++;
+			return;
+		}
+	}
+	/* A full table keeps the totals right and drops the names. */
+	if (m->nthreads < MIG_THREADS)
+		m->threads[m->nthreads++] = (struct thread_block){tid, ns, 1};
+}
+
+static int
+by_ns_desc(const void *a, const void *b)
+{
+	const Uffdd__ThreadBlock *x = *(Uffdd__ThreadBlock *const *)a;
+	const Uffdd__ThreadBlock *y = *(Uffdd__ThreadBlock *const *)b;
+
+	return x->ms < y->ms ? 1 : x->ms > y->ms ? -1 : 0;
+}
+
+size_t
+migration_threads(const struct migration *m, Uffdd__ThreadBlock **out,
+		  Uffdd__ThreadBlock ***ptrs)
+{
+	*out = xcalloc(m->nthreads, sizeof(**out));
+	*ptrs = xcalloc(m->nthreads, sizeof(**ptrs));
+	for (size_t i = 0; i < m->nthreads; i++) {
+		uffdd__thread_block__init(&(*out)[i]);
+		(*out)[i].tid = m->threads[i].tid;
+		(*out)[i].ms = (double)m->threads[i].ns / 1e6;
+		(*out)[i].faults = m->threads[i].faults;
+		(*ptrs)[i] = &(*out)[i];
+	}
+	qsort(*ptrs, m->nthreads, sizeof(**ptrs), by_ns_desc);
+	return m->nthreads;
+}
+
+void
 migration_free_all(void)
 {
 	struct migration *m;
@@ -192,6 +235,7 @@ migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 	s->latency_p99_us = (double)hist_quantile(&m->latency, 0.99) / 1e3;
 	s->pages_lost = m->pages_lost;
 	s->reconnects = m->reconnects;
+	s->blocktime_ms = (double)m->blocked_ns / 1e6;
 	s->kernel = (char *)probe_summary();
 }
 

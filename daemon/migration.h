@@ -11,6 +11,7 @@
 
 #define MIG_ID_LEN 32 /* 128 random bits in hex */
 #define MIG_LOST_RANGES 16
+#define MIG_THREADS 64 /* threads whose blocktime is kept one by one */
 
 enum mig_role { ROLE_SOURCE, ROLE_DEST };
 enum mig_state {
@@ -43,6 +44,13 @@ struct migration {
 	uint64_t lost[MIG_LOST_RANGES][2]; /* the first lost [start, end) */
 	size_t nlost;
 	uint32_t reconnects;
+	/* Blocktime (destination, UFFD_FEATURE_THREAD_ID): per thread. */
+	uint64_t blocked_ns;
+	struct thread_block {
+		pid_t tid;
+		uint64_t ns, faults;
+	} threads[MIG_THREADS];
+	size_t nthreads;
 	void *impl; /* struct source or struct dest */
 	void (*impl_free)(struct migration *);
 	/* The control caller whose request made it (authz.c, for status). */
@@ -75,6 +83,10 @@ void migration_lost(struct migration *, uint64_t start, uint64_t end,
  * beyond a fixed number are dropped, oldest first.
  */
 void migration_release(struct migration *);
+/* Adds ns of blocking on a missing page to thread tid's account. */
+void migration_blocked(struct migration *, pid_t tid, uint64_t ns);
+size_t migration_threads(const struct migration *, Uffdd__ThreadBlock **out,
+			 Uffdd__ThreadBlock ***ptrs);
 size_t migration_lost_ranges(const struct migration *, Uffdd__Range **out,
 			     Uffdd__Range ***ptrs);
 

@@ -30,6 +30,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 
 #ifndef MADV_PAGEOUT
 #define MADV_PAGEOUT 21
@@ -337,11 +338,15 @@ check_page_guarded(uint64_t page)
  * Thread t checks the pages with index % threads == t, even threads walking
  * up and odd ones down, so faults land all over the region at once.
  */
+static pid_t checker_tid[1024];
+
 static void *
 checker(void *arg)
 {
 	uint64_t t = (uintptr_t)arg, npages = size / PS;
 
+	if (t < 1024)
+		checker_tid[t] = (pid_t)syscall(SYS_gettid);
 	if (t % 2 == 0) {
 		for (uint64_t i = t; i < npages; i += threads)
 			check_page(i);
@@ -414,7 +419,10 @@ run_dest(void)
 		pthread_create(&ts[i], NULL, checker, (void *)(uintptr_t)i);
 	for (unsigned i = 0; i < threads; i++)
 		pthread_join(ts[i], NULL);
-	printf("verified %lu pages, %lu mismatches, %lu lost\n",
+	printf("tids");
+	for (unsigned i = 0; i < threads && i < 1024; i++)
+		printf(" %d", (int)checker_tid[i]);
+	printf("\nverified %lu pages, %lu mismatches, %lu lost\n",
 	       (unsigned long)atomic_load(&checked),
 	       (unsigned long)atomic_load(&mismatches),
 	       (unsigned long)atomic_load(&lost));
