@@ -688,6 +688,34 @@ settle_requests(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 }
 
 /*
+ * hugetlb has no UFFDIO_ZEROPAGE: a zero huge page is copied from here,
+ * an untouched mapping that reads as zeros.
+ */
+static const uint8_t *
+zero_source(void)
+{
+	static void *z;
+
+	if (z == NULL) {
+		z = mmap(NULL, FRAME_DATA_MAX, PROT_READ,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (z == MAP_FAILED)
+			fatal("zero buffer");
+	}
+	return z;
+}
+
+/* Installs zeros at addr, the way the region's kind allows. */
+static enum uffd_res
+install_zero(struct dest *d, const struct dst_region *dr, uint64_t addr,
+	     uint64_t len, uint64_t *done)
+{
+	if (dr->r.kind == REGION_HUGETLB)
+		return uffd_copy(d->uffd, addr, zero_source(), len, 0, done);
+	return uffd_zeropage(d->uffd, addr, len, 0, done);
+}
+
+/*
  * Installs a run of missing pages, handling each outcome the way DESIGN
  * section 4 says. Returns the pages this call installed, or -1 when the
  * migration can no longer go on (failed).
@@ -702,8 +730,7 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 
 	while (off < len) {
 		enum uffd_res res =
-			zero ? uffd_zeropage(d->uffd, addr + off, len - off, 0,
-					     &done)
+			zero ? install_zero(d, dr, addr + off, len - off, &done)
 			     : uffd_copy(d->uffd, addr + off, src + off,
 					 len - off, 0, &done);
 
@@ -753,7 +780,7 @@ static void
 zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
 {
 	uint64_t done, ps = dr->r.page_size, addr = page_addr(dr, page);
-	enum uffd_res res = uffd_zeropage(d->uffd, addr, ps, 0, &done);
+	enum uffd_res res = install_zero(d, dr, addr, ps, &done);
 
 	if (res == UFFD_OK || res == UFFD_EXISTS) {
 		pagestate_set(&dr->ps, page, PAGE_PRESENT);
@@ -1157,7 +1184,8 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		if (!(ioctls & (1ULL << 8))) /* _UFFDIO_POISON, 6.6+ */
 			d->have_poison = 0;
 		if (!(ioctls & (1ULL << _UFFDIO_COPY)) ||
-		    !(ioctls & (1ULL << _UFFDIO_ZEROPAGE))) {
+		    (!(ioctls & (1ULL << _UFFDIO_ZEROPAGE)) &&
+		     r->kind != REGION_HUGETLB)) {
 			snprintf(err, errlen,
 				 "region 0x%llx: kernel offers "
 				 "no UFFDIO_COPY/ZEROPAGE there",
@@ -1213,9 +1241,11 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	for (size_t i = 0; i < t->n_regions; i++) {
 		const Uffdd__Region *r = t->regions[i];
 		uint64_t end = r->start + r->length;
-		int ok = r->page_size == ps && r->length > 0 &&
-			 r->length % ps == 0 && r->start % ps == 0 &&
-			 end > r->start &&
+		int ok = (r->page_size == ps ||
+			  (r->kind == UFFDD__REGION_KIND__KIND_HUGETLB &&
+			   r->page_size == region_huge_page_size())) &&
+			 r->length > 0 && r->length % r->page_size == 0 &&
+			 r->start % r->page_size == 0 && end > r->start &&
 			 region_in_ranges(d->ranges, d->nranges, r->start,
 					  end) &&
 			 region_covered(v, nv, r->start, end,
@@ -1529,7 +1559,8 @@ dest_restore(const char *path, FILE *f)
 
 			if (sscanf(val, "%u %llx %llx %u %d %n", &r.index, &s,
 				   &l, &r.page_size, &kind, &pos) < 5 ||
-			    r.page_size != (uint32_t)sysconf(_SC_PAGESIZE) ||
+			    (r.page_size != (uint32_t)sysconf(_SC_PAGESIZE) &&
+			     r.page_size != region_huge_page_size()) ||
 			    l == 0 || l % r.page_size || s % r.page_size)
 				goto bad;
 			r.start = s;

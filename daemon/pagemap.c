@@ -159,6 +159,31 @@ pagemap_classify_file(int fd, uint64_t off, uint64_t npages, uint64_t page_size,
 	return count;
 }
 
+/*
+ * Huge pages (hugetlb) have one pagemap entry per 4 KiB like the rest; the
+ * entry of a huge page's first subpage speaks for all of it.
+ */
+static int64_t
+classify_read_huge(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
+		   uint64_t *data)
+{
+	uint64_t small = (uint64_t)sysconf(_SC_PAGESIZE), e;
+	int64_t count = 0;
+
+	for (uint64_t p = 0; p < npages; p++) {
+		off_t off =
+			(off_t)((start + p * page_size) / small * sizeof(e));
+
+		if (pread(fd, &e, sizeof(e), off) != (ssize_t)sizeof(e))
+			return -1;
+		if (e & (PM_PRESENT | PM_SWAP)) {
+			bit_set(data, p);
+			count++;
+		}
+	}
+	return count;
+}
+
 int64_t
 pagemap_classify(pid_t pid, uint64_t start, uint64_t npages, uint64_t page_size,
 		 uint64_t *data, enum pagemap_method how)
@@ -170,6 +195,8 @@ pagemap_classify(pid_t pid, uint64_t start, uint64_t npages, uint64_t page_size,
 		return -1;
 	if (how == PAGEMAP_SCAN_IOCTL)
 		n = classify_scan(fd, start, npages, page_size, data);
+	else if (page_size != (uint64_t)sysconf(_SC_PAGESIZE))
+		n = classify_read_huge(fd, start, npages, page_size, data);
 	else
 		n = classify_read(fd, start, npages, page_size, data);
 	close(fd);

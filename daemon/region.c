@@ -25,9 +25,32 @@ region_kind_name(enum region_kind k)
 		return "memfd";
 	case REGION_SHMEM_FILE:
 		return "shmem-file";
+	case REGION_HUGETLB:
+		return "hugetlb";
 	default:
 		return "other";
 	}
+}
+
+uint64_t
+region_huge_page_size(void)
+{
+	static uint64_t size = 1; /* 1: not read yet */
+	char line[128];
+	FILE *f;
+
+	if (size != 1)
+		return size;
+	size = 0;
+	if ((f = fopen("/proc/meminfo", "re")) == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Hugepagesize: %" SCNu64, &size) == 1) {
+			size *= 1024;
+			break;
+		}
+	fclose(f);
+	return size;
 }
 
 int
@@ -55,6 +78,10 @@ vma_kind(pid_t pid, const struct vma *v)
 
 	if (v->perms[0] != 'r' || v->perms[1] != 'w')
 		return REGION_UNKNOWN;
+	/* Anonymous huge pages, private or shared (MAP_HUGETLB). */
+	if (strncmp(v->name, "/anon_hugepage", 14) == 0)
+		return region_huge_page_size() ? REGION_HUGETLB
+					       : REGION_UNKNOWN;
 	if (v->perms[3] == 'p')
 		return v->name[0] == '\0' || strcmp(v->name, "[heap]") == 0 ||
 				       strncmp(v->name, "[anon:", 6) == 0
@@ -151,7 +178,9 @@ add_region(struct region **out, size_t *cnt, const struct vma *v,
 		 v->name[0] ? v->name : "[anon]");
 	nr[*cnt].start = start;
 	nr[*cnt].length = end - start;
-	nr[*cnt].page_size = (uint32_t)sysconf(_SC_PAGESIZE);
+	nr[*cnt].page_size = v->kind == REGION_HUGETLB
+				     ? (uint32_t)region_huge_page_size()
+				     : (uint32_t)sysconf(_SC_PAGESIZE);
 	nr[*cnt].kind = v->kind;
 	nr[*cnt].vma_start = v->start;
 	nr[*cnt].vma_end = v->end;
@@ -186,6 +215,12 @@ region_build(pid_t pid, const struct range *ranges, size_t nranges,
 			uint64_t e = v[i].end < ranges[j].end ? v[i].end
 							      : ranges[j].end;
 
+			if (v[i].kind == REGION_HUGETLB) {
+				uint64_t hp = region_huge_page_size();
+
+				s = (s + hp - 1) / hp * hp;
+				e = e / hp * hp;
+			}
 			if (s < e && add_region(out, &cnt, &v[i], s, e) < 0)
 				goto fail;
 		}

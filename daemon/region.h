@@ -18,7 +18,11 @@ enum region_kind {
 	REGION_ANON_SHARED = 2,	 /* MAP_SHARED|MAP_ANONYMOUS (shmem) */
 	REGION_MEMFD = 3,	 /* memfd mapped shared */
 	REGION_SHMEM_FILE = 4,	 /* a tmpfs file mapped shared */
+	REGION_HUGETLB = 5,	 /* MAP_HUGETLB, default huge page size */
 };
+
+/* The default huge page size (/proc/meminfo), 0 when there is none. */
+uint64_t region_huge_page_size(void);
 
 /* Shared memory lives in a file (shmem): pages are allocated or holes. */
 static inline int

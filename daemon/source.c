@@ -526,6 +526,7 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 		if (s->regs[i].r.index == pr->region && s->regs[i].accepted)
 			sr = &s->regs[i];
 	if (sr == NULL || pr->npages == 0 || pr->npages > DEMAND_MAX_PAGES ||
+	    (uint64_t)pr->npages * sr->r.page_size > FRAME_DATA_MAX ||
 	    page >= sr->npages || pr->npages > sr->npages - page) {
 		log_warnx("%s: page request out of bounds (region %u page "
 			  "%llu+%u)",
@@ -635,6 +636,9 @@ bulk_produce(struct source *s)
 		zero = !bit_test(s->regs[ri].data, page);
 		if (max > (zero ? BULK_ZERO_PAGES : BULK_DATA_PAGES))
 			max = zero ? BULK_ZERO_PAGES : BULK_DATA_PAGES;
+		/* Huge pages: as many as one frame holds, whole ones. */
+		if (max > FRAME_DATA_MAX / s->regs[ri].r.page_size)
+			max = FRAME_DATA_MAX / s->regs[ri].r.page_size;
 		n = class_run(&s->regs[ri], page, max, 1);
 		if ((got = send_run(s, s->bulk, ri, page, n, zero, 0)) < 0)
 			return;

@@ -86,6 +86,9 @@ word_value(uint64_t page, uint64_t w, uint64_t ver)
 static int
 is_untouched(uint64_t page)
 {
+	/* Huge pages populate whole: leave every fourth one untouched. */
+	if (strcmp(kind, "hugetlb") == 0 && (page / 512) % 4 == 3)
+		return 1;
 	return untouched && page % untouched == untouched - 1;
 }
 
@@ -122,6 +125,10 @@ map_region(void)
 
 	if (strcmp(kind, "anon") == 0) {
 		flags |= MAP_PRIVATE | MAP_ANONYMOUS;
+	} else if (strcmp(kind, "hugetlb") == 0) {
+		flags |= MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB;
+	} else if (strcmp(kind, "thp") == 0) {
+		flags |= MAP_PRIVATE | MAP_ANONYMOUS;
 	} else if (strcmp(kind, "shared") == 0) {
 		flags |= MAP_SHARED | MAP_ANONYMOUS;
 	} else if (strcmp(kind, "memfd") == 0) {
@@ -137,8 +144,8 @@ map_region(void)
 		flags |= MAP_SHARED;
 	} else {
 		fprintf(stderr,
-			"workload: --kind %s: anon, shared, memfd or "
-			"tmpfs\n",
+			"workload: --kind %s: anon, thp, hugetlb, shared, "
+			"memfd or tmpfs\n",
 			kind);
 		exit(2);
 	}
@@ -146,9 +153,9 @@ map_region(void)
 		perror("workload: ftruncate");
 		exit(1);
 	}
-	if (strcmp(kind, "anon") != 0 && flags & MAP_ANONYMOUS)
+	if (flags & MAP_ANONYMOUS)
 		fd = -1;
-	else if (strcmp(kind, "anon") != 0 && fd < 0) {
+	else if (fd < 0) {
 		perror("workload: backing file");
 		exit(1);
 	}
@@ -161,6 +168,8 @@ map_region(void)
 	}
 	if (fd >= 0)
 		close(fd);
+	if (strcmp(kind, "thp") == 0)
+		madvise(mem, size, MADV_HUGEPAGE);
 }
 
 /*
@@ -174,7 +183,7 @@ count_swapped(void)
 	uint64_t n = 0, npages = size / PS, buf[512];
 	int fd;
 
-	if (strcmp(kind, "anon") != 0) {
+	if (strcmp(kind, "anon") != 0 && strcmp(kind, "thp") != 0) {
 		unsigned char *vec = malloc(npages);
 
 		if (vec == NULL || mincore(mem, size, vec) < 0)
@@ -443,7 +452,8 @@ usage(void)
 		"[--pageout-every K]\n"
 		"         [--poke-every K] [--prefault] [--sigbus-ok] "
 		"[--pace-us N]\n"
-		"         [--kind anon|shared|memfd|tmpfs] [--zero-every K]\n"
+		"         [--kind anon|thp|hugetlb|shared|memfd|tmpfs] "
+		"[--zero-every K]\n"
 		"         [--event remove|unmap|remap]\n");
 	exit(2);
 }
