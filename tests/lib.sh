@@ -57,11 +57,12 @@ info() { echo "== $*"; }
 need_root() { [ "$(id -u)" = 0 ] || skip "needs root (ptrace, userfaultfd in other processes)"; }
 on_cleanup() { CLEANUPS+=("$*"); }
 
-# A free TCP port on 127.0.0.1.
+# A free TCP port on 127.0.0.1, below the kernel's ephemeral range
+# (32768 and up), so that no outgoing connection can be holding it.
 free_port() {
 	local p
 	for _ in $(seq 50); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((20000 + RANDOM % 12000))
 		if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
 			echo "$p"
 			return
@@ -147,7 +148,7 @@ start_daemon() {
 	local name=$1 port
 	shift
 	if [ -n "${NETNS:-}" ] || [ -n "${HOSTS:-}" ]; then
-		port=$((20000 + RANDOM % 30000))
+		port=$((20000 + RANDOM % 12000))
 	else
 		port=$(free_port)
 	fi
