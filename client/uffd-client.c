@@ -463,12 +463,14 @@ static int
 cmd_attach(int argc, char **argv)
 {
 	static const char *u = "attach PID --from HOST:PORT --id ID "
-			       "[--range START-END]... [--wait]";
+			       "[--range START-END]... [--map SRC:DST]... "
+			       "[--wait]";
 	static const struct option o[] = {
 		{"from", required_argument, NULL, 'F'},
 		{"id", required_argument, NULL, 'i'},
 		{"range", required_argument, NULL, 'r'},
 		{"wait", no_argument, NULL, 'w'},
+		{"map", required_argument, NULL, 'm'},
 		{NULL, 0, NULL, 0}};
 	Uffdd__AttachRequest req = UFFDD__ATTACH_REQUEST__INIT;
 	Uffdd__AttachReply *rep;
@@ -490,6 +492,39 @@ cmd_attach(int argc, char **argv)
 		case 'w':
 			wait = 1;
 			break;
+		case 'm': {
+			Uffdd__RegionMap *mp = malloc(sizeof(*mp));
+			char *end;
+
+			if (mp == NULL)
+				exit(1);
+			uffdd__region_map__init(mp);
+			errno = 0;
+			mp->src_start = strtoull(optarg, &end, 16);
+			if (errno || *end != ':' || end == optarg) {
+				fprintf(stderr,
+					"uffd-client: --map %s: want "
+					"SRC_START:DST_START in hex\n",
+					optarg);
+				die_usage(u);
+			}
+			mp->dst_start = strtoull(end + 1, &end, 16);
+			if (errno || *end || mp->dst_start == 0 ||
+			    mp->src_start % 4096 || mp->dst_start % 4096) {
+				fprintf(stderr,
+					"uffd-client: --map %s: want "
+					"page-aligned SRC_START:DST_START in "
+					"hex\n",
+					optarg);
+				die_usage(u);
+			}
+			req.maps = realloc(req.maps, (req.n_maps + 1) *
+							     sizeof(*req.maps));
+			if (req.maps == NULL)
+				exit(1);
+			req.maps[req.n_maps++] = mp;
+			break;
+		}
 		default:
 			die_usage(u);
 		}
@@ -515,7 +550,7 @@ static const struct cmd cmds[] = {
 	 cmd_export},
 	{"attach",
 	 "attach PID --from HOST:PORT --id ID [--range START-END]... "
-	 "[--wait]",
+	 "[--map SRC:DST]... [--wait]",
 	 cmd_attach},
 	{"status", "status [ID] [--json]", cmd_status},
 	{"wait", "wait ID [--timeout SEC]", cmd_wait},

@@ -45,7 +45,8 @@ struct move {
 };
 
 struct dst_region {
-	struct region r; /* r.index: the source's index */
+	struct region r;    /* r.index: the source's index; r.start: ours */
+	uint64_t src_start; /* where the region is in the source */
 	uint64_t npages;
 	struct pagestate ps;
 	struct move *moves; /* later entries win */
@@ -72,6 +73,8 @@ struct dest {
 	char from[256];
 	struct range *ranges;
 	size_t nranges;
+	struct range *maps; /* attach --map: start = source's, end = ours */
+	size_t nmaps;
 	struct dst_region *regs;
 	size_t nregs;
 	struct conn *demand, *bulk;
@@ -144,6 +147,7 @@ dest_free(struct migration *m)
 	}
 	free(d->regs);
 	free(d->ranges);
+	free(d->maps);
 	free(d->buf);
 	free(d->inflight);
 	free(d->waiters);
@@ -196,10 +200,12 @@ save_more(FILE *f, const struct migration *m)
 			(unsigned long long)d->ranges[i].start,
 			(unsigned long long)d->ranges[i].end);
 	for (size_t i = 0; i < d->nregs; i++)
-		fprintf(f, "region=%u %llx %llx %u %d %s\n", d->regs[i].r.index,
+		fprintf(f, "region=%u %llx %llx %u %d %llx %s\n",
+			d->regs[i].r.index,
 			(unsigned long long)d->regs[i].r.start,
 			(unsigned long long)d->regs[i].r.length,
 			d->regs[i].r.page_size, (int)d->regs[i].r.kind,
+			(unsigned long long)d->regs[i].src_start,
 			d->regs[i].r.name);
 }
 
@@ -1217,6 +1223,21 @@ pb_region(Uffdd__Region *out, const Uffdd__Region *in)
 	return out;
 }
 
+/*
+ * Where a source region goes in the target: the same address, or where
+ * an attach --map says (0: nowhere, with maps given and none for it).
+ */
+static uint64_t
+target_start(const struct dest *d, uint64_t src_start)
+{
+	if (d->nmaps == 0)
+		return src_start;
+	for (size_t i = 0; i < d->nmaps; i++)
+		if (d->maps[i].start == src_start)
+			return d->maps[i].end;
+	return 0;
+}
+
 static void
 match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 {
@@ -1240,15 +1261,15 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	d->regs = xcalloc(t->n_regions, sizeof(*d->regs));
 	for (size_t i = 0; i < t->n_regions; i++) {
 		const Uffdd__Region *r = t->regions[i];
-		uint64_t end = r->start + r->length;
-		int ok = (r->page_size == ps ||
+		uint64_t at = target_start(d, r->start), end = at + r->length;
+		int ok = at != 0 &&
+			 (r->page_size == ps ||
 			  (r->kind == UFFDD__REGION_KIND__KIND_HUGETLB &&
 			   r->page_size == region_huge_page_size())) &&
 			 r->length > 0 && r->length % r->page_size == 0 &&
-			 r->start % r->page_size == 0 && end > r->start &&
-			 region_in_ranges(d->ranges, d->nranges, r->start,
-					  end) &&
-			 region_covered(v, nv, r->start, end,
+			 at % r->page_size == 0 && end > at &&
+			 region_in_ranges(d->ranges, d->nranges, at, end) &&
+			 region_covered(v, nv, at, end,
 					(enum region_kind)r->kind);
 
 		if (!ok) {
@@ -1260,7 +1281,8 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 
 		dr->r.index = r->index;
 		snprintf(dr->r.name, sizeof(dr->r.name), "%s", r->name);
-		dr->r.start = r->start;
+		dr->r.start = at;
+		dr->src_start = r->start;
 		dr->r.length = r->length;
 		dr->r.page_size = r->page_size;
 		dr->r.kind = (enum region_kind)r->kind;
@@ -1387,6 +1409,12 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 		d->ranges[i].start = req->ranges[i]->start;
 		d->ranges[i].end = req->ranges[i]->end;
 	}
+	d->nmaps = req->n_maps;
+	d->maps = xcalloc(req->n_maps, sizeof(*d->maps));
+	for (size_t i = 0; i < req->n_maps; i++) {
+		d->maps[i].start = req->maps[i]->src_start;
+		d->maps[i].end = req->maps[i]->dst_start;
+	}
 	d->inflight = xcalloc(INFLIGHT_MAX, sizeof(*d->inflight));
 	d->waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->waiters));
 	d->retry_ev = evtimer_new(base, retry_cb, d);
@@ -1468,7 +1496,7 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 		for (size_t k = 0; k < t->n_regions; k++)
 			if (t->regions[k]->index == r->index)
 				s = t->regions[k];
-		if (s == NULL || s->start != r->start ||
+		if (s == NULL || s->start != d->regs[i].src_start ||
 		    s->length != r->length || s->page_size != r->page_size) {
 			free(rb);
 			free(rp);
@@ -1481,7 +1509,7 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 		uffdd__region__init(&rb[i]);
 		rb[i].index = r->index;
 		rb[i].name = (char *)r->name;
-		rb[i].start = r->start;
+		rb[i].start = d->regs[i].src_start;
 		rb[i].length = r->length;
 		rb[i].page_size = r->page_size;
 		rb[i].kind = (Uffdd__RegionKind)r->kind;
@@ -1554,17 +1582,19 @@ dest_restore(const char *path, FILE *f)
 			nranges++;
 		} else if (strcmp(key, "region") == 0) {
 			struct region r = {0};
-			unsigned long long s, l;
+			unsigned long long s, l, src;
 			int kind, pos = 0;
 
-			if (sscanf(val, "%u %llx %llx %u %d %n", &r.index, &s,
-				   &l, &r.page_size, &kind, &pos) < 5 ||
+			if (sscanf(val, "%u %llx %llx %u %d %llx %n", &r.index,
+				   &s, &l, &r.page_size, &kind, &src,
+				   &pos) < 6 ||
 			    (r.page_size != (uint32_t)sysconf(_SC_PAGESIZE) &&
 			     r.page_size != region_huge_page_size()) ||
 			    l == 0 || l % r.page_size || s % r.page_size)
 				goto bad;
 			r.start = s;
 			r.length = l;
+			r.vma_start = src; /* the source's start, for resume */
 			r.kind = (enum region_kind)kind;
 			snprintf(r.name, sizeof(r.name), "%s", val + pos);
 			regs = realloc(regs, (nregs + 1) * sizeof(*regs));
@@ -1621,6 +1651,7 @@ dest_restore(const char *path, FILE *f)
 		uint64_t *held;
 
 		dr->r = regs[i];
+		dr->src_start = regs[i].vma_start;
 		dr->npages = dr->r.length / dr->r.page_size;
 		if (pagestate_init(&dr->ps, dr->npages) < 0)
 			fatal("page state");
