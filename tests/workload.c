@@ -9,6 +9,11 @@
  *   before they arrive) and checks every byte; prints the result and waits
  *   for SIGTERM so that its memory can be hashed from outside.
  *
+ * dest --touch N (for tests/bench): instead of checking, one thread reads one
+ * word of N random pages, one page at a time, timing each read that faults
+ * (mincore says the page is not resident yet; pages the bulk lane already
+ * installed are skipped), and prints "touched N faults F p50_us X p99_us Y".
+ *
  * Every 8-byte word is checkable on its own: its top 16 bits are a version,
  * its low 48 bits a hash of (seed, page, word, version). Mutations rewrite one
  * aligned word at a time, so a process frozen at any instant holds only
@@ -26,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -42,6 +48,7 @@
 static uint64_t base = 0x500000000000ULL, size = 64ULL << 20, seed = 1;
 static unsigned threads = 4, untouched = 16, pageout_every, poke_every;
 static int prefault;
+static uint64_t touch_n;
 static uint8_t *mem;
 static atomic_ulong mismatches, checked;
 
@@ -224,6 +231,53 @@ checker(void *arg)
 	return NULL;
 }
 
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* One demand fault at a time, each timed: the latency benchmark's toucher. */
+static void
+touch_pages(void)
+{
+	uint64_t npages = size / PS, nlat = 0, r = mix(seed + 7);
+	uint64_t *lat = calloc(touch_n ? touch_n : 1, sizeof(*lat));
+
+	for (uint64_t i = 0; i < touch_n; i++) {
+		volatile uint64_t *p;
+		unsigned char vec = 0;
+		uint64_t page, t0;
+
+		r = mix(r);
+		page = r % npages;
+		p = (volatile uint64_t *)(mem + page * PS);
+		if (mincore((void *)p, PS, &vec) == 0 && (vec & 1))
+			continue; /* already installed: no fault to time */
+		t0 = now_ns();
+		(void)*p;
+		lat[nlat++] = now_ns() - t0;
+	}
+	qsort(lat, nlat, sizeof(*lat), cmp_u64);
+	printf("touched %" PRIu64 " faults %" PRIu64
+	       " p50_us %.1f p99_us %.1f\n",
+	       touch_n, nlat, nlat ? (double)lat[nlat / 2] / 1e3 : 0.0,
+	       nlat ? (double)lat[nlat * 99 / 100] / 1e3 : 0.0);
+	fflush(stdout);
+	free(lat);
+}
+
 static int
 run_dest(void)
 {
@@ -247,6 +301,13 @@ run_dest(void)
 		if (sig == SIGTERM)
 			return 2;
 	} while (sig != SIGUSR1);
+	if (touch_n) {
+		touch_pages();
+		do
+			sigwait(&set, &sig);
+		while (sig != SIGTERM);
+		return 0;
+	}
 	ts = calloc(threads, sizeof(*ts));
 	for (unsigned i = 0; i < threads; i++)
 		pthread_create(&ts[i], NULL, checker, (void *)(uintptr_t)i);
@@ -270,7 +331,7 @@ usage(void)
 		"[--seed N]\n"
 		"         [--threads N] [--untouched-every K] "
 		"[--pageout-every K]\n"
-		"         [--poke-every K] [--prefault]\n");
+		"         [--poke-every K] [--prefault] [--touch N]\n");
 	exit(2);
 }
 
@@ -286,6 +347,7 @@ main(int argc, char **argv)
 		{"pageout-every", required_argument, NULL, 'p'},
 		{"poke-every", required_argument, NULL, 'k'},
 		{"prefault", no_argument, NULL, 'P'},
+		{"touch", required_argument, NULL, 'T'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -324,6 +386,9 @@ main(int argc, char **argv)
 			break;
 		case 'P':
 			prefault = 1;
+			break;
+		case 'T':
+			touch_n = strtoull(optarg, NULL, 0);
 			break;
 		default:
 			usage();
