@@ -53,6 +53,7 @@ struct dest {
 	struct conn *demand, *bulk;
 	int uffd, target_fd, pidfd;
 	struct event *uffd_ev, *exit_ev;
+	struct event *bulk_delay; /* UFFDD_BENCH_BULK_DELAY_MS */
 	uint8_t *buf;
 	struct inflight *inflight;
 	size_t ninflight;
@@ -96,6 +97,8 @@ dest_free(struct migration *m)
 		event_free(d->uffd_ev);
 	if (d->exit_ev)
 		event_free(d->exit_ev);
+	if (d->bulk_delay)
+		event_free(d->bulk_delay);
 	if (d->uffd >= 0)
 		close(d->uffd);
 	if (d->pidfd >= 0)
@@ -521,12 +524,36 @@ demand_close(struct conn *c, const char *why, void *arg)
 		lanes_down(d, why);
 }
 
+static int open_bulk(struct dest *);
+
+static void
+bulk_delay_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct dest *d = arg;
+
+	if (d->m->state == MIG_RUNNING && open_bulk(d) < 0)
+		lanes_down(d, "bulk lane unreachable");
+}
+
 static int
 open_bulk(struct dest *d)
 {
 	Uffdd__Hello h = UFFDD__HELLO__INIT;
 	char err[256], name[300];
+	const char *delay = getenv("UFFDD_BENCH_BULK_DELAY_MS");
 
+	/*
+	 * Benchmark knob (tests/bench): hold the bulk lane back so that demand
+	 * faults can be timed on an idle path. Never set in production.
+	 */
+	if (delay && d->bulk_delay == NULL) {
+		struct timeval tv = {atoi(delay) / 1000,
+				     atoi(delay) % 1000 * 1000};
+
+		d->bulk_delay = evtimer_new(base, bulk_delay_cb, d);
+		evtimer_add(d->bulk_delay, &tv);
+		return 0;
+	}
 	snprintf(name, sizeof(name), "source %s bulk", d->from);
 	d->bulk = peer_connect(d->from, name, bulk_frame, bulk_close, d, err,
 			       sizeof(err));
