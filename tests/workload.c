@@ -13,6 +13,7 @@
  * word of N random pages, one page at a time, timing each read that faults
  * (mincore says the page is not resident yet; pages the bulk lane already
  * installed are skipped), and prints "touched N faults F p50_us X p99_us Y".
+ * --touch 0 touches nothing: the bulk lane alone moves the memory.
  *
  * Every 8-byte word is checkable on its own: its top 16 bits are a version,
  * its low 48 bits a hash of (seed, page, word, version). Mutations rewrite one
@@ -49,6 +50,7 @@ static uint64_t base = 0x500000000000ULL, size = 64ULL << 20, seed = 1;
 static unsigned threads = 4, untouched = 16, pageout_every, poke_every;
 static int prefault;
 static uint64_t touch_n;
+static int touch_mode;
 static uint8_t *mem;
 static atomic_ulong mismatches, checked;
 
@@ -301,7 +303,7 @@ run_dest(void)
 		if (sig == SIGTERM)
 			return 2;
 	} while (sig != SIGUSR1);
-	if (touch_n) {
+	if (touch_mode) {
 		touch_pages();
 		do
 			sigwait(&set, &sig);
@@ -389,6 +391,7 @@ main(int argc, char **argv)
 			break;
 		case 'T':
 			touch_n = strtoull(optarg, NULL, 0);
+			touch_mode = 1;
 			break;
 		default:
 			usage();
