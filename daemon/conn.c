@@ -311,6 +311,26 @@ conn_output_len(struct conn *c)
 	return evbuffer_get_length(bufferevent_get_output(c->bev));
 }
 
+/*
+ * A bufferevent writes only when the loop next reports the socket writable,
+ * one epoll round after the data was queued. The demand lane cannot afford
+ * that round on every fault: write now, and leave whatever the socket does
+ * not take to the write event as usual.
+ */
+void
+conn_flush(struct conn *c)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+
+	if (c->dead || fd < 0 || evbuffer_get_length(out) == 0)
+		return;
+	/* The bufferevent freezes the buffer's start; it thaws it likewise. */
+	evbuffer_unfreeze(out, 1);
+	evbuffer_write(out, fd);
+	evbuffer_freeze(out, 1);
+}
+
 int
 conn_take_data(struct conn *c, void *dst, size_t n)
 {

@@ -50,6 +50,8 @@ int conn_send_error(struct conn *, uint32_t code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 struct evbuffer *conn_output(struct conn *);
 size_t conn_output_len(struct conn *);
+/* Writes queued output now rather than on the next loop iteration. */
+void conn_flush(struct conn *);
 /* Takes n bytes of the current frame's data into dst. */
 int conn_take_data(struct conn *, void *dst, size_t n);
 

@@ -300,6 +300,8 @@ read_faults(struct dest *d)
 			}
 		}
 	}
+	if (d->demand)
+		conn_flush(d->demand);
 }
 
 static void

@@ -379,6 +379,7 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 			return;
 		page += n;
 	}
+	conn_flush(s->demand);
 	s->m->demand_faults++;
 	s->m->demand_pages += pr->npages;
 	/* Spatial locality: the bulk lane goes on from just past the fault. */
