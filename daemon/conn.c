@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "daemon/conn.h"
 #include "daemon/log.h"
@@ -14,6 +15,8 @@
  * our memory; it must exceed the largest frame.
  */
 #define CONN_READ_HIGH (FRAME_HDR_LEN + FRAME_MSG_MAX + FRAME_DATA_MAX + 4096)
+/* One read beyond the bufferevent's own (see conn_fill()). */
+#define CONN_FILL_MAX (256u << 10)
 
 struct conn {
 	struct bufferevent *bev;
@@ -109,9 +112,60 @@ conn_process(struct conn *c)
 		conn_destroy(c);
 }
 
+/*
+ * libevent 2.1 reads at most 4 KiB per read event (EVBUFFER_MAX_READ), so a
+ * 4 KiB page with its header takes two loop rounds and the bulk lane one
+ * round per 4 KiB. After the bufferevent's read, take what else the socket
+ * holds, up to CONN_FILL_MAX a round: more would delay the fault events
+ * behind one lane's reading.
+ */
+static void
+conn_fill(struct conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+	size_t have = evbuffer_get_length(in), taken = 0;
+
+	while (fd >= 0 && have < CONN_READ_HIGH && taken < CONN_FILL_MAX) {
+		size_t want = CONN_READ_HIGH - have;
+		struct evbuffer_iovec v[2];
+		struct iovec iov[2];
+		size_t got;
+		ssize_t r;
+		int n, used;
+
+		if (want > CONN_FILL_MAX - taken)
+			want = CONN_FILL_MAX - taken;
+		evbuffer_unfreeze(in, 0); /* as the bufferevent does */
+		n = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
+		for (int i = 0; i < n; i++) {
+			iov[i].iov_base = v[i].iov_base;
+			iov[i].iov_len = v[i].iov_len;
+		}
+		r = n > 0 ? readv(fd, iov, n) : -1;
+		if (r <= 0) {
+			evbuffer_freeze(in, 0);
+			break; /* EOF and errors: the bufferevent sees them */
+		}
+		got = (size_t)r;
+		for (used = 0; used < n && r > 0; used++) {
+			if (v[used].iov_len > (size_t)r)
+				v[used].iov_len = (size_t)r;
+			r -= (ssize_t)v[used].iov_len;
+		}
+		evbuffer_commit_space(in, v, used);
+		evbuffer_freeze(in, 0);
+		have += got;
+		taken += got;
+		if (got < want)
+			break; /* the socket is empty */
+	}
+}
+
 static void
 conn_read_cb(struct bufferevent *bev, void *arg)
 {
+	conn_fill(arg);
 	conn_process(arg);
 }
 
