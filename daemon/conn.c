@@ -30,6 +30,7 @@ struct conn {
 	int in_cb;
 	int dead;
 	int finishing;
+	int direct;
 	size_t data_left;
 };
 
@@ -309,16 +310,57 @@ conn_fd(const struct conn *c)
 	return (int)bufferevent_getfd(c->bev);
 }
 
+void
+conn_set_direct(struct conn *c)
+{
+	c->direct = 1;
+}
+
+/*
+ * Queuing in the bufferevent costs a demand frame three system calls and a
+ * loop round (arm EPOLLOUT, wait for it, disarm) before the write itself.
+ * With nothing queued ahead, order allows writing at once; what the socket
+ * does not take (or any error: the bufferevent will meet it too) is queued.
+ */
+int
+conn_writev(struct conn *c, const struct iovec *iov, int n)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+	size_t done = 0;
+
+	if (c->direct && !c->dead && fd >= 0 && evbuffer_get_length(out) == 0) {
+		ssize_t r = writev(fd, iov, n);
+
+		done = r > 0 ? (size_t)r : 0;
+	}
+	for (int i = 0; i < n; i++) {
+		if (done >= iov[i].iov_len) {
+			done -= iov[i].iov_len;
+			continue;
+		}
+		if (bufferevent_write(c->bev,
+				      (const uint8_t *)iov[i].iov_base + done,
+				      iov[i].iov_len - done) < 0)
+			return -1;
+		done = 0;
+	}
+	return 0;
+}
+
 int
 conn_send(struct conn *c, uint16_t type, const ProtobufCMessage *msg)
 {
 	size_t len;
 	uint8_t *buf = frame_pack(type, msg, 0, &len);
+	struct iovec iov;
 	int rc;
 
 	if (buf == NULL)
 		return -1;
-	rc = bufferevent_write(c->bev, buf, len);
+	iov.iov_base = buf;
+	iov.iov_len = len;
+	rc = conn_writev(c, &iov, 1);
 	free(buf);
 	return rc;
 }

@@ -9,6 +9,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <sys/uio.h>
 
 #include "proto/frame.h"
 
@@ -52,6 +53,13 @@ struct evbuffer *conn_output(struct conn *);
 size_t conn_output_len(struct conn *);
 /* Writes queued output now rather than on the next loop iteration. */
 void conn_flush(struct conn *);
+/*
+ * Latency-sensitive lanes: frames go to the socket in the call that sends
+ * them when nothing is queued before them (see conn_writev()).
+ */
+void conn_set_direct(struct conn *);
+/* Sends iov[0..n) as one piece of output, directly if the conn allows. */
+int conn_writev(struct conn *, const struct iovec *iov, int n);
 /* Takes n bytes of the current frame's data into dst. */
 int conn_take_data(struct conn *, void *dst, size_t n);
 

@@ -54,6 +54,7 @@ struct source {
 	uint64_t cur_page;
 	uint32_t hint_reg;
 	uint64_t hint_page, hint_left;
+	uint8_t *scratch; /* one demand answer's pages */
 };
 
 static void source_free(struct migration *);
@@ -230,6 +231,14 @@ source_export(uint64_t serial, const Uffdd__ExportRequest *req)
 		m->pages_total += sr->npages;
 	}
 	free(regs);
+	{
+		uint64_t maxps = 0;
+
+		for (size_t i = 0; i < s->nregs; i++)
+			if (s->regs[i].r.page_size > maxps)
+				maxps = s->regs[i].r.page_size;
+		s->scratch = xcalloc(DEMAND_MAX_PAGES, maxps);
+	}
 	s->bulk_ev = event_new(base, -1, 0, bulk_cb, s);
 	event_priority_set(s->bulk_ev, PRIO_BULK);
 	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -266,8 +275,27 @@ source_free(struct migration *m)
 		free(s->regs[i].sent);
 	}
 	free(s->regs);
+	free(s->scratch);
 	free(s);
 	m->impl = NULL;
+}
+
+/* Reads len bytes of the frozen process from page on into dst. */
+static int
+read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
+	   uint64_t len)
+{
+	struct iovec l = {dst, len};
+	struct iovec r = {(void *)(sr->r.start + page * sr->r.page_size), len};
+	ssize_t got = process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
+
+	if (got == (ssize_t)len)
+		return 0;
+	migration_fail(s->m, "reading %llu bytes of process %d at 0x%llx: %s",
+		       (unsigned long long)len, (int)s->m->pid,
+		       (unsigned long long)r.iov_base,
+		       got < 0 ? strerror(errno) : "short read");
+	return -1;
 }
 
 /*
@@ -295,6 +323,24 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	if ((hdr = frame_pack(FRAME_PAGE_DATA, &pd.base, (uint32_t)len,
 			      &hlen)) == NULL)
 		return -1;
+	if (demand) {
+		/*
+		 * Demand answers bypass the output buffer when it is empty
+		 * (conn_writev()): read into scratch memory, write at once.
+		 */
+		struct iovec out[2] = {{hdr, hlen}, {s->scratch, len}};
+
+		if (len && read_pages(s, sr, page, s->scratch, len) < 0) {
+			free(hdr);
+			return -1;
+		}
+		if (conn_writev(c, out, len ? 2 : 1) < 0) {
+			free(hdr);
+			return -1;
+		}
+		free(hdr);
+		goto sent;
+	}
 	if (evbuffer_reserve_space(conn_output(c), (ev_ssize_t)(hlen + len), &v,
 				   1) < 1) {
 		free(hdr);
@@ -302,25 +348,12 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	}
 	memcpy(v.iov_base, hdr, hlen);
 	free(hdr);
-	if (len) {
-		struct iovec l = {(uint8_t *)v.iov_base + hlen, len};
-		struct iovec r = {
-			(void *)(sr->r.start + page * sr->r.page_size), len};
-		ssize_t got = process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
-
-		if (got != (ssize_t)len) {
-			migration_fail(s->m,
-				       "reading %llu bytes of process %d "
-				       "at 0x%llx: %s",
-				       (unsigned long long)len, (int)s->m->pid,
-				       (unsigned long long)r.iov_base,
-				       got < 0 ? strerror(errno)
-					       : "short read");
-			return -1;
-		}
-	}
+	if (len &&
+	    read_pages(s, sr, page, (uint8_t *)v.iov_base + hlen, len) < 0)
+		return -1;
 	v.iov_len = hlen + len;
 	evbuffer_commit_space(conn_output(c), &v, 1);
+sent:
 	for (uint64_t i = 0; i < n; i++) {
 		if (!bit_test(sr->sent, page + i)) {
 			bit_set(sr->sent, page + i);
