@@ -299,6 +299,8 @@ read_faults(struct dest *d)
 				break;
 			}
 		}
+		if ((size_t)r < sizeof(msgs))
+			break; /* a short read took every pending message */
 	}
 	if (d->demand)
 		conn_flush(d->demand);
