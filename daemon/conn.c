@@ -31,6 +31,7 @@ struct conn {
 	int dead;
 	int finishing;
 	int direct;
+	int paused;
 	size_t data_left;
 };
 
@@ -67,7 +68,7 @@ conn_process(struct conn *c)
 	int n = 0;
 
 	c->in_cb++;
-	while (!c->dead && !c->finishing) {
+	while (!c->dead && !c->finishing && !c->paused) {
 		uint8_t raw[FRAME_HDR_LEN];
 		struct frame_hdr h;
 		ProtobufCMessage *msg;
@@ -281,6 +282,21 @@ void
 conn_set_budget(struct conn *c, int n)
 {
 	c->budget = n;
+}
+
+void
+conn_pause(struct conn *c, int on)
+{
+	if (c->dead || c->paused == on)
+		return;
+	c->paused = on;
+	if (on) {
+		bufferevent_disable(c->bev, EV_READ);
+		event_del(c->resume);
+	} else {
+		bufferevent_enable(c->bev, EV_READ);
+		event_active(c->resume, EV_TIMEOUT, 0); /* frames already in */
+	}
 }
 
 void

@@ -37,6 +37,8 @@ void conn_set_owner(struct conn *, conn_frame_cb, conn_close_cb, void *arg);
 void conn_set_priority(struct conn *, int prio);
 /* At most n frames a callback, the rest after other events (0: no limit). */
 void conn_set_budget(struct conn *, int n);
+/* Stops handing frames to the owner (on: 1) or starts again (on: 0). */
+void conn_pause(struct conn *, int on);
 void conn_set_drain(struct conn *, conn_drain_cb, size_t lowmark);
 /* Read timeout in seconds (0: none): a silent peer is a broken one. */
 void conn_set_timeout(struct conn *, int secs);

@@ -251,6 +251,13 @@ request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	pr.page = page;
 	pr.npages = 1;
 	conn_send(d->demand, FRAME_PAGE_REQUEST, &pr.base);
+	/*
+	 * While a thread waits, the bulk lane waits: on a busy machine the
+	 * daemons share CPUs, and installing bulk frames would keep the
+	 * source from running to answer (see settle_requests()).
+	 */
+	if (d->bulk)
+		conn_pause(d->bulk, 1);
 }
 
 /* Reads every pending uffd message; page faults become requests. */
@@ -328,6 +335,8 @@ settle_requests(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 		}
 		i++;
 	}
+	if (d->ninflight == 0 && d->bulk)
+		conn_pause(d->bulk, 0);
 }
 
 /*
