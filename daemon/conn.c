@@ -17,6 +17,12 @@
 #define CONN_READ_HIGH (FRAME_HDR_LEN + FRAME_MSG_MAX + FRAME_DATA_MAX + 4096)
 /* One read beyond the bufferevent's own (see conn_fill()). */
 #define CONN_FILL_MAX (256u << 10)
+/*
+ * One write a loop round: libevent's default, 16 KiB, costs the bulk lane
+ * an epoll round per 16 KiB; much more keeps the loop (and a demand
+ * request) waiting while loopback TCP delivers it inside the write.
+ */
+#define CONN_WRITE_MAX (256u << 10)
 
 struct conn {
 	struct bufferevent *bev;
@@ -234,6 +240,7 @@ conn_new(struct event_base *base, struct bufferevent *bev, const char *name,
 		fatalx("event_new");
 	bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
 	bufferevent_setwatermark(bev, EV_READ, 0, CONN_READ_HIGH);
+	bufferevent_set_max_single_write(bev, CONN_WRITE_MAX);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 	return c;
 }
