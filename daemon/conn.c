@@ -1,6 +1,7 @@
 /* Framed bufferevent connections (see conn.h). */
 #include "config.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 struct conn {
 	struct bufferevent *bev;
 	struct event *resume;
+	struct event *rd; /* own read event (conn_read_direct()), or NULL */
 	conn_frame_cb on_frame;
 	conn_close_cb on_close;
 	conn_drain_cb on_drain;
@@ -38,14 +40,33 @@ struct conn {
 	int finishing;
 	int direct;
 	int paused;
+	int prio;
 	size_t data_left;
 };
 
 static void conn_read_cb(struct bufferevent *, void *);
 
+/* Turns reading on or off, through whichever path the conn reads. */
+static void
+conn_reading(struct conn *c, int on)
+{
+	if (c->rd == NULL) {
+		if (on)
+			bufferevent_enable(c->bev, EV_READ);
+		else
+			bufferevent_disable(c->bev, EV_READ);
+	} else if (on) {
+		event_add(c->rd, NULL);
+	} else {
+		event_del(c->rd);
+	}
+}
+
 static void
 conn_destroy(struct conn *c)
 {
+	if (c->rd)
+		event_free(c->rd);
 	if (c->resume)
 		event_free(c->resume);
 	bufferevent_free(c->bev);
@@ -59,6 +80,7 @@ conn_fail(struct conn *c, const char *why)
 
 	if (c->dead)
 		return;
+	conn_reading(c, 0);
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 	if (c->finishing || cb == NULL) {
 		conn_free(c);
@@ -127,7 +149,7 @@ conn_process(struct conn *c)
  * holds, up to CONN_FILL_MAX a round: more would delay the fault events
  * behind one lane's reading.
  */
-static void
+static ssize_t
 conn_fill(struct conn *c)
 {
 	struct evbuffer *in = bufferevent_get_input(c->bev);
@@ -150,10 +172,20 @@ conn_fill(struct conn *c)
 			iov[i].iov_base = v[i].iov_base;
 			iov[i].iov_len = v[i].iov_len;
 		}
-		r = n > 0 ? readv(fd, iov, n) : -1;
+		if (n <= 0) {
+			evbuffer_freeze(in, 0);
+			break;
+		}
+		r = readv(fd, iov, n);
 		if (r <= 0) {
 			evbuffer_freeze(in, 0);
-			break; /* EOF and errors: the bufferevent sees them */
+			if (r == 0)
+				errno = 0;
+			/* EOF or error once what came before is handled. */
+			if (taken == 0 &&
+			    (r == 0 || (errno != EAGAIN && errno != EINTR)))
+				return -1;
+			break;
 		}
 		got = (size_t)r;
 		for (used = 0; used < n && r > 0; used++) {
@@ -168,13 +200,34 @@ conn_fill(struct conn *c)
 		if (got < want)
 			break; /* the socket is empty */
 	}
+	return (ssize_t)taken;
 }
 
 static void
 conn_read_cb(struct bufferevent *bev, void *arg)
 {
-	conn_fill(arg);
+	conn_fill(arg); /* EOF and errors: the bufferevent sees them */
 	conn_process(arg);
+}
+
+/* Reading without the bufferevent (conn_read_direct()). */
+static void
+conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct conn *c = arg;
+	char why[128];
+
+	if (conn_fill(c) < 0) {
+		snprintf(why, sizeof(why), "%s",
+			 errno ? strerror(errno) : "connection closed by peer");
+		c->in_cb++;
+		conn_fail(c, why);
+		c->in_cb--;
+		if (c->dead && c->in_cb == 0)
+			conn_destroy(c);
+		return;
+	}
+	conn_process(c);
 }
 
 static void
@@ -251,6 +304,7 @@ conn_free(struct conn *c)
 	if (c == NULL || c->dead)
 		return;
 	c->dead = 1;
+	conn_reading(c, 0);
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 	event_del(c->resume);
 	if (c->in_cb == 0)
@@ -264,7 +318,7 @@ conn_finish(struct conn *c)
 	c->on_frame = NULL;
 	c->on_close = NULL;
 	c->on_drain = NULL;
-	bufferevent_disable(c->bev, EV_READ);
+	conn_reading(c, 0);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
 		conn_free(c);
@@ -283,6 +337,9 @@ conn_set_priority(struct conn *c, int prio)
 {
 	bufferevent_priority_set(c->bev, prio);
 	event_priority_set(c->resume, prio);
+	if (c->rd)
+		event_priority_set(c->rd, prio);
+	c->prio = prio;
 }
 
 void
@@ -298,10 +355,10 @@ conn_pause(struct conn *c, int on)
 		return;
 	c->paused = on;
 	if (on) {
-		bufferevent_disable(c->bev, EV_READ);
+		conn_reading(c, 0);
 		event_del(c->resume);
 	} else {
-		bufferevent_enable(c->bev, EV_READ);
+		conn_reading(c, 1);
 		event_active(c->resume, EV_TIMEOUT, 0); /* frames already in */
 	}
 }
@@ -337,6 +394,32 @@ void
 conn_set_direct(struct conn *c)
 {
 	c->direct = 1;
+}
+
+/*
+ * A bufferevent reads a frame in two system calls at least (FIONREAD,
+ * then a read of at most 4 KiB) and a 4 KiB page in three. Reading the
+ * socket ourselves, one readv takes what it holds. For an established
+ * connection without a read timeout (the timeouts are the bufferevent's).
+ */
+void
+conn_read_direct(struct conn *c)
+{
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+
+	if (c->rd || c->dead || fd < 0)
+		return;
+	c->rd = event_new(bufferevent_get_base(c->bev), fd,
+			  EV_READ | EV_PERSIST, conn_rd_cb, c);
+	if (c->rd == NULL)
+		fatalx("event_new");
+	event_priority_set(c->rd, c->prio);
+	bufferevent_disable(c->bev, EV_READ);
+	if (!c->paused && !c->finishing)
+		event_add(c->rd, NULL);
+	/* What the bufferevent already read waits in the input buffer. */
+	if (evbuffer_get_length(bufferevent_get_input(c->bev)))
+		event_active(c->resume, EV_TIMEOUT, 0);
 }
 
 /*

@@ -60,6 +60,8 @@ void conn_flush(struct conn *);
  * them when nothing is queued before them (see conn_writev()).
  */
 void conn_set_direct(struct conn *);
+/* Reads the socket itself, not through the bufferevent (see conn.c). */
+void conn_read_direct(struct conn *);
 /* Sends iov[0..n) as one piece of output, directly if the conn allows. */
 int conn_writev(struct conn *, const struct iovec *iov, int n);
 /* Takes n bytes of the current frame's data into dst. */

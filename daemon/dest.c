@@ -769,6 +769,7 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	event_priority_set(d->exit_ev, PRIO_CONTROL);
 	event_add(d->exit_ev, NULL);
 	conn_set_timeout(d->demand, 0);
+	conn_read_direct(d->demand);
 
 	acc.n_regions = rep.n_matched;
 	acc.regions = mp;

@@ -696,6 +696,7 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 	conn_set_owner(c, demand_frame, lane_close, s);
 	conn_set_priority(c, PRIO_FAULT);
 	peer_set_nodelay(c);
+	conn_read_direct(c);
 	me.version = UFFDD_PROTO_VERSION;
 	me.lane = UFFDD__LANE__LANE_DEMAND;
 	conn_send(c, FRAME_HELLO, &me.base);
