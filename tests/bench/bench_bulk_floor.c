@@ -9,8 +9,9 @@
  * the source daemon reads a frozen process), the receiver is the parent.
  * The clock runs from the first byte sent to the last page installed.
  *
- * Prints: "bulk_floor bytes=N secs=S gib_s=R cpu_s_per_gib=C" where C is
- * user+sys CPU seconds of sender and receiver together per GiB.
+ * Prints: "bulk_floor bytes=N secs=S gib_s=R cpu_s_per_gib=C bad=0
+ * send_cpu=X recv_cpu=Y": C is user+sys CPU seconds of sender and receiver
+ * together per GiB, X and Y the same for each side.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -183,8 +184,11 @@ main(int argc, char **argv)
 		if (memcmp(dst + i, &i, sizeof(i)) != 0)
 			bad++;
 	printf("bulk_floor bytes=%" PRIu64 " secs=%.3f gib_s=%.2f "
-	       "cpu_s_per_gib=%.3f bad=%" PRIu64 "\n",
+	       "cpu_s_per_gib=%.3f bad=%" PRIu64 " send_cpu=%.3f "
+	       "recv_cpu=%.3f\n",
 	       size, t1 - t0, (double)size / (1 << 30) / (t1 - t0),
-	       (c1 - c0) / ((double)size / (1 << 30)), bad);
+	       (c1 - c0) / ((double)size / (1 << 30)), bad,
+	       sender_cpu / ((double)size / (1 << 30)),
+	       (c1 - c0 - sender_cpu) / ((double)size / (1 << 30)));
 	return bad ? 1 : 0;
 }

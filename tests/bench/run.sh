@@ -102,10 +102,12 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	rec idle_faults "$M_FAULTS"
 	# Bulk: floor, then uffdd with nothing touched, then uffdd while the
 	# destination faults (the busy-lane latency case).
-	read -r secs cpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
-		tr '=' ' ' | awk '{print $5, $9}')
+	read -r secs cpu scpu rcpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
+		tr '=' ' ' | awk '{print $5, $9, $13, $15}')
 	rec floor_bulk_s "$secs"
 	rec floor_bulk_cpu "$cpu"
+	rec floor_send_cpu "$scpu"
+	rec floor_recv_cpu "$rcpu"
 	migrate_once "$BIG" dst 0
 	rec bulk_s "$M_SECS"
 	rec src_cpu "$(echo "$M_SCPU / $GIB" | bc -l)"
@@ -115,7 +117,7 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	rec busy_p99 "$M_P99"
 	rec busy_faults "$M_FAULTS"
 	rec busy_bulk_s "$M_SECS"
-	tail -n 16 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
+	tail -n 18 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
 done
 
 # med NAME: median over rounds 1.. of a figure.
@@ -158,10 +160,10 @@ row "$BIG attach to resident (s)" "$(fmt 3 "$(med bulk_s)")" \
 row "$BIG attach to resident, TLS (s)" n/a n/a n/a 1.6
 row "$BIG resident, $NFAULT faults too (s)" "$(fmt 3 "$(med busy_bulk_s)")" \
 	"$(fmt 3 "$(med floor_bulk_s)")" "$(fmt 2 "$(medratio busy_bulk_s floor_bulk_s)")" -
-row "CPU s/GiB, source daemon" "$(fmt 3 "$(med src_cpu)")" \
-	"$(fmt 3 "$(med floor_bulk_cpu)")" "$(fmt 2 "$(medratio src_cpu floor_bulk_cpu)")" -
-row "CPU s/GiB, destination daemon" "$(fmt 3 "$(med dst_cpu)")" \
-	"$(fmt 3 "$(med floor_bulk_cpu)")" "$(fmt 2 "$(medratio dst_cpu floor_bulk_cpu)")" -
+row "CPU s/GiB, source (floor: sender)" "$(fmt 3 "$(med src_cpu)")" \
+	"$(fmt 3 "$(med floor_send_cpu)")" "$(fmt 2 "$(medratio src_cpu floor_send_cpu)")" -
+row "CPU s/GiB, destination (floor: receiver)" "$(fmt 3 "$(med dst_cpu)")" \
+	"$(fmt 3 "$(med floor_recv_cpu)")" "$(fmt 2 "$(medratio dst_cpu floor_recv_cpu)")" -
 echo "(idle faults timed per round: $(med idle_faults), during bulk: $(med busy_faults);"
-echo " CPU floor: sender+receiver of the bulk floor together; TLS: no TLS on this branch yet)"
+echo " CPU: the bulk run with nothing touched; TLS: no TLS on this branch yet)"
 exit 0
