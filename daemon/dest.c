@@ -27,6 +27,8 @@
 #define BULK_BUDGET 2
 #define HANDSHAKE_TIMEOUT 15
 #define INFLIGHT_MAX 4096
+/* Input-buffer extents one frame's data may span and be used in place. */
+#define PEEK_MAX 16
 /* EAGAIN retries of one install before the migration is declared broken. */
 #define RETRY_MAX 10000
 
@@ -403,12 +405,51 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 	return installed;
 }
 
+/*
+ * Where pages from byte off of a frame's data can be installed from: in
+ * place, as many whole pages (at most max) as one extent of the input
+ * buffer holds, or a page split between two extents gathered into d->buf.
+ * Sets *src; returns the number of pages.
+ */
+static uint64_t
+frame_pages(struct dest *d, const struct evbuffer_iovec *v, int nv,
+	    uint64_t off, uint64_t ps, uint64_t max, const uint8_t **src)
+{
+	uint64_t at = 0, got = 0;
+	int i;
+
+	for (i = 0; i < nv && off >= at + v[i].iov_len; i++)
+		at += v[i].iov_len;
+	if (i == nv)
+		fatalx("frame_pages: offset %llu past the frame",
+		       (unsigned long long)off);
+	if (at + v[i].iov_len - off >= ps) {
+		uint64_t k = (at + v[i].iov_len - off) / ps;
+
+		*src = (const uint8_t *)v[i].iov_base + (off - at);
+		return k < max ? k : max;
+	}
+	for (uint64_t from = off - at; i < nv && got < ps; i++, from = 0) {
+		uint64_t l = v[i].iov_len - from;
+
+		if (l > ps - got)
+			l = ps - got;
+		memcpy(d->buf + got, (const uint8_t *)v[i].iov_base + from, l);
+		got += l;
+	}
+	*src = d->buf;
+	return 1;
+}
+
 static void
 page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	  const Uffdd__PageData *pd)
 {
 	struct dst_region *dr = region_by_index(d, pd->region);
+	struct evbuffer_iovec v[PEEK_MAX];
+	const uint8_t *src;
 	uint64_t p, end;
+	int nv = 0;
 
 	if (dr == NULL || pd->npages == 0 || pd->page >= dr->npages ||
 	    pd->npages > dr->npages - pd->page ||
@@ -422,9 +463,16 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		lanes_down(d, "malformed PAGE_DATA");
 		return;
 	}
-	if (h->data_len && conn_take_data(c, d->buf, h->data_len) < 0) {
-		lanes_down(d, "short PAGE_DATA");
-		return;
+	if (h->data_len &&
+	    (nv = conn_peek_data(c, h->data_len, v, PEEK_MAX)) < 0) {
+		/* Scattered over many extents: one copy, as before. */
+		if (conn_take_data(c, d->buf, h->data_len) < 0) {
+			lanes_down(d, "short PAGE_DATA");
+			return;
+		}
+		v[0].iov_base = d->buf;
+		v[0].iov_len = h->data_len;
+		nv = 1;
 	}
 	d->m->bytes += h->data_len;
 	p = pd->page;
@@ -437,9 +485,15 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		if (p >= end)
 			break;
 		n = pagestate_missing_run(&dr->ps, p, end - p);
-		got = install_run(d, dr, p, n,
-				  d->buf + (p - pd->page) * dr->r.page_size,
-				  pd->zero);
+		if (!pd->zero) {
+			/* Install from the input buffer, extent by extent. */
+			n = frame_pages(d, v, nv,
+					(p - pd->page) * dr->r.page_size,
+					dr->r.page_size, n, &src);
+			got = install_run(d, dr, p, n, src, 0);
+		} else {
+			got = install_run(d, dr, p, n, NULL, 1);
+		}
 		if (got < 0)
 			return;
 		if (pd->zero)
