@@ -112,12 +112,13 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	rec bulk_s "$M_SECS"
 	rec src_cpu "$(echo "$M_SCPU / $GIB" | bc -l)"
 	rec dst_cpu "$(echo "$M_DCPU / $GIB" | bc -l)"
+	rec both_cpu "$(echo "($M_SCPU + $M_DCPU) / $GIB" | bc -l)"
 	migrate_once "$BIG" dst "$NFAULT"
 	rec busy_p50 "$M_P50"
 	rec busy_p99 "$M_P99"
 	rec busy_faults "$M_FAULTS"
 	rec busy_bulk_s "$M_SECS"
-	tail -n 18 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
+	tail -n 19 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
 done
 
 # med NAME: median over rounds 1.. of a figure.
@@ -164,6 +165,9 @@ row "CPU s/GiB, source (floor: sender)" "$(fmt 3 "$(med src_cpu)")" \
 	"$(fmt 3 "$(med floor_send_cpu)")" "$(fmt 2 "$(medratio src_cpu floor_send_cpu)")" -
 row "CPU s/GiB, destination (floor: receiver)" "$(fmt 3 "$(med dst_cpu)")" \
 	"$(fmt 3 "$(med floor_recv_cpu)")" "$(fmt 2 "$(medratio dst_cpu floor_recv_cpu)")" -
+row "CPU s/GiB, both daemons (floor: both)" "$(fmt 3 "$(med both_cpu)")" \
+	"$(fmt 3 "$(med floor_bulk_cpu)")" "$(fmt 2 "$(medratio both_cpu floor_bulk_cpu)")" -
 echo "(idle faults timed per round: $(med idle_faults), during bulk: $(med busy_faults);"
-echo " CPU: the bulk run with nothing touched; TLS: no TLS on this branch yet)"
+echo " CPU: the bulk run with nothing touched; loopback TCP work is charged to
+ whichever side runs it, so the per-side split moves between runs; TLS: no TLS on this branch yet)"
 exit 0
