@@ -7,7 +7,7 @@
 # floor next to the uffdd case it is compared with, rounds alternate, the
 # first round is dropped (fresh memory is slow right after idle), and the
 # table shows medians of the remaining rounds; ratios are medians of the
-# per-round ratios. BENCH_ROUNDS (default 5) sets the number of rounds,
+# per-round ratios. BENCH_ROUNDS (default 7) sets the number of rounds,
 # BENCH_FAULTS (2000) the faults timed per latency case, BENCH_SIZE (1G)
 # the bulk size. Raw figures of every round go to BENCH_OUT (default
 # BUILDDIR/bench-results.txt). Benchmarks print numbers; they never fail.
@@ -17,7 +17,7 @@ export BUILDDIR SRC
 . "$SRC/tests/lib.sh"
 need_root
 
-ROUNDS=${BENCH_ROUNDS:-5}
+ROUNDS=${BENCH_ROUNDS:-7}
 NFAULT=${BENCH_FAULTS:-2000}
 BIG=${BENCH_SIZE:-1G}
 OUT=${BENCH_OUT:-$B/bench-results.txt}
