@@ -9,7 +9,11 @@
 # table shows medians of the remaining rounds; ratios are medians of the
 # per-round ratios. BENCH_ROUNDS (default 7) sets the number of rounds,
 # BENCH_FAULTS (2000) the faults timed per latency case, BENCH_SIZE (1G)
-# the bulk size. Raw figures of every round go to BENCH_OUT (default
+# the bulk size. BENCH_PIN=CPU runs both idle-fault cases (the floor's
+# three processes; the two daemons and the workloads of the uffdd case)
+# on that one CPU, identically: placement across vCPUs (a wakeup on the
+# other vCPU costs 60-70 us here) then stops deciding the figure, and what
+# is left is the cost of the code path. Raw figures of every round go to BENCH_OUT (default
 # BUILDDIR/bench-results.txt). Benchmarks print numbers; they never fail.
 BUILDDIR=$(cd "${1:?usage: run.sh BUILDDIR}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -43,24 +47,32 @@ json_field() { sed -n "s/.*\"$2\":\\([0-9.e+-]*\\).*/\\1/p" "$1"; }
 # Sets M_SECS (attach to fully resident), M_P50, M_P99, M_FAULTS, M_SCPU and
 # M_DCPU (CPU seconds of each daemon during the migration).
 migrate_once() {
-	local size=$1 dst=$2 touch=$3 end range id sc0 dc0 sock pid
+	local size=$1 dst=$2 touch=$3 src=${4:-src} end range id sc0 dc0 sock pid
+	local s_sock s_port s_pid
+	s_sock=$(eval echo "\$${src}_SOCK")
+	s_port=$(eval echo "\$${src}_PORT")
+	s_pid=$(eval echo "\$${src}_PID")
 	sock=${dst}_SOCK
 	pid=${dst}_PID
 	end=$(printf '0x%x' $((BASE + $(numfmt --from=iec "$size"))))
 	range=$(printf '%x-%x' $((BASE)) $((end)))
 	start_workload WS source --size "$size" --threads 1 --untouched-every 0
 	start_workload WD dest --size "$size" --touch "$touch"
-	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
-	sc0=$(cpu_s "$src_PID")
+	if [ -n "$PIN" ] && [ "$src" = srci ]; then
+		taskset -a -p -c "$PIN" "$WS" >/dev/null
+		taskset -a -p -c "$PIN" "$WD" >/dev/null
+	fi
+	id=$("$CLIENT" --control "$s_sock" export "$WS" --range "$range")
+	sc0=$(cpu_s "$s_pid")
 	dc0=$(cpu_s "${!pid}")
-	"$CLIENT" --control "${!sock}" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	"$CLIENT" --control "${!sock}" attach "$WD" --from "127.0.0.1:$s_port" \
 		--id "$id" --range "$range" >"$T/attach.out" 2>&1 ||
 		fail "attach: $(cat "$T/attach.out")"
 	kill -USR1 "$WD"
 	"$CLIENT" --control "${!sock}" wait "$id" --timeout 600 >"$T/wait.out" 2>&1 ||
 		fail "wait: $(cat "$T/wait.out")"
-	"$CLIENT" --control "$src_SOCK" wait "$id" --timeout 60 >/dev/null 2>&1 || true
-	M_SCPU=$(echo "$(cpu_s "$src_PID") - $sc0" | bc -l)
+	"$CLIENT" --control "$s_sock" wait "$id" --timeout 60 >/dev/null 2>&1 || true
+	M_SCPU=$(echo "$(cpu_s "$s_pid") - $sc0" | bc -l)
 	M_DCPU=$(echo "$(cpu_s "${!pid}") - $dc0" | bc -l)
 	"$CLIENT" --control "${!sock}" status "$id" --json >"$T/status.json"
 	M_SECS=$(json_field "$T/status.json" elapsed_s)
@@ -87,16 +99,26 @@ start_daemon dst
 export UFFDD_BENCH_BULK_DELAY_MS=4000
 start_daemon dsti
 unset UFFDD_BENCH_BULK_DELAY_MS
+# The idle case has its own source daemon, so that pinning it (BENCH_PIN)
+# leaves the bulk cases alone.
+start_daemon srci
+PIN=${BENCH_PIN:-}
+PINCMD=()
+if [ -n "$PIN" ]; then
+	taskset -a -p -c "$PIN" "$srci_PID" >/dev/null
+	taskset -a -p -c "$PIN" "$dsti_PID" >/dev/null
+	PINCMD=(taskset -c "$PIN")
+fi
 GIB=$(echo "$(numfmt --from=iec "$BIG") / 1073741824" | bc -l)
 
 for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	info "round $ROUND of $ROUNDS"
 	# Demand faults, idle: floor, then uffdd with the bulk lane held back.
-	read -r _ n p50 p99 _ < <("$FFLOOR" "$NFAULT" | tr '=' ' ' |
+	read -r _ n p50 p99 _ < <("${PINCMD[@]}" "$FFLOOR" "$NFAULT" | tr '=' ' ' |
 		awk '{print $1, $3, $5, $7, $9}')
 	rec floor_fault_p50 "$p50"
 	rec floor_fault_p99 "$p99"
-	migrate_once "$IDLE_SIZE" dsti "$NFAULT"
+	migrate_once "$IDLE_SIZE" dsti "$NFAULT" srci
 	rec idle_p50 "$M_P50"
 	rec idle_p99 "$M_P99"
 	rec idle_faults "$M_FAULTS"
@@ -146,7 +168,7 @@ fmt() { printf '%.*f' "$1" "$2"; }
 
 echo
 echo "uffdd benchmarks, $((ROUNDS - 1)) rounds after a dropped first one; $(nproc) CPUs, $(uname -r)"
-echo "$NFAULT faults per latency case; bulk $BIG; raw figures in $OUT"
+echo "$NFAULT faults per latency case; bulk $BIG; idle cases pinned: ${PIN:-no}; raw figures in $OUT"
 printf '%-40s %10s %10s %7s %7s  %s\n' metric uffdd floor ratio target result
 row "demand fault idle p50 (us)" "$(fmt 1 "$(med idle_p50)")" \
 	"$(fmt 1 "$(med floor_fault_p50)")" "$(fmt 2 "$(medratio idle_p50 floor_fault_p50)")" 1.25
