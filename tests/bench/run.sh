@@ -189,6 +189,7 @@ row "CPU s/GiB, destination (floor: receiver)" "$(fmt 3 "$(med dst_cpu)")" \
 	"$(fmt 3 "$(med floor_recv_cpu)")" "$(fmt 2 "$(medratio dst_cpu floor_recv_cpu)")" -
 row "CPU s/GiB, both daemons (floor: both)" "$(fmt 3 "$(med both_cpu)")" \
 	"$(fmt 3 "$(med floor_bulk_cpu)")" "$(fmt 2 "$(medratio both_cpu floor_bulk_cpu)")" -
+[ -n "$PIN" ] && echo "(pinned: the idle rows are pinned, the bulk rows not, so the 'fault during bulk' ratios compare unlike runs; the targets are defined unpinned)"
 echo "(idle faults timed per round: $(med idle_faults), during bulk: $(med busy_faults);"
 echo " CPU: the bulk run with nothing touched; loopback TCP work is charged to
  whichever side runs it, so the per-side split moves between runs; TLS: no TLS on this branch yet)"
