@@ -346,12 +346,14 @@ wait_for(const char *id, double timeout)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		Uffdd__StatusReply *rep = get_status(fd, id);
-		const Uffdd__MigrationStatus *s = rep->migrations[0];
+		const Uffdd__MigrationStatus *s;
 
-		if (rep->n_migrations != 1) {
+		/* [0] is the migration itself; forked children follow. */
+		if (rep->n_migrations == 0) {
 			fprintf(stderr, "uffd-client: unknown migration ID\n");
 			exit(1);
 		}
+		s = rep->migrations[0];
 		progress(s, tty);
 		if (strcmp(s->state, "complete") == 0 ||
 		    strcmp(s->state, "failed") == 0) {

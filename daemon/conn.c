@@ -601,23 +601,3 @@ conn_take_data(struct conn *c, void *dst, size_t n)
 	c->data_left -= n;
 	return 0;
 }
-
-int
-conn_peek_data(struct conn *c, size_t n, struct evbuffer_iovec *v, int maxv)
-{
-	size_t left = n;
-	int nv;
-
-	if (n > c->data_left)
-		return -1;
-	nv = evbuffer_peek(bufferevent_get_input(c->bev), (ev_ssize_t)n, NULL,
-			   v, maxv);
-	if (nv < 0 || nv > maxv)
-		return -1;
-	for (int i = 0; i < nv; i++) {
-		if (v[i].iov_len > left)
-			v[i].iov_len = left;
-		left -= v[i].iov_len;
-	}
-	return left == 0 ? nv : -1;
-}

@@ -66,11 +66,4 @@ void conn_read_direct(struct conn *);
 int conn_writev(struct conn *, const struct iovec *iov, int n);
 /* Takes n bytes of the current frame's data into dst. */
 int conn_take_data(struct conn *, void *dst, size_t n);
-/*
- * Points v[] at the first n bytes of the current frame's data where they
- * lie in the input buffer, valid until the frame callback returns. Returns
- * the extents used, or -1 (n too large, or more than maxv extents).
- */
-int conn_peek_data(struct conn *, size_t n, struct evbuffer_iovec *v, int maxv);
-
 #endif

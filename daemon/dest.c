@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -94,11 +95,20 @@ struct dest {
 	uint64_t t_pause; /* ns: when the lanes went down */
 	int backoff_ms;
 	struct event *retry_ev;
+	/*
+	 * Forked children of the target (UFFD_EVENT_FORK): each is a dest of
+	 * its own (its uffd, page map, move table, migration record) that
+	 * shares the root's lanes; the root completes when they all have.
+	 */
+	struct dest *root;  /* set in a child */
+	struct dest **kids; /* in the root */
+	size_t nkids;
 };
 
 static void dest_free(struct migration *);
 static void fault_cb(evutil_socket_t, short, void *);
 static void read_faults(struct dest *);
+static void child_done(struct dest *);
 struct dst_region;
 static uint64_t page_addr(const struct dst_region *, uint64_t);
 static uint64_t addr_run(const struct dst_region *, uint64_t, uint64_t);
@@ -156,6 +166,7 @@ dest_free(struct migration *m)
 	free(d->buf);
 	free(d->inflight);
 	free(d->waiters);
+	free(d->kids);
 	free(d);
 	m->impl = NULL;
 }
@@ -179,11 +190,18 @@ close_target_fd(struct dest *d)
 
 	if (d->target_fd < 0)
 		return;
+	/* Never inject into a process that merely inherited the pid. */
+	if (d->pidfd >= 0 && migration_signal(d->pidfd, d->m->pid, 0) < 0) {
+		d->target_fd = -1;
+		return;
+	}
 	if (inject_begin(&inj, d->m->pid, 0) < 0) {
 		log_warnx("migration %s: %s (target's uffd fd %d stays open)",
 			  log_id(d->m->id), inj.err, d->target_fd);
 		return;
 	}
+	log_debug("migration %s: closing fd %d in process %d", log_id(d->m->id),
+		  d->target_fd, (int)d->m->pid);
 	rc = inject_syscall(&inj, SYS_close, (unsigned long)d->target_fd, 0, 0,
 			    0, 0, 0);
 	inject_end(&inj);
@@ -341,8 +359,16 @@ dest_fail(struct dest *d, const char *fmt, ...)
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	poisoned = poison_missing(d) == 0;
+	/* Forked children lose the same pages. */
+	while (d->nkids > 0) {
+		struct dest *k = d->kids[0];
+
+		poison_missing(k);
+		migration_fail(k->m, "%s", why);
+		child_done(k);
+	}
 	if (!poisoned) {
-		kill(d->m->pid, SIGSTOP);
+		migration_signal(d->pidfd, d->m->pid, SIGSTOP);
 		migration_fail(d->m,
 			       "%s; %llu pages lost; target %d stopped (this "
 			       "kernel has no UFFDIO_POISON)",
@@ -403,6 +429,10 @@ lanes_down(struct dest *d, const char *why)
 static void
 target_exited(struct dest *d)
 {
+	if (d->root) {
+		child_done(d);
+		return;
+	}
 	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
 		return;
 	migration_fail(d->m, "target process %d exited", (int)d->m->pid);
@@ -494,6 +524,7 @@ static void
 request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 {
 	Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
+	struct conn *lane;
 
 	pagestate_set(&dr->ps, page, PAGE_REQUESTED);
 	if (d->ninflight < INFLIGHT_MAX) {
@@ -502,12 +533,13 @@ request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 		d->inflight[d->ninflight].t0 = now_ns();
 		d->ninflight++;
 	}
-	if (d->demand == NULL)
+	lane = d->root ? d->root->demand : d->demand;
+	if (lane == NULL)
 		return; /* paused: the request goes out on reconnect */
 	pr.region = dr->r.index;
 	pr.page = page;
 	pr.npages = 1;
-	conn_send(d->demand, FRAME_PAGE_REQUEST, &pr.base);
+	conn_send(lane, FRAME_PAGE_REQUEST, &pr.base);
 	bulk_hold(d);
 }
 
@@ -576,6 +608,7 @@ remap_range(struct dest *d, uint64_t from, uint64_t to, uint64_t len)
 }
 
 static void zero_discarded(struct dest *, struct dst_region *, uint64_t page);
+static void fork_child(struct dest *parent, int ufd);
 
 static void
 add_waiter(struct dest *d, const struct dst_region *dr, uint64_t page,
@@ -640,15 +673,7 @@ read_faults(struct dest *d)
 					    msg->arg.remap.len);
 				continue;
 			case UFFD_EVENT_FORK:
-				/*
-				 * Not served yet: the child's missing pages
-				 * would wait forever, so say so loudly.
-				 */
-				log_warnx("migration %s: process %d forked; "
-					  "the child's missing pages are not "
-					  "served",
-					  log_id(d->m->id), (int)d->m->pid);
-				close((int)msg->arg.fork.ufd);
+				fork_child(d, (int)msg->arg.fork.ufd);
 				continue;
 			default:
 				log_debug("uffd event %u ignored", msg->event);
@@ -677,9 +702,16 @@ read_faults(struct dest *d)
 					   (pid_t)msg->arg.pagefault.feat.ptid);
 				break;
 			case PAGE_PRESENT:
-				/* Installed after the fault was queued. */
-				uffd_wake(d->uffd, page_addr(dr, page),
-					  dr->r.page_size);
+				/*
+				 * Installed after the fault was queued. In a
+				 * child the map may be a parent's guess: ask,
+				 * and an EEXIST will settle it.
+				 */
+				if (d->root)
+					request_page(d, dr, page);
+				else
+					uffd_wake(d->uffd, page_addr(dr, page),
+						  dr->r.page_size);
 				break;
 			case PAGE_DISCARDED:
 				zero_discarded(d, dr, page);
@@ -863,15 +895,298 @@ frame_pages(struct dest *d, const struct evbuffer_iovec *v, int nv,
 	return 1;
 }
 
+/*
+ * Installs what one PAGE_DATA frame brings into target t (the root or one
+ * of its forked children): every page t does not have yet. The data is
+ * read from the frame in place (frame_pages() gathers into root->buf what
+ * straddles two extents). Returns -1 when t can take no more.
+ */
+static int
+install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
+	      const struct evbuffer_iovec *v, int nv)
+{
+	struct dst_region *dr = region_by_index(t, pd->region);
+	uint64_t p = pd->page, end = pd->page + pd->npages;
+	const uint8_t *src;
+	int retries = 0;
+
+	if (dr == NULL)
+		return 0;
+	if (t->root && region_kind_shmem(dr->r.kind)) {
+		/*
+		 * Shared memory has one page cache: what the root just
+		 * installed the child has too. Mark it, and wake the child's
+		 * threads, whose faults wait on the child's own uffd.
+		 */
+		struct dst_region *rr = region_by_index(root, pd->region);
+
+		for (; rr && p < end; p++) {
+			if (pagestate_get(&rr->ps, p) == PAGE_PRESENT &&
+			    pagestate_get(&dr->ps, p) < PAGE_PRESENT) {
+				pagestate_set(&dr->ps, p, PAGE_PRESENT);
+				uffd_wake(t->uffd, page_addr(dr, p),
+					  dr->r.page_size);
+			}
+		}
+		p = pd->page;
+		end = p; /* nothing to install through the child's uffd */
+	}
+	while (p < end) {
+		uint64_t n = pagestate_present_run(&dr->ps, p, end - p);
+		int64_t got;
+
+		p += n;
+		if (p >= end)
+			break;
+		n = pagestate_missing_run(&dr->ps, p, end - p);
+		n = addr_run(dr, p, n);
+		if (!pd->zero) {
+			/* Install from the input buffer, extent by extent. */
+			n = frame_pages(root, v, nv,
+					(p - pd->page) * dr->r.page_size,
+					dr->r.page_size, n, &src);
+			got = install_run(t, dr, p, n, src, 0);
+		} else {
+			got = install_run(t, dr, p, n, NULL, 1);
+		}
+		if (got < 0)
+			return -1;
+		if (got == 0 && ++retries > RETRY_MAX) {
+			migration_fail(t->m,
+				       "install at 0x%llx keeps failing with "
+				       "EAGAIN",
+				       (unsigned long long)page_addr(dr, p));
+			return -1;
+		}
+		if (pd->zero)
+			t->m->zero_pages += (uint64_t)got;
+		if (pd->demand)
+			t->m->demand_pages += (uint64_t)got;
+		else
+			t->m->prefetched_pages += (uint64_t)got;
+		/* The page map is looked at again from p: see install_run. */
+	}
+	if (pd->demand || t->ninflight)
+		settle_requests(t, pd->region, pd->page, pd->npages);
+	if (t->nwaiters)
+		settle_waiters(t, pd->region, pd->page, pd->npages);
+	t->m->pages_present = present_total(t);
+	return 0;
+}
+
+/* Takes a finished or dead child off its root's list and lets it go. */
+static void
+child_done(struct dest *k)
+{
+	struct dest *root = k->root;
+
+	for (size_t i = 0; i < root->nkids; i++) {
+		if (root->kids[i] == k) {
+			root->kids[i] = root->kids[--root->nkids];
+			break;
+		}
+	}
+	if (k->m->state != MIG_FAILED) {
+		if (present_total(k) == k->m->pages_total) {
+			migration_set_state(k->m, MIG_COMPLETE);
+		} else {
+			migration_fail(k->m,
+				       "forked process %d gone with "
+				       "%llu pages still missing",
+				       (int)k->m->pid,
+				       (unsigned long long)(k->m->pages_total -
+							    present_total(k)));
+		}
+	}
+	/* Its ranges unregister when both copies of its uffd are closed. */
+	if (k->target_fd >= 0 && k->pidfd >= 0 &&
+	    migration_signal(k->pidfd, k->m->pid, 0) == 0 &&
+	    present_total(k) == k->m->pages_total)
+		close_target_fd(k);
+	if (k->uffd_ev)
+		event_del(k->uffd_ev);
+	if (k->exit_ev)
+		event_del(k->exit_ev);
+	if (k->uffd >= 0)
+		close(k->uffd);
+	k->uffd = -1;
+	migration_release(k->m);
+	if (root->m->state == MIG_RUNNING &&
+	    present_total(root) == root->m->pages_total && root->nkids == 0)
+		dest_complete(root);
+}
+
+/* The process the target just forked: a child of pid we have not seen. */
+static pid_t
+find_child(pid_t parent, const struct dest *root)
+{
+	char path[320], buf[4096];
+	pid_t found = 0;
+	struct dirent *e;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)parent);
+	if ((dir = opendir(path)) == NULL)
+		return 0;
+	while (found == 0 && (e = readdir(dir)) != NULL) {
+		char *tok, *save;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/children",
+			 (int)parent, e->d_name);
+		if ((f = fopen(path, "re")) == NULL)
+			continue;
+		if (fgets(buf, sizeof(buf), f) == NULL)
+			buf[0] = '\0';
+		fclose(f);
+		for (tok = strtok_r(buf, " \n", &save); tok && found == 0;
+		     tok = strtok_r(NULL, " \n", &save)) {
+			pid_t c = (pid_t)atoi(tok);
+			int known = 0;
+
+			for (size_t i = 0; i < root->nkids; i++)
+				known |= root->kids[i]->m->pid == c;
+			if (!known && c > 0)
+				found = c;
+		}
+	}
+	closedir(dir);
+	return found;
+}
+
+/*
+ * UFFD_EVENT_FORK: the target forked, and the child's copy of the
+ * migrated ranges is registered with a new uffd, given to us. The child
+ * holds what its parent held at the fork (its own pagemap says exactly
+ * what, for private memory; shared memory is the parent's), and gets the
+ * rest from the same frames as its parent; pages the parent got between
+ * the fork and this event, the child asks for.
+ */
+static void
+fork_child(struct dest *parent, int ufd)
+{
+	struct dest *root = parent->root ? parent->root : parent, *k;
+	struct migration *m;
+	pid_t pid = find_child(parent->m->pid, root);
+
+	m = migration_new(ROLE_DEST, root->m->id);
+	k = xcalloc(1, sizeof(*k));
+	m->impl = k;
+	m->impl_free = dest_free;
+	m->pid = pid;
+	memcpy(m->peer, root->m->peer, sizeof(m->peer));
+	k->m = m;
+	k->root = root;
+	k->uffd = ufd;
+	k->target_fd = -1;
+	k->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	/*
+	 * Only we hold the child's uffd. Should the daemon die, the kernel
+	 * would unregister the child's ranges and its missing pages would
+	 * read as zeros: give the child a copy, as every target has.
+	 */
+	if (pid > 0) {
+		struct inject inj = {.err = "no such process"};
+		char path[64];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+		if (stat(path, &st) == 0 && inject_begin(&inj, pid, 1) == 0) {
+			k->target_fd =
+				inject_pass_fd(&inj, ufd, st.st_uid, st.st_gid);
+			inject_end(&inj);
+		}
+		if (k->target_fd < 0)
+			log_warnx("migration %s: forked process %d holds no "
+				  "copy of its uffd: %s",
+				  log_id(root->m->id), (int)pid, inj.err);
+	}
+	k->have_poison = parent->have_poison;
+	snprintf(k->from, sizeof(k->from), "%s", root->from);
+	k->inflight = xcalloc(INFLIGHT_MAX, sizeof(*k->inflight));
+	k->waiters = xcalloc(INFLIGHT_MAX, sizeof(*k->waiters));
+	k->regs = xcalloc(parent->nregs, sizeof(*k->regs));
+	for (size_t i = 0; i < parent->nregs; i++) {
+		const struct dst_region *pr = &parent->regs[i];
+		struct dst_region *kr = &k->regs[k->nregs++];
+		uint64_t *held = NULL;
+
+		kr->r = pr->r;
+		kr->src_start = pr->src_start;
+		kr->npages = pr->npages;
+		if (pagestate_init(&kr->ps, kr->npages) < 0)
+			fatal("page state");
+		if (pr->nmoves) {
+			kr->moves = xcalloc(pr->nmoves, sizeof(*kr->moves));
+			memcpy(kr->moves, pr->moves,
+			       pr->nmoves * sizeof(*kr->moves));
+			kr->nmoves = pr->nmoves;
+		}
+		if (!region_kind_shmem(kr->r.kind) && pid > 0 &&
+		    kr->nmoves == 0) {
+			held = xcalloc(bit_words(kr->npages), sizeof(uint64_t));
+			if (pagemap_classify(pid, kr->r.start, kr->npages,
+					     kr->r.page_size, held,
+					     PAGEMAP_READ) < 0) {
+				free(held);
+				held = NULL;
+			}
+		}
+		for (uint64_t p = 0; p < kr->npages; p++) {
+			enum page_state st = pagestate_get(&pr->ps, p);
+
+			if (region_kind_shmem(kr->r.kind))
+				/* One page cache: what the parent has. */
+				st = st == PAGE_REQUESTED ? PAGE_MISSING : st;
+			else if (held)
+				st = bit_test(held, p)	    ? PAGE_PRESENT
+				     : st == PAGE_DISCARDED ? PAGE_DISCARDED
+							    : PAGE_MISSING;
+			else if (st == PAGE_REQUESTED)
+				st = PAGE_MISSING;
+			pagestate_set(&kr->ps, p, st);
+			/* Present in the parent, not here: ask for it. */
+			if (st == PAGE_MISSING &&
+			    !region_kind_shmem(kr->r.kind) &&
+			    pagestate_get(&pr->ps, p) == PAGE_PRESENT)
+				request_page(k, kr, p);
+		}
+		free(held);
+		m->pages_total += kr->npages;
+	}
+	m->pages_present = present_total(k);
+	k->uffd_ev = event_new(base, ufd, EV_READ | EV_PERSIST, fault_cb, k);
+	event_priority_set(k->uffd_ev, PRIO_FAULT);
+	event_add(k->uffd_ev, NULL);
+	if (k->pidfd >= 0) {
+		k->exit_ev = event_new(base, k->pidfd, EV_READ | EV_PERSIST,
+				       exit_cb, k);
+		event_priority_set(k->exit_ev, PRIO_CONTROL);
+		event_add(k->exit_ev, NULL);
+	}
+	migration_set_state(m, MIG_RUNNING);
+	root->kids =
+		realloc(root->kids, (root->nkids + 1) * sizeof(*root->kids));
+	if (root->kids == NULL)
+		fatal("children");
+	root->kids[root->nkids++] = k;
+	log_info("migration %s: process %d forked %d; %llu of its %llu pages "
+		 "still to come",
+		 log_id(root->m->id), (int)parent->m->pid, (int)pid,
+		 (unsigned long long)(m->pages_total - m->pages_present),
+		 (unsigned long long)m->pages_total);
+	if (m->pages_present == m->pages_total)
+		child_done(k);
+}
+
 static void
 page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	  const Uffdd__PageData *pd)
 {
 	struct dst_region *dr = region_by_index(d, pd->region);
 	struct evbuffer_iovec v[PEEK_MAX];
-	const uint8_t *src;
-	uint64_t p, end;
-	int retries = 0;
 	int nv = 0;
 
 	if (dr == NULL || pd->npages == 0 || pd->page >= dr->npages ||
@@ -886,9 +1201,14 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		lanes_down(d, "malformed PAGE_DATA");
 		return;
 	}
-	if (h->data_len &&
-	    (nv = conn_peek_data(c, h->data_len, v, PEEK_MAX)) < 0) {
-		/* Scattered over many extents: one copy, as before. */
+	/*
+	 * The page bytes are copied out of the input buffer before anything
+	 * is installed. Installing in place from the buffer lost pages: an
+	 * install can read uffd events and send requests, which may make a
+	 * lane read or write, and an evbuffer that grows can move the bytes
+	 * we pointed into (seen with TLS and plaintext lanes alike).
+	 */
+	if (h->data_len) {
 		if (conn_take_data(c, d->buf, h->data_len) < 0) {
 			lanes_down(d, "short PAGE_DATA");
 			return;
@@ -898,49 +1218,25 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		nv = 1;
 	}
 	d->m->bytes += h->data_len;
-	p = pd->page;
-	end = pd->page + pd->npages;
-	while (p < end) {
-		uint64_t n = pagestate_present_run(&dr->ps, p, end - p);
-		int64_t got;
+	if (install_frame(d, d, pd, v, nv) < 0)
+		return;
+	for (size_t i = 0; i < d->nkids;) {
+		struct dest *k = d->kids[i];
 
-		p += n;
-		if (p >= end)
-			break;
-		n = pagestate_missing_run(&dr->ps, p, end - p);
-		n = addr_run(dr, p, n);
-		if (!pd->zero) {
-			/* Install from the input buffer, extent by extent. */
-			n = frame_pages(d, v, nv,
-					(p - pd->page) * dr->r.page_size,
-					dr->r.page_size, n, &src);
-			got = install_run(d, dr, p, n, src, 0);
-		} else {
-			got = install_run(d, dr, p, n, NULL, 1);
+		if (install_frame(k, d, pd, v, nv) < 0) {
+			/* Gone (child_done ran) or failed: off the list. */
+			if (i < d->nkids && d->kids[i] == k)
+				child_done(k);
+			continue;
 		}
-		if (got < 0)
-			return;
-		if (got == 0 && ++retries > RETRY_MAX) {
-			migration_fail(d->m,
-				       "install at 0x%llx keeps failing with "
-				       "EAGAIN",
-				       (unsigned long long)page_addr(dr, p));
-			return;
+		if (present_total(k) == k->m->pages_total) {
+			child_done(k); /* removes it from kids */
+			continue;
 		}
-		if (pd->zero)
-			d->m->zero_pages += (uint64_t)got;
-		if (pd->demand)
-			d->m->demand_pages += (uint64_t)got;
-		else
-			d->m->prefetched_pages += (uint64_t)got;
-		/* The page map is looked at again from p: see install_run. */
+		i++;
 	}
-	if (pd->demand || d->ninflight)
-		settle_requests(d, pd->region, pd->page, pd->npages);
-	if (d->nwaiters)
-		settle_waiters(d, pd->region, pd->page, pd->npages);
 	d->m->pages_present = present_total(d);
-	if (d->m->pages_present == d->m->pages_total)
+	if (d->m->pages_present == d->m->pages_total && d->nkids == 0)
 		dest_complete(d);
 }
 
@@ -1245,12 +1541,13 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	 * names the faulting thread, for blocktime.
 	 */
 	if (uffd_api(d->uffd,
-		     kfeat.uffd_features & (UFFD_FEATURE_MISSING_SHMEM |
-					    UFFD_FEATURE_MISSING_HUGETLBFS |
-					    UFFD_FEATURE_EVENT_REMOVE |
-					    UFFD_FEATURE_EVENT_UNMAP |
-					    UFFD_FEATURE_EVENT_REMAP |
-					    UFFD_FEATURE_THREAD_ID),
+		     kfeat.uffd_features &
+			     (UFFD_FEATURE_MISSING_SHMEM |
+			      UFFD_FEATURE_MISSING_HUGETLBFS |
+			      UFFD_FEATURE_EVENT_REMOVE |
+			      UFFD_FEATURE_EVENT_UNMAP |
+			      UFFD_FEATURE_EVENT_REMAP |
+			      UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_THREAD_ID),
 		     NULL) < 0) {
 		snprintf(err, errlen, "UFFDIO_API: %s", strerror(errno));
 		goto undo;
@@ -1563,6 +1860,10 @@ send_have(struct dest *d, const struct dst_region *dr)
 static void
 rerequest(struct dest *d)
 {
+	struct conn *lane = d->root ? d->root->demand : d->demand;
+
+	for (size_t k = 0; k < d->nkids; k++)
+		rerequest(d->kids[k]);
 	for (size_t i = 0; i < d->nregs; i++) {
 		struct dst_region *dr = &d->regs[i];
 
@@ -1574,7 +1875,7 @@ rerequest(struct dest *d)
 			pr.region = dr->r.index;
 			pr.page = p;
 			pr.npages = 1;
-			conn_send(d->demand, FRAME_PAGE_REQUEST, &pr.base);
+			conn_send(lane, FRAME_PAGE_REQUEST, &pr.base);
 		}
 	}
 }
@@ -1635,7 +1936,7 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 		 (unsigned long long)d->m->pages_total);
 	migration_set_state(d->m, MIG_RUNNING);
 	save(d);
-	if (present_total(d) == d->m->pages_total) {
+	if (present_total(d) == d->m->pages_total && d->nkids == 0) {
 		dest_complete(d);
 		return;
 	}

@@ -2,6 +2,9 @@
 #include "config.h"
 
 #include <malloc.h>
+#include <signal.h>
+#include <unistd.h>
+#include <sys/syscall.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +13,7 @@
 
 #include <openssl/crypto.h>
 
+#include "daemon/compat.h"
 #include "daemon/log.h"
 #include "daemon/migration.h"
 #include "daemon/probe.h"
@@ -162,6 +166,14 @@ migration_threads(const struct migration *m, Uffdd__ThreadBlock **out,
 	}
 	qsort(*ptrs, m->nthreads, sizeof(**ptrs), by_ns_desc);
 	return m->nthreads;
+}
+
+int
+migration_signal(int pidfd, pid_t pid, int sig)
+{
+	if (pidfd >= 0)
+		return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
+	return kill(pid, sig);
 }
 
 void

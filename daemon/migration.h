@@ -74,6 +74,12 @@ void migration_fail(struct migration *, const char *fmt, ...)
 /* Fills a status message; strings point into m. */
 void migration_status(const struct migration *, Uffdd__MigrationStatus *);
 void migration_free_all(void);
+/*
+ * Signals a migration's process through its pidfd when there is one, so
+ * that a pid the kernel gave to another process meanwhile is never hit.
+ * sig 0 asks whether it is alive. Returns 0 or -1 with errno set.
+ */
+int migration_signal(int pidfd, pid_t pid, int sig);
 /* Records lost pages [start, end) for status. */
 void migration_lost(struct migration *, uint64_t start, uint64_t end,
 		    uint64_t pages);

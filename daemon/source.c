@@ -767,7 +767,7 @@ complete(struct source *s)
 	} else {
 		log_info("migration %s complete; killing source process %d",
 			 log_id(s->m->id), (int)s->m->pid);
-		kill(s->m->pid, SIGKILL);
+		migration_signal(s->pidfd, s->m->pid, SIGKILL);
 	}
 	teardown(s);
 }

@@ -45,7 +45,7 @@ cleanup() {
 			tail -n 30 "$f"
 		done
 	fi
-	rm -rf "$T"
+	[ -n "${KEEP_T:-}" ] || rm -rf "$T"
 	exit "$rc"
 }
 trap cleanup EXIT

@@ -317,7 +317,8 @@ check_page(uint64_t page)
 static int
 in_event(uint64_t page)
 {
-	return event && page >= ev0 && page < ev0 + EV_PAGES;
+	return event && strcmp(event, "fork") != 0 && page >= ev0 &&
+	       page < ev0 + EV_PAGES;
 }
 
 static void
@@ -456,7 +457,31 @@ run_dest(void)
 		if (sig == SIGTERM)
 			return 2;
 	} while (sig != SIGUSR1);
-	if (event) {
+	if (event && strcmp(event, "fork") == 0) {
+		/*
+		 * The child checks every page too, with its own threads, while
+		 * most are still missing in both processes.
+		 */
+		pid_t c = fork();
+
+		if (c < 0) {
+			perror("workload: fork");
+			return 1;
+		}
+		if (c == 0) {
+			ts = calloc(threads, sizeof(*ts));
+			for (unsigned i = 0; i < threads; i++)
+				pthread_create(&ts[i], NULL, checker,
+					       (void *)(uintptr_t)i);
+			for (unsigned i = 0; i < threads; i++)
+				pthread_join(ts[i], NULL);
+			printf("child verified %lu pages, %lu mismatches\n",
+			       (unsigned long)atomic_load(&checked),
+			       (unsigned long)atomic_load(&mismatches));
+			fflush(stdout);
+			_exit(atomic_load(&mismatches) ? 1 : 0);
+		}
+	} else if (event) {
 		uint8_t *at = mem + ev0 * PS;
 		int rc = 0;
 
@@ -517,7 +542,7 @@ usage(void)
 		"[--pace-us N]\n"
 		"         [--kind anon|thp|hugetlb|shared|memfd|tmpfs] "
 		"[--zero-every K]\n"
-		"         [--event remove|unmap|remap]\n"
+		"         [--event remove|unmap|remap|fork]\n"
 		"         [--touch N]\n");
 	exit(2);
 }
@@ -594,7 +619,7 @@ main(int argc, char **argv)
 		case 'E':
 			event = optarg;
 			if (strcmp(event, "remove") && strcmp(event, "unmap") &&
-			    strcmp(event, "remap"))
+			    strcmp(event, "remap") && strcmp(event, "fork"))
 				usage();
 			break;
 		case 'T':

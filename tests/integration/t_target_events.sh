@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The target changes its own memory while pages are still missing: it
-# discards a range (madvise), unmaps one, or moves one (mremap). The result
+# discards a range (madvise), unmaps one, moves one (mremap), or forks (the
+# child checks every page too, most of them still missing). The result
 # is what the target would have seen had all its memory been local: the
 # discarded pages read as zeros (never the source's stale bytes), the moved
 # pages hold the source's bytes at their new address, every other page is
@@ -10,8 +11,8 @@ need_root
 start_daemon src --bulk-rate 4M
 start_daemon dst
 n=0
-for kind in anon memfd; do
-	for ev in remove unmap remap; do
+for kind in ${KINDS:-anon memfd}; do
+	for ev in ${EVENTS:-remove unmap remap fork}; do
 		n=$((n + 1))
 		base=$((0x500000000000 + n * 0x100000000))
 		end=$((base + (32 << 20)))
@@ -26,6 +27,15 @@ for kind in anon memfd; do
 			fail "$kind $ev: $(cat "$T/wait.out")"
 		wait_verified WD >/dev/null
 		info "$kind, target does $ev while pages are missing: $(grep '^verified' "$T/WD.out")"
+		if [ "$ev" = fork ]; then
+			for _ in $(seq 600); do
+				grep -q '^child verified' "$T/WD.out" && break
+				sleep 0.1
+			done
+			grep -q '^child verified [0-9]* pages, 0 mismatches' "$T/WD.out" ||
+				fail "$kind: the forked child saw wrong bytes: $(cat "$T/WD.out" "$T/WD.log")"
+			info "$kind: $(grep '^child verified' "$T/WD.out")"
+		fi
 		kill "$WD"
 	done
 done
