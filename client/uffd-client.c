@@ -14,10 +14,11 @@
 
 #include "proto/frame.h"
 #include "proto/range.h"
+#include "client/client.h"
 
 #define DEFAULT_CONTROL "/run/uffdd/control.sock"
 
-static const char *control_path;
+const char *control_path;
 
 struct cmd {
 	const char *name;
@@ -25,14 +26,14 @@ struct cmd {
 	int (*fn)(int argc, char **argv);
 };
 
-static void
+void
 die_usage(const char *u)
 {
 	fprintf(stderr, "usage: uffd-client [--control PATH] %s\n", u);
 	exit(2);
 }
 
-static int
+int
 connect_daemon(void)
 {
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
@@ -69,7 +70,7 @@ connect_daemon(void)
  * Sends a request and waits for its reply. An Error reply is printed and
  * ends the program; so does a broken connection.
  */
-static ProtobufCMessage *
+ProtobufCMessage *
 call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 {
 	ProtobufCMessage *rep;
@@ -337,7 +338,7 @@ progress(const Uffdd__MigrationStatus *s, int tty)
 }
 
 /* Polls status until the migration ends; 0 complete, 1 failed, 3 timeout. */
-static int
+int
 wait_for(const char *id, double timeout)
 {
 	struct timespec t0, now, tick = {0, 100 * 1000 * 1000};
@@ -447,7 +448,7 @@ cmd_export(int argc, char **argv)
 	return 0;
 }
 
-static void
+void
 print_regions(const char *what, Uffdd__Region **r, size_t n, FILE *f)
 {
 	for (size_t i = 0; i < n; i++)
@@ -554,6 +555,12 @@ static const struct cmd cmds[] = {
 	 cmd_attach},
 	{"status", "status [ID] [--json]", cmd_status},
 	{"wait", "wait ID [--timeout SEC]", cmd_wait},
+	{"migrate-qemu",
+	 "migrate-qemu --src-qmp SOCK --dst-qmp SOCK --src-control PATH "
+	 "--dst-control PATH --src-peer HOST:PORT [--no-resume] "
+	 "[--timeout SEC]",
+	 cmd_migrate_qemu},
+	{"qmp", "qmp SOCK COMMAND [ARGUMENTS-JSON]", cmd_qmp},
 };
 
 static void
