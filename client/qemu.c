@@ -339,6 +339,7 @@ cmd_migrate_qemu(int argc, char **argv)
 	double timeout = 0, t_stop, t_run = 0, t_done;
 	int ch, fd, resume = 1, port, rc = 1;
 	pid_t holder = -1;
+	uint64_t qemu_bytes = 0;
 
 	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
 		switch (ch) {
@@ -495,9 +496,18 @@ cmd_migrate_qemu(int argc, char **argv)
 		goto out;
 	/* Device state only: this takes milliseconds. */
 	for (;;) {
-		if (query_str(src, "query-migrate", "status", st, sizeof(st)) <
-		    0)
+		json_object *r = NULL, *v, *ram;
+
+		if (qmp_execute(src, "query-migrate", NULL, &r) < 0)
 			goto out;
+		snprintf(st, sizeof(st), "%s",
+			 json_object_object_get_ex(r, "status", &v)
+				 ? json_object_get_string(v)
+				 : "");
+		if (json_object_object_get_ex(r, "ram", &ram) &&
+		    json_object_object_get_ex(ram, "transferred", &v))
+			qemu_bytes = (uint64_t)json_object_get_int64(v);
+		json_object_put(r);
 		if (strcmp(st, "completed") == 0)
 			break;
 		if (strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0) {
@@ -517,7 +527,9 @@ cmd_migrate_qemu(int argc, char **argv)
 			break;
 		usleep(20000);
 	}
-	say("device state moved to the destination (%s)", st);
+	say("device state moved to the destination (%s): %" PRIu64
+	    " bytes by QEMU",
+	    st, qemu_bytes);
 	if (resume && strcmp(st, "running") != 0 &&
 	    qmp_execute(dst, "cont", NULL, NULL) < 0)
 		goto out;
