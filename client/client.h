@@ -11,6 +11,9 @@ extern const char *control_path;
 
 void die_usage(const char *u);
 int connect_daemon(void);
+int connect_daemon_try(void);
+ProtobufCMessage *call_try(int fd, uint16_t type, const ProtobufCMessage *req,
+			   uint16_t want);
 ProtobufCMessage *call(int fd, uint16_t type, const ProtobufCMessage *req,
 		       uint16_t want);
 int wait_for(const char *id, double timeout);

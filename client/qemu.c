@@ -300,6 +300,19 @@ start_holder(struct ramblock *b, size_t n)
 		return -1;
 	}
 	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+
+		/*
+		 * Holds no descriptor of ours: a QMP socket kept open here
+		 * would keep QEMU's only QMP connection busy, a pipe would
+		 * keep a reader of our output waiting.
+		 */
+		if (null >= 0) {
+			dup2(null, 0);
+			dup2(null, 1);
+			dup2(null, 2);
+		}
+		close_range(3, ~0U, 0);
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		for (;;)
 			pause();
@@ -340,6 +353,7 @@ cmd_migrate_qemu(int argc, char **argv)
 	int ch, fd, resume = 1, port, rc = 1;
 	pid_t holder = -1;
 	uint64_t qemu_bytes = 0;
+	int stopped_src = 0, dst_ran = 0;
 
 	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
 		switch (ch) {
@@ -426,6 +440,7 @@ cmd_migrate_qemu(int argc, char **argv)
 		goto out;
 	t_stop = now_s();
 	if (strcmp(st, "running") == 0) {
+		stopped_src = 1;
 		if (qmp_execute(src, "stop", NULL, NULL) < 0 ||
 		    qmp_wait_event(src, "STOP", 30000, NULL) < 0) {
 			fprintf(stderr, "uffd-client: source QEMU did not "
@@ -448,9 +463,14 @@ cmd_migrate_qemu(int argc, char **argv)
 	ereq.ranges = rangep;
 	ereq.n_ranges = ns;
 	control_path = sc;
-	fd = connect_daemon();
-	erep = (Uffdd__ExportReply *)call(fd, FRAME_CTL_EXPORT, &ereq.base,
-					  FRAME_CTL_EXPORT_REPLY);
+	if ((fd = connect_daemon_try()) < 0)
+		goto out;
+	erep = (Uffdd__ExportReply *)call_try(fd, FRAME_CTL_EXPORT, &ereq.base,
+					      FRAME_CTL_EXPORT_REPLY);
+	if (erep == NULL) {
+		close(fd);
+		goto out;
+	}
 	snprintf(id, sizeof(id), "%s", erep->id);
 	frame_free(&erep->base);
 	close(fd);
@@ -468,9 +488,14 @@ cmd_migrate_qemu(int argc, char **argv)
 	areq.maps = mapp;
 	areq.n_maps = nd;
 	control_path = dc;
-	fd = connect_daemon();
-	arep = (Uffdd__AttachReply *)call(fd, FRAME_CTL_ATTACH, &areq.base,
-					  FRAME_CTL_ATTACH_REPLY);
+	if ((fd = connect_daemon_try()) < 0)
+		goto out;
+	arep = (Uffdd__AttachReply *)call_try(fd, FRAME_CTL_ATTACH, &areq.base,
+					      FRAME_CTL_ATTACH_REPLY);
+	if (arep == NULL) {
+		close(fd);
+		goto out;
+	}
 	print_regions("attached", arep->matched, arep->n_matched, stderr);
 	if (arep->n_unmatched) {
 		print_regions("unmatched", arep->unmatched, arep->n_unmatched,
@@ -527,6 +552,8 @@ cmd_migrate_qemu(int argc, char **argv)
 			break;
 		usleep(20000);
 	}
+	if (strcmp(st, "running") == 0)
+		dst_ran = 1; /* it started on its own */
 	say("device state moved to the destination (%s): %" PRIu64
 	    " bytes by QEMU",
 	    st, qemu_bytes);
@@ -534,6 +561,7 @@ cmd_migrate_qemu(int argc, char **argv)
 	    qmp_execute(dst, "cont", NULL, NULL) < 0)
 		goto out;
 	if (resume) {
+		dst_ran = 1;
 		t_run = now_s();
 		say("destination guest running, %.0f ms after the source "
 		    "stopped",
@@ -553,6 +581,17 @@ cmd_migrate_qemu(int argc, char **argv)
 	say("source QEMU told to quit");
 	rc = 0;
 out:
+	/*
+	 * Until the destination guest has run, the source is still the guest:
+	 * a failure before then resumes it rather than leaving it stopped.
+	 */
+	if (rc != 0 && src != NULL && stopped_src && !dst_ran) {
+		if (qmp_execute(src, "cont", NULL, NULL) == 0)
+			say("failed before switchover: source guest resumed");
+	} else if (rc != 0 && dst_ran) {
+		say("failed after the destination ran: the source QEMU is "
+		    "left stopped and its RAM files in place");
+	}
 	if (holder > 0) {
 		/* At completion the source daemon killed it already. */
 		if (rc != 0)

@@ -33,15 +33,16 @@ die_usage(const char *u)
 	exit(2);
 }
 
+/* Connects to the daemon at control_path; -1 (reported) when it cannot. */
 int
-connect_daemon(void)
+connect_daemon_try(void)
 {
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
 	int fd;
 
 	if (strlen(control_path) >= sizeof(sun.sun_path)) {
 		fprintf(stderr, "uffd-client: control socket path too long\n");
-		exit(1);
+		return -1;
 	}
 	strcpy(sun.sun_path, control_path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -61,17 +62,30 @@ connect_daemon(void)
 		else
 			fprintf(stderr, "uffd-client: %s: %s\n", control_path,
 				strerror(errno));
-		exit(1);
+		if (fd >= 0)
+			close(fd);
+		return -1;
 	}
+	return fd;
+}
+
+/* Connects to the daemon at control_path; exits when it cannot. */
+int
+connect_daemon(void)
+{
+	int fd = connect_daemon_try();
+
+	if (fd < 0)
+		exit(1);
 	return fd;
 }
 
 /*
  * Sends a request and waits for its reply. An Error reply is printed and
- * ends the program; so does a broken connection.
+ * returns NULL; so does a broken connection.
  */
 ProtobufCMessage *
-call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
+call_try(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 {
 	ProtobufCMessage *rep;
 	uint16_t got;
@@ -81,18 +95,31 @@ call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 		fprintf(stderr, "uffd-client: uffdd at %s: %s\n", control_path,
 			errno == ECONNRESET ? "closed the connection"
 					    : strerror(errno));
-		exit(1);
+		return NULL;
 	}
 	if (got == FRAME_ERROR) {
 		fprintf(stderr, "uffd-client: %s\n",
 			((Uffdd__Error *)rep)->message);
-		exit(1);
+		frame_free(rep);
+		return NULL;
 	}
 	if (got != want) {
 		fprintf(stderr, "uffd-client: unexpected %s reply\n",
 			frame_type_name(got));
-		exit(1);
+		frame_free(rep);
+		return NULL;
 	}
+	return rep;
+}
+
+/* call_try() for commands that end at the first error. */
+ProtobufCMessage *
+call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
+{
+	ProtobufCMessage *rep = call_try(fd, type, req, want);
+
+	if (rep == NULL)
+		exit(1);
 	return rep;
 }
 

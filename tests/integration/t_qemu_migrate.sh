@@ -25,6 +25,17 @@ runs_on a 2
 info "A: $(tail -n 1 "$T/a.serial")"
 
 qemu b -incoming defer
+# A failure after the source stopped (no destination daemon) resumes it.
+if "$CLIENT" migrate-qemu --src-qmp "$T/a.qmp" --dst-qmp "$T/b.qmp" \
+	--src-control "$src_SOCK" --dst-control "$T/no-such.sock" \
+	--src-peer "$src_ADDR:$src_PORT" >"$T/migrate-fail.out" 2>&1; then
+	fail "migrate-qemu succeeded without a destination daemon"
+fi
+grep -q 'source guest resumed' "$T/migrate-fail.out" ||
+	fail "source not resumed after a failed migration: $(cat "$T/migrate-fail.out")"
+runs_on a 2
+info "failed migration: the guest runs on, on A"
+
 info "A -> B, the guest running on B while its RAM arrives"
 migrate_qemu a b 2>&1 | tee "$T/migrate-ab.out" || fail "migrate-qemu A -> B failed"
 [ "${PIPESTATUS[0]}" = 0 ] || fail "migrate-qemu A -> B failed"
