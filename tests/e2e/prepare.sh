@@ -13,39 +13,46 @@ CACHE=${1:-${UFFDD_E2E_CACHE:-/var/tmp/uffdd-e2e}}
 skip() { echo "SKIP: $*"; exit 77; }
 mkdir -p "$CACHE"
 
+have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'ok installed'; }
 want=()
 command -v qemu-system-x86_64 >/dev/null || want+=(qemu-system-x86)
-[ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically' ||
-	dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' ||
-	want+=(busybox-static)
+have busybox-static || want+=(busybox-static)
+command -v cpio >/dev/null || want+=(cpio)
 if [ ${#want[@]} -gt 0 ]; then
 	[ "$(id -u)" = 0 ] || skip "missing ${want[*]} and not root to install them"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${want[@]}" >&2 ||
-		skip "cannot install ${want[*]}"
+		{ apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${want[@]}" >&2; } ||
+		skip "cannot install ${want[*]} (Debian packages)"
 fi
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 missing (Debian package qemu-system-x86)"
 command -v cpio >/dev/null || skip "cpio missing"
 
 # The kernel: Debian's, with the 8250 serial console built in.
 if [ ! -f "$CACHE/vmlinuz" ]; then
-	pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
-		sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -n1)
-	[ -n "$pkg" ] || skip "no linux-image-amd64 in the apt cache (apt-get update?)"
+	kpkg() {
+		apt-cache depends linux-image-amd64 2>/dev/null |
+			sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -n1
+	}
+	pkg=$(kpkg)
+	if [ -z "$pkg" ] && [ "$(id -u)" = 0 ]; then
+		apt-get update -q >&2 || true
+		pkg=$(kpkg)
+	fi
+	[ -n "$pkg" ] || skip "Debian's linux-image-amd64 is not in the apt lists (apt-get update)"
 	(cd "$CACHE" && apt-get download "$pkg" >&2 2>/dev/null) ||
 		skip "cannot download $pkg from the apt archive"
-	rm -rf "$CACHE/deb"
-	dpkg-deb -x "$CACHE"/"$pkg"_*.deb "$CACHE/deb"
-	cp "$CACHE"/deb/boot/vmlinuz-* "$CACHE/vmlinuz.tmp"
-	mv "$CACHE/vmlinuz.tmp" "$CACHE/vmlinuz"
-	rm -rf "$CACHE/deb" "$CACHE"/"$pkg"_*.deb
+	deb=$(mktemp -d "$CACHE/deb.XXXXXX")
+	dpkg-deb -x "$CACHE"/"$pkg"_*.deb "$deb"
+	cp "$deb"/boot/vmlinuz-* "$deb.vmlinuz"
+	mv "$deb.vmlinuz" "$CACHE/vmlinuz"
+	rm -rf "$deb" "$CACHE"/"$pkg"_*.deb
 fi
 
 # The initramfs, rebuilt when memcheck.c changes.
 if [ ! -f "$CACHE/initrd.gz" ] || [ "$HERE/memcheck.c" -nt "$CACHE/initrd.gz" ]; then
-	bb=$(command -v busybox)
-	file -L "$bb" | grep -q statically || bb=/bin/busybox
-	root=$CACHE/root
-	rm -rf "$root"
+	bb=/bin/busybox # busybox-static's, which needs no libraries
+	# Private names: two test runs may prepare at once.
+	root=$(mktemp -d "$CACHE/root.XXXXXX")
 	mkdir -p "$root"/{bin,dev,proc,sys,tmp}
 	cp "$bb" "$root/bin/busybox"
 	for a in sh mount echo cat sleep reboot; do ln -s busybox "$root/bin/$a"; done
@@ -62,8 +69,8 @@ echo "guest: memcheck exited"
 reboot -f
 INIT
 	chmod +x "$root/init"
-	(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$CACHE/initrd.tmp"
-	mv "$CACHE/initrd.tmp" "$CACHE/initrd.gz"
+	(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$root.gz"
+	mv "$root.gz" "$CACHE/initrd.gz"
 	rm -rf "$root"
 fi
 echo "$CACHE"
