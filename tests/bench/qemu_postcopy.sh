@@ -8,6 +8,8 @@
 #             longest gap between two pages, by the guest's clock)
 #   bytes     total bytes moved (QEMU's ram.transferred; for uffdd the
 #             daemon's bytes plus QEMU's device-state stream)
+#   downtime  source vCPUs stopped until the destination's run (QEMU's own
+#             "downtime"; migrate-qemu's measure for uffdd)
 # QEMU's times come from polling query-migrate (about 10 ms resolution).
 # Usage (root): BUILDDIR=_build tests/bench/qemu_postcopy.sh
 SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -34,7 +36,7 @@ max_stall() {
 RESULTS=()
 
 bench_qemu_postcopy() {
-	local port t_sw="" t_done="" s d info bytes
+	local port t_sw="" t_done="" s d info bytes down
 	QEMU_RAM=anon qemu qa
 	runs_on qa 2
 	QEMU_RAM=anon qemu qb -incoming defer
@@ -63,16 +65,17 @@ bench_qemu_postcopy() {
 	[ -n "$t_done" ] || fail "QEMU postcopy did not complete"
 	info=$(qmp qa query-migrate)
 	bytes=$(jget "$info" ram.transferred)
+	down=$(jget "$info" downtime)
 	runs_on qb 3
 	qmp qa quit >/dev/null 2>&1 || true
 	gone "$qa_QEMU"
-	RESULTS+=("$(printf '%-22s %10.3f s %8s ms %10.1f MiB' "QEMU postcopy-ram" \
-		"$(echo "$t_done - $t_sw" | bc)" "$(max_stall qb)" "$(echo "$bytes / 1048576" | bc -l)")")
+	RESULTS+=("$(printf '%-22s %10.3f s %8s ms %10.1f MiB %8s ms' "QEMU postcopy-ram" \
+		"$(echo "$t_done - $t_sw" | bc)" "$(max_stall qb)" "$(echo "$bytes / 1048576" | bc -l)" "$down")")
 	kill "$qb_QEMU" 2>/dev/null || true
 }
 
 bench_uffdd() {
-	local out id res ubytes qbytes
+	local out id res ubytes qbytes down
 	start_daemon src
 	start_daemon dst
 	qemu ua
@@ -86,11 +89,12 @@ bench_uffdd() {
 	id=$(sed -n 's/.*RAM exported: migration \([0-9a-f]*\).*/\1/p' <<<"$out")
 	res=$(sed -n 's/.*every page resident \([0-9.]*\) s after.*/\1/p' <<<"$out")
 	qbytes=$(sed -n 's/.*: \([0-9]*\) bytes by QEMU.*/\1/p' <<<"$out")
+	down=$(sed -n 's/.*guest running, \([0-9]*\) ms after.*/\1/p' <<<"$out")
 	ubytes=$(jget "$("$CLIENT" --control "$dst_SOCK" status "$id" --json)" bytes)
 	runs_on ub 3
 	gone "$ua_QEMU"
-	RESULTS+=("$(printf '%-22s %10.3f s %8s ms %10.1f MiB' "uffdd (migrate-qemu)" \
-		"$res" "$(max_stall ub)" "$(echo "($ubytes + $qbytes) / 1048576" | bc -l)")")
+	RESULTS+=("$(printf '%-22s %10.3f s %8s ms %10.1f MiB %8s ms' "uffdd (migrate-qemu)" \
+		"$res" "$(max_stall ub)" "$(echo "($ubytes + $qbytes) / 1048576" | bc -l)" "$down")")
 	kill "$ub_QEMU" 2>/dev/null || true
 }
 
@@ -99,5 +103,5 @@ bench_qemu_postcopy
 info "uffdd"
 bench_uffdd
 echo
-printf '%-22s %12s %11s %14s\n' "512 MiB TCG guest" "resident" "stall" "bytes moved"
+printf '%-22s %12s %11s %14s %11s\n' "512 MiB TCG guest" "resident" "stall" "bytes moved" "downtime"
 for r in "${RESULTS[@]}"; do echo "$r"; done
