@@ -47,6 +47,7 @@ struct ramblock {
 	uint64_t size;
 	uint64_t addr;	 /* where this QEMU maps it */
 	uint64_t holder; /* where the holder maps it (source only) */
+	size_t match;	 /* the source block of a destination block */
 };
 
 static double
@@ -348,7 +349,7 @@ cmd_migrate_qemu(int argc, char **argv)
 	Uffdd__AttachReply *arep;
 	Uffdd__RegionMap maps[MAX_BLOCKS], *mapp[MAX_BLOCKS];
 	Uffdd__Range ranges[MAX_BLOCKS], *rangep[MAX_BLOCKS];
-	char st[64], uri[64], id[64];
+	char st[64], uri[64], id[64], *end;
 	double timeout = 0, t_stop, t_run = 0, t_done;
 	int ch, fd, resume = 1, port, rc = 1;
 	pid_t holder = -1;
@@ -376,7 +377,9 @@ cmd_migrate_qemu(int argc, char **argv)
 			resume = 0;
 			break;
 		case 't':
-			timeout = strtod(optarg, NULL);
+			timeout = strtod(optarg, &end);
+			if (*end || timeout <= 0)
+				die_usage(u);
 			break;
 		default:
 			die_usage(u);
@@ -412,7 +415,7 @@ cmd_migrate_qemu(int argc, char **argv)
 			goto out;
 		}
 		sb[i].holder = 0;
-		db[j].holder = i; /* reused below: which source block */
+		db[j].match = i;
 		say("RAM block %s: %" PRIu64 " MiB, source pid %d at 0x%" PRIx64
 		    ", destination pid %d at 0x%" PRIx64,
 		    sb[i].id, sb[i].size >> 20, (int)qmp_pid(src), sb[i].addr,
@@ -478,7 +481,7 @@ cmd_migrate_qemu(int argc, char **argv)
 
 	for (size_t j = 0; j < nd; j++) {
 		uffdd__region_map__init(&maps[j]);
-		maps[j].src_start = sb[db[j].holder].holder;
+		maps[j].src_start = sb[db[j].match].holder;
 		maps[j].dst_start = db[j].addr;
 		mapp[j] = &maps[j];
 	}
@@ -593,9 +596,11 @@ out:
 		    "left stopped and its RAM files in place");
 	}
 	if (holder > 0) {
-		/* At completion the source daemon killed it already. */
-		if (rc != 0)
-			kill(holder, SIGKILL);
+		/*
+		 * At completion the source daemon has killed it already;
+		 * after a failure nothing else will.
+		 */
+		kill(holder, SIGKILL);
 		waitpid(holder, NULL, 0);
 	}
 	qmp_close(src);
