@@ -74,6 +74,25 @@ say(const char *fmt, ...)
 	fprintf(stderr, "\n");
 }
 
+/* Whether PID still runs: a zombie waiting for its parent does not. */
+static int
+process_alive(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	int alive = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return 0;
+	if (fgets(buf, sizeof(buf), f) != NULL &&
+	    (p = strrchr(buf, ')')) != NULL && p[1] == ' ')
+		alive = p[2] != 'Z' && p[2] != 'X';
+	fclose(f);
+	return alive;
+}
+
 static json_object *
 qom_get(struct qmp *q, const char *path, const char *prop)
 {
@@ -579,9 +598,18 @@ cmd_migrate_qemu(int argc, char **argv)
 	t_done = now_s();
 	say("every page resident %.3f s after switchover",
 	    t_done - (resume ? t_run : t_stop));
-	if (qmp_execute(src, "quit", NULL, NULL) < 0)
+	/* QEMU may hang up before it answers quit: what counts is its exit. */
+	qmp_execute(src, "quit", NULL, NULL);
+	for (int i = 0; i < 100 && process_alive(qmp_pid(src)); i++)
+		usleep(100000);
+	if (process_alive(qmp_pid(src))) {
+		fprintf(stderr,
+			"uffd-client: source QEMU pid %d did not quit; the "
+			"destination holds every page, it may be killed\n",
+			(int)qmp_pid(src));
 		goto out;
-	say("source QEMU told to quit");
+	}
+	say("source QEMU has exited");
 	rc = 0;
 out:
 	/*

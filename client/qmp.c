@@ -115,26 +115,40 @@ qmp_read(struct qmp *q, int timeout_ms)
 	}
 }
 
+/*
+ * Sends one message and its newline in one write, without SIGPIPE: QEMU
+ * acts on a command as soon as its JSON closes, and after "quit" it may
+ * hang up before a separate newline arrives.
+ */
 static int
 qmp_send(struct qmp *q, json_object *msg)
 {
 	const char *s =
 		json_object_to_json_string_ext(msg, JSON_C_TO_STRING_PLAIN);
 	size_t len = strlen(s), off = 0;
+	char *line = malloc(len + 2);
 
+	if (line == NULL) {
+		fprintf(stderr, "uffd-client: out of memory\n");
+		exit(1);
+	}
+	memcpy(line, s, len);
+	line[len++] = '\n';
 	while (off < len) {
-		ssize_t n = write(q->fd, s + off, len - off);
+		ssize_t n = send(q->fd, line + off, len - off, MSG_NOSIGNAL);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			fprintf(stderr, "uffd-client: %s: %s\n", q->path,
+			fprintf(stderr, "uffd-client: QMP %s: %s\n", q->path,
 				strerror(errno));
+			free(line);
 			return -1;
 		}
 		off += (size_t)n;
 	}
-	return write(q->fd, "\n", 1) == 1 ? 0 : -1;
+	free(line);
+	return 0;
 }
 
 /* Connects, reads the greeting and leaves capabilities negotiation mode. */
