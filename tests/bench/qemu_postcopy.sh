@@ -68,10 +68,10 @@ bench_qemu_postcopy() {
 	down=$(jget "$info" downtime)
 	runs_on qb 3
 	qmp qa quit >/dev/null 2>&1 || true
-	gone "$qa_QEMU"
+	gone "${QPID[qa]}"
 	RESULTS+=("$(printf '%-22s %10.3f s %8s ms %10.1f MiB %8s ms' "QEMU postcopy-ram" \
 		"$(echo "$t_done - $t_sw" | bc)" "$(max_stall qb)" "$(echo "$bytes / 1048576" | bc -l)" "$down")")
-	kill "$qb_QEMU" 2>/dev/null || true
+	kill "${QPID[qb]}" 2>/dev/null || true
 }
 
 bench_uffdd() {
@@ -92,10 +92,10 @@ bench_uffdd() {
 	down=$(sed -n 's/.*guest running, \([0-9]*\) ms after.*/\1/p' <<<"$out")
 	ubytes=$(jget "$("$CLIENT" --control "$dst_SOCK" status "$id" --json)" bytes)
 	runs_on ub 3
-	gone "$ua_QEMU"
+	gone "${QPID[ua]}"
 	RESULTS+=("$(printf '%-22s %10.3f s %8s ms %10.1f MiB %8s ms' "uffdd (migrate-qemu)" \
 		"$res" "$(max_stall ub)" "$(echo "($ubytes + $qbytes) / 1048576" | bc -l)" "$down")")
-	kill "$ub_QEMU" 2>/dev/null || true
+	kill "${QPID[ub]}" 2>/dev/null || true
 }
 
 info "QEMU's own postcopy"

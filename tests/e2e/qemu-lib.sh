@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # QEMU helpers for the end-to-end test and benchmark; sourced after
 # tests/lib.sh. Sets CACHE (the prepared guest) or skips with the reason.
 CACHE=$("$SRC/tests/e2e/prepare.sh") || {
@@ -9,13 +10,15 @@ command -v qemu-system-x86_64 >/dev/null ||
 	skip "qemu-system-x86_64 missing (Debian package qemu-system-x86)"
 SHM=/dev/shm/uffdd-e2e-$$
 on_cleanup "rm -f $SHM-*"
+declare -A QPID
 
 # qemu NAME [ARGS...]: the guest under TCG, its serial console in
-# $T/NAME.serial, QMP on $T/NAME.qmp; sets NAME_QEMU (pid). RAM is a shared
+# $T/NAME.serial, QMP on $T/NAME.qmp; its pid in QPID[NAME]. RAM is a shared
 # file $SHM-NAME unless QEMU_RAM=anon (private anonymous, QEMU's default).
 qemu() {
 	local name=$1 ram
 	shift
+	# shellcheck disable=SC2054 # commas inside one QEMU argument
 	ram=(-object "memory-backend-file,id=ram0,size=512M,mem-path=$SHM-$name,share=on"
 		-machine pc,memory-backend=ram0)
 	[ "${QEMU_RAM:-file}" = anon ] && ram=(-machine pc)
@@ -27,7 +30,8 @@ qemu() {
 		-serial "file:$T/$name.serial" -qmp "unix:$T/$name.qmp,server=on,wait=off" \
 		"$@" >"$T/qemu-$name.log" 2>&1 &
 	PIDS+=($!)
-	eval "${name}_QEMU=$!"
+	# shellcheck disable=SC2034 # read by the scripts that source this
+	QPID[$name]=$!
 	for _ in $(seq 100); do
 		[ -S "$T/$name.qmp" ] && return
 		sleep 0.1

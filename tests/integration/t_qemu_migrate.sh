@@ -39,7 +39,7 @@ info "failed migration: the guest runs on, on A"
 info "A -> B, the guest running on B while its RAM arrives"
 migrate_qemu a b 2>&1 | tee "$T/migrate-ab.out" || fail "migrate-qemu A -> B failed"
 [ "${PIPESTATUS[0]}" = 0 ] || fail "migrate-qemu A -> B failed"
-gone "$a_QEMU"
+gone "${QPID[a]}"
 runs_on b 3
 info "B: $(tail -n 1 "$T/b.serial")"
 
@@ -47,7 +47,7 @@ qemu c -incoming defer
 info "B -> C, C paused until every page is resident"
 migrate_qemu b c --no-resume 2>&1 | tee "$T/migrate-bc.out"
 [ "${PIPESTATUS[0]}" = 0 ] || fail "migrate-qemu B -> C failed"
-gone "$b_QEMU"
+gone "${QPID[b]}"
 cmp "$SHM-b" "$SHM-c" || fail "C's RAM file differs from B's"
 info "C's RAM file equals B's byte for byte ($(sha256sum <"$SHM-c" | cut -c1-16))"
 qmp c cont >/dev/null || fail "cont on C"
