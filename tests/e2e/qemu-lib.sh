@@ -15,6 +15,7 @@ declare -A QPID
 # qemu NAME [ARGS...]: the guest under TCG, its serial console in
 # $T/NAME.serial, QMP on $T/NAME.qmp; its pid in QPID[NAME]. RAM is a shared
 # file $SHM-NAME unless QEMU_RAM=anon (private anonymous, QEMU's default).
+# VAPIC=off drops the kvmvapic device, whose state load reads guest RAM.
 qemu() {
 	local name=$1 ram
 	shift
@@ -24,7 +25,7 @@ qemu() {
 	[ "${QEMU_RAM:-file}" = anon ] && ram=(-machine pc)
 	rm -f "$T/$name.qmp" "$T/$name.serial"
 	qemu-system-x86_64 -accel tcg -m 512M -smp 1 -no-reboot "${ram[@]}" \
-		-global apic.vapic=off \
+		-global "apic.vapic=${VAPIC:-on}" \
 		-kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.gz" \
 		-append "console=ttyS0 quiet panic=-1" -display none -monitor none \
 		-serial "file:$T/$name.serial" -qmp "unix:$T/$name.qmp,server=on,wait=off" \
