@@ -50,13 +50,12 @@ migrate_qemu b c --no-resume 2>&1 | tee "$T/migrate-bc.out"
 [ "${PIPESTATUS[0]}" = 0 ] || fail "migrate-qemu B -> C failed"
 gone "${QPID[b]}"
 cmp "$SHM-b" "$SHM-c" || fail "C's RAM file differs from B's"
-# C never ran before completion: its faults came from QEMU's own
-# device-state load (kvmvapic reads guest RAM), served because attach
-# came before migrate-incoming.
+# C never ran before completion: any fault came from QEMU's own
+# device-state load (kvmvapic reads guest RAM), served because attach came
+# before migrate-incoming. How many is a race with the bulk lane, which
+# may have brought those pages first (0 to 3 seen), so it is only shown.
 faults=$(sed -n 's/^  demand *\([0-9]*\) faults.*/\1/p' "$T/migrate-bc.out")
 info "device-state load on paused C: ${faults:-?} demand faults served"
-[ "${VAPIC:-on}" = off ] || [ "${faults:-0}" -gt 0 ] ||
-	fail "no demand fault on C: was the kvmvapic device there?"
 info "C's RAM file equals B's byte for byte ($(sha256sum <"$SHM-c" | cut -c1-16))"
 qmp c cont >/dev/null || fail "cont on C"
 runs_on c 3
