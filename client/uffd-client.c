@@ -14,10 +14,11 @@
 
 #include "proto/frame.h"
 #include "proto/range.h"
+#include "client/client.h"
 
 #define DEFAULT_CONTROL "/run/uffdd/control.sock"
 
-static const char *control_path;
+const char *control_path;
 
 struct cmd {
 	const char *name;
@@ -25,22 +26,23 @@ struct cmd {
 	int (*fn)(int argc, char **argv);
 };
 
-static void
+void
 die_usage(const char *u)
 {
 	fprintf(stderr, "usage: uffd-client [--control PATH] %s\n", u);
 	exit(2);
 }
 
-static int
-connect_daemon(void)
+/* Connects to the daemon at control_path; -1 (reported) when it cannot. */
+int
+connect_daemon_try(void)
 {
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
 	int fd;
 
 	if (strlen(control_path) >= sizeof(sun.sun_path)) {
 		fprintf(stderr, "uffd-client: control socket path too long\n");
-		exit(1);
+		return -1;
 	}
 	strcpy(sun.sun_path, control_path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -60,17 +62,30 @@ connect_daemon(void)
 		else
 			fprintf(stderr, "uffd-client: %s: %s\n", control_path,
 				strerror(errno));
-		exit(1);
+		if (fd >= 0)
+			close(fd);
+		return -1;
 	}
+	return fd;
+}
+
+/* Connects to the daemon at control_path; exits when it cannot. */
+int
+connect_daemon(void)
+{
+	int fd = connect_daemon_try();
+
+	if (fd < 0)
+		exit(1);
 	return fd;
 }
 
 /*
  * Sends a request and waits for its reply. An Error reply is printed and
- * ends the program; so does a broken connection.
+ * returns NULL; so does a broken connection.
  */
-static ProtobufCMessage *
-call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
+ProtobufCMessage *
+call_try(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 {
 	ProtobufCMessage *rep;
 	uint16_t got;
@@ -80,18 +95,31 @@ call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 		fprintf(stderr, "uffd-client: uffdd at %s: %s\n", control_path,
 			errno == ECONNRESET ? "closed the connection"
 					    : strerror(errno));
-		exit(1);
+		return NULL;
 	}
 	if (got == FRAME_ERROR) {
 		fprintf(stderr, "uffd-client: %s\n",
 			((Uffdd__Error *)rep)->message);
-		exit(1);
+		frame_free(rep);
+		return NULL;
 	}
 	if (got != want) {
 		fprintf(stderr, "uffd-client: unexpected %s reply\n",
 			frame_type_name(got));
-		exit(1);
+		frame_free(rep);
+		return NULL;
 	}
+	return rep;
+}
+
+/* call_try() for commands that end at the first error. */
+ProtobufCMessage *
+call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
+{
+	ProtobufCMessage *rep = call_try(fd, type, req, want);
+
+	if (rep == NULL)
+		exit(1);
 	return rep;
 }
 
@@ -337,7 +365,7 @@ progress(const Uffdd__MigrationStatus *s, int tty)
 }
 
 /* Polls status until the migration ends; 0 complete, 1 failed, 3 timeout. */
-static int
+int
 wait_for(const char *id, double timeout)
 {
 	struct timespec t0, now, tick = {0, 100 * 1000 * 1000};
@@ -449,7 +477,7 @@ cmd_export(int argc, char **argv)
 	return 0;
 }
 
-static void
+void
 print_regions(const char *what, Uffdd__Region **r, size_t n, FILE *f)
 {
 	for (size_t i = 0; i < n; i++)
@@ -556,6 +584,12 @@ static const struct cmd cmds[] = {
 	 cmd_attach},
 	{"status", "status [ID] [--json]", cmd_status},
 	{"wait", "wait ID [--timeout SEC]", cmd_wait},
+	{"migrate-qemu",
+	 "migrate-qemu --src-qmp SOCK --dst-qmp SOCK --src-control PATH "
+	 "--dst-control PATH --src-peer HOST:PORT [--no-resume] "
+	 "[--timeout SEC]",
+	 cmd_migrate_qemu},
+	{"qmp", "qmp SOCK COMMAND [ARGUMENTS-JSON]", cmd_qmp},
 };
 
 static void

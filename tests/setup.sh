@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "tests/setup.sh: run as root (it installs packages, and the tests use ptrace)" >&2; exit 1; }
 
 DEPS="build-essential autoconf automake libtool pkg-config bc
-      libevent-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler liburing-dev
+      libevent-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler liburing-dev libjson-c-dev
       util-linux procps iproute2 nftables
       openssl python3 systemd man-db clang"
 missing=()

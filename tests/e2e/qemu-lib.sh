@@ -1,0 +1,71 @@
+# shellcheck shell=bash
+# QEMU helpers for the end-to-end test and benchmark; sourced after
+# tests/lib.sh. Sets CACHE (the prepared guest) or skips with the reason.
+CACHE=$("$SRC/tests/e2e/prepare.sh") || {
+	rc=$?
+	[ "$rc" = 77 ] && exit 77
+	fail "tests/e2e/prepare.sh failed"
+}
+command -v qemu-system-x86_64 >/dev/null ||
+	skip "qemu-system-x86_64 missing (Debian package qemu-system-x86)"
+SHM=/dev/shm/uffdd-e2e-$$
+on_cleanup "rm -f $SHM-*"
+declare -A QPID
+
+# qemu NAME [ARGS...]: the guest under TCG, its serial console in
+# $T/NAME.serial, QMP on $T/NAME.qmp; its pid in QPID[NAME]. RAM is a shared
+# file $SHM-NAME unless QEMU_RAM=anon (private anonymous, QEMU's default).
+# VAPIC=off drops the kvmvapic device, whose state load reads guest RAM.
+qemu() {
+	local name=$1 ram
+	shift
+	# shellcheck disable=SC2054 # commas inside one QEMU argument
+	ram=(-object "memory-backend-file,id=ram0,size=512M,mem-path=$SHM-$name,share=on"
+		-machine pc,memory-backend=ram0)
+	[ "${QEMU_RAM:-file}" = anon ] && ram=(-machine pc)
+	rm -f "$T/$name.qmp" "$T/$name.serial"
+	qemu-system-x86_64 -accel tcg -m 512M -smp 1 -no-reboot "${ram[@]}" \
+		-global "apic.vapic=${VAPIC:-on}" \
+		-kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.gz" \
+		-append "console=ttyS0 quiet panic=-1" -display none -monitor none \
+		-serial "file:$T/$name.serial" -qmp "unix:$T/$name.qmp,server=on,wait=off" \
+		"$@" >"$T/qemu-$name.log" 2>&1 &
+	PIDS+=($!)
+	# shellcheck disable=SC2034 # read by the scripts that source this
+	QPID[$name]=$!
+	for _ in $(seq 100); do
+		[ -S "$T/$name.qmp" ] && return
+		sleep 0.1
+	done
+	fail "QEMU $name did not start: $(cat "$T/qemu-$name.log")"
+}
+
+# passes NAME: the number of memcheck passes NAME's console shows.
+passes() { grep -c '^memcheck: pass' "$T/$1.serial" 2>/dev/null || true; }
+
+# runs_on NAME N: waits until NAME's console shows N more passes, all ok.
+runs_on() {
+	local name=$1 want=$(($(passes "$1") + $2))
+	for _ in $(seq 600); do
+		[ "$(passes "$name")" -ge "$want" ] && break
+		sleep 0.2
+	done
+	[ "$(passes "$name")" -ge "$want" ] ||
+		fail "guest on $name stopped: $(tail -n 5 "$T/$name.serial")"
+	if grep -q 'MISMATCH\|BAD' "$T/$name.serial"; then
+		fail "memcheck on $name saw wrong memory: $(grep -m5 'MISMATCH\|BAD' "$T/$name.serial")"
+	fi
+}
+
+# gone PID: the QEMU exited.
+gone() {
+	for _ in $(seq 100); do
+		kill -0 "$1" 2>/dev/null || return 0
+		[ "$(proc_state "$1" 2>/dev/null)" = Z ] && return 0
+		sleep 0.1
+	done
+	fail "source QEMU $1 still running after the migration"
+}
+
+# qmp NAME COMMAND [ARGS-JSON]: one QMP command, its return on stdout.
+qmp() { "$CLIENT" qmp "$T/$1.qmp" "${@:2}"; }
