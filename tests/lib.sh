@@ -288,6 +288,8 @@ make_netns() {
 start_workload() {
 	local var=$1 mode=$2
 	shift 2
+	# A previous run's "ready" must not be read as this one's.
+	rm -f "$T/$var.out" "$T/$var.log"
 	"$WORKLOAD" "$mode" "$@" >"$T/$var.out" 2>"$T/$var.log" &
 	PIDS+=($!)
 	disown $! # the daemon kills it: no job-control chatter about that
