@@ -31,6 +31,13 @@ exec {extra}>&-
 for fd in "${fds[@]}"; do
 	exec {fd}>&-
 done
+# Until the daemon has seen all eight go, a new one would still be refused.
+for _ in $(seq 600); do
+	[ "$(grep -c 'refused: \(TLS\|connection closed\)' "$T/src.log")" -ge 8 ] && break
+	sleep 0.05
+done
+[ "$(grep -c 'refused: \(TLS\|connection closed\)' "$T/src.log")" -ge 8 ] ||
+	fail "the eight closed connections were not noticed: $(tail -n 5 "$T/src.log")"
 
 # A connection that never says HELLO is dropped after its deadline.
 exec {slow}<>"/dev/tcp/127.0.0.1/$src_PORT"
