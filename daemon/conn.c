@@ -32,6 +32,10 @@ struct conn {
 	int dead;
 	int finishing;
 	int lingering;
+	int prio;
+	/* The bufferevent broke: why, reported after the input is handled. */
+	int failing;
+	char fail_why[128];
 	size_t data_left;
 };
 
@@ -88,8 +92,12 @@ conn_process(struct conn *c)
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 	int n = 0;
 
+	int more = 0;
+
 	if (c->finishing) {
 		evbuffer_drain(in, evbuffer_get_length(in));
+		if (c->failing)
+			conn_free(c);
 		return;
 	}
 	c->in_cb++;
@@ -102,6 +110,7 @@ conn_process(struct conn *c)
 
 		if (c->budget && n >= c->budget) {
 			event_active(c->resume, EV_TIMEOUT, 0);
+			more = 1;
 			break;
 		}
 		if (len < FRAME_HDR_LEN)
@@ -134,6 +143,9 @@ conn_process(struct conn *c)
 		}
 		n++;
 	}
+	/* Every whole frame that came before the break is handled: now say. */
+	if (c->failing && !more && !c->dead)
+		conn_fail(c, c->fail_why);
 	c->in_cb--;
 	if (c->dead && c->in_cb == 0)
 		conn_destroy(c);
@@ -177,8 +189,14 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	struct conn *c = arg;
 	char why[128];
 
-	if (what & BEV_EVENT_CONNECTED)
+	/*
+	 * A TLS bufferevent replaces its events when the handshake is done,
+	 * and with them their priorities.
+	 */
+	if (what & BEV_EVENT_CONNECTED) {
+		tls_set_priority(bev, c->prio);
 		return;
+	}
 	/* A refused certificate says so, not just "connection reset". */
 	if (tls_error(bev, why, sizeof(why)) < 0) {
 		if (what & BEV_EVENT_EOF)
@@ -190,11 +208,17 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 				 evutil_socket_error_to_string(
 					 EVUTIL_SOCKET_ERROR()));
 	}
-	c->in_cb++;
-	conn_fail(c, why);
-	c->in_cb--;
-	if (c->dead && c->in_cb == 0)
-		conn_destroy(c);
+	/*
+	 * libevent's OpenSSL bufferevent reports a close or an error before it
+	 * hands over the bytes it read in the same pass, so the peer's last
+	 * frames (COMPLETE before it closes) would be lost. Handle the input
+	 * first, at this connection's priority, then report.
+	 */
+	if (c->failing || c->dead)
+		return;
+	c->failing = 1;
+	snprintf(c->fail_why, sizeof(c->fail_why), "%s", why);
+	event_active(c->resume, EV_TIMEOUT, 0);
 }
 
 struct conn *
@@ -208,6 +232,7 @@ conn_new(struct event_base *base, struct bufferevent *bev, const char *name,
 	c->on_close = ccb;
 	c->arg = arg;
 	snprintf(c->name, sizeof(c->name), "%s", name);
+	c->prio = event_base_get_npriorities(base) / 2; /* libevent's default */
 	c->resume = event_new(base, -1, 0, conn_resume_cb, c);
 	if (c->resume == NULL)
 		fatalx("event_new");
@@ -252,7 +277,10 @@ conn_set_owner(struct conn *c, conn_frame_cb fcb, conn_close_cb ccb, void *arg)
 void
 conn_set_priority(struct conn *c, int prio)
 {
-	bufferevent_priority_set(c->bev, prio);
+	c->prio = prio;
+	/* libevent 2.1 sets priorities on socket bufferevents only. */
+	if (bufferevent_priority_set(c->bev, prio) < 0)
+		tls_set_priority(c->bev, prio);
 	event_priority_set(c->resume, prio);
 }
 
