@@ -16,6 +16,13 @@
  * our memory; it must exceed the largest frame.
  */
 #define CONN_READ_HIGH (FRAME_HDR_LEN + FRAME_MSG_MAX + FRAME_DATA_MAX + 4096)
+/*
+ * A peer that sends requests but does not read the answers would grow our
+ * output without bound: past this much unsent output no further frame is
+ * handled until it is all sent. This bounds the requests in flight on every
+ * connection (and, with CONN_READ_HIGH, what a peer can make us buffer).
+ */
+#define CONN_OUT_MAX (32u << 20)
 /* How long a finished connection waits for the peer to close its side. */
 #define CONN_LINGER_SECS 10
 
@@ -33,6 +40,7 @@ struct conn {
 	int finishing;
 	int lingering;
 	int prio;
+	int blocked; /* handling paused until the output drains */
 	/* The bufferevent broke: why, reported after the input is handled. */
 	int failing;
 	char fail_why[128];
@@ -113,6 +121,13 @@ conn_process(struct conn *c)
 			more = 1;
 			break;
 		}
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
+		    CONN_OUT_MAX) {
+			/* conn_write_cb resumes once all of it is sent. */
+			c->blocked = 1;
+			more = 1;
+			break;
+		}
 		if (len < FRAME_HDR_LEN)
 			break;
 		evbuffer_copyout(in, raw, FRAME_HDR_LEN);
@@ -173,6 +188,11 @@ conn_write_cb(struct bufferevent *bev, void *arg)
 		    evbuffer_get_length(bufferevent_get_output(bev)) == 0)
 			conn_linger(c);
 		return;
+	}
+	if (c->blocked &&
+	    evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+		c->blocked = 0;
+		event_active(c->resume, EV_TIMEOUT, 0);
 	}
 	if (c->on_drain) {
 		c->in_cb++;
