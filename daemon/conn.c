@@ -277,6 +277,11 @@ conn_free(struct conn *c)
 void
 conn_finish(struct conn *c)
 {
+	/* A broken connection sends nothing more: nothing to wait for. */
+	if (c->failing) {
+		conn_free(c);
+		return;
+	}
 	c->finishing = 1;
 	c->on_frame = NULL;
 	c->on_close = NULL;
