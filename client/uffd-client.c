@@ -176,6 +176,24 @@ print_status_text(const Uffdd__MigrationStatus *s)
 		       s->latency_p99_us);
 	printf("  prefetched   %" PRIu64 " pages\n", s->prefetched_pages);
 	printf("  zero pages   %" PRIu64 "\n", s->zero_pages);
+	if (s->reconnects)
+		printf("  reconnects   %u\n", s->reconnects);
+	if (s->n_threads) {
+		printf("  blocktime    %.1f ms in all;", s->blocktime_ms);
+		for (size_t i = 0; i < s->n_threads && i < 4; i++)
+			printf(" tid %d %.1f ms (%" PRIu64 " faults)%s",
+			       s->threads[i]->tid, s->threads[i]->ms,
+			       s->threads[i]->faults,
+			       i + 1 < s->n_threads && i < 3 ? "," : "");
+		printf("%s\n", s->n_threads > 4 ? " ..." : "");
+	}
+	if (s->pages_lost) {
+		printf("  LOST         %" PRIu64 " pages:", s->pages_lost);
+		for (size_t i = 0; i < s->n_lost; i++)
+			printf(" 0x%" PRIx64 "-0x%" PRIx64, s->lost[i]->start,
+			       s->lost[i]->end);
+		printf("%s\n", s->n_lost >= 16 ? " ..." : "");
+	}
 	printf("  moved        %s in %.2f s (%s/s)\n",
 	       human_bytes((double)s->bytes, b1, sizeof(b1)), s->elapsed_s,
 	       human_bytes(s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s
@@ -213,13 +231,28 @@ print_status_json(const Uffdd__MigrationStatus *s)
 	       ",\"prefetched_pages\":%" PRIu64 ",\"zero_pages\":%" PRIu64
 	       ",\"bytes\":%" PRIu64
 	       ",\"elapsed_s\":%.6f,\"throughput_bps\":%.0f"
-	       ",\"latency_p50_us\":%.1f,\"latency_p99_us\":%.1f}",
+	       ",\"latency_p50_us\":%.1f,\"latency_p99_us\":%.1f"
+	       ",\"pages_lost\":%" PRIu64 ",\"reconnects\":%u,",
 	       s->pid, s->pages_total, s->pages_present,
 	       s->pages_total - s->pages_present, s->demand_faults,
 	       s->demand_pages, s->prefetched_pages, s->zero_pages, s->bytes,
 	       s->elapsed_s,
 	       s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s : 0,
-	       s->latency_p50_us, s->latency_p99_us);
+	       s->latency_p50_us, s->latency_p99_us, s->pages_lost,
+	       s->reconnects);
+	printf("\"blocktime_ms\":%.3f,\"threads\":[", s->blocktime_ms);
+	for (size_t i = 0; i < s->n_threads; i++)
+		printf("%s{\"tid\":%d,\"ms\":%.3f,\"faults\":%" PRIu64 "}",
+		       i ? "," : "", s->threads[i]->tid, s->threads[i]->ms,
+		       s->threads[i]->faults);
+	printf("],");
+	printf("\"lost\":[");
+	for (size_t i = 0; i < s->n_lost; i++)
+		printf("%s[%" PRIu64 ",%" PRIu64 "]", i ? "," : "",
+		       s->lost[i]->start, s->lost[i]->end);
+	printf("],");
+	json_str("kernel", s->kernel, 0);
+	printf("}");
 }
 
 static Uffdd__StatusReply *
@@ -430,12 +463,14 @@ static int
 cmd_attach(int argc, char **argv)
 {
 	static const char *u = "attach PID --from HOST:PORT --id ID "
-			       "[--range START-END]... [--wait]";
+			       "[--range START-END]... [--map SRC:DST]... "
+			       "[--wait]";
 	static const struct option o[] = {
 		{"from", required_argument, NULL, 'F'},
 		{"id", required_argument, NULL, 'i'},
 		{"range", required_argument, NULL, 'r'},
 		{"wait", no_argument, NULL, 'w'},
+		{"map", required_argument, NULL, 'm'},
 		{NULL, 0, NULL, 0}};
 	Uffdd__AttachRequest req = UFFDD__ATTACH_REQUEST__INIT;
 	Uffdd__AttachReply *rep;
@@ -457,6 +492,39 @@ cmd_attach(int argc, char **argv)
 		case 'w':
 			wait = 1;
 			break;
+		case 'm': {
+			Uffdd__RegionMap *mp = malloc(sizeof(*mp));
+			char *end;
+
+			if (mp == NULL)
+				exit(1);
+			uffdd__region_map__init(mp);
+			errno = 0;
+			mp->src_start = strtoull(optarg, &end, 16);
+			if (errno || *end != ':' || end == optarg) {
+				fprintf(stderr,
+					"uffd-client: --map %s: want "
+					"SRC_START:DST_START in hex\n",
+					optarg);
+				die_usage(u);
+			}
+			mp->dst_start = strtoull(end + 1, &end, 16);
+			if (errno || *end || mp->dst_start == 0 ||
+			    mp->src_start % 4096 || mp->dst_start % 4096) {
+				fprintf(stderr,
+					"uffd-client: --map %s: want "
+					"page-aligned SRC_START:DST_START in "
+					"hex\n",
+					optarg);
+				die_usage(u);
+			}
+			req.maps = realloc(req.maps, (req.n_maps + 1) *
+							     sizeof(*req.maps));
+			if (req.maps == NULL)
+				exit(1);
+			req.maps[req.n_maps++] = mp;
+			break;
+		}
 		default:
 			die_usage(u);
 		}
@@ -482,7 +550,7 @@ static const struct cmd cmds[] = {
 	 cmd_export},
 	{"attach",
 	 "attach PID --from HOST:PORT --id ID [--range START-END]... "
-	 "[--wait]",
+	 "[--map SRC:DST]... [--wait]",
 	 cmd_attach},
 	{"status", "status [ID] [--json]", cmd_status},
 	{"wait", "wait ID [--timeout SEC]", cmd_wait},

@@ -23,7 +23,7 @@
 #define CONF_LINE_MAX 4096
 #define CONF_VALUE_MAX 1024
 
-enum key_type { T_STR, T_BOOL, T_MODE, T_GROUP, T_LEVEL };
+enum key_type { T_STR, T_BOOL, T_MODE, T_GROUP, T_LEVEL, T_SECS, T_RATE };
 
 /*
  * Every key, once: file keys and long flags share these names. restart:
@@ -56,6 +56,12 @@ static const struct key {
 	 "plaintext on loopback"},
 	{"log-level", T_LEVEL, offsetof(struct uffdd_conf, verbose), 0,
 	 "info or debug"},
+	{"pause-deadline", T_SECS, offsetof(struct uffdd_conf, pause_deadline),
+	 0, "seconds a destination waits for an unreachable source"},
+	{"bulk-rate", T_RATE, offsetof(struct uffdd_conf, bulk_rate), 0,
+	 "bytes a second on each bulk lane, 0: unlimited"},
+	{"pagemap-scan", T_BOOL, offsetof(struct uffdd_conf, pagemap_scan), 0,
+	 "classify with PAGEMAP_SCAN where the kernel has it"},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -78,6 +84,8 @@ conffile_defaults(struct uffdd_conf *c)
 	c->state_dir = xstrdup("/run/uffdd");
 	c->control_mode = 0600;
 	c->control_gid = (gid_t)-1;
+	c->pause_deadline = 300;
+	c->pagemap_scan = 1;
 }
 
 void
@@ -155,6 +163,38 @@ conffile_set(struct uffdd_conf *c, const char *name, const char *v, char *err,
 			return -1;
 		}
 		*FIELD(c, k, gid_t) = (gid_t)n;
+		break;
+	}
+	case T_SECS:
+		errno = 0;
+		n = strtol(v, &end, 10);
+		if (errno || end == v || *end || n < 1 || n > 86400) {
+			snprintf(err, errlen,
+				 "%s: want seconds, 1 to 86400, not \"%s\"",
+				 name, v);
+			return -1;
+		}
+		*FIELD(c, k, int) = (int)n;
+		break;
+	case T_RATE: {
+		unsigned long long r;
+
+		errno = 0;
+		r = strtoull(v, &end, 10);
+		if (end != v && (*end == 'K' || *end == 'k'))
+			r <<= 10, end++;
+		else if (end != v && (*end == 'M' || *end == 'm'))
+			r <<= 20, end++;
+		else if (end != v && (*end == 'G' || *end == 'g'))
+			r <<= 30, end++;
+		if (errno || end == v || *end || (r != 0 && r < 4096)) {
+			snprintf(err, errlen,
+				 "%s: want bytes a second (suffix K, M or G), "
+				 "0 or at least 4096, not \"%s\"",
+				 name, v);
+			return -1;
+		}
+		*FIELD(c, k, uint64_t) = r;
 		break;
 	}
 	case T_LEVEL:
@@ -300,7 +340,12 @@ conffile_merge(struct uffdd_conf *dst, const struct uffdd_conf *src)
 			break;
 		case T_BOOL:
 		case T_LEVEL:
+		case T_SECS:
 			*FIELD(dst, k, int) = *FIELD(src, k, const int);
+			break;
+		case T_RATE:
+			*FIELD(dst, k, uint64_t) =
+				*FIELD(src, k, const uint64_t);
 			break;
 		case T_MODE:
 			*FIELD(dst, k, mode_t) = *FIELD(src, k, const mode_t);
@@ -349,6 +394,14 @@ conffile_print(FILE *f, const struct uffdd_conf *c)
 		case T_BOOL:
 			fprintf(f, "%s %s\n", k->name,
 				*FIELD(c, k, const int) ? "yes" : "no");
+			break;
+		case T_SECS:
+			fprintf(f, "%s %d\n", k->name, *FIELD(c, k, const int));
+			break;
+		case T_RATE:
+			fprintf(f, "%s %llu\n", k->name,
+				(unsigned long long)*FIELD(c, k,
+							   const uint64_t));
 			break;
 		case T_MODE:
 			fprintf(f, "%s %04o\n", k->name,

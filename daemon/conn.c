@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <stdarg.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

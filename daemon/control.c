@@ -92,6 +92,8 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 {
 	Uffdd__StatusReply rep = UFFDD__STATUS_REPLY__INIT;
 	Uffdd__MigrationStatus *st, **ptrs;
+	Uffdd__Range **lbufs, ***lptrs;
+	Uffdd__ThreadBlock **tbufs, ***tptrs;
 	struct migration *m;
 	size_t n = 0, i = 0;
 
@@ -99,6 +101,10 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 		n++;
 	st = xcalloc(n, sizeof(*st));
 	ptrs = xcalloc(n, sizeof(*ptrs));
+	lbufs = xcalloc(n, sizeof(*lbufs));
+	lptrs = xcalloc(n, sizeof(*lptrs));
+	tbufs = xcalloc(n, sizeof(*tbufs));
+	tptrs = xcalloc(n, sizeof(*tptrs));
 	TAILQ_FOREACH (m, &migrations, link) {
 		if (req->id[0] && strcmp(req->id, m->id) != 0)
 			continue;
@@ -107,6 +113,10 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 			continue;
 		uffdd__migration_status__init(&st[i]);
 		migration_status(m, &st[i]);
+		st[i].n_lost = migration_lost_ranges(m, &lbufs[i], &lptrs[i]);
+		st[i].lost = lptrs[i];
+		st[i].n_threads = migration_threads(m, &tbufs[i], &tptrs[i]);
+		st[i].threads = tptrs[i];
 		ptrs[i] = &st[i];
 		i++;
 	}
@@ -118,6 +128,16 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 		rep.migrations = ptrs;
 		conn_send(cl->conn, FRAME_CTL_STATUS_REPLY, &rep.base);
 	}
+	for (size_t k = 0; k < i; k++) {
+		free(lbufs[k]);
+		free(lptrs[k]);
+		free(tbufs[k]);
+		free(tptrs[k]);
+	}
+	free(lbufs);
+	free(lptrs);
+	free(tbufs);
+	free(tptrs);
 	free(ptrs);
 	free(st);
 }

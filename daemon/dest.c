@@ -13,10 +13,12 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "daemon/compat.h"
 #include "daemon/inject.h"
 #include "daemon/log.h"
+#include "daemon/pagemap.h"
 #include "daemon/pagestate.h"
 #include "daemon/probe.h"
 #include "daemon/region.h"
@@ -29,11 +31,26 @@
 #define INFLIGHT_MAX 4096
 /* EAGAIN retries of one install before the migration is declared broken. */
 #define RETRY_MAX 10000
+/*
+ * A lane silent this long is dead: the source pings every second, so this
+ * notices a cut link (whose TCP connection may linger for minutes) quickly.
+ */
+#define LANE_TIMEOUT 3
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 2000
+
+/* Pages [p0, p1) of a region that the target moved to base (mremap). */
+struct move {
+	uint64_t p0, p1, base;
+};
 
 struct dst_region {
-	struct region r; /* r.index: the source's index */
+	struct region r;    /* r.index: the source's index; r.start: ours */
+	uint64_t src_start; /* where the region is in the source */
 	uint64_t npages;
 	struct pagestate ps;
+	struct move *moves; /* later entries win */
+	size_t nmoves;
 };
 
 struct inflight {
@@ -42,12 +59,22 @@ struct inflight {
 	uint64_t t0;
 };
 
+/* A target thread blocked on a missing page (blocktime accounting). */
+struct waiter {
+	uint32_t reg;
+	uint64_t page;
+	uint64_t t0;
+	pid_t tid;
+};
+
 struct dest {
 	struct migration *m;
 	uint64_t serial; /* control client awaiting the attach reply */
 	char from[256];
 	struct range *ranges;
 	size_t nranges;
+	struct range *maps; /* attach --map: start = source's, end = ours */
+	size_t nmaps;
 	struct dst_region *regs;
 	size_t nregs;
 	struct conn *demand, *bulk;
@@ -56,10 +83,22 @@ struct dest {
 	uint8_t *buf;
 	struct inflight *inflight;
 	size_t ninflight;
+	struct waiter *waiters;
+	size_t nwaiters;
+	int resuming;	  /* the demand lane is in a resume handshake */
+	int failing;	  /* poisoning: faults are no longer requested */
+	int have_poison;  /* UFFDIO_POISON offered on every region */
+	uint64_t t_pause; /* ns: when the lanes went down */
+	int backoff_ms;
+	struct event *retry_ev;
 };
 
 static void dest_free(struct migration *);
 static void fault_cb(evutil_socket_t, short, void *);
+static void read_faults(struct dest *);
+struct dst_region;
+static uint64_t page_addr(const struct dst_region *, uint64_t);
+static uint64_t addr_run(const struct dst_region *, uint64_t, uint64_t);
 
 /* Attach failed before the target was touched: answer and forget. */
 static void attach_fail(struct dest *d, uint32_t code, const char *fmt, ...)
@@ -96,16 +135,22 @@ dest_free(struct migration *m)
 		event_free(d->uffd_ev);
 	if (d->exit_ev)
 		event_free(d->exit_ev);
+	if (d->retry_ev)
+		event_free(d->retry_ev);
 	if (d->uffd >= 0)
 		close(d->uffd);
 	if (d->pidfd >= 0)
 		close(d->pidfd);
-	for (size_t i = 0; i < d->nregs; i++)
+	for (size_t i = 0; i < d->nregs; i++) {
 		pagestate_free(&d->regs[i].ps);
+		free(d->regs[i].moves);
+	}
 	free(d->regs);
 	free(d->ranges);
+	free(d->maps);
 	free(d->buf);
 	free(d->inflight);
+	free(d->waiters);
 	free(d);
 	m->impl = NULL;
 }
@@ -116,7 +161,7 @@ present_total(const struct dest *d)
 	uint64_t n = 0;
 
 	for (size_t i = 0; i < d->nregs; i++)
-		n += d->regs[i].ps.present;
+		n += pagestate_done(&d->regs[i].ps);
 	return n;
 }
 
@@ -144,6 +189,69 @@ close_target_fd(struct dest *d)
 	d->target_fd = -1;
 }
 
+static void
+save_more(FILE *f, const struct migration *m)
+{
+	const struct dest *d = m->impl;
+
+	fprintf(f, "from=%s\ntarget_fd=%d\n", d->from, d->target_fd);
+	for (size_t i = 0; i < d->nranges; i++)
+		fprintf(f, "range=%llx-%llx\n",
+			(unsigned long long)d->ranges[i].start,
+			(unsigned long long)d->ranges[i].end);
+	for (size_t i = 0; i < d->nregs; i++)
+		fprintf(f, "region=%u %llx %llx %u %d %llx %s\n",
+			d->regs[i].r.index,
+			(unsigned long long)d->regs[i].r.start,
+			(unsigned long long)d->regs[i].r.length,
+			d->regs[i].r.page_size, (int)d->regs[i].r.kind,
+			(unsigned long long)d->regs[i].src_start,
+			d->regs[i].r.name);
+}
+
+static void
+save(struct dest *d)
+{
+	state_write(d->m, save_more);
+}
+
+/*
+ * The end of a migration, either way: lanes, registration and both copies
+ * of the uffd go (the target's only when close_target is set), the state
+ * file too, and the role's memory once the current callback returns.
+ */
+static void
+teardown(struct dest *d, int close_target)
+{
+	if (d->demand)
+		conn_finish(d->demand);
+	if (d->bulk)
+		conn_finish(d->bulk);
+	d->demand = d->bulk = NULL;
+	if (close_target && d->uffd >= 0) {
+		for (size_t i = 0; i < d->nregs; i++)
+			if (uffd_unregister(d->uffd, d->regs[i].r.start,
+					    d->regs[i].r.length) < 0 &&
+			    errno != ESRCH)
+				log_warn(
+					"migration %s: unregister 0x%llx",
+					log_id(d->m->id),
+					(unsigned long long)d->regs[i].r.start);
+		close_target_fd(d);
+	}
+	if (d->uffd_ev)
+		event_del(d->uffd_ev);
+	if (d->exit_ev)
+		event_del(d->exit_ev);
+	if (d->retry_ev)
+		event_del(d->retry_ev);
+	if (d->uffd >= 0)
+		close(d->uffd);
+	d->uffd = -1;
+	state_remove(d->m);
+	migration_release(d->m);
+}
+
 /*
  * Every page is in: tell the source, unregister, and close both copies of
  * the uffd. Only now may the target's copy go (DESIGN section 5).
@@ -154,41 +262,137 @@ dest_complete(struct dest *d)
 	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
 
 	c.pages = present_total(d);
-	if (d->demand) {
+	if (d->demand)
 		conn_send(d->demand, FRAME_COMPLETE, &c.base);
-		conn_finish(d->demand);
-	}
-	if (d->bulk)
-		conn_finish(d->bulk);
-	d->demand = d->bulk = NULL;
-	for (size_t i = 0; i < d->nregs; i++)
-		if (uffd_unregister(d->uffd, d->regs[i].r.start,
-				    d->regs[i].r.length) < 0 &&
-		    errno != ESRCH)
-			log_warn("migration %s: unregister 0x%llx",
-				 log_id(d->m->id),
-				 (unsigned long long)d->regs[i].r.start);
-	close_target_fd(d);
-	event_del(d->uffd_ev);
-	event_del(d->exit_ev);
-	close(d->uffd);
-	d->uffd = -1;
 	migration_set_state(d->m, MIG_COMPLETE);
-	state_write(d->m);
+	teardown(d, 1);
 }
 
+/*
+ * Marks every page that is not present as lost: UFFDIO_POISON where the
+ * kernel has it, so a thread touching one gets SIGBUS instead of a zero page
+ * or an endless wait. Returns 0, or -1 when poisoning is impossible.
+ */
+static int
+poison_missing(struct dest *d)
+{
+	d->failing = 1;
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t p = 0, ps = dr->r.page_size;
+
+		while (p < dr->npages) {
+			uint64_t n;
+
+			p += pagestate_present_run(&dr->ps, p, dr->npages - p);
+			if (p >= dr->npages)
+				break;
+			n = pagestate_missing_run(&dr->ps, p, dr->npages - p);
+			n = addr_run(dr, p, n);
+			if (d->have_poison) {
+				struct uffdio_poison up = {
+					.range = {page_addr(dr, p), n * ps}};
+				int tries = 0;
+
+				while (ioctl(d->uffd, UFFDIO_POISON, &up) < 0 &&
+				       errno == EAGAIN && tries++ < RETRY_MAX) {
+					read_faults(d);
+					if (up.updated > 0) {
+						up.range.start +=
+							(uint64_t)up.updated;
+						up.range.len -=
+							(uint64_t)up.updated;
+					}
+					up.updated = 0;
+				}
+			}
+			migration_lost(d->m, page_addr(dr, p),
+				       page_addr(dr, p) + n * ps, n);
+			p += n;
+		}
+	}
+	return d->have_poison ? 0 : -1;
+}
+
+/*
+ * Loud failure (DESIGN section 6): the pages that are still missing can no
+ * longer be had. They are poisoned and the target goes on with SIGBUS on a
+ * lost page; without UFFDIO_POISON the target is stopped instead and keeps
+ * its registration, so that no missing page ever reads as zeros.
+ */
+static void dest_fail(struct dest *d, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void
+dest_fail(struct dest *d, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+	int poisoned;
+
+	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	poisoned = poison_missing(d) == 0;
+	if (!poisoned) {
+		kill(d->m->pid, SIGSTOP);
+		migration_fail(d->m,
+			       "%s; %llu pages lost; target %d stopped (this "
+			       "kernel has no UFFDIO_POISON)",
+			       why, (unsigned long long)d->m->pages_lost,
+			       (int)d->m->pid);
+	} else {
+		migration_fail(d->m,
+			       "%s; %llu pages lost and poisoned (SIGBUS on "
+			       "access)",
+			       why, (unsigned long long)d->m->pages_lost);
+	}
+	if (d->demand)
+		conn_send_error(d->demand, ERR_DEST_FAILED, "%s", d->m->reason);
+	teardown(d, poisoned);
+}
+
+static void retry_cb(evutil_socket_t, short, void *);
+static int open_bulk(struct dest *);
+
+static void
+schedule_retry(struct dest *d)
+{
+	struct timeval tv;
+
+	d->backoff_ms = d->backoff_ms ? d->backoff_ms * 2 : BACKOFF_MIN_MS;
+	if (d->backoff_ms > BACKOFF_MAX_MS)
+		d->backoff_ms = BACKOFF_MAX_MS;
+	tv.tv_sec = d->backoff_ms / 1000;
+	tv.tv_usec = (d->backoff_ms % 1000) * 1000;
+	evtimer_add(d->retry_ev, &tv);
+}
+
+/*
+ * A lane broke: the migration pauses, faulting threads keep waiting (their
+ * requests stay marked and go out again on reconnect), and the destination
+ * reconnects with backoff until the pause deadline.
+ */
 static void
 lanes_down(struct dest *d, const char *why)
 {
 	conn_free(d->demand);
 	conn_free(d->bulk);
 	d->demand = d->bulk = NULL;
+	d->resuming = 0;
 	if (d->m->state == MIG_RUNNING) {
 		log_warnx("migration %s: source lost (%s); faulting threads "
 			  "wait",
 			  log_id(d->m->id), why);
 		migration_set_state(d->m, MIG_PAUSED);
+		d->t_pause = now_ns();
+		d->backoff_ms = 0;
+		save(d);
 	}
+	if (d->m->state == MIG_PAUSED)
+		schedule_retry(d);
 }
 
 static void
@@ -198,11 +402,9 @@ target_exited(struct dest *d)
 		return;
 	migration_fail(d->m, "target process %d exited", (int)d->m->pid);
 	if (d->demand)
-		conn_send_error(d->demand, ERR_SOURCE, "%s", d->m->reason);
-	lanes_down(d, "target exited");
-	event_del(d->uffd_ev);
-	event_del(d->exit_ev);
+		conn_send_error(d->demand, ERR_TARGET_GONE, "%s", d->m->reason);
 	d->target_fd = -1;
+	teardown(d, 0);
 }
 
 static void
@@ -211,13 +413,52 @@ exit_cb(evutil_socket_t fd, short ev, void *arg)
 	target_exited(arg);
 }
 
-static struct dst_region *
-region_by_addr(struct dest *d, uint64_t addr)
+/* Where page p of a region is in the target now (it may have moved). */
+static uint64_t
+page_addr(const struct dst_region *dr, uint64_t p)
 {
-	for (size_t i = 0; i < d->nregs; i++)
-		if (addr >= d->regs[i].r.start &&
-		    addr - d->regs[i].r.start < d->regs[i].r.length)
-			return &d->regs[i];
+	for (size_t i = dr->nmoves; i-- > 0;)
+		if (p >= dr->moves[i].p0 && p < dr->moves[i].p1)
+			return dr->moves[i].base +
+			       (p - dr->moves[i].p0) * dr->r.page_size;
+	return dr->r.start + p * dr->r.page_size;
+}
+
+/* How many pages from p (at most max) sit at consecutive addresses. */
+static uint64_t
+addr_run(const struct dst_region *dr, uint64_t p, uint64_t max)
+{
+	uint64_t a = page_addr(dr, p), n = 1;
+
+	while (n < max && page_addr(dr, p + n) == a + n * dr->r.page_size)
+		n++;
+	return n;
+}
+
+/* The region and page an address of the target belongs to, or NULL. */
+static struct dst_region *
+locate(struct dest *d, uint64_t addr, uint64_t *page)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t ps = dr->r.page_size, pa = addr - addr % ps;
+
+		for (size_t k = dr->nmoves; k-- > 0;) {
+			const struct move *mv = &dr->moves[k];
+			uint64_t p = mv->p0 + (pa - mv->base) / ps;
+
+			if (pa >= mv->base && p < mv->p1 &&
+			    page_addr(dr, p) == pa) {
+				*page = p;
+				return dr;
+			}
+		}
+		if (pa >= dr->r.start && pa - dr->r.start < dr->r.length &&
+		    page_addr(dr, (pa - dr->r.start) / ps) == pa) {
+			*page = (pa - dr->r.start) / ps;
+			return dr;
+		}
+	}
 	return NULL;
 }
 
@@ -250,7 +491,104 @@ request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	conn_send(d->demand, FRAME_PAGE_REQUEST, &pr.base);
 }
 
-/* Reads every pending uffd message; page faults become requests. */
+/*
+ * The target discarded [start, end) itself (madvise DONTNEED or REMOVE,
+ * munmap): those pages must never receive the source's bytes.
+ */
+static void
+discard_range(struct dest *d, uint64_t start, uint64_t end)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+
+		for (uint64_t p = 0; p < dr->npages; p++) {
+			uint64_t a = page_addr(dr, p);
+
+			if (a >= start && a < end &&
+			    pagestate_get(&dr->ps, p) != PAGE_DISCARDED) {
+				pagestate_set(&dr->ps, p, PAGE_DISCARDED);
+				n++;
+			}
+		}
+	}
+	log_debug("migration %s: target discarded 0x%llx-0x%llx (%llu pages)",
+		  log_id(d->m->id), (unsigned long long)start,
+		  (unsigned long long)end, (unsigned long long)n);
+}
+
+/*
+ * The target moved [from, from + len) to `to` (mremap): the pages there
+ * keep their identity (region, index) and get a new address. A scan over
+ * every page is fine: mremap of migrating memory is rare.
+ */
+static void
+remap_range(struct dest *d, uint64_t from, uint64_t to, uint64_t len)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t p = 0;
+
+		while (p < dr->npages) {
+			uint64_t a = page_addr(dr, p), n;
+
+			if (a < from || a >= from + len) {
+				p++;
+				continue;
+			}
+			n = addr_run(dr, p, dr->npages - p);
+			if (a + n * dr->r.page_size > from + len)
+				n = (from + len - a) / dr->r.page_size;
+			dr->moves =
+				realloc(dr->moves,
+					(dr->nmoves + 1) * sizeof(*dr->moves));
+			if (dr->moves == NULL)
+				fatal("page moves");
+			dr->moves[dr->nmoves++] =
+				(struct move){p, p + n, to + (a - from)};
+			p += n;
+		}
+	}
+	log_debug("migration %s: target moved 0x%llx+0x%llx to 0x%llx",
+		  log_id(d->m->id), (unsigned long long)from,
+		  (unsigned long long)len, (unsigned long long)to);
+}
+
+static void zero_discarded(struct dest *, struct dst_region *, uint64_t page);
+
+static void
+add_waiter(struct dest *d, const struct dst_region *dr, uint64_t page,
+	   pid_t tid)
+{
+	if (d->nwaiters < INFLIGHT_MAX)
+		d->waiters[d->nwaiters++] =
+			(struct waiter){dr->r.index, page, now_ns(), tid};
+}
+
+/* Threads waiting on [page, page+n) are free: charge their wait. */
+static void
+settle_waiters(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
+{
+	uint64_t t = now_ns();
+
+	for (size_t i = 0; i < d->nwaiters;) {
+		struct waiter *w = &d->waiters[i];
+
+		if (w->reg == idx && w->page >= page && w->page < page + n) {
+			migration_blocked(d->m, w->tid, t - w->t0);
+			*w = d->waiters[--d->nwaiters];
+			continue;
+		}
+		i++;
+	}
+}
+
+/*
+ * Reads every pending uffd message: page faults become requests, and the
+ * target's own changes to its memory (DESIGN section 4, non-cooperative
+ * events) update the page map before any page is installed again.
+ */
 static void
 read_faults(struct dest *d)
 {
@@ -268,31 +606,63 @@ read_faults(struct dest *d)
 			struct dst_region *dr;
 			uint64_t addr, page;
 
-			if (msg->event != UFFD_EVENT_PAGEFAULT) {
+			switch (msg->event) {
+			case UFFD_EVENT_PAGEFAULT:
+				break;
+			case UFFD_EVENT_REMOVE:
+			case UFFD_EVENT_UNMAP:
+				discard_range(d, msg->arg.remove.start,
+					      msg->arg.remove.end);
+				continue;
+			case UFFD_EVENT_REMAP:
+				remap_range(d, msg->arg.remap.from,
+					    msg->arg.remap.to,
+					    msg->arg.remap.len);
+				continue;
+			case UFFD_EVENT_FORK:
+				/*
+				 * Not served yet: the child's missing pages
+				 * would wait forever, so say so loudly.
+				 */
+				log_warnx("migration %s: process %d forked; "
+					  "the child's missing pages are not "
+					  "served",
+					  log_id(d->m->id), (int)d->m->pid);
+				close((int)msg->arg.fork.ufd);
+				continue;
+			default:
 				log_debug("uffd event %u ignored", msg->event);
 				continue;
 			}
 			addr = msg->arg.pagefault.address;
-			if ((dr = region_by_addr(d, addr)) == NULL) {
+			if ((dr = locate(d, addr, &page)) == NULL) {
 				log_warnx("migration %s: fault at 0x%llx "
 					  "outside every region",
 					  log_id(d->m->id),
 					  (unsigned long long)addr);
 				continue;
 			}
-			page = (addr - dr->r.start) / dr->r.page_size;
+			if (d->failing)
+				continue; /* it will be poisoned and woken */
 			d->m->demand_faults++;
 			switch (pagestate_get(&dr->ps, page)) {
 			case PAGE_MISSING:
 				request_page(d, dr, page);
+				add_waiter(d, dr, page,
+					   (pid_t)msg->arg.pagefault.feat.ptid);
 				break;
 			case PAGE_REQUESTED:
-				break; /* merged with the request in flight */
+				/* Merged with the request in flight. */
+				add_waiter(d, dr, page,
+					   (pid_t)msg->arg.pagefault.feat.ptid);
+				break;
 			case PAGE_PRESENT:
 				/* Installed after the fault was queued. */
-				uffd_wake(d->uffd,
-					  dr->r.start + page * dr->r.page_size,
+				uffd_wake(d->uffd, page_addr(dr, page),
 					  dr->r.page_size);
+				break;
+			case PAGE_DISCARDED:
+				zero_discarded(d, dr, page);
 				break;
 			}
 		}
@@ -324,6 +694,34 @@ settle_requests(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 }
 
 /*
+ * hugetlb has no UFFDIO_ZEROPAGE: a zero huge page is copied from here,
+ * an untouched mapping that reads as zeros.
+ */
+static const uint8_t *
+zero_source(void)
+{
+	static void *z;
+
+	if (z == NULL) {
+		z = mmap(NULL, FRAME_DATA_MAX, PROT_READ,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (z == MAP_FAILED)
+			fatal("zero buffer");
+	}
+	return z;
+}
+
+/* Installs zeros at addr, the way the region's kind allows. */
+static enum uffd_res
+install_zero(struct dest *d, const struct dst_region *dr, uint64_t addr,
+	     uint64_t len, uint64_t *done)
+{
+	if (dr->r.kind == REGION_HUGETLB)
+		return uffd_copy(d->uffd, addr, zero_source(), len, 0, done);
+	return uffd_zeropage(d->uffd, addr, len, 0, done);
+}
+
+/*
  * Installs a run of missing pages, handling each outcome the way DESIGN
  * section 4 says. Returns the pages this call installed, or -1 when the
  * migration can no longer go on (failed).
@@ -333,14 +731,12 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 	    const uint8_t *src, int zero)
 {
 	uint64_t ps = dr->r.page_size, len = n * ps, off = 0, done;
-	uint64_t addr = dr->r.start + page * ps;
+	uint64_t addr = page_addr(dr, page);
 	int64_t installed = 0;
-	int retries = 0;
 
 	while (off < len) {
 		enum uffd_res res =
-			zero ? uffd_zeropage(d->uffd, addr + off, len - off, 0,
-					     &done)
+			zero ? install_zero(d, dr, addr + off, len - off, &done)
 			     : uffd_copy(d->uffd, addr + off, src + off,
 					 len - off, 0, &done);
 
@@ -358,19 +754,14 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 			off += ps;
 			break;
 		case UFFD_RETRY:
-			/* A partial install, or an event to read first. */
+			/*
+			 * A partial install goes on; otherwise an event is
+			 * pending: read it, and let the caller look at the
+			 * page map again, which the event may have changed.
+			 */
 			if (done == 0) {
 				read_faults(d);
-				if (++retries > RETRY_MAX) {
-					migration_fail(
-						d->m,
-						"install at 0x%llx "
-						"keeps failing with "
-						"EAGAIN",
-						(unsigned long long)(addr +
-								     off));
-					return -1;
-				}
+				return installed;
 			}
 			break;
 		case UFFD_GONE:
@@ -387,12 +778,37 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 	return installed;
 }
 
+/*
+ * A thread touches a page the target had discarded: it gets what it would
+ * have got without a migration, a zero page.
+ */
+static void
+zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
+{
+	uint64_t done, ps = dr->r.page_size, addr = page_addr(dr, page);
+	enum uffd_res res = install_zero(d, dr, addr, ps, &done);
+
+	if (res == UFFD_OK || res == UFFD_EXISTS) {
+		pagestate_set(&dr->ps, page, PAGE_PRESENT);
+		if (res == UFFD_EXISTS)
+			uffd_wake(d->uffd, addr, ps);
+		d->m->zero_pages++;
+	} else if (res == UFFD_GONE) {
+		target_exited(d);
+	} else if (res != UFFD_RETRY) {
+		log_warn("migration %s: zero page at 0x%llx", log_id(d->m->id),
+			 (unsigned long long)addr);
+	}
+	/* On EAGAIN the thread faults again once the event is read. */
+}
+
 static void
 page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	  const Uffdd__PageData *pd)
 {
 	struct dst_region *dr = region_by_index(d, pd->region);
 	uint64_t p, end;
+	int retries = 0;
 
 	if (dr == NULL || pd->npages == 0 || pd->page >= dr->npages ||
 	    pd->npages > dr->npages - pd->page ||
@@ -421,21 +837,31 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		if (p >= end)
 			break;
 		n = pagestate_missing_run(&dr->ps, p, end - p);
+		n = addr_run(dr, p, n);
 		got = install_run(d, dr, p, n,
 				  d->buf + (p - pd->page) * dr->r.page_size,
 				  pd->zero);
 		if (got < 0)
 			return;
+		if (got == 0 && ++retries > RETRY_MAX) {
+			migration_fail(d->m,
+				       "install at 0x%llx keeps failing with "
+				       "EAGAIN",
+				       (unsigned long long)page_addr(dr, p));
+			return;
+		}
 		if (pd->zero)
 			d->m->zero_pages += (uint64_t)got;
 		if (pd->demand)
 			d->m->demand_pages += (uint64_t)got;
 		else
 			d->m->prefetched_pages += (uint64_t)got;
-		p += n;
+		/* The page map is looked at again from p: see install_run. */
 	}
 	if (pd->demand || d->ninflight)
 		settle_requests(d, pd->region, pd->page, pd->npages);
+	if (d->nwaiters)
+		settle_waiters(d, pd->region, pd->page, pd->npages);
 	d->m->pages_present = present_total(d);
 	if (d->m->pages_present == d->m->pages_total)
 		dest_complete(d);
@@ -447,21 +873,39 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 {
 	struct dest *d = arg;
 
-	if (h->type == FRAME_PAGE_DATA && d->m->state == MIG_RUNNING)
-		page_data(d, c, h, (const Uffdd__PageData *)msg);
-	else if (h->type == FRAME_ERROR)
+	if (h->type == FRAME_PAGE_DATA) {
+		if (d->m->state == MIG_RUNNING)
+			page_data(d, c, h, (const Uffdd__PageData *)msg);
+	} else if (h->type == FRAME_ERROR) {
 		lanes_down(d, ((const Uffdd__Error *)msg)->message);
-	else if (h->type != FRAME_HELLO)
+	} else if (h->type != FRAME_HELLO && h->type != FRAME_PING) {
 		lanes_down(d, "unexpected frame on the bulk lane");
+	}
 }
 
+/*
+ * The bulk lane alone broke: the demand lane goes on serving faults and the
+ * bulk lane is opened again after a backoff. (The source closes bulk first
+ * when it fails, with its reason queued on the demand lane.)
+ */
 static void
 bulk_close(struct conn *c, const char *why, void *arg)
 {
-	lanes_down(arg, why);
+	struct dest *d = arg;
+
+	conn_free(d->bulk);
+	d->bulk = NULL;
+	if (d->demand && d->m->state == MIG_RUNNING) {
+		log_warnx("migration %s: bulk lane lost (%s)", log_id(d->m->id),
+			  why);
+		schedule_retry(d);
+	} else {
+		lanes_down(d, why);
+	}
 }
 
 static void match_and_attach(struct dest *, const Uffdd__RegionTable *);
+static void resume(struct dest *, const Uffdd__RegionTable *);
 
 static void
 demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
@@ -471,23 +915,31 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 
 	switch (h->type) {
 	case FRAME_HELLO:
-		if (((const Uffdd__Hello *)msg)->version != UFFDD_PROTO_VERSION)
+		if (((const Uffdd__Hello *)msg)->version == UFFDD_PROTO_VERSION)
+			break;
+		if (d->m->state == MIG_CONNECTING)
 			attach_fail(d, ERR_PROTOCOL,
-				    "source %s speaks "
-				    "protocol version %u, we speak %u",
+				    "source %s speaks protocol version %u, "
+				    "we speak %u",
 				    d->from,
 				    ((const Uffdd__Hello *)msg)->version,
 				    UFFDD_PROTO_VERSION);
+		else
+			lanes_down(d, "protocol version changed");
 		break;
 	case FRAME_REGIONS:
 		if (d->m->state == MIG_CONNECTING)
 			match_and_attach(d, (const Uffdd__RegionTable *)msg);
+		else if (d->resuming)
+			resume(d, (const Uffdd__RegionTable *)msg);
 		else
 			lanes_down(d, "second region table");
 		break;
 	case FRAME_PAGE_DATA:
 		if (d->m->state == MIG_RUNNING)
 			page_data(d, c, h, (const Uffdd__PageData *)msg);
+		break;
+	case FRAME_PING:
 		break;
 	case FRAME_ERROR: {
 		const Uffdd__Error *e = (const Uffdd__Error *)msg;
@@ -497,8 +949,8 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 				    e->code == ERR_UNKNOWN_ID ? ERR_UNKNOWN_ID
 							      : ERR_SOURCE,
 				    "source %s: %s", d->from, e->message);
-		else if (e->code == ERR_SOURCE)
-			migration_fail(d->m, "source: %s", e->message);
+		else if (e->code == ERR_SOURCE || e->code == ERR_UNKNOWN_ID)
+			dest_fail(d, "source %s: %s", d->from, e->message);
 		else
 			lanes_down(d, e->message);
 		break;
@@ -521,6 +973,57 @@ demand_close(struct conn *c, const char *why, void *arg)
 		lanes_down(d, why);
 }
 
+/* Opens the demand lane and says hello; the rest is in demand_frame. */
+static int
+connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
+{
+	Uffdd__Hello h = UFFDD__HELLO__INIT;
+	char name[300];
+
+	snprintf(name, sizeof(name), "source %s demand", d->from);
+	d->demand = peer_connect(d->from, name, demand_frame, demand_close, d,
+				 err, errlen);
+	if (d->demand == NULL)
+		return -1;
+	conn_set_priority(d->demand, PRIO_FAULT);
+	conn_set_timeout(d->demand,
+			 resuming ? LANE_TIMEOUT : HANDSHAKE_TIMEOUT);
+	peer_set_nodelay(d->demand);
+	d->resuming = resuming;
+	h.version = UFFDD_PROTO_VERSION;
+	h.lane = UFFDD__LANE__LANE_DEMAND;
+	h.migration_id = d->m->id;
+	h.resume = resuming;
+	return conn_send(d->demand, FRAME_HELLO, &h.base);
+}
+
+static void
+retry_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct dest *d = arg;
+	char err[256];
+
+	if (d->m->state == MIG_RUNNING && d->demand && d->bulk == NULL) {
+		if (open_bulk(d) < 0)
+			schedule_retry(d);
+		return;
+	}
+	if (d->m->state != MIG_PAUSED || d->demand)
+		return;
+	if (now_ns() - d->t_pause >
+	    (uint64_t)conf.pause_deadline * 1000000000ULL) {
+		dest_fail(d, "source %s unreachable for %d s (pause deadline)",
+			  d->from, conf.pause_deadline);
+		return;
+	}
+	log_debug("migration %s: reconnecting to %s", log_id(d->m->id),
+		  d->from);
+	if (connect_demand(d, 1, err, sizeof(err)) < 0) {
+		log_warnx("migration %s: %s", log_id(d->m->id), err);
+		schedule_retry(d);
+	}
+}
+
 static int
 open_bulk(struct dest *d)
 {
@@ -536,10 +1039,54 @@ open_bulk(struct dest *d)
 	}
 	conn_set_priority(d->bulk, PRIO_BULK);
 	conn_set_budget(d->bulk, BULK_BUDGET);
+	conn_set_timeout(d->bulk, LANE_TIMEOUT);
 	h.version = UFFDD_PROTO_VERSION;
 	h.lane = UFFDD__LANE__LANE_BULK;
 	h.migration_id = d->m->id;
 	return conn_send(d->bulk, FRAME_HELLO, &h.base);
+}
+
+/*
+ * A target that may not call userfaultfd() itself (not root, and
+ * vm.unprivileged_userfaultfd=0; the user-mode-only kind would break the
+ * target's system calls on missing pages) gets a full one from
+ * /dev/userfaultfd: we open the device, hand the target a copy and have
+ * it ask the device for a userfaultfd of its own (DESIGN section 5).
+ */
+static long
+uffd_via_device(struct dest *d, struct inject *inj, char *err, size_t errlen)
+{
+	int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC), tdev;
+	char path[64];
+	struct stat st;
+	long rc;
+
+	err[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d", (int)d->m->pid);
+	if (dev < 0 || stat(path, &st) < 0) {
+		if (dev >= 0)
+			close(dev);
+		return -EPERM;
+	}
+	tdev = inject_pass_fd(inj, dev, st.st_uid, st.st_gid);
+	close(dev);
+	if (tdev < 0) {
+		snprintf(err, errlen, "/dev/userfaultfd for process %d: %s",
+			 (int)d->m->pid, inj->err);
+		return -EPERM;
+	}
+	rc = inject_syscall(inj, SYS_ioctl, (unsigned long)tdev,
+			    USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK, 0, 0,
+			    0);
+	inject_syscall(inj, SYS_close, (unsigned long)tdev, 0, 0, 0, 0, 0);
+	if (rc < 0)
+		snprintf(err, errlen, "USERFAULTFD_IOC_NEW in process %d: %s",
+			 (int)d->m->pid, strerror((int)-rc));
+	else
+		log_info("process %d may not call userfaultfd(); it got one "
+			 "from /dev/userfaultfd",
+			 (int)d->m->pid);
+	return rc;
 }
 
 /*
@@ -555,6 +1102,7 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	long rc;
 
 	*code = ERR_KERNEL;
+	err[0] = '\0';
 	if (inject_begin(&inj, d->m->pid, 1) < 0) {
 		*code = errno == EPERM ? ERR_PERMISSION : ERR_NO_PROCESS;
 		snprintf(err, errlen, "%s", inj.err);
@@ -562,6 +1110,13 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	}
 	rc = inject_syscall(&inj, SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK, 0, 0,
 			    0, 0, 0);
+	if (rc == -EPERM && kfeat.dev_userfaultfd)
+		rc = uffd_via_device(d, &inj, err, errlen);
+	if (rc < 0 && err[0]) {
+		*code = ERR_PERMISSION;
+		inject_end(&inj);
+		return -1;
+	}
 	if (rc < 0) {
 		if (rc == -EPERM)
 			snprintf(err, errlen,
@@ -582,20 +1137,42 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		snprintf(err, errlen, "pidfd_getfd: %s", strerror(errno));
 		goto undo;
 	}
-	if (uffd_api(d->uffd, 0, NULL) < 0) {
+	/*
+	 * Shared memory needs its feature bit. The event features make the
+	 * kernel tell us when the target itself discards or moves migrating
+	 * memory, so that no stale source page lands there later. THREAD_ID
+	 * names the faulting thread, for blocktime.
+	 */
+	if (uffd_api(d->uffd,
+		     kfeat.uffd_features & (UFFD_FEATURE_MISSING_SHMEM |
+					    UFFD_FEATURE_MISSING_HUGETLBFS |
+					    UFFD_FEATURE_EVENT_REMOVE |
+					    UFFD_FEATURE_EVENT_UNMAP |
+					    UFFD_FEATURE_EVENT_REMAP |
+					    UFFD_FEATURE_THREAD_ID),
+		     NULL) < 0) {
 		snprintf(err, errlen, "UFFDIO_API: %s", strerror(errno));
 		goto undo;
 	}
+	d->have_poison = 1;
 	for (reg = 0; reg < d->nregs; reg++) {
 		struct region *r = &d->regs[reg].r;
 		uint64_t ioctls;
 
+		/*
+		 * Discard what is there. For shared memory DONTNEED would
+		 * only drop the mapping: the page cache keeps the data and no
+		 * MISSING fault would ever fire. Punch a hole instead.
+		 */
+		int shm = region_kind_shmem(r->kind);
+
 		rc = inject_syscall(&inj, SYS_madvise, r->start, r->length,
-				    MADV_DONTNEED, 0, 0, 0);
+				    shm ? MADV_REMOVE : MADV_DONTNEED, 0, 0, 0);
 		if (rc < 0) {
 			snprintf(err, errlen,
-				 "madvise(DONTNEED) 0x%llx in "
-				 "process %d: %s",
+				 "madvise(%s) 0x%llx in process "
+				 "%d: %s",
+				 shm ? "REMOVE" : "DONTNEED",
 				 (unsigned long long)r->start, (int)d->m->pid,
 				 strerror((int)-rc));
 			goto undo;
@@ -610,8 +1187,11 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 				 strerror(errno));
 			goto undo;
 		}
+		if (!(ioctls & (1ULL << 8))) /* _UFFDIO_POISON, 6.6+ */
+			d->have_poison = 0;
 		if (!(ioctls & (1ULL << _UFFDIO_COPY)) ||
-		    !(ioctls & (1ULL << _UFFDIO_ZEROPAGE))) {
+		    (!(ioctls & (1ULL << _UFFDIO_ZEROPAGE)) &&
+		     r->kind != REGION_HUGETLB)) {
 			snprintf(err, errlen,
 				 "region 0x%llx: kernel offers "
 				 "no UFFDIO_COPY/ZEROPAGE there",
@@ -641,6 +1221,21 @@ pb_region(Uffdd__Region *out, const Uffdd__Region *in)
 {
 	*out = *in;
 	return out;
+}
+
+/*
+ * Where a source region goes in the target: the same address, or where
+ * an attach --map says (0: nowhere, with maps given and none for it).
+ */
+static uint64_t
+target_start(const struct dest *d, uint64_t src_start)
+{
+	if (d->nmaps == 0)
+		return src_start;
+	for (size_t i = 0; i < d->nmaps; i++)
+		if (d->maps[i].start == src_start)
+			return d->maps[i].end;
+	return 0;
 }
 
 static void
@@ -673,13 +1268,15 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	d->regs = xcalloc(t->n_regions, sizeof(*d->regs));
 	for (size_t i = 0; i < t->n_regions; i++) {
 		const Uffdd__Region *r = t->regions[i];
-		uint64_t end = r->start + r->length;
-		int ok = r->page_size == ps && r->length > 0 &&
-			 r->length % ps == 0 && r->start % ps == 0 &&
-			 end > r->start &&
-			 region_in_ranges(d->ranges, d->nranges, r->start,
-					  end) &&
-			 region_covered(v, nv, r->start, end,
+		uint64_t at = target_start(d, r->start), end = at + r->length;
+		int ok = at != 0 &&
+			 (r->page_size == ps ||
+			  (r->kind == UFFDD__REGION_KIND__KIND_HUGETLB &&
+			   r->page_size == region_huge_page_size())) &&
+			 r->length > 0 && r->length % r->page_size == 0 &&
+			 at % r->page_size == 0 && end > at &&
+			 region_in_ranges(d->ranges, d->nranges, at, end) &&
+			 region_covered(v, nv, at, end,
 					(enum region_kind)r->kind);
 
 		if (!ok) {
@@ -691,7 +1288,8 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 
 		dr->r.index = r->index;
 		snprintf(dr->r.name, sizeof(dr->r.name), "%s", r->name);
-		dr->r.start = r->start;
+		dr->r.start = at;
+		dr->src_start = r->start;
 		dr->r.length = r->length;
 		dr->r.page_size = r->page_size;
 		dr->r.kind = (enum region_kind)r->kind;
@@ -735,7 +1333,7 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 		event_new(base, d->pidfd, EV_READ | EV_PERSIST, exit_cb, d);
 	event_priority_set(d->exit_ev, PRIO_CONTROL);
 	event_add(d->exit_ev, NULL);
-	conn_set_timeout(d->demand, 0);
+	conn_set_timeout(d->demand, LANE_TIMEOUT);
 
 	acc.n_regions = rep.n_matched;
 	acc.regions = mp;
@@ -750,7 +1348,7 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	rep.unmatched = up;
 	control_reply(d->serial, FRAME_CTL_ATTACH_REPLY, &rep.base);
 	d->serial = 0;
-	state_write(d->m);
+	save(d);
 	if (open_bulk(d) < 0)
 		lanes_down(d, "bulk lane unreachable");
 out:
@@ -763,10 +1361,9 @@ out:
 void
 dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 {
-	Uffdd__Hello h = UFFDD__HELLO__INIT;
 	struct migration *m;
 	struct dest *d;
-	char err[256], name[300];
+	char err[256];
 	pid_t pid = req->pid;
 
 	if (pid <= 1 || pid == getpid()) {
@@ -819,7 +1416,15 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 		d->ranges[i].start = req->ranges[i]->start;
 		d->ranges[i].end = req->ranges[i]->end;
 	}
+	d->nmaps = req->n_maps;
+	d->maps = xcalloc(req->n_maps, sizeof(*d->maps));
+	for (size_t i = 0; i < req->n_maps; i++) {
+		d->maps[i].start = req->maps[i]->src_start;
+		d->maps[i].end = req->maps[i]->dst_start;
+	}
 	d->inflight = xcalloc(INFLIGHT_MAX, sizeof(*d->inflight));
+	d->waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->waiters));
+	d->retry_ev = evtimer_new(base, retry_cb, d);
 	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
 		fatal("page buffer");
 	d->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -828,18 +1433,275 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 			    strerror(errno));
 		return;
 	}
-	snprintf(name, sizeof(name), "source %s demand", d->from);
-	d->demand = peer_connect(d->from, name, demand_frame, demand_close, d,
-				 err, sizeof(err));
-	if (d->demand == NULL) {
+	if (connect_demand(d, 0, err, sizeof(err)) < 0) {
 		attach_fail(d, ERR_UNREACHABLE, "%s", err);
 		return;
 	}
-	conn_set_priority(d->demand, PRIO_FAULT);
-	conn_set_timeout(d->demand, HANDSHAKE_TIMEOUT);
-	peer_set_nodelay(d->demand);
-	h.version = UFFDD_PROTO_VERSION;
-	h.lane = UFFDD__LANE__LANE_DEMAND;
-	h.migration_id = m->id;
-	conn_send(d->demand, FRAME_HELLO, &h.base);
+}
+
+/* Tells the source which pages of a region we hold, in bounded frames. */
+static void
+send_have(struct dest *d, const struct dst_region *dr)
+{
+	const uint64_t chunk = 1ULL << 21; /* pages a frame: 256 KiB of bits */
+
+	for (uint64_t first = 0; first < dr->npages; first += chunk) {
+		Uffdd__PageBitmap b = UFFDD__PAGE_BITMAP__INIT;
+		uint64_t n =
+			dr->npages - first < chunk ? dr->npages - first : chunk;
+		uint8_t *bits = xcalloc((n + 7) / 8, 1);
+
+		for (uint64_t i = 0; i < n; i++)
+			if (pagestate_get(&dr->ps, first + i) == PAGE_PRESENT)
+				bits[i / 8] |= (uint8_t)(1u << (i % 8));
+		b.region = dr->r.index;
+		b.first_page = first;
+		b.npages = n;
+		b.bits.len = (n + 7) / 8;
+		b.bits.data = bits;
+		conn_send(d->demand, FRAME_HAVE, &b.base);
+		free(bits);
+	}
+}
+
+/* Asks again for every page a thread waits on; the old requests died. */
+static void
+rerequest(struct dest *d)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+
+		for (uint64_t p = 0; dr->ps.requested && p < dr->npages; p++) {
+			Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
+
+			if (pagestate_get(&dr->ps, p) != PAGE_REQUESTED)
+				continue;
+			pr.region = dr->r.index;
+			pr.page = p;
+			pr.npages = 1;
+			conn_send(d->demand, FRAME_PAGE_REQUEST, &pr.base);
+		}
+	}
+}
+
+/*
+ * The source answered a resume: check that its regions are still the ones
+ * we hold, tell it what we hold (it sends nothing else), ask again for what
+ * threads wait on, and reopen the bulk lane.
+ */
+static void
+resume(struct dest *d, const Uffdd__RegionTable *t)
+{
+	Uffdd__RegionTable acc = UFFDD__REGION_TABLE__INIT;
+	Uffdd__Region *rb = xcalloc(d->nregs, sizeof(*rb));
+	Uffdd__Region **rp = xcalloc(d->nregs, sizeof(*rp));
+
+	for (size_t i = 0; i < d->nregs; i++) {
+		const struct region *r = &d->regs[i].r;
+		const Uffdd__Region *s = NULL;
+
+		for (size_t k = 0; k < t->n_regions; k++)
+			if (t->regions[k]->index == r->index)
+				s = t->regions[k];
+		if (s == NULL || s->start != d->regs[i].src_start ||
+		    s->length != r->length || s->page_size != r->page_size) {
+			free(rb);
+			free(rp);
+			dest_fail(d,
+				  "source %s: region 0x%llx changed across "
+				  "the reconnect",
+				  d->from, (unsigned long long)r->start);
+			return;
+		}
+		uffdd__region__init(&rb[i]);
+		rb[i].index = r->index;
+		rb[i].name = (char *)r->name;
+		rb[i].start = d->regs[i].src_start;
+		rb[i].length = r->length;
+		rb[i].page_size = r->page_size;
+		rb[i].kind = (Uffdd__RegionKind)r->kind;
+		rp[i] = &rb[i];
+	}
+	acc.n_regions = d->nregs;
+	acc.regions = rp;
+	conn_send(d->demand, FRAME_REGIONS, &acc.base);
+	free(rb);
+	free(rp);
+	for (size_t i = 0; i < d->nregs; i++)
+		send_have(d, &d->regs[i]);
+	rerequest(d);
+	d->resuming = 0;
+	d->backoff_ms = 0;
+	d->m->reconnects++;
+	log_info("migration %s: resumed after %.1f s paused; %llu of %llu "
+		 "pages present",
+		 log_id(d->m->id), (double)(now_ns() - d->t_pause) / 1e9,
+		 (unsigned long long)present_total(d),
+		 (unsigned long long)d->m->pages_total);
+	migration_set_state(d->m, MIG_RUNNING);
+	save(d);
+	if (present_total(d) == d->m->pages_total) {
+		dest_complete(d);
+		return;
+	}
+	if (open_bulk(d) < 0)
+		lanes_down(d, "bulk lane unreachable");
+}
+
+/*
+ * After a daemon restart: takes the target's userfaultfd again (the target
+ * kept its copy: DESIGN section 5), rebuilds the page states from the
+ * target's pagemap (a page is there exactly when it was installed, because
+ * attach discarded everything and registered before any thread ran), wakes
+ * threads whose faults the dead daemon had read, and resumes.
+ */
+int
+dest_restore(const char *path, FILE *f)
+{
+	char id[MIG_ID_LEN + 2] = "", from[256] = "", st[32] = "", link[64];
+	char fdpath[64];
+	struct region *regs = NULL;
+	struct range *ranges = NULL;
+	size_t nregs = 0, nranges = 0;
+	int pid = -1, tfd = -1;
+	struct migration *m;
+	struct dest *d;
+	char *key, *val;
+	ssize_t ll;
+
+	while (state_next(f, &key, &val)) {
+		if (strcmp(key, "id") == 0)
+			snprintf(id, sizeof(id), "%s", val);
+		else if (strcmp(key, "pid") == 0)
+			pid = atoi(val);
+		else if (strcmp(key, "from") == 0)
+			snprintf(from, sizeof(from), "%s", val);
+		else if (strcmp(key, "state") == 0)
+			snprintf(st, sizeof(st), "%s", val);
+		else if (strcmp(key, "target_fd") == 0)
+			tfd = atoi(val);
+		else if (strcmp(key, "range") == 0) {
+			ranges = realloc(ranges,
+					 (nranges + 1) * sizeof(*ranges));
+			if (ranges == NULL ||
+			    range_parse(val, &ranges[nranges]))
+				goto bad;
+			nranges++;
+		} else if (strcmp(key, "region") == 0) {
+			struct region r = {0};
+			unsigned long long s, l, src;
+			int kind, pos = 0;
+
+			if (sscanf(val, "%u %llx %llx %u %d %llx %n", &r.index,
+				   &s, &l, &r.page_size, &kind, &src,
+				   &pos) < 6 ||
+			    (r.page_size != (uint32_t)sysconf(_SC_PAGESIZE) &&
+			     r.page_size != region_huge_page_size()) ||
+			    l == 0 || l % r.page_size || s % r.page_size)
+				goto bad;
+			r.start = s;
+			r.length = l;
+			r.vma_start = src; /* the source's start, for resume */
+			r.kind = (enum region_kind)kind;
+			snprintf(r.name, sizeof(r.name), "%s", val + pos);
+			regs = realloc(regs, (nregs + 1) * sizeof(*regs));
+			if (regs == NULL)
+				goto bad;
+			regs[nregs++] = r;
+		}
+	}
+	if (strlen(id) != MIG_ID_LEN || pid <= 1 || tfd < 0 || !from[0] ||
+	    nregs == 0 ||
+	    (strcmp(st, "running") != 0 && strcmp(st, "paused") != 0))
+		goto bad;
+
+	m = migration_new(ROLE_DEST, id);
+	d = xcalloc(1, sizeof(*d));
+	m->impl = d;
+	m->impl_free = dest_free;
+	m->pid = pid;
+	d->m = m;
+	d->uffd = -1;
+	d->target_fd = tfd;
+	snprintf(d->from, sizeof(d->from), "%s", from);
+	snprintf(m->peer, sizeof(m->peer), "%s", from);
+	d->ranges = ranges;
+	d->nranges = nranges;
+	ranges = NULL;
+	d->inflight = xcalloc(INFLIGHT_MAX, sizeof(*d->inflight));
+	d->waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->waiters));
+	d->retry_ev = evtimer_new(base, retry_cb, d);
+	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
+		fatal("page buffer");
+	d->have_poison = (kfeat.uffd_features & UFFD_FEATURE_POISON) != 0;
+	d->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (d->pidfd < 0) {
+		log_warnx("%s: target process %d is gone", path, pid);
+		migration_free(m);
+		free(regs);
+		return -1;
+	}
+	d->uffd = (int)syscall(SYS_pidfd_getfd, d->pidfd, tfd, 0);
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", d->uffd);
+	ll = d->uffd >= 0 ? readlink(fdpath, link, sizeof(link) - 1) : -1;
+	if (ll < 0 || (link[ll] = '\0', strstr(link, "userfaultfd") == NULL)) {
+		log_warnx("%s: fd %d of process %d is not its userfaultfd any "
+			  "more",
+			  path, tfd, pid);
+		migration_free(m);
+		free(regs);
+		return -1;
+	}
+	d->regs = xcalloc(nregs, sizeof(*d->regs));
+	for (size_t i = 0; i < nregs; i++) {
+		struct dst_region *dr = &d->regs[d->nregs++];
+		uint64_t *held;
+
+		dr->r = regs[i];
+		dr->src_start = regs[i].vma_start;
+		dr->npages = dr->r.length / dr->r.page_size;
+		if (pagestate_init(&dr->ps, dr->npages) < 0)
+			fatal("page state");
+		held = xcalloc(bit_words(dr->npages), sizeof(uint64_t));
+		if (pagemap_classify(pid, dr->r.start, dr->npages,
+				     dr->r.page_size, held,
+				     pagemap_method()) < 0) {
+			log_warn("%s: pagemap of %d", path, pid);
+			free(held);
+			free(regs);
+			migration_free(m);
+			return -1;
+		}
+		for (uint64_t p = 0; p < dr->npages; p++)
+			if (bit_test(held, p))
+				pagestate_set(&dr->ps, p, PAGE_PRESENT);
+		free(held);
+		m->pages_total += dr->npages;
+	}
+	free(regs);
+	m->pages_present = present_total(d);
+	d->uffd_ev =
+		event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
+	event_priority_set(d->uffd_ev, PRIO_FAULT);
+	event_add(d->uffd_ev, NULL);
+	d->exit_ev =
+		event_new(base, d->pidfd, EV_READ | EV_PERSIST, exit_cb, d);
+	event_priority_set(d->exit_ev, PRIO_CONTROL);
+	event_add(d->exit_ev, NULL);
+	for (size_t i = 0; i < d->nregs; i++)
+		uffd_wake(d->uffd, d->regs[i].r.start, d->regs[i].r.length);
+	migration_set_state(m, MIG_PAUSED);
+	d->t_pause = now_ns();
+	log_info("restored migration %s into process %d: %llu of %llu pages "
+		 "present; reconnecting to %s",
+		 log_id(id), pid, (unsigned long long)m->pages_present,
+		 (unsigned long long)m->pages_total, from);
+	save(d);
+	schedule_retry(d);
+	return 0;
+bad:
+	log_warnx("%s: malformed destination state", path);
+	free(regs);
+	free(ranges);
+	return -1;
 }

@@ -7,7 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 
@@ -236,4 +240,140 @@ inject_end(struct inject *inj)
 	free(inj->tids);
 	inj->tids = NULL;
 	inj->ntids = 0;
+}
+
+/* Copies len bytes into the target's memory at addr. */
+static int
+poke_target(pid_t pid, uint64_t addr, const void *buf, size_t len)
+{
+	struct iovec l = {(void *)buf, len}, r = {(void *)addr, len};
+
+	return process_vm_writev(pid, &l, 1, &r, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
+/*
+ * Hands one of our descriptors to the target: the target binds a datagram
+ * socket in a directory of its own (made and owned for it, so that neither
+ * network namespaces nor other users come in between), we send the
+ * descriptor there with SCM_RIGHTS, and the target receives it. The
+ * messages live in a scratch page mapped in the target for the purpose.
+ * Returns the descriptor's number in the target, or -1 with inj->err set.
+ */
+int
+inject_pass_fd(struct inject *inj, int fd, uid_t uid, gid_t gid)
+{
+	char dir[] = "/tmp/uffdd-pass-XXXXXX";
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct msghdr mh = {0};
+	struct iovec iov;
+	long scratch, sock = -1, rc;
+	int out = -1, ds = -1;
+	char byte = 'u';
+
+	scratch = inject_syscall(inj, SYS_mmap, 0, 4096, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, (unsigned long)-1,
+				 0);
+	if (scratch < 0 && scratch > -4096) {
+		snprintf(inj->err, sizeof(inj->err), "mmap in %d: %s",
+			 (int)inj->pid, strerror((int)-scratch));
+		return -1;
+	}
+	if (mkdtemp(dir) == NULL || chown(dir, uid, gid) < 0) {
+		snprintf(inj->err, sizeof(inj->err), "%s: %s", dir,
+			 strerror(errno));
+		goto out;
+	}
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/s", dir);
+	sock = inject_syscall(inj, SYS_socket, AF_UNIX,
+			      SOCK_DGRAM | SOCK_CLOEXEC, 0, 0, 0, 0);
+	if (sock < 0 ||
+	    poke_target(inj->pid, (uint64_t)scratch, &sun, sizeof(sun)) < 0 ||
+	    (rc = inject_syscall(inj, SYS_bind, (unsigned long)sock,
+				 (unsigned long)scratch, sizeof(sun), 0, 0,
+				 0)) < 0) {
+		snprintf(inj->err, sizeof(inj->err),
+			 "a socket for the hand-over in %d failed",
+			 (int)inj->pid);
+		goto out;
+	}
+	/* Send the descriptor to the target's socket. */
+	iov.iov_base = &byte;
+	iov.iov_len = 1;
+	mh.msg_name = &sun;
+	mh.msg_namelen = sizeof(sun);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	memset(&cm, 0, sizeof(cm));
+	mh.msg_control = cm.buf;
+	mh.msg_controllen = sizeof(cm.buf);
+	CMSG_FIRSTHDR(&mh)->cmsg_level = SOL_SOCKET;
+	CMSG_FIRSTHDR(&mh)->cmsg_type = SCM_RIGHTS;
+	CMSG_FIRSTHDR(&mh)->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(CMSG_FIRSTHDR(&mh)), &fd, sizeof(int));
+	if ((ds = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0 ||
+	    sendmsg(ds, &mh, 0) != 1) {
+		snprintf(inj->err, sizeof(inj->err), "sendmsg to %s: %s",
+			 sun.sun_path, strerror(errno));
+		goto out;
+	}
+	/* The target's recvmsg: msghdr, iovec and control in the scratch. */
+	{
+		uint64_t a_mh = (uint64_t)scratch + 512,
+			 a_iov = (uint64_t)scratch + 1024,
+			 a_cm = (uint64_t)scratch + 1536,
+			 a_byte = (uint64_t)scratch + 2048;
+		struct iovec tiov = {(void *)a_byte, 1};
+		struct msghdr tmh = {0};
+
+		tmh.msg_iov = (struct iovec *)a_iov;
+		tmh.msg_iovlen = 1;
+		tmh.msg_control = (void *)a_cm;
+		tmh.msg_controllen = sizeof(cm.buf);
+		memset(&cm, 0, sizeof(cm));
+		if (poke_target(inj->pid, a_iov, &tiov, sizeof(tiov)) < 0 ||
+		    poke_target(inj->pid, a_mh, &tmh, sizeof(tmh)) < 0 ||
+		    poke_target(inj->pid, a_cm, &cm, sizeof(cm)) < 0)
+			goto out;
+		rc = inject_syscall(inj, SYS_recvmsg, (unsigned long)sock, a_mh,
+				    MSG_CMSG_CLOEXEC, 0, 0, 0);
+		if (rc != 1) {
+			snprintf(inj->err, sizeof(inj->err),
+				 "recvmsg in %d: %s", (int)inj->pid,
+				 rc < 0 ? strerror((int)-rc) : "short");
+			goto out;
+		}
+		{
+			struct iovec l = {cm.buf, sizeof(cm.buf)};
+			struct iovec r = {(void *)a_cm, sizeof(cm.buf)};
+			struct msghdr back = {.msg_control = cm.buf,
+					      .msg_controllen = sizeof(cm.buf)};
+			struct cmsghdr *c;
+
+			if (process_vm_readv(inj->pid, &l, 1, &r, 1, 0) !=
+			    (ssize_t)sizeof(cm.buf))
+				goto out;
+			c = CMSG_FIRSTHDR(&back);
+			if (c && c->cmsg_type == SCM_RIGHTS)
+				memcpy(&out, CMSG_DATA(c), sizeof(int));
+		}
+	}
+out:
+	if (ds >= 0)
+		close(ds);
+	if (sock >= 0)
+		inject_syscall(inj, SYS_close, (unsigned long)sock, 0, 0, 0, 0,
+			       0);
+	if (sun.sun_path[0])
+		unlink(sun.sun_path);
+	rmdir(dir);
+	inject_syscall(inj, SYS_munmap, (unsigned long)scratch, 4096, 0, 0, 0,
+		       0);
+	if (out < 0 && inj->err[0] == '\0')
+		snprintf(inj->err, sizeof(inj->err),
+			 "handing a descriptor to %d failed", (int)inj->pid);
+	return out;
 }

@@ -29,6 +29,12 @@ int inject_begin(struct inject *inj, pid_t pid, int all_threads);
 long inject_syscall(struct inject *inj, long nr, unsigned long a1,
 		    unsigned long a2, unsigned long a3, unsigned long a4,
 		    unsigned long a5, unsigned long a6);
+/*
+ * Gives the target a copy of our descriptor fd (SCM_RIGHTS through a
+ * socket in a private directory owned by uid/gid, the target's). Returns
+ * its number in the target, or -1 with inj->err set.
+ */
+int inject_pass_fd(struct inject *inj, int fd, uid_t uid, gid_t gid);
 /* Restores the registers and lets every seized thread go. */
 void inject_end(struct inject *inj);
 

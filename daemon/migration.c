@@ -1,8 +1,10 @@
 /* Migration table, IDs and status. */
 #include "config.h"
 
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -10,6 +12,11 @@
 
 #include "daemon/log.h"
 #include "daemon/migration.h"
+#include "daemon/probe.h"
+#include "daemon/uffdd.h"
+
+/* Finished migrations kept for status queries. */
+#define MIG_KEEP_FINISHED 64
 
 struct migration_list migrations = TAILQ_HEAD_INITIALIZER(migrations);
 
@@ -65,6 +72,98 @@ migration_free(struct migration *m)
 	free(m);
 }
 
+static void
+reap_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct migration *m = arg, *it, *next;
+	size_t finished = 0;
+
+	if (m->impl_free && m->impl)
+		m->impl_free(m);
+	/*
+	 * A migration's socket buffers are megabytes that glibc keeps in its
+	 * arenas after free; hand them back, so that a daemon that served
+	 * many migrations is as small as a fresh one.
+	 */
+	malloc_trim(0);
+	TAILQ_FOREACH (it, &migrations, link)
+		if (it->state == MIG_COMPLETE || it->state == MIG_FAILED)
+			finished++;
+	for (it = TAILQ_FIRST(&migrations); it && finished > MIG_KEEP_FINISHED;
+	     it = next) {
+		next = TAILQ_NEXT(it, link);
+		if ((it->state == MIG_COMPLETE || it->state == MIG_FAILED) &&
+		    it != m && it->impl == NULL) {
+			migration_free(it);
+			finished--;
+		}
+	}
+}
+
+void
+migration_release(struct migration *m)
+{
+	static const struct timeval now = {0, 0};
+
+	if (event_base_once(base, -1, EV_TIMEOUT, reap_cb, m, &now) < 0)
+		log_warnx("migration %s: cannot schedule release",
+			  log_id(m->id));
+}
+
+void
+migration_lost(struct migration *m, uint64_t start, uint64_t end,
+	       uint64_t pages)
+{
+	m->pages_lost += pages;
+	if (m->nlost < MIG_LOST_RANGES) {
+		m->lost[m->nlost][0] = start;
+		m->lost[m->nlost][1] = end;
+		m->nlost++;
+	}
+}
+
+void
+migration_blocked(struct migration *m, pid_t tid, uint64_t ns)
+{
+	m->blocked_ns += ns;
+	for (size_t i = 0; i < m->nthreads; i++) {
+		if (m->threads[i].tid == tid) {
+			m->threads[i].ns += ns;
+			m->threads[i].faults++;
+			return;
+		}
+	}
+	/* A full table keeps the totals right and drops the names. */
+	if (m->nthreads < MIG_THREADS)
+		m->threads[m->nthreads++] = (struct thread_block){tid, ns, 1};
+}
+
+static int
+by_ns_desc(const void *a, const void *b)
+{
+	const Uffdd__ThreadBlock *x = *(Uffdd__ThreadBlock *const *)a;
+	const Uffdd__ThreadBlock *y = *(Uffdd__ThreadBlock *const *)b;
+
+	return x->ms < y->ms ? 1 : x->ms > y->ms ? -1 : 0;
+}
+
+size_t
+migration_threads(const struct migration *m, Uffdd__ThreadBlock **out,
+		  Uffdd__ThreadBlock ***ptrs)
+{
+	*out = xcalloc(m->nthreads, sizeof(**out));
+	*ptrs = xcalloc(m->nthreads, sizeof(**ptrs));
+	for (size_t i = 0; i < m->nthreads; i++) {
+		uffdd__thread_block__init(&(*out)[i]);
+		(*out)[i].tid = m->threads[i].tid;
+		(*out)[i].ms = (double)m->threads[i].ns / 1e6;
+		(*out)[i].faults = m->threads[i].faults;
+		(*ptrs)[i] = &(*out)[i];
+	}
+	qsort(*ptrs, m->nthreads, sizeof(**ptrs), by_ns_desc);
+	return m->nthreads;
+}
+
 void
 migration_free_all(void)
 {
@@ -91,11 +190,12 @@ migration_set_state(struct migration *m, enum mig_state s)
 	log_info("migration %s (%s): %s -> %s", log_id(m->id),
 		 m->role == ROLE_SOURCE ? "source" : "destination",
 		 migration_state_name(m->state), migration_state_name(s));
+	/* A destination's clock starts when its target starts faulting. */
+	if (s == MIG_RUNNING && m->state == MIG_CONNECTING)
+		m->t_start = now_ns();
 	m->state = s;
 	if (s == MIG_COMPLETE || s == MIG_FAILED)
 		m->t_end = now_ns();
-	if (s == MIG_RUNNING && m->role == ROLE_DEST)
-		m->t_start = now_ns();
 }
 
 void
@@ -133,4 +233,24 @@ migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 	s->elapsed_s = (double)(end - m->t_start) / 1e9;
 	s->latency_p50_us = (double)hist_quantile(&m->latency, 0.50) / 1e3;
 	s->latency_p99_us = (double)hist_quantile(&m->latency, 0.99) / 1e3;
+	s->pages_lost = m->pages_lost;
+	s->reconnects = m->reconnects;
+	s->blocktime_ms = (double)m->blocked_ns / 1e6;
+	s->kernel = (char *)probe_summary();
+}
+
+/* The lost ranges as protobuf messages; free with free(*out). */
+size_t
+migration_lost_ranges(const struct migration *m, Uffdd__Range **out,
+		      Uffdd__Range ***ptrs)
+{
+	*out = xcalloc(m->nlost, sizeof(**out));
+	*ptrs = xcalloc(m->nlost, sizeof(**ptrs));
+	for (size_t i = 0; i < m->nlost; i++) {
+		uffdd__range__init(&(*out)[i]);
+		(*out)[i].start = m->lost[i][0];
+		(*out)[i].end = m->lost[i][1];
+		(*ptrs)[i] = &(*out)[i];
+	}
+	return m->nlost;
 }

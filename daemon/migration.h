@@ -10,6 +10,8 @@
 #include "proto/frame.h"
 
 #define MIG_ID_LEN 32 /* 128 random bits in hex */
+#define MIG_LOST_RANGES 16
+#define MIG_THREADS 64 /* threads whose blocktime is kept one by one */
 
 enum mig_role { ROLE_SOURCE, ROLE_DEST };
 enum mig_state {
@@ -36,9 +38,20 @@ struct migration {
 	uint64_t prefetched_pages;
 	uint64_t zero_pages;
 	uint64_t bytes;
-	uint64_t t_start, t_end; /* ns, monotonic */
-	struct hist latency;	 /* ns from fault read to install */
-	void *impl;		 /* struct source or struct dest */
+	uint64_t t_start, t_end;	   /* ns, monotonic */
+	struct hist latency;		   /* ns from fault read to install */
+	uint64_t pages_lost;		   /* poisoned: never to arrive */
+	uint64_t lost[MIG_LOST_RANGES][2]; /* the first lost [start, end) */
+	size_t nlost;
+	uint32_t reconnects;
+	/* Blocktime (destination, UFFD_FEATURE_THREAD_ID): per thread. */
+	uint64_t blocked_ns;
+	struct thread_block {
+		pid_t tid;
+		uint64_t ns, faults;
+	} threads[MIG_THREADS];
+	size_t nthreads;
+	void *impl; /* struct source or struct dest */
 	void (*impl_free)(struct migration *);
 	/* The control caller whose request made it (authz.c, for status). */
 	int owned;
@@ -61,5 +74,20 @@ void migration_fail(struct migration *, const char *fmt, ...)
 /* Fills a status message; strings point into m. */
 void migration_status(const struct migration *, Uffdd__MigrationStatus *);
 void migration_free_all(void);
+/* Records lost pages [start, end) for status. */
+void migration_lost(struct migration *, uint64_t start, uint64_t end,
+		    uint64_t pages);
+/*
+ * Frees the role's state (buffers, bitmaps, descriptors) once the current
+ * callback has returned; the record stays for status. Finished records
+ * beyond a fixed number are dropped, oldest first.
+ */
+void migration_release(struct migration *);
+/* Adds ns of blocking on a missing page to thread tid's account. */
+void migration_blocked(struct migration *, pid_t tid, uint64_t ns);
+size_t migration_threads(const struct migration *, Uffdd__ThreadBlock **out,
+			 Uffdd__ThreadBlock ***ptrs);
+size_t migration_lost_ranges(const struct migration *, Uffdd__Range **out,
+			     Uffdd__Range ***ptrs);
 
 #endif

@@ -27,14 +27,30 @@ bit_words(uint64_t n)
 	return (n + 63) / 64;
 }
 
+enum pagemap_method {
+	PAGEMAP_READ,	    /* batched pread of /proc/PID/pagemap */
+	PAGEMAP_SCAN_IOCTL, /* the PAGEMAP_SCAN ioctl, 6.7+ */
+};
+
+/* The method the daemon uses: PAGEMAP_SCAN when probed and not disabled. */
+enum pagemap_method pagemap_method(void);
+extern int pagemap_force_read;
+
 /*
  * Sets bit i of `data` (bit_words(npages) words, zeroed by the caller) for
- * each page of [start, start + npages * page_size) that holds data. Reads
- * /proc/PID/pagemap in large batches, never one entry a read.
- * Returns the number of data pages, or -1 with errno set.
+ * each page of [start, start + npages * page_size) that holds data: present
+ * or swapped out. Returns the number of data pages, or -1 with errno set.
  */
 int64_t pagemap_classify(pid_t pid, uint64_t start, uint64_t npages,
-			 uint64_t page_size, uint64_t *data);
+			 uint64_t page_size, uint64_t *data,
+			 enum pagemap_method how);
+
+/*
+ * The same for shared memory, from its backing file (fd) at file offset
+ * off: allocated pages hold data, holes are ZERO.
+ */
+int64_t pagemap_classify_file(int fd, uint64_t off, uint64_t npages,
+			      uint64_t page_size, uint64_t *data);
 
 /* The first clear bit at or after `from` below n; n when there is none. */
 static inline uint64_t

@@ -9,7 +9,7 @@ int
 pagestate_init(struct pagestate *ps, uint64_t npages)
 {
 	ps->npages = npages;
-	ps->present = ps->requested = 0;
+	ps->present = ps->requested = ps->discarded = 0;
 	ps->bits = calloc((npages + 3) / 4 + 1, 1);
 	return ps->bits == NULL ? -1 : 0;
 }
@@ -42,10 +42,14 @@ pagestate_set(struct pagestate *ps, uint64_t page, enum page_state st)
 		ps->present--;
 	if (old == PAGE_REQUESTED)
 		ps->requested--;
+	if (old == PAGE_DISCARDED)
+		ps->discarded--;
 	if (st == PAGE_PRESENT)
 		ps->present++;
 	if (st == PAGE_REQUESTED)
 		ps->requested++;
+	if (st == PAGE_DISCARDED)
+		ps->discarded++;
 	return old;
 }
 
@@ -55,7 +59,7 @@ pagestate_missing_run(const struct pagestate *ps, uint64_t page, uint64_t max)
 	uint64_t n = 0;
 
 	while (n < max && page + n < ps->npages &&
-	       pagestate_get(ps, page + n) != PAGE_PRESENT)
+	       pagestate_get(ps, page + n) < PAGE_PRESENT)
 		n++;
 	return n;
 }
@@ -66,7 +70,7 @@ pagestate_present_run(const struct pagestate *ps, uint64_t page, uint64_t max)
 	uint64_t n = 0;
 
 	while (n < max && page + n < ps->npages &&
-	       pagestate_get(ps, page + n) == PAGE_PRESENT)
+	       pagestate_get(ps, page + n) >= PAGE_PRESENT)
 		n++;
 	return n;
 }

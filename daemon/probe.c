@@ -10,10 +10,20 @@
 
 #include "daemon/compat.h"
 #include "daemon/log.h"
+#include "daemon/pagemap.h"
 #include "daemon/probe.h"
 #include "daemon/uffd.h"
 
 struct kfeatures kfeat;
+/* Set by --no-pagemap-scan, so that the fallback is tested too. */
+int pagemap_force_read;
+
+enum pagemap_method
+pagemap_method(void)
+{
+	return kfeat.pagemap_scan && !pagemap_force_read ? PAGEMAP_SCAN_IOCTL
+							 : PAGEMAP_READ;
+}
 
 static int
 new_uffd(void)
@@ -118,11 +128,12 @@ probe_summary(void)
 	static char buf[256];
 
 	snprintf(buf, sizeof(buf),
-		 "uffd features 0x%llx%s, pagemap_scan %s, access_likely %s, "
+		 "uffd features 0x%llx%s, pagemap_scan %s%s, access_likely %s, "
 		 "poison %s",
 		 (unsigned long long)kfeat.uffd_features,
 		 kfeat.dev_userfaultfd ? " (/dev/userfaultfd)" : "",
 		 kfeat.pagemap_scan ? "yes" : "no",
+		 kfeat.pagemap_scan && pagemap_force_read ? " (not used)" : "",
 		 kfeat.access_likely ? "yes" : "no",
 		 (kfeat.uffd_features & UFFD_FEATURE_POISON) ? "yes" : "no");
 	return buf;

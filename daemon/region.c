@@ -2,6 +2,9 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,25 +20,91 @@ region_kind_name(enum region_kind k)
 	switch (k) {
 	case REGION_ANON_PRIVATE:
 		return "anon-private";
+	case REGION_ANON_SHARED:
+		return "anon-shared";
+	case REGION_MEMFD:
+		return "memfd";
+	case REGION_SHMEM_FILE:
+		return "shmem-file";
+	case REGION_HUGETLB:
+		return "hugetlb";
 	default:
 		return "other";
 	}
 }
 
+uint64_t
+region_huge_page_size(void)
+{
+	static uint64_t size = 1; /* 1: not read yet */
+	char line[128];
+	FILE *f;
+
+	if (size != 1)
+		return size;
+	size = 0;
+	if ((f = fopen("/proc/meminfo", "re")) == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Hugepagesize: %" SCNu64, &size) == 1) {
+			size *= 1024;
+			break;
+		}
+	fclose(f);
+	return size;
+}
+
+int
+region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end)
+{
+	char path[96];
+
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%llx-%llx", (int)pid,
+		 (unsigned long long)vma_start, (unsigned long long)vma_end);
+	return open(path, O_RDONLY | O_CLOEXEC);
+}
+
 /*
- * Private anonymous memory that the process can write: no backing path, or
- * the heap, or a prctl-named anonymous area. The stack and the kernel's
+ * What migrates: memory the process can write. Private: anonymous, the
+ * heap, prctl-named anonymous areas. Shared: shmem in all its forms
+ * (anonymous shared, memfd, files on tmpfs), which the kernel backs with a
+ * file whose holes are the never-touched pages. The stack and the kernel's
  * special mappings stay with the destination process.
  */
 static enum region_kind
-vma_kind(const struct vma *v)
+vma_kind(pid_t pid, const struct vma *v)
 {
-	if (v->perms[0] != 'r' || v->perms[1] != 'w' || v->perms[3] != 'p')
+	struct statfs sf;
+	int fd;
+
+	if (v->perms[0] != 'r' || v->perms[1] != 'w')
 		return REGION_UNKNOWN;
-	if (v->name[0] == '\0' || strcmp(v->name, "[heap]") == 0 ||
-	    strncmp(v->name, "[anon:", 6) == 0)
-		return REGION_ANON_PRIVATE;
-	return REGION_UNKNOWN;
+	/* Anonymous huge pages, private or shared (MAP_HUGETLB). */
+	if (strncmp(v->name, "/anon_hugepage", 14) == 0)
+		return region_huge_page_size() ? REGION_HUGETLB
+					       : REGION_UNKNOWN;
+	if (v->perms[3] == 'p')
+		return v->name[0] == '\0' || strcmp(v->name, "[heap]") == 0 ||
+				       strncmp(v->name, "[anon:", 6) == 0
+			       ? REGION_ANON_PRIVATE
+			       : REGION_UNKNOWN;
+	if (v->perms[3] != 's')
+		return REGION_UNKNOWN;
+	if (strncmp(v->name, "/dev/zero", 9) == 0 ||
+	    strncmp(v->name, "/SYSV", 5) == 0 ||
+	    strncmp(v->name, "[anon_shmem", 11) == 0)
+		return REGION_ANON_SHARED;
+	if (strncmp(v->name, "/memfd:", 7) == 0)
+		return REGION_MEMFD;
+	/* Any other shared file: only tmpfs is ours (page cache elsewhere). */
+	if ((fd = region_open_backing(pid, v->start, v->end)) < 0)
+		return REGION_UNKNOWN;
+	if (fstatfs(fd, &sf) < 0 || sf.f_type != TMPFS_MAGIC) {
+		close(fd);
+		return REGION_UNKNOWN;
+	}
+	close(fd);
+	return REGION_SHMEM_FILE;
 }
 
 int
@@ -61,9 +130,10 @@ region_read_maps(pid_t pid, struct vma **out, size_t *n)
 		sscanf(line + pos, " %4095[^\n]", name);
 		e.start = s;
 		e.end = en;
+		e.offset = off;
 		memcpy(e.perms, perms, 4);
 		snprintf(e.name, sizeof(e.name), "%s", name);
-		e.kind = vma_kind(&e);
+		e.kind = vma_kind(pid, &e);
 		if (cnt == cap) {
 			struct vma *nv;
 
@@ -109,8 +179,13 @@ add_region(struct region **out, size_t *cnt, const struct vma *v,
 		 v->name[0] ? v->name : "[anon]");
 	nr[*cnt].start = start;
 	nr[*cnt].length = end - start;
-	nr[*cnt].page_size = (uint32_t)sysconf(_SC_PAGESIZE);
+	nr[*cnt].page_size = v->kind == REGION_HUGETLB
+				     ? (uint32_t)region_huge_page_size()
+				     : (uint32_t)sysconf(_SC_PAGESIZE);
 	nr[*cnt].kind = v->kind;
+	nr[*cnt].vma_start = v->start;
+	nr[*cnt].vma_end = v->end;
+	nr[*cnt].file_off = v->offset + (start - v->start);
 	(*cnt)++;
 	return 0;
 }
@@ -141,6 +216,12 @@ region_build(pid_t pid, const struct range *ranges, size_t nranges,
 			uint64_t e = v[i].end < ranges[j].end ? v[i].end
 							      : ranges[j].end;
 
+			if (v[i].kind == REGION_HUGETLB) {
+				uint64_t hp = region_huge_page_size();
+
+				s = (s + hp - 1) / hp * hp;
+				e = e / hp * hp;
+			}
 			if (s < e && add_region(out, &cnt, &v[i], s, e) < 0)
 				goto fail;
 		}

@@ -15,10 +15,30 @@
 /* At most this many regions in a table from a source. */
 #define REGION_TABLE_MAX 4096
 
-enum region_kind { REGION_UNKNOWN = 0, REGION_ANON_PRIVATE = 1 };
+/* Values shared with the wire (RegionKind in proto/uffdd.proto). */
+enum region_kind {
+	REGION_UNKNOWN = 0,
+	REGION_ANON_PRIVATE = 1, /* private anonymous, heap */
+	REGION_ANON_SHARED = 2,	 /* MAP_SHARED|MAP_ANONYMOUS (shmem) */
+	REGION_MEMFD = 3,	 /* memfd mapped shared */
+	REGION_SHMEM_FILE = 4,	 /* a tmpfs file mapped shared */
+	REGION_HUGETLB = 5,	 /* MAP_HUGETLB, default huge page size */
+};
+
+/* The default huge page size (/proc/meminfo), 0 when there is none. */
+uint64_t region_huge_page_size(void);
+
+/* Shared memory lives in a file (shmem): pages are allocated or holes. */
+static inline int
+region_kind_shmem(enum region_kind k)
+{
+	return k == REGION_ANON_SHARED || k == REGION_MEMFD ||
+	       k == REGION_SHMEM_FILE;
+}
 
 struct vma {
 	uint64_t start, end;
+	uint64_t offset; /* in the backing file */
 	char perms[5];
 	char name[64]; /* path or [heap]-style name, "" for anonymous */
 	enum region_kind kind;
@@ -31,9 +51,13 @@ struct region {
 	uint32_t page_size;
 	enum region_kind kind;
 	uint64_t data_pages, zero_pages;
+	/* Shared kinds: the VMA (for /proc/PID/map_files) and file offset. */
+	uint64_t vma_start, vma_end, file_off;
 };
 
 const char *region_kind_name(enum region_kind);
+/* Opens the file behind a VMA of pid through /proc/PID/map_files. */
+int region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end);
 /* Reads /proc/PID/maps. Returns 0, or -1 with errno set. */
 int region_read_maps(pid_t pid, struct vma **out, size_t *n);
 /*

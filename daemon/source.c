@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +34,10 @@
 /* After a fault the bulk lane sends this many pages around it first. */
 #define LOCALITY_PAGES 256
 #define DEMAND_MAX_PAGES 512
+/* An idle lane is pinged this often so the destination sees it alive. */
+#define PING_SECS 1
+/* The --bulk-rate budget is counted over windows this long. */
+#define RATE_WINDOW_NS 100000000ULL
 
 struct src_region {
 	struct region r;
@@ -47,9 +52,13 @@ struct source {
 	struct src_region *regs;
 	size_t nregs;
 	struct conn *demand, *bulk;
-	struct event *bulk_ev, *exit_ev;
+	struct event *bulk_ev, *exit_ev, *ping_ev, *rate_ev;
 	int pidfd;
 	int keep_source;
+	struct range *ranges; /* as exported, for a restart */
+	size_t nranges;
+	int resume_pending; /* the demand lane is a destination's resume */
+	uint64_t win_start, win_bytes; /* --bulk-rate accounting */
 	uint32_t cur_reg;
 	uint64_t cur_page;
 	uint32_t hint_reg;
@@ -57,6 +66,7 @@ struct source {
 };
 
 static void source_free(struct migration *);
+static void teardown(struct source *);
 
 /* Whether every thread of pid is in a stopped state (T or t). */
 static int
@@ -113,48 +123,207 @@ freeze(pid_t pid)
 	return -1;
 }
 
+/*
+ * The source's pages can no longer be had: fail, and tell the destination,
+ * which poisons what it lacks. A destination that comes back later is told
+ * the same when it says hello.
+ */
+static void source_fail(struct source *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void
+source_fail(struct source *s, const char *fmt, ...)
+{
+	va_list ap;
+	char why[256];
+
+	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	migration_fail(s->m, "%s", why);
+	if (s->demand)
+		conn_send_error(s->demand, ERR_SOURCE, "%s", s->m->reason);
+	teardown(s);
+}
+
 static void
 exit_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct source *s = arg;
 
 	event_del(s->exit_ev);
-	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
-		return;
-	migration_fail(s->m, "source process %d exited", (int)s->m->pid);
+	source_fail(s, "source process %d exited", (int)s->m->pid);
+}
+
+static void
+save_more(FILE *f, const struct migration *m)
+{
+	const struct source *s = m->impl;
+
+	fprintf(f, "keep_source=%d\n", s->keep_source);
+	for (size_t i = 0; i < s->nranges; i++)
+		fprintf(f, "range=%llx-%llx\n",
+			(unsigned long long)s->ranges[i].start,
+			(unsigned long long)s->ranges[i].end);
+}
+
+static void
+save(struct source *s)
+{
+	state_write(s->m, save_more);
+}
+
+static void
+ping_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct source *s = arg;
+	Uffdd__Ping p = UFFDD__PING__INIT;
+
 	if (s->demand)
-		conn_send_error(s->demand, ERR_SOURCE, "%s", s->m->reason);
+		conn_send(s->demand, FRAME_PING, &p.base);
+	if (s->bulk && conn_output_len(s->bulk) == 0)
+		conn_send(s->bulk, FRAME_PING, &p.base);
 }
 
 static void bulk_cb(evutil_socket_t, short, void *);
+
+/*
+ * Freezes pid, builds and classifies its regions and registers the export
+ * under id (a fresh one when NULL). Returns NULL with *code and err set;
+ * a process that ran before is running again then.
+ */
+static struct source *
+source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
+	      const char *id, uint32_t *code, char *err, size_t errlen)
+{
+	struct region *regs = NULL;
+	struct migration *m;
+	struct source *s;
+	int n, was_stopped;
+
+	if (pid <= 1 || pid == getpid()) {
+		*code = ERR_INVALID;
+		snprintf(err, errlen, "%d is not a process uffdd can export",
+			 (int)pid);
+		return NULL;
+	}
+	if (kill(pid, 0) < 0) {
+		*code = errno == ESRCH ? ERR_NO_PROCESS : ERR_PERMISSION;
+		snprintf(err, errlen, "process %d: %s", (int)pid,
+			 errno == ESRCH ? "no such process" : strerror(errno));
+		return NULL;
+	}
+	/* Check before freezing: a bad request must leave the process be. */
+	n = region_build(pid, ranges, nranges, &regs);
+	free(regs);
+	if (n <= 0) {
+		*code = n < 0 ? ERR_NO_PROCESS : ERR_NO_MATCH;
+		snprintf(err, errlen, "process %d: %s", (int)pid,
+			 n < 0 ? strerror(errno)
+			       : "no private anonymous memory in the ranges "
+				 "given");
+		return NULL;
+	}
+	was_stopped = all_stopped(pid) == 1;
+	if (freeze(pid) < 0) {
+		*code = ERR_NO_PROCESS;
+		snprintf(err, errlen, "cannot stop process %d: %s", (int)pid,
+			 strerror(errno));
+		return NULL;
+	}
+	n = region_build(pid, ranges, nranges, &regs);
+	if (n <= 0) {
+		if (!was_stopped)
+			kill(pid, SIGCONT);
+		*code = ERR_NO_PROCESS;
+		snprintf(err, errlen, "process %d changed under us", (int)pid);
+		free(regs);
+		return NULL;
+	}
+
+	m = migration_new(ROLE_SOURCE, id);
+	s = xcalloc(1, sizeof(*s));
+	m->impl = s;
+	m->impl_free = source_free;
+	m->pid = pid;
+	s->m = m;
+	s->pidfd = -1;
+	s->keep_source = keep;
+	s->nranges = nranges;
+	s->ranges = xcalloc(nranges, sizeof(*s->ranges));
+	memcpy(s->ranges, ranges, nranges * sizeof(*ranges));
+	s->nregs = (size_t)n;
+	s->regs = xcalloc(s->nregs, sizeof(*s->regs));
+	s->bulk_ev = event_new(base, -1, 0, bulk_cb, s);
+	event_priority_set(s->bulk_ev, PRIO_BULK);
+	s->rate_ev = evtimer_new(base, bulk_cb, s);
+	event_priority_set(s->rate_ev, PRIO_BULK);
+	for (size_t i = 0; i < s->nregs; i++) {
+		struct src_region *sr = &s->regs[i];
+		int64_t data;
+
+		sr->r = regs[i];
+		sr->npages = sr->r.length / sr->r.page_size;
+		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
+		sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
+		if (region_kind_shmem(sr->r.kind)) {
+			int fd = region_open_backing(pid, sr->r.vma_start,
+						     sr->r.vma_end);
+
+			data = fd < 0 ? -1
+				      : pagemap_classify_file(
+						fd, sr->r.file_off, sr->npages,
+						sr->r.page_size, sr->data);
+			if (fd >= 0)
+				close(fd);
+		} else {
+			data = pagemap_classify(pid, sr->r.start, sr->npages,
+						sr->r.page_size, sr->data,
+						pagemap_method());
+		}
+		if (data < 0) {
+			*code = ERR_KERNEL;
+			snprintf(err, errlen, "classifying 0x%llx of %d: %s",
+				 (unsigned long long)sr->r.start, (int)pid,
+				 strerror(errno));
+			if (!was_stopped)
+				kill(pid, SIGCONT);
+			free(regs);
+			migration_free(m);
+			return NULL;
+		}
+		sr->r.data_pages = (uint64_t)data;
+		sr->r.zero_pages = sr->npages - (uint64_t)data;
+		m->pages_total += sr->npages;
+	}
+	free(regs);
+	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (s->pidfd >= 0) {
+		s->exit_ev = event_new(base, s->pidfd, EV_READ | EV_PERSIST,
+				       exit_cb, s);
+		event_priority_set(s->exit_ev, PRIO_CONTROL);
+		event_add(s->exit_ev, NULL);
+	}
+	s->ping_ev = event_new(base, -1, EV_PERSIST, ping_cb, s);
+	{
+		struct timeval tv = {PING_SECS, 0};
+
+		event_add(s->ping_ev, &tv);
+	}
+	return s;
+}
 
 void
 source_export(uint64_t serial, const Uffdd__ExportRequest *req)
 {
 	Uffdd__ExportReply rep = UFFDD__EXPORT_REPLY__INIT;
-	struct range *ranges = NULL;
-	struct region *regs = NULL;
+	struct range *ranges = xcalloc(req->n_ranges, sizeof(*ranges));
 	struct source *s;
-	struct migration *m;
-	pid_t pid = req->pid;
-	int n;
+	char err[256];
+	uint32_t code;
 
-	if (pid <= 1 || pid == getpid()) {
-		control_reply_error(serial, ERR_INVALID,
-				    "export: %d is not a process uffdd can "
-				    "export",
-				    (int)pid);
-		return;
-	}
-	if (kill(pid, 0) < 0) {
-		control_reply_error(
-			serial,
-			errno == ESRCH ? ERR_NO_PROCESS : ERR_PERMISSION,
-			"export: process %d: %s", (int)pid,
-			errno == ESRCH ? "no such process" : strerror(errno));
-		return;
-	}
-	ranges = xcalloc(req->n_ranges, sizeof(*ranges));
 	for (size_t i = 0; i < req->n_ranges; i++) {
 		ranges[i].start = req->ranges[i]->start;
 		ranges[i].end = req->ranges[i]->end;
@@ -165,85 +334,74 @@ source_export(uint64_t serial, const Uffdd__ExportRequest *req)
 			return;
 		}
 	}
-	/* Check before freezing: a bad request must leave the process be. */
-	n = region_build(pid, ranges, req->n_ranges, &regs);
-	free(regs);
-	if (n <= 0) {
-		control_reply_error(
-			serial, n < 0 ? ERR_NO_PROCESS : ERR_NO_MATCH,
-			"export: process %d: %s", (int)pid,
-			n < 0 ? strerror(errno)
-			      : "no private anonymous memory in the ranges "
-				"given");
-		free(ranges);
-		return;
-	}
-	if (freeze(pid) < 0) {
-		control_reply_error(serial, ERR_NO_PROCESS,
-				    "export: cannot stop process %d: %s",
-				    (int)pid, strerror(errno));
-		free(ranges);
-		return;
-	}
-	n = region_build(pid, ranges, req->n_ranges, &regs);
+	s = source_create(req->pid, ranges, req->n_ranges, req->keep_source,
+			  NULL, &code, err, sizeof(err));
 	free(ranges);
-	if (n <= 0) {
-		kill(pid, SIGCONT);
-		control_reply_error(serial, ERR_NO_PROCESS,
-				    "export: process %d changed under us",
-				    (int)pid);
-		free(regs);
+	if (s == NULL) {
+		control_reply_error(serial, code, "export: %s", err);
 		return;
 	}
-
-	m = migration_new(ROLE_SOURCE, NULL);
-	s = xcalloc(1, sizeof(*s));
-	m->impl = s;
-	m->impl_free = source_free;
-	m->pid = pid;
-	s->m = m;
-	s->pidfd = -1;
-	s->keep_source = req->keep_source;
-	s->nregs = (size_t)n;
-	s->regs = xcalloc(s->nregs, sizeof(*s->regs));
-	for (size_t i = 0; i < s->nregs; i++) {
-		struct src_region *sr = &s->regs[i];
-		int64_t data;
-
-		sr->r = regs[i];
-		sr->npages = sr->r.length / sr->r.page_size;
-		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
-		sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
-		data = pagemap_classify(pid, sr->r.start, sr->npages,
-					sr->r.page_size, sr->data);
-		if (data < 0) {
-			control_reply_error(serial, ERR_KERNEL,
-					    "export: pagemap of %d: %s",
-					    (int)pid, strerror(errno));
-			kill(pid, SIGCONT);
-			free(regs);
-			migration_free(m);
-			return;
-		}
-		sr->r.data_pages = (uint64_t)data;
-		sr->r.zero_pages = sr->npages - (uint64_t)data;
-		m->pages_total += sr->npages;
-	}
-	free(regs);
-	s->bulk_ev = event_new(base, -1, 0, bulk_cb, s);
-	event_priority_set(s->bulk_ev, PRIO_BULK);
-	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (s->pidfd >= 0) {
-		s->exit_ev = event_new(base, s->pidfd, EV_READ | EV_PERSIST,
-				       exit_cb, s);
-		event_priority_set(s->exit_ev, PRIO_CONTROL);
-		event_add(s->exit_ev, NULL);
-	}
-	log_info("exported process %d as %s: %zu regions, %llu pages", (int)pid,
-		 log_id(m->id), s->nregs, (unsigned long long)m->pages_total);
-	state_write(m);
-	rep.id = m->id;
+	log_info("exported process %d as %s: %zu regions, %llu pages",
+		 (int)req->pid, log_id(s->m->id), s->nregs,
+		 (unsigned long long)s->m->pages_total);
+	save(s);
+	rep.id = s->m->id;
 	control_reply(serial, FRAME_CTL_EXPORT_REPLY, &rep.base);
+}
+
+/*
+ * After a daemon restart: the exported process is still frozen; classify it
+ * again under the same ID and wait for the destination to resume.
+ */
+int
+source_restore(const char *path, FILE *f)
+{
+	char id[MIG_ID_LEN + 2] = "", st[32] = "", err[256], *key, *val;
+	struct range *ranges = NULL;
+	size_t nranges = 0;
+	int pid = -1, keep = 0;
+	struct source *s;
+	uint32_t code;
+
+	while (state_next(f, &key, &val)) {
+		if (strcmp(key, "id") == 0)
+			snprintf(id, sizeof(id), "%s", val);
+		else if (strcmp(key, "pid") == 0)
+			pid = atoi(val);
+		else if (strcmp(key, "state") == 0)
+			snprintf(st, sizeof(st), "%s", val);
+		else if (strcmp(key, "keep_source") == 0)
+			keep = atoi(val);
+		else if (strcmp(key, "range") == 0) {
+			ranges = realloc(ranges,
+					 (nranges + 1) * sizeof(*ranges));
+			if (ranges == NULL ||
+			    range_parse(val, &ranges[nranges]) < 0) {
+				free(ranges);
+				return -1;
+			}
+			nranges++;
+		}
+	}
+	if (strlen(id) != MIG_ID_LEN || pid <= 1 ||
+	    (strcmp(st, "waiting") && strcmp(st, "running") &&
+	     strcmp(st, "paused"))) {
+		free(ranges);
+		return -1;
+	}
+	s = source_create(pid, ranges, nranges, keep, id, &code, err,
+			  sizeof(err));
+	free(ranges);
+	if (s == NULL) {
+		log_warnx("%s: %s", path, err);
+		return -1;
+	}
+	if (strcmp(st, "waiting") != 0)
+		migration_set_state(s->m, MIG_PAUSED);
+	log_info("restored export %s of process %d (%s)", log_id(id), pid,
+		 migration_state_name(s->m->state));
+	save(s);
+	return 0;
 }
 
 static void
@@ -259,8 +417,13 @@ source_free(struct migration *m)
 		event_free(s->bulk_ev);
 	if (s->exit_ev)
 		event_free(s->exit_ev);
+	if (s->ping_ev)
+		event_free(s->ping_ev);
+	if (s->rate_ev)
+		event_free(s->rate_ev);
 	if (s->pidfd >= 0)
 		close(s->pidfd);
+	free(s->ranges);
 	for (size_t i = 0; i < s->nregs; i++) {
 		free(s->regs[i].data);
 		free(s->regs[i].sent);
@@ -309,13 +472,18 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 		ssize_t got = process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
 
 		if (got != (ssize_t)len) {
-			migration_fail(s->m,
-				       "reading %llu bytes of process %d "
-				       "at 0x%llx: %s",
-				       (unsigned long long)len, (int)s->m->pid,
-				       (unsigned long long)r.iov_base,
-				       got < 0 ? strerror(errno)
-					       : "short read");
+			if (got < 0 && errno == ESRCH)
+				source_fail(s, "source process %d exited",
+					    (int)s->m->pid);
+			else
+				source_fail(s,
+					    "reading %llu bytes of process %d "
+					    "at 0x%llx: %s",
+					    (unsigned long long)len,
+					    (int)s->m->pid,
+					    (unsigned long long)r.iov_base,
+					    got < 0 ? strerror(errno)
+						    : "short read");
 			return -1;
 		}
 	}
@@ -358,6 +526,7 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 		if (s->regs[i].r.index == pr->region && s->regs[i].accepted)
 			sr = &s->regs[i];
 	if (sr == NULL || pr->npages == 0 || pr->npages > DEMAND_MAX_PAGES ||
+	    (uint64_t)pr->npages * sr->r.page_size > FRAME_DATA_MAX ||
 	    page >= sr->npages || pr->npages > sr->npages - page) {
 		log_warnx("%s: page request out of bounds (region %u page "
 			  "%llu+%u)",
@@ -439,6 +608,24 @@ bulk_produce(struct source *s)
 
 	while (s->bulk && bytes < BULK_ROUND_BYTES &&
 	       conn_output_len(s->bulk) < BULK_HIGH) {
+		if (conf.bulk_rate) {
+			uint64_t now = now_ns();
+
+			if (now - s->win_start >= RATE_WINDOW_NS) {
+				s->win_start = now;
+				s->win_bytes = 0;
+			}
+			if (s->win_bytes >= conf.bulk_rate / 10) {
+				struct timeval tv = {
+					0,
+					(suseconds_t)((s->win_start +
+						       RATE_WINDOW_NS - now) /
+						      1000)};
+
+				evtimer_add(s->rate_ev, &tv);
+				return;
+			}
+		}
 		uint32_t ri;
 		uint64_t page, max, n;
 		int64_t got;
@@ -449,10 +636,14 @@ bulk_produce(struct source *s)
 		zero = !bit_test(s->regs[ri].data, page);
 		if (max > (zero ? BULK_ZERO_PAGES : BULK_DATA_PAGES))
 			max = zero ? BULK_ZERO_PAGES : BULK_DATA_PAGES;
+		/* Huge pages: as many as one frame holds, whole ones. */
+		if (max > FRAME_DATA_MAX / s->regs[ri].r.page_size)
+			max = FRAME_DATA_MAX / s->regs[ri].r.page_size;
 		n = class_run(&s->regs[ri], page, max, 1);
 		if ((got = send_run(s, s->bulk, ri, page, n, zero, 0)) < 0)
 			return;
 		bytes += (uint64_t)got + 4096;
+		s->win_bytes += (uint64_t)got + 64;
 		if (s->hint_left) {
 			s->hint_page += n;
 			s->hint_left = s->hint_left > n ? s->hint_left - n : 0;
@@ -486,10 +677,29 @@ lanes_down(struct source *s, const char *why)
 			  "stays frozen",
 			  log_id(s->m->id), why);
 		migration_set_state(s->m, MIG_PAUSED);
+		save(s);
 	} else if (s->m->state == MIG_WAITING) {
 		for (size_t i = 0; i < s->nregs; i++)
 			s->regs[i].accepted = 0;
 	}
+}
+
+/* The end, either way: lanes, events, state file, then the role's memory. */
+static void
+teardown(struct source *s)
+{
+	if (s->demand)
+		conn_finish(s->demand);
+	if (s->bulk)
+		conn_finish(s->bulk);
+	s->demand = s->bulk = NULL;
+	event_del(s->bulk_ev);
+	event_del(s->ping_ev);
+	event_del(s->rate_ev);
+	if (s->exit_ev)
+		event_del(s->exit_ev);
+	state_remove(s->m);
+	migration_release(s->m);
 }
 
 static void
@@ -504,19 +714,22 @@ complete(struct source *s)
 			 log_id(s->m->id), (int)s->m->pid);
 		kill(s->m->pid, SIGKILL);
 	}
-	if (s->demand)
-		conn_finish(s->demand);
-	if (s->bulk)
-		conn_finish(s->bulk);
-	s->demand = s->bulk = NULL;
-	event_del(s->bulk_ev);
-	state_write(s->m);
+	teardown(s);
 }
 
+/*
+ * The destination names the regions it takes. Whatever was sent before is
+ * forgotten: on a resume the destination's HAVE bitmaps that follow say
+ * exactly what it holds, and everything else goes again.
+ */
 static void
 accept_regions(struct source *s, const Uffdd__RegionTable *t)
 {
-	s->m->pages_total = 0;
+	for (size_t i = 0; i < s->nregs; i++) {
+		s->regs[i].accepted = 0;
+		memset(s->regs[i].sent, 0,
+		       bit_words(s->regs[i].npages) * sizeof(uint64_t));
+	}
 	for (size_t i = 0; i < t->n_regions; i++) {
 		uint32_t idx = t->regions[i]->index;
 
@@ -528,11 +741,41 @@ accept_regions(struct source *s, const Uffdd__RegionTable *t)
 		}
 		s->regs[idx].accepted = 1;
 	}
+	s->m->pages_total = s->m->pages_present = 0;
 	for (size_t i = 0; i < s->nregs; i++)
 		if (s->regs[i].accepted)
 			s->m->pages_total += s->regs[i].npages;
+	s->cur_reg = 0;
+	s->cur_page = 0;
+	s->hint_left = 0;
+	if (s->resume_pending)
+		s->m->reconnects++;
+	s->resume_pending = 0;
 	migration_set_state(s->m, MIG_RUNNING);
-	state_write(s->m);
+	save(s);
+}
+
+/* A resuming destination's HAVE bitmap: these pages need not go again. */
+static int
+have_pages(struct source *s, const Uffdd__PageBitmap *b)
+{
+	struct src_region *sr =
+		b->region < s->nregs ? &s->regs[b->region] : NULL;
+
+	if (sr == NULL || !sr->accepted || b->first_page >= sr->npages ||
+	    b->npages > sr->npages - b->first_page ||
+	    b->bits.len != (b->npages + 7) / 8)
+		return -1;
+	for (uint64_t i = 0; i < b->npages; i++) {
+		uint64_t p = b->first_page + i;
+
+		if ((b->bits.data[i / 8] >> (i % 8) & 1) &&
+		    !bit_test(sr->sent, p)) {
+			bit_set(sr->sent, p);
+			s->m->pages_present++;
+		}
+	}
+	return 0;
 }
 
 static void
@@ -553,12 +796,28 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		if (s->m->state == MIG_RUNNING || s->m->state == MIG_PAUSED)
 			complete(s);
 		break;
+	case FRAME_HAVE:
+		if (have_pages(s, (const Uffdd__PageBitmap *)msg) < 0) {
+			log_warnx("%s: HAVE out of bounds", conn_name(c));
+			lanes_down(s, "bad HAVE bitmap");
+		}
+		break;
+	case FRAME_PING:
+		break;
 	case FRAME_ERROR: {
 		const Uffdd__Error *e = (const Uffdd__Error *)msg;
 
 		log_warnx("migration %s: destination says: %s",
 			  log_id(s->m->id), e->message);
-		lanes_down(s, e->message);
+		if (e->code == ERR_TARGET_GONE || e->code == ERR_DEST_FAILED) {
+			migration_fail(s->m,
+				       "destination: %s; source process %d "
+				       "left stopped",
+				       e->message, (int)s->m->pid);
+			teardown(s);
+		} else {
+			lanes_down(s, e->message);
+		}
 		break;
 	}
 	default:
@@ -627,8 +886,9 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 	}
 	s = m->impl;
 	if (m->state == MIG_COMPLETE || m->state == MIG_FAILED) {
-		conn_send_error(c, ERR_SOURCE, "migration is %s",
-				migration_state_name(m->state));
+		conn_send_error(c, ERR_SOURCE, "migration is %s%s%s",
+				migration_state_name(m->state),
+				m->reason[0] ? ": " : "", m->reason);
 		conn_finish(c);
 		return;
 	}
@@ -649,6 +909,17 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 		bulk_produce(s);
 		return;
 	}
+	if (hello->lane == UFFDD__LANE__LANE_DEMAND && hello->resume &&
+	    s->demand) {
+		/* The destination saw the old lanes die; we have not yet. */
+		log_info("migration %s: destination resumes; dropping its old "
+			 "lanes",
+			 log_id(m->id));
+		conn_free(s->demand);
+		conn_free(s->bulk);
+		s->demand = s->bulk = NULL;
+		event_del(s->bulk_ev);
+	}
 	if (hello->lane != UFFDD__LANE__LANE_DEMAND || s->demand) {
 		conn_send_error(c, ERR_BUSY,
 				s->demand
@@ -658,6 +929,7 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 		return;
 	}
 	s->demand = c;
+	s->resume_pending = hello->resume;
 	snprintf(m->peer, sizeof(m->peer), "%s", conn_name(c));
 	conn_set_owner(c, demand_frame, lane_close, s);
 	conn_set_priority(c, PRIO_FAULT);

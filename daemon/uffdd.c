@@ -15,6 +15,7 @@
 #include "daemon/conffile.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/pagemap.h"
 #include "daemon/probe.h"
 #include "daemon/tls.h"
 #include "daemon/uffdd.h"
@@ -38,8 +39,9 @@ usage(FILE *f)
 		"\n"
 		"             [--insecure] [--config FILE] [-n] "
 		"[--foreground]\n"
-		"             [--log-level LEVEL] "
-		"[-v] [--help]\n"
+		"             [--pause-deadline SEC] [--bulk-rate RATE] "
+		"[--pagemap-scan yes|no]\n"
+		"             [--log-level LEVEL] [-v] [--help]\n"
 		"\n"
 		"  --listen HOST:PORT  accept peer daemons there (source "
 		"role); a comma-\n"
@@ -68,42 +70,22 @@ usage(FILE *f)
 		"effective one\n"
 		"                      and exit\n"
 		"  --foreground, -f    stay in the foreground, log to stderr\n"
+		"  --pause-deadline S  a destination whose source stays "
+		"unreachable\n"
+		"                      this long fails the migration and "
+		"poisons\n"
+		"                      missing pages (default 300)\n"
+		"  --bulk-rate RATE    limit each source bulk lane to RATE "
+		"bytes/s\n"
+		"                      (suffix K, M, G; default 0: "
+		"unlimited)\n"
+		"  --pagemap-scan yes|no  classify anonymous pages with "
+		"PAGEMAP_SCAN\n"
+		"                      where the kernel has it (default yes)\n"
+		"  --no-pagemap-scan   the same as --pagemap-scan no\n"
 		"  --log-level LEVEL   info or debug (default info)\n"
 		"  -v                  more logging (debug)\n",
 		"/run/uffdd/control.sock", "/run/uffdd", CONFFILE_DEFAULT_PATH);
-}
-
-/* State files: one per migration, replaced atomically. */
-void
-state_write(const struct migration *m)
-{
-	char *path, *tmp;
-	FILE *f;
-
-	xasprintf(&path, "%s/%s.state", conf.state_dir, m->id);
-	xasprintf(&tmp, "%s.tmp", path);
-	if ((f = fopen(tmp, "we")) != NULL) {
-		fprintf(f, "id=%s\nrole=%s\npid=%d\npeer=%s\nstate=%s\n", m->id,
-			m->role == ROLE_SOURCE ? "source" : "destination",
-			(int)m->pid, m->peer, migration_state_name(m->state));
-		if (fclose(f) == 0 && rename(tmp, path) == 0)
-			goto out;
-	}
-	log_warn("state file %s", path);
-	unlink(tmp);
-out:
-	free(tmp);
-	free(path);
-}
-
-void
-state_remove(const struct migration *m)
-{
-	char *path;
-
-	xasprintf(&path, "%s/%s.state", conf.state_dir, m->id);
-	unlink(path);
-	free(path);
 }
 
 /* systemd's STATUS= line: what the daemon is doing now. */
@@ -195,6 +177,7 @@ reload(void)
 	conf = next;
 	log_init(conf.foreground, conf.verbose);
 	control_apply_mode();
+	pagemap_force_read = !conf.pagemap_scan;
 	log_info("reloaded %s", conf_path);
 }
 
@@ -223,6 +206,10 @@ parse_args(int argc, char **argv, int *check)
 		{"key", required_argument, NULL, 'K'},
 		{"pin", required_argument, NULL, 'K'},
 		{"log-level", required_argument, NULL, 'K'},
+		{"pause-deadline", required_argument, NULL, 'K'},
+		{"bulk-rate", required_argument, NULL, 'K'},
+		{"pagemap-scan", required_argument, NULL, 'K'},
+		{"no-pagemap-scan", no_argument, NULL, 'N'},
 		{"config", required_argument, NULL, 'F'},
 		{"check", no_argument, NULL, 'n'},
 		{"foreground", no_argument, NULL, 'f'},
@@ -265,6 +252,10 @@ parse_args(int argc, char **argv, int *check)
 		case 'n':
 			*check = 1;
 			rc = 0;
+			break;
+		case 'N':
+			rc = conffile_set(&cli, "pagemap-scan", "no", err,
+					  sizeof(err));
 			break;
 		case 'f':
 			cli.foreground = 1;
@@ -334,6 +325,7 @@ main(int argc, char **argv)
 		fatalx("event_base_new");
 	if (event_base_priority_init(base, PRIO_COUNT) < 0)
 		fatalx("event_base_priority_init");
+	pagemap_force_read = !conf.pagemap_scan;
 	probe_kernel();
 	if (control_listen(conf.control) < 0)
 		return 1;
@@ -347,6 +339,7 @@ main(int argc, char **argv)
 	evsignal_add(sigterm, NULL);
 	evsignal_add(sigint, NULL);
 	evsignal_add(sighup, NULL);
+	state_restore_all();
 	log_info("ready: control %s", conf.control);
 	notify_send("READY=1\nSTATUS=ready; peers on %s, control %s",
 		    conf.listen ? conf.listen : "(none)", conf.control);

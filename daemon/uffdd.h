@@ -3,6 +3,7 @@
 #define UFFDD_UFFDD_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -27,6 +28,8 @@ enum {
 	ERR_PERMISSION = 8,
 	ERR_UNREACHABLE = 9,
 	ERR_KERNEL = 10,
+	ERR_TARGET_GONE = 11, /* destination process exited */
+	ERR_DEST_FAILED = 12, /* destination gave up: pages were poisoned */
 };
 
 /* The effective configuration (conffile.c): strings are owned. */
@@ -39,6 +42,9 @@ struct uffdd_conf {
 	int foreground;
 	int verbose;
 	int insecure;
+	int pause_deadline; /* seconds a destination waits for its source */
+	uint64_t bulk_rate; /* bytes a second on a source's bulk lane, 0: any */
+	int pagemap_scan;   /* use PAGEMAP_SCAN where the kernel has it */
 	/* TLS: CA that signs every peer, our certificate and key. */
 	char *ca;
 	char *cert;
@@ -80,9 +86,19 @@ void source_hello(struct conn *, const Uffdd__Hello *);
 
 /* dest.c */
 void dest_attach(uint64_t serial, const Uffdd__AttachRequest *);
+/* Re-takes a migration from its state file after a daemon restart. */
+int dest_restore(const char *path, FILE *f);
+/* source.c */
+int source_restore(const char *path, FILE *f);
 
-/* uffdd.c: state files under --state-dir */
-void state_write(const struct migration *);
+/* state.c: one file per migration under --state-dir */
+/* Writes the common keys and calls `more` for the role's own. */
+void state_write(const struct migration *,
+		 void (*more)(FILE *, const struct migration *));
 void state_remove(const struct migration *);
+/* Restores every migration found in the state directory. */
+void state_restore_all(void);
+/* Reads "key=value" lines; returns 1 per line, 0 at EOF. */
+int state_next(FILE *f, char **key, char **val);
 
 #endif

@@ -20,6 +20,8 @@ static const struct {
 	{FRAME_PAGE_DATA, "PAGE_DATA", &uffdd__page_data__descriptor},
 	{FRAME_COMPLETE, "COMPLETE", &uffdd__complete__descriptor},
 	{FRAME_ERROR, "ERROR", &uffdd__error__descriptor},
+	{FRAME_HAVE, "HAVE", &uffdd__page_bitmap__descriptor},
+	{FRAME_PING, "PING", &uffdd__ping__descriptor},
 	{FRAME_CTL_EXPORT, "EXPORT", &uffdd__export_request__descriptor},
 	{FRAME_CTL_EXPORT_REPLY, "EXPORT_REPLY",
 	 &uffdd__export_reply__descriptor},

@@ -10,6 +10,13 @@ WORKLOAD=$B/tests/workload
 MEMHASH=$B/tests/memhash
 T=$(mktemp -d /tmp/uffdd-test.XXXXXX)
 PIDS=()
+# Where daemons listen: loopback, or the two hosts of make_hosts.
+src_ADDR=127.0.0.1
+dst_ADDR=127.0.0.1
+SRC_HOST_ADDR=10.231.0.1
+DST_HOST_ADDR=10.231.0.2
+src_STARTS=1
+dst_STARTS=1
 CLEANUPS=()
 # LeakSanitizer's report at exit would turn a passing client into a failing
 # one in sanitizer builds; leaks are checked on the daemon's own shutdown.
@@ -50,11 +57,12 @@ info() { echo "== $*"; }
 need_root() { [ "$(id -u)" = 0 ] || skip "needs root (ptrace, userfaultfd in other processes)"; }
 on_cleanup() { CLEANUPS+=("$*"); }
 
-# A free TCP port on 127.0.0.1.
+# A free TCP port on 127.0.0.1, below the kernel's ephemeral range
+# (32768 and up), so that no outgoing connection can be holding it.
 free_port() {
 	local p
 	for _ in $(seq 50); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((20000 + RANDOM % 12000))
 		if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
 			echo "$p"
 			return
@@ -115,7 +123,7 @@ issue() {
 default_pki() {
 	[ -f "$PKI/node.crt" ] && return
 	make_ca ca
-	issue ca node "IP:127.0.0.1,IP:::1,DNS:localhost"
+	issue ca node "IP:127.0.0.1,IP:::1,DNS:localhost,IP:$SRC_HOST_ADDR,IP:$DST_HOST_ADDR"
 }
 
 # Peer connections use TLS 1.3 unless UFFDD_TEST_INSECURE=1 (plaintext on
@@ -133,29 +141,147 @@ tls_args() {
 	echo --ca "$PKI/ca.crt" --cert "$PKI/node.crt" --key "$PKI/node.key"
 }
 
-# start_daemon NAME [ARGS...]: starts uffdd; sets NAME_PORT and NAME_SOCK.
-# ARGS come last, so they override the default TLS files.
+# start_daemon NAME [UFFDD ARGS...]: starts uffdd (inside $NETNS when set);
+# sets NAME_PID, NAME_PORT and NAME_SOCK. restart_daemon NAME starts it
+# again with the same port, socket, state directory and arguments.
 start_daemon() {
-	local name=$1 port tls
+	local name=$1 port
 	shift
-	port=$(free_port)
+	if [ -n "${NETNS:-}" ] || [ -n "${HOSTS:-}" ]; then
+		port=$((20000 + RANDOM % 12000))
+	else
+		port=$(free_port)
+	fi
+	eval "${name}_PORT=$port"
+	eval "${name}_SOCK=$T/$name.sock"
+	eval "${name}_ARGS=\"\$*\""
+	eval "${name}_STARTS=\${${name}_STARTS:-1}"
+	run_daemon "$name" "$@"
+}
+
+run_daemon() {
+	local name=$1 port tls ns addr
+	shift
+	port=$(eval echo "\$${name}_PORT")
 	tls=$(tls_args "$@")
 	# An empty configuration file, so that the machine's
 	# /etc/uffdd/uffdd.conf cannot change a test; ARGS may name another.
 	: >"$T/empty.conf"
 	# shellcheck disable=SC2086
-	"$UFFDD" -f --config "$T/empty.conf" $tls --listen "127.0.0.1:$port" \
-		--control "$T/$name.sock" --state-dir "$T/$name.state" "$@" \
-		>"$T/$name.log" 2>&1 &
+	ns=${NETNS:-}
+	addr=127.0.0.1
+	if [ -n "${HOSTS:-}" ]; then
+		case $name in
+		src*) ns=$NS_SRC addr=$SRC_HOST_ADDR ;;
+		*) ns=$NS_DST addr=$DST_HOST_ADDR ;;
+		esac
+	fi
+	${ns:+ip netns exec "$ns"} "$UFFDD" -f --config "$T/empty.conf" \
+		$tls --listen "$addr:$port" --control "$T/$name.sock" \
+		--state-dir "$T/$name.state" "$@" >>"$T/$name.log" 2>&1 &
 	PIDS+=($!)
 	eval "${name}_PID=$!"
-	eval "${name}_PORT=$port"
-	eval "${name}_SOCK=$T/$name.sock"
-	for _ in $(seq 100); do
-		[ -S "$T/$name.sock" ] && grep -q ready "$T/$name.log" && return
+	for _ in $(seq 200); do
+		[ -S "$T/$name.sock" ] &&
+			[ "$(grep -c 'ready: control' "$T/$name.log")" -ge "$(eval echo "\$${name}_STARTS")" ] && return
 		sleep 0.05
 	done
 	fail "uffdd $name did not start: $(cat "$T/$name.log")"
+}
+
+restart_daemon() {
+	local name=$1
+	# shellcheck disable=SC2046
+	eval "${name}_STARTS=\$((${name}_STARTS + 1))"
+	eval "run_daemon $name \$${name}_ARGS"
+}
+
+# ensure_daemon NAME [ARGS...]: a running daemon started with ARGS,
+# started (or restarted with the new arguments) when there is none.
+ensure_daemon() {
+	local name=$1 pid args
+	shift
+	pid=$(eval echo "\${${name}_PID:-}")
+	args=$(eval echo "\${${name}_ARGS:-}")
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		[ "$args" = "$*" ] && return
+		kill "$pid"
+		wait "$pid" 2>/dev/null || true
+		rm -f "$T/$name.sock"
+		: >"$T/$name.log"
+	fi
+	start_daemon "$name" "$@"
+}
+
+# kill_daemon NAME: SIGKILL, as a crash would.
+kill_daemon() {
+	local pid
+	pid=$(eval echo "\$${1}_PID")
+	kill -9 "$pid"
+	wait "$pid" 2>/dev/null || true
+}
+
+# cut_link PORT / heal_link: the cable is pulled (no reset, no error, just
+# silence) and put back: between make_hosts' hosts the source's veth goes
+# down; inside a single $NETNS every packet of PORT is dropped (nftables).
+cut_link() {
+	if [ -n "${HOSTS:-}" ]; then
+		ip -n "$NS_SRC" link set "$VETH_SRC" down
+		return
+	fi
+	ip netns exec "$NETNS" nft -f - <<NFT
+table inet uffdd_cut {
+	chain input {
+		type filter hook input priority 0; policy accept;
+		tcp dport $1 drop
+		tcp sport $1 drop
+	}
+}
+NFT
+}
+heal_link() {
+	if [ -n "${HOSTS:-}" ]; then
+		ip -n "$NS_SRC" link set "$VETH_SRC" up
+		return
+	fi
+	ip netns exec "$NETNS" nft delete table inet uffdd_cut
+}
+
+# make_hosts: a "source host" and a "destination host", two network
+# namespaces joined by a veth pair (SRC_HOST_ADDR, DST_HOST_ADDR); daemons
+# named src* run on the first, the others on the second, and src_ADDR /
+# dst_ADDR say where they listen. Removed at exit.
+make_hosts() {
+	command -v ip >/dev/null || skip "ip (iproute2) missing"
+	NS_SRC=uffdd-src-$$
+	NS_DST=uffdd-dst-$$
+	VETH_SRC=uS$$
+	ip netns add "$NS_SRC" || skip "cannot create a network namespace"
+	on_cleanup "ip netns del $NS_SRC 2>/dev/null"
+	ip netns add "$NS_DST" || skip "cannot create a network namespace"
+	on_cleanup "ip netns del $NS_DST 2>/dev/null"
+	ip link add "$VETH_SRC" netns "$NS_SRC" type veth peer name "uD$$" \
+		netns "$NS_DST" || skip "cannot create a veth pair"
+	ip -n "$NS_SRC" addr add "$SRC_HOST_ADDR/24" dev "$VETH_SRC"
+	ip -n "$NS_DST" addr add "$DST_HOST_ADDR/24" dev "uD$$"
+	for ns in "$NS_SRC" "$NS_DST"; do
+		ip -n "$ns" link set lo up
+	done
+	ip -n "$NS_SRC" link set "$VETH_SRC" up
+	ip -n "$NS_DST" link set "uD$$" up
+	HOSTS=1
+	src_ADDR=$SRC_HOST_ADDR
+	dst_ADDR=$DST_HOST_ADDR
+}
+
+# make_netns: a private network namespace with loopback up, removed at exit.
+make_netns() {
+	command -v ip >/dev/null || skip "ip (iproute2) missing"
+	NETNS=uffdd-test-$$
+	ip netns add "$NETNS" || skip "cannot create a network namespace"
+	on_cleanup "ip netns del $NETNS 2>/dev/null"
+	on_cleanup "ip netns exec $NETNS nft delete table inet uffdd_cut 2>/dev/null"
+	ip netns exec "$NETNS" ip link set lo up
 }
 
 # start_workload VAR MODE ARGS...: starts a workload, waits for "ready".
@@ -186,7 +312,7 @@ wait_verified() {
 		sleep 0.1
 	done
 	grep '^verified' "$T/$var.out" || fail "workload $var never finished checking"
-	grep -q '^verified [0-9]* pages, 0 mismatches' "$T/$var.out" ||
+	grep -q '^verified [0-9]* pages, 0 mismatches, 0 lost' "$T/$var.out" ||
 		fail "destination saw wrong bytes: $(cat "$T/$var.log")"
 }
 
@@ -215,8 +341,9 @@ migrate() {
 	local base=0x500000000000 end pokeargs=() id h_src h_dst
 	end=$(printf '0x%x' $((base + $(numfmt --from=iec "$size"))))
 	[ -n "$poke" ] && pokeargs=(--poke-every "$poke")
-	start_daemon src
-	start_daemon dst
+	# shellcheck disable=SC2086
+	ensure_daemon src ${SRC_DAEMON_ARGS:-}
+	ensure_daemon dst
 	# shellcheck disable=SC2086
 	start_workload WS source --size "$size" --threads "$sthreads" $sargs
 	# shellcheck disable=SC2086
@@ -228,7 +355,7 @@ migrate() {
 	MIG_ID=$id
 	[ "$(proc_state "$WS")" = T ] || fail "source not stopped after export"
 	h_src=$("$MEMHASH" "$WS" $base "$end" "${pokeargs[@]}")
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$RANGE" >"$T/attach.out"
 	grep -q '^attached' "$T/attach.out" || fail "attach printed: $(cat "$T/attach.out")"
 	kill -USR1 "$WD"

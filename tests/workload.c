@@ -21,6 +21,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 
 #ifndef MADV_PAGEOUT
 #define MADV_PAGEOUT 21
@@ -41,7 +43,23 @@
 
 static uint64_t base = 0x500000000000ULL, size = 64ULL << 20, seed = 1;
 static unsigned threads = 4, untouched = 16, pageout_every, poke_every;
-static int prefault;
+static unsigned zero_every;
+static const char *kind = "anon";
+/*
+ * dest --event: what the target does to pages [ev0, ev0 + EV_PAGES) right
+ * after it starts, while they are still missing: "remove" (madvise; they
+ * must then read as zeros), "unmap" (munmap; they are not checked) or
+ * "remap" (mremap to moved_at; they must be found there).
+ */
+static const char *event;
+static uint64_t ev0;
+static uint8_t *moved_at;
+#define EV_PAGES 256
+static int prefault, sigbus_ok;
+static unsigned pace_us;
+static atomic_ulong lost;
+static __thread sigjmp_buf bus_jmp;
+static __thread volatile int bus_armed;
 static uint8_t *mem;
 static atomic_ulong mismatches, checked;
 
@@ -68,13 +86,24 @@ word_value(uint64_t page, uint64_t w, uint64_t ver)
 static int
 is_untouched(uint64_t page)
 {
+	/* Huge pages populate whole: leave every fourth one untouched. */
+	if (strcmp(kind, "hugetlb") == 0 && (page / 512) % 4 == 3)
+		return 1;
 	return untouched && page % untouched == untouched - 1;
+}
+
+/* Written with zeros on purpose: data pages whose bytes are all zero. */
+static int
+is_zeroed(uint64_t page)
+{
+	return zero_every && !is_untouched(page) &&
+	       page % zero_every == zero_every - 2;
 }
 
 static int
 is_pageout(uint64_t page)
 {
-	return pageout_every && !is_untouched(page) &&
+	return pageout_every && !is_untouched(page) && !is_zeroed(page) &&
 	       page % pageout_every == 0;
 }
 
@@ -84,26 +113,87 @@ is_poke(uint64_t page)
 	return poke_every && page % poke_every == 0;
 }
 
+/*
+ * The region at BASE, of the --kind asked for: private anonymous, shared
+ * anonymous, a memfd or a tmpfs file (unlinked at once), all mapped at the
+ * same address in source and destination.
+ */
 static void
 map_region(void)
 {
-	mem = mmap((void *)base, size, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	int flags = MAP_FIXED_NOREPLACE, fd = -1;
+
+	if (strcmp(kind, "anon") == 0) {
+		flags |= MAP_PRIVATE | MAP_ANONYMOUS;
+	} else if (strcmp(kind, "hugetlb") == 0) {
+		flags |= MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB;
+	} else if (strcmp(kind, "thp") == 0) {
+		flags |= MAP_PRIVATE | MAP_ANONYMOUS;
+	} else if (strcmp(kind, "shared") == 0) {
+		flags |= MAP_SHARED | MAP_ANONYMOUS;
+	} else if (strcmp(kind, "memfd") == 0) {
+		fd = memfd_create("uffdd-workload", MFD_CLOEXEC);
+		flags |= MAP_SHARED;
+	} else if (strcmp(kind, "tmpfs") == 0) {
+		char path[64];
+
+		snprintf(path, sizeof(path), "/dev/shm/uffdd-workload-%d",
+			 (int)getpid());
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		unlink(path);
+		flags |= MAP_SHARED;
+	} else {
+		fprintf(stderr,
+			"workload: --kind %s: anon, thp, hugetlb, shared, "
+			"memfd or tmpfs\n",
+			kind);
+		exit(2);
+	}
+	if (fd >= 0 && ftruncate(fd, (off_t)size) < 0) {
+		perror("workload: ftruncate");
+		exit(1);
+	}
+	if (flags & MAP_ANONYMOUS)
+		fd = -1;
+	else if (fd < 0) {
+		perror("workload: backing file");
+		exit(1);
+	}
+	mem = mmap((void *)base, size, PROT_READ | PROT_WRITE, flags, fd, 0);
 	if (mem == MAP_FAILED || (uint64_t)mem != base) {
 		fprintf(stderr,
 			"workload: mmap 0x%" PRIx64 "+0x%" PRIx64 ": %s\n",
 			base, size, strerror(errno));
 		exit(1);
 	}
+	if (fd >= 0)
+		close(fd);
+	if (strcmp(kind, "thp") == 0)
+		madvise(mem, size, MADV_HUGEPAGE);
 }
 
+/*
+ * Pages swapped out now. Anonymous memory says so in pagemap; shared memory
+ * does not (the gap uffdd works around), so count written pages that
+ * mincore reports not resident instead.
+ */
 static uint64_t
 count_swapped(void)
 {
-	int fd = open("/proc/self/pagemap", O_RDONLY);
 	uint64_t n = 0, npages = size / PS, buf[512];
+	int fd;
 
-	if (fd < 0)
+	if (strcmp(kind, "anon") != 0 && strcmp(kind, "thp") != 0) {
+		unsigned char *vec = malloc(npages);
+
+		if (vec == NULL || mincore(mem, size, vec) < 0)
+			return 0;
+		for (uint64_t p = 0; p < npages; p++)
+			n += is_pageout(p) && !(vec[p] & 1);
+		free(vec);
+		return n;
+	}
+	if ((fd = open("/proc/self/pagemap", O_RDONLY)) < 0)
 		return 0;
 	for (uint64_t p = 0; p < npages; p += 512) {
 		uint64_t want = npages - p < 512 ? npages - p : 512;
@@ -127,7 +217,7 @@ mutator(void *arg)
 
 		r = mix(r);
 		page = r % npages;
-		if (is_untouched(page) || is_pageout(page))
+		if (is_untouched(page) || is_pageout(page) || is_zeroed(page))
 			continue;
 		w = (r >> 32) % WORDS;
 		p = (uint64_t *)(mem + page * PS) + w;
@@ -149,6 +239,10 @@ run_source(void)
 
 		if (is_untouched(page))
 			continue;
+		if (is_zeroed(page)) {
+			memset(p, 0, PS);
+			continue;
+		}
 		for (uint64_t w = 0; w < WORDS; w++)
 			p[w] = word_value(page, w, 1);
 	}
@@ -177,10 +271,58 @@ report(uint64_t page, uint64_t w, uint64_t got, uint64_t want)
 			page, w, got, want);
 }
 
+/*
+ * With --sigbus-ok a poisoned page (a page the migration lost) is counted
+ * and skipped instead of killing the process, so the test can check that
+ * every page it could read is right.
+ */
+static void
+on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	if (!bus_armed)
+		abort();
+	siglongjmp(bus_jmp, 1);
+}
+
+static void check_page_guarded(uint64_t page);
+
 static void
 check_page(uint64_t page)
 {
+	if (pace_us)
+		usleep(pace_us);
+	if (!sigbus_ok) {
+		check_page_guarded(page);
+		return;
+	}
+	if (sigsetjmp(bus_jmp, 1)) {
+		bus_armed = 0;
+		atomic_fetch_add(&lost, 1);
+		return;
+	}
+	bus_armed = 1;
+	check_page_guarded(page);
+	bus_armed = 0;
+}
+
+static int
+in_event(uint64_t page)
+{
+	return event && page >= ev0 && page < ev0 + EV_PAGES;
+}
+
+static void
+check_page_guarded(uint64_t page)
+{
 	volatile uint64_t *p = (volatile uint64_t *)(mem + page * PS);
+	int removed = in_event(page) && strcmp(event, "remove") == 0;
+
+	if (in_event(page) && strcmp(event, "unmap") == 0) {
+		atomic_fetch_add(&checked, 1);
+		return;
+	}
+	if (in_event(page) && strcmp(event, "remap") == 0)
+		p = (volatile uint64_t *)(moved_at + (page - ev0) * PS);
 
 	if (is_poke(page)) /* a write before the page arrives */
 		p[POKE_WORD] = POKE_TAG << 48 | page;
@@ -189,12 +331,13 @@ check_page(uint64_t page)
 
 		if (is_poke(page) && w == POKE_WORD)
 			want = POKE_TAG << 48 | page;
-		else if (is_untouched(page))
+		else if (is_untouched(page) || is_zeroed(page) || removed)
 			want = 0;
 		else
 			want = word_value(page, w, v >> 48);
-		if (v != want || (!is_untouched(page) && v >> 48 == 0 &&
-				  !(is_poke(page) && w == POKE_WORD)))
+		if (v != want ||
+		    (!is_untouched(page) && !is_zeroed(page) && !removed &&
+		     v >> 48 == 0 && !(is_poke(page) && w == POKE_WORD)))
 			report(page, w, v, want);
 	}
 	atomic_fetch_add(&checked, 1);
@@ -204,11 +347,15 @@ check_page(uint64_t page)
  * Thread t checks the pages with index % threads == t, even threads walking
  * up and odd ones down, so faults land all over the region at once.
  */
+static pid_t checker_tid[1024];
+
 static void *
 checker(void *arg)
 {
 	uint64_t t = (uintptr_t)arg, npages = size / PS;
 
+	if (t < 1024)
+		checker_tid[t] = (pid_t)syscall(SYS_gettid);
 	if (t % 2 == 0) {
 		for (uint64_t i = t; i < npages; i += threads)
 			check_page(i);
@@ -233,6 +380,12 @@ run_dest(void)
 	int sig;
 
 	map_region();
+	if (sigbus_ok) {
+		struct sigaction sa = {.sa_sigaction = on_sigbus,
+				       .sa_flags = SA_SIGINFO | SA_NODEFER};
+
+		sigaction(SIGBUS, &sa, NULL);
+	}
 	if (prefault) /* resident garbage that attach must discard */
 		for (uint64_t page = 0; page < npages; page += 7)
 			memset(mem + page * PS, 0xa5, PS);
@@ -247,14 +400,41 @@ run_dest(void)
 		if (sig == SIGTERM)
 			return 2;
 	} while (sig != SIGUSR1);
+	if (event) {
+		uint8_t *at = mem + ev0 * PS;
+		int rc = 0;
+
+		if (strcmp(event, "remove") == 0)
+			rc = madvise(at, EV_PAGES * PS,
+				     strcmp(kind, "anon") == 0 ? MADV_DONTNEED
+							       : MADV_REMOVE);
+		else if (strcmp(event, "unmap") == 0)
+			rc = munmap(at, EV_PAGES * PS);
+		else if (strcmp(event, "remap") == 0) {
+			moved_at =
+				mremap(at, EV_PAGES * PS, EV_PAGES * PS,
+				       MREMAP_MAYMOVE | MREMAP_FIXED,
+				       (void *)(base + size + (64ULL << 20)));
+			rc = moved_at == MAP_FAILED ? -1 : 0;
+		}
+		if (rc < 0) {
+			fprintf(stderr, "workload: --event %s: %s\n", event,
+				strerror(errno));
+			return 1;
+		}
+	}
 	ts = calloc(threads, sizeof(*ts));
 	for (unsigned i = 0; i < threads; i++)
 		pthread_create(&ts[i], NULL, checker, (void *)(uintptr_t)i);
 	for (unsigned i = 0; i < threads; i++)
 		pthread_join(ts[i], NULL);
-	printf("verified %lu pages, %lu mismatches\n",
+	printf("tids");
+	for (unsigned i = 0; i < threads && i < 1024; i++)
+		printf(" %d", (int)checker_tid[i]);
+	printf("\nverified %lu pages, %lu mismatches, %lu lost\n",
 	       (unsigned long)atomic_load(&checked),
-	       (unsigned long)atomic_load(&mismatches));
+	       (unsigned long)atomic_load(&mismatches),
+	       (unsigned long)atomic_load(&lost));
 	fflush(stdout);
 	do
 		sigwait(&set, &sig);
@@ -270,7 +450,11 @@ usage(void)
 		"[--seed N]\n"
 		"         [--threads N] [--untouched-every K] "
 		"[--pageout-every K]\n"
-		"         [--poke-every K] [--prefault]\n");
+		"         [--poke-every K] [--prefault] [--sigbus-ok] "
+		"[--pace-us N]\n"
+		"         [--kind anon|thp|hugetlb|shared|memfd|tmpfs] "
+		"[--zero-every K]\n"
+		"         [--event remove|unmap|remap]\n");
 	exit(2);
 }
 
@@ -286,6 +470,11 @@ main(int argc, char **argv)
 		{"pageout-every", required_argument, NULL, 'p'},
 		{"poke-every", required_argument, NULL, 'k'},
 		{"prefault", no_argument, NULL, 'P'},
+		{"sigbus-ok", no_argument, NULL, 'B'},
+		{"pace-us", required_argument, NULL, 'D'},
+		{"kind", required_argument, NULL, 'K'},
+		{"zero-every", required_argument, NULL, 'Z'},
+		{"event", required_argument, NULL, 'E'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -325,11 +514,32 @@ main(int argc, char **argv)
 		case 'P':
 			prefault = 1;
 			break;
+		case 'B':
+			sigbus_ok = 1;
+			break;
+		case 'D':
+			pace_us = (unsigned)atoi(optarg);
+			break;
+		case 'K':
+			kind = optarg;
+			break;
+		case 'Z':
+			zero_every = (unsigned)atoi(optarg);
+			break;
+		case 'E':
+			event = optarg;
+			if (strcmp(event, "remove") && strcmp(event, "unmap") &&
+			    strcmp(event, "remap"))
+				usage();
+			break;
 		default:
 			usage();
 		}
 	}
 	if (size == 0 || size % PS || base % PS || threads == 0)
+		usage();
+	ev0 = size / PS / 4;
+	if (event && ev0 + EV_PAGES > size / PS)
 		usage();
 	if (strcmp(argv[1], "source") == 0)
 		return run_source();

@@ -36,7 +36,7 @@ dead=$(sh -c 'echo $$')
 expect_error "export missing pid" "no such process" \
 	"$CLIENT" --control "$src_SOCK" export "$dead"
 expect_error "attach missing pid" "no such process" \
-	"$CLIENT" --control "$dst_SOCK" attach "$dead" --from "127.0.0.1:$src_PORT" \
+	"$CLIENT" --control "$dst_SOCK" attach "$dead" --from "$src_ADDR:$src_PORT" \
 	--id 0123456789abcdef0123456789abcdef
 expect_error "export bad pid" "not a process ID" "$CLIENT" --control "$src_SOCK" export abc
 untouched "missing pid"
@@ -57,18 +57,18 @@ expect_error "unreachable source" "unreachable" \
 # loopback here, and these daemons may be using TLS).
 # A wrong ID.
 expect_error "wrong id" "unknown migration ID" \
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id ffffffffffffffffffffffffffffffff
 expect_error "malformed id" "malformed migration ID" \
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" --id nope
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" --id nope
 # A target with no region matching the source's: a shorter mapping.
 start_workload WX dest --size 8M --threads 1
 expect_error "no matching region" "no region of process" \
-	"$CLIENT" --control "$dst_SOCK" attach "$WX" --from "127.0.0.1:$src_PORT" --id "$ID"
+	"$CLIENT" --control "$dst_SOCK" attach "$WX" --from "$src_ADDR:$src_PORT" --id "$ID"
 ls -l "/proc/$WX/fd" | grep -q userfaultfd && fail "no-match target got a userfaultfd"
 # Source regions outside the destination's --range do not match either.
 expect_error "range excludes all" "no region of process" \
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range 700000000000-700000001000
 [ "$(dst_hash)" = "$h_before" ] || fail "attach errors changed the destination's memory"
 [ "$(proc_state "$WS")" = T ] || fail "source left its frozen state"
@@ -84,7 +84,7 @@ expect_error "bad range" "want START-END" "$CLIENT" --control "$src_SOCK" export
 expect_error "unknown command" "unknown command" "$CLIENT" frobnicate
 
 # After all of that, the export still works: a real attach succeeds.
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range "$RANGE" --wait >"$T/attach.out" 2>&1 ||
 	fail "attach after errors: $(cat "$T/attach.out")"
 info "attach after the errors completed"

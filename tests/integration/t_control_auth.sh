@@ -43,7 +43,7 @@ expect_error "non-root export of root process" "permission denied: uid 65534 may
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 expect_error "non-root attach to root process" "permission denied: uid 65534 may only migrate processes it could ptrace" \
 	"${NOBODY[@]}" "$CLIENT" --control "$dst_SOCK" attach "$WD" \
-	--from "127.0.0.1:$src_PORT" --id "$ID" --range "$RANGE"
+	--from "$src_ADDR:$src_PORT" --id "$ID" --range "$RANGE"
 ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "refused attach gave the target a userfaultfd"
 grep -q "uid 65534 (pid [0-9]*) refused on process $WD" "$T/dst.log" ||
 	fail "refusal not logged: $(tail -n 3 "$T/dst.log")"

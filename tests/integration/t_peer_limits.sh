@@ -68,7 +68,7 @@ start_workload WS source --size 16M --threads 1
 start_workload WD dest --size 16M --threads 1
 RANGE=500000000000-500001000000
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$p2" \
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$p2" \
 	--id "$ID" --range "$RANGE" --wait >"$T/attach.out" 2>&1 ||
 	fail "attach after the limits: $(cat "$T/attach.out")"
 info "a real destination is still served"

@@ -144,7 +144,7 @@ for l in "$T"/*.log; do
 done
 
 # The refusals changed nothing: the real pair still migrates.
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range 500000000000-500001000000 --wait >"$T/attach.out" 2>&1 ||
 	fail "attach after the refusals: $(cat "$T/attach.out")"
 info "attach over TLS after the refusals completed"

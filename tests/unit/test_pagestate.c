@@ -50,6 +50,19 @@ main(void)
 	CHECK(pagestate_get(&ps, 999) == PAGE_PRESENT);
 	pagestate_free(&ps);
 
+	/* Discarded pages are done, never installed, and counted apart. */
+	CHECK(pagestate_init(&ps, 100) == 0);
+	pagestate_set(&ps, 10, PAGE_REQUESTED);
+	CHECK(pagestate_set(&ps, 10, PAGE_DISCARDED) == PAGE_REQUESTED);
+	CHECK(ps.requested == 0 && ps.discarded == 1);
+	pagestate_set(&ps, 11, PAGE_DISCARDED);
+	CHECK(pagestate_missing_run(&ps, 8, 10) == 2);	/* 8, 9 */
+	CHECK(pagestate_present_run(&ps, 10, 10) == 2); /* 10, 11 */
+	CHECK(pagestate_set_present(&ps, 0, 100) == 100);
+	CHECK(pagestate_done(&ps) == 100 && ps.present == 100);
+	CHECK(ps.discarded == 0); /* installing over a discard replaces it */
+	pagestate_free(&ps);
+
 	CHECK(pagestate_init(&ps, 1) == 0);
 	CHECK(pagestate_set_present(&ps, 0, 1) == 1);
 	CHECK(ps.present == 1);

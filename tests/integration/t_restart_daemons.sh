@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Each daemon is killed with SIGKILL mid-migration and started again: the
+# destination daemon re-takes the target's userfaultfd and rebuilds its page
+# states from the target's pagemap; the source daemon re-exports its
+# still-frozen process. Both migrations complete byte-exact.
+. "$SRC/tests/lib.sh"
+need_root
+make_hosts
+
+one() {
+	local victim=$1 base=$2 end range id h_src h_dst
+	end=$(printf '0x%x' $((base + (128 << 20))))
+	range=$(printf '%x-%x' $((base)) $((end)))
+	start_workload WS source --size 128M --threads 2 --base "$base"
+	start_workload WD dest --size 128M --threads 4 --pace-us 400 --base "$base"
+	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
+	h_src=$("$MEMHASH" "$WS" "$base" "$end")
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+		--id "$id" --range "$range" >/dev/null
+	kill -USR1 "$WD"
+	sleep 1.5
+	"$CLIENT" --control "$dst_SOCK" status "$id" --json | grep -q '"state":"running"' ||
+		fail "migration not running when the $victim daemon is killed"
+	info "killing the $victim daemon"
+	kill_daemon "$victim"
+	sleep 1
+	restart_daemon "$victim"
+	info "$victim daemon restarted"
+	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 300 >"$T/wait.out" ||
+		fail "wait: $(cat "$T/wait.out")"
+	wait_verified WD
+	h_dst=$("$MEMHASH" "$WD" "$base" "$end")
+	[ "$h_src" = "$h_dst" ] || fail "destination differs from the source ($victim restart)"
+	"$CLIENT" --control "$src_SOCK" wait "$id" --timeout 60 >/dev/null ||
+		fail "source side did not complete ($victim restart)"
+	info "$victim restart: complete, byte-exact"
+	kill "$WD"
+}
+
+start_daemon src --bulk-rate 16M
+start_daemon dst
+one dst 0x500000000000
+one src 0x510000000000
+grep -q "restored migration" "$T/dst.log" || fail "destination did not restore"
+grep -q "restored export" "$T/src.log" || fail "source did not restore"

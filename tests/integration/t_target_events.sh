@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The target changes its own memory while pages are still missing: it
+# discards a range (madvise), unmaps one, or moves one (mremap). The result
+# is what the target would have seen had all its memory been local: the
+# discarded pages read as zeros (never the source's stale bytes), the moved
+# pages hold the source's bytes at their new address, every other page is
+# the source's. Checked by the target itself against the pattern.
+. "$SRC/tests/lib.sh"
+need_root
+start_daemon src --bulk-rate 4M
+start_daemon dst
+n=0
+for kind in anon memfd; do
+	for ev in remove unmap remap; do
+		n=$((n + 1))
+		base=$((0x500000000000 + n * 0x100000000))
+		end=$((base + (32 << 20)))
+		range=$(printf '%x-%x' "$base" "$end")
+		start_workload WS source --size 32M --threads 1 --base "$base" --kind "$kind"
+		start_workload WD dest --size 32M --threads 4 --base "$base" --kind "$kind" --event "$ev"
+		id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
+		"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+			--id "$id" --range "$range" >/dev/null
+		kill -USR1 "$WD"
+		"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 120 >"$T/wait.out" 2>&1 ||
+			fail "$kind $ev: $(cat "$T/wait.out")"
+		wait_verified WD >/dev/null
+		info "$kind, target does $ev while pages are missing: $(grep '^verified' "$T/WD.out")"
+		kill "$WD"
+	done
+done

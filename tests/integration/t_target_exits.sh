@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The target process exits mid-migration: both sides fail with the reason,
+# the destination's resources go, and the source process is left stopped.
+. "$SRC/tests/lib.sh"
+need_root
+start_daemon src --bulk-rate 4M
+start_daemon dst
+start_workload WS source --size 64M --threads 1
+start_workload WD dest --size 64M --threads 2
+RANGE=500000000000-500004000000
+ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$ID" --range "$RANGE" >/dev/null
+sleep 0.5
+kill -9 "$WD"
+info "target killed"
+if "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 30 >"$T/wd.out" 2>&1; then
+	fail "destination completed without a target"
+fi
+grep -q "target process .* exited" "$T/wd.out" || fail "destination reason: $(cat "$T/wd.out")"
+if "$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 30 >"$T/ws.out" 2>&1; then
+	fail "source completed without a destination"
+fi
+grep -q "destination" "$T/ws.out" || fail "source reason: $(cat "$T/ws.out")"
+info "source: $(cat "$T/ws.out")"
+[ "$(proc_state "$WS")" = T ] || fail "source process not left stopped"
+ls -l "/proc/$dst_PID/fd" | grep -q userfaultfd && fail "destination daemon still holds a userfaultfd"
+true
