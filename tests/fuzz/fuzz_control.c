@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/probe.h"
 #include "daemon/uffdd.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -36,6 +37,13 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 {
 	control_reply_error(serial, ERR_NO_PROCESS, "attach: process %d: stub",
 			    (int)req->pid);
+}
+
+/* Status reports the kernel's features; probing them is not fuzzed. */
+const char *
+probe_summary(void)
+{
+	return "fuzz";
 }
 
 static char path[108];
