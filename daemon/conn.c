@@ -1,12 +1,15 @@
 /* Framed bufferevent connections (see conn.h). */
 #include "config.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <event2/bufferevent_ssl.h>
 
 #include "daemon/conn.h"
 #include "daemon/log.h"
@@ -26,10 +29,19 @@
 #define CONN_OUT_MAX (32u << 20)
 /* How long a finished connection waits for the peer to close its side. */
 #define CONN_LINGER_SECS 10
+/* One read beyond the bufferevent's own (see conn_fill()). */
+#define CONN_FILL_MAX (256u << 10)
+/*
+ * One write a loop round: libevent's default, 16 KiB, costs the bulk lane
+ * an epoll round per 16 KiB; much more keeps the loop (and a demand
+ * request) waiting while loopback TCP delivers it inside the write.
+ */
+#define CONN_WRITE_MAX (256u << 10)
 
 struct conn {
 	struct bufferevent *bev;
 	struct event *resume;
+	struct event *rd; /* own read event (conn_read_direct()), or NULL */
 	conn_frame_cb on_frame;
 	conn_close_cb on_close;
 	conn_drain_cb on_drain;
@@ -45,6 +57,14 @@ struct conn {
 	/* The bufferevent broke: why, reported after the input is handled. */
 	int failing;
 	char fail_why[128];
+	int direct;
+	int paused;
+	/*
+	 * The socket carries TLS records: nothing may read or write it but
+	 * the bufferevent, so the plaintext shortcuts below stay off.
+	 */
+	int tls;
+	struct timeval rd_timeout; /* for the direct reader (0: none) */
 	size_t data_left;
 };
 
@@ -71,9 +91,27 @@ conn_linger(struct conn *c)
 	bufferevent_enable(c->bev, EV_READ);
 }
 
+/* Turns reading on or off, through whichever path the conn reads. */
+static void
+conn_reading(struct conn *c, int on)
+{
+	if (c->rd == NULL) {
+		if (on)
+			bufferevent_enable(c->bev, EV_READ);
+		else
+			bufferevent_disable(c->bev, EV_READ);
+	} else if (on) {
+		event_add(c->rd, c->rd_timeout.tv_sec ? &c->rd_timeout : NULL);
+	} else {
+		event_del(c->rd);
+	}
+}
+
 static void
 conn_destroy(struct conn *c)
 {
+	if (c->rd)
+		event_free(c->rd);
 	if (c->resume)
 		event_free(c->resume);
 	bufferevent_free(c->bev);
@@ -87,6 +125,7 @@ conn_fail(struct conn *c, const char *why)
 
 	if (c->dead)
 		return;
+	conn_reading(c, 0);
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 	if (c->finishing || cb == NULL) {
 		conn_free(c);
@@ -99,9 +138,7 @@ static void
 conn_process(struct conn *c)
 {
 	struct evbuffer *in = bufferevent_get_input(c->bev);
-	int n = 0;
-
-	int more = 0;
+	int n = 0, more = 0;
 
 	if (c->finishing) {
 		evbuffer_drain(in, evbuffer_get_length(in));
@@ -110,7 +147,7 @@ conn_process(struct conn *c)
 		return;
 	}
 	c->in_cb++;
-	while (!c->dead && !c->finishing) {
+	while (!c->dead && !c->finishing && !c->paused) {
 		uint8_t raw[FRAME_HDR_LEN];
 		struct frame_hdr h;
 		ProtobufCMessage *msg;
@@ -167,10 +204,103 @@ conn_process(struct conn *c)
 		conn_destroy(c);
 }
 
+/*
+ * libevent 2.1 reads at most 4 KiB per read event (EVBUFFER_MAX_READ), so a
+ * 4 KiB page with its header takes two loop rounds and the bulk lane one
+ * round per 4 KiB. After the bufferevent's read, take what else the socket
+ * holds, up to CONN_FILL_MAX a round: more would delay the fault events
+ * behind one lane's reading.
+ */
+static ssize_t
+conn_fill(struct conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+	size_t have = evbuffer_get_length(in), taken = 0;
+
+	while (fd >= 0 && have < CONN_READ_HIGH && taken < CONN_FILL_MAX) {
+		size_t want = CONN_READ_HIGH - have;
+		struct evbuffer_iovec v[2];
+		struct iovec iov[2];
+		size_t got;
+		ssize_t r;
+		int n, used;
+
+		if (want > CONN_FILL_MAX - taken)
+			want = CONN_FILL_MAX - taken;
+		evbuffer_unfreeze(in, 0); /* as the bufferevent does */
+		n = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
+		for (int i = 0; i < n; i++) {
+			iov[i].iov_base = v[i].iov_base;
+			iov[i].iov_len = v[i].iov_len;
+		}
+		if (n <= 0) {
+			evbuffer_freeze(in, 0);
+			break;
+		}
+		r = readv(fd, iov, n);
+		if (r <= 0) {
+			evbuffer_freeze(in, 0);
+			if (r == 0)
+				errno = 0;
+			/* EOF or error once what came before is handled. */
+			if (taken == 0 &&
+			    (r == 0 || (errno != EAGAIN && errno != EINTR)))
+				return -1;
+			break;
+		}
+		got = (size_t)r;
+		for (used = 0; used < n && r > 0; used++) {
+			if (v[used].iov_len > (size_t)r)
+				v[used].iov_len = (size_t)r;
+			r -= (ssize_t)v[used].iov_len;
+		}
+		evbuffer_commit_space(in, v, used);
+		evbuffer_freeze(in, 0);
+		have += got;
+		taken += got;
+		if (got < want)
+			break; /* the socket is empty */
+	}
+	return (ssize_t)taken;
+}
+
 static void
 conn_read_cb(struct bufferevent *bev, void *arg)
 {
+	if (!((struct conn *)arg)->tls)
+		conn_fill(arg); /* EOF and errors: the bufferevent sees them */
 	conn_process(arg);
+}
+
+/* Reading without the bufferevent (conn_read_direct()). */
+static void
+conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct conn *c = arg;
+	char why[128];
+
+	if (ev & EV_TIMEOUT) {
+		c->in_cb++;
+		conn_fail(c, "connection timed out");
+		c->in_cb--;
+		if (c->dead && c->in_cb == 0)
+			conn_destroy(c);
+		return;
+	}
+	if (conn_fill(c) < 0) {
+		snprintf(why, sizeof(why), "%s",
+			 errno ? strerror(errno) : "connection closed by peer");
+		/*
+		 * As for the bufferevent (conn_event_cb): the frames read
+		 * before the close are handled first, then the owner hears.
+		 */
+		if (!c->failing) {
+			c->failing = 1;
+			snprintf(c->fail_why, sizeof(c->fail_why), "%s", why);
+		}
+	}
+	conn_process(c);
 }
 
 static void
@@ -259,6 +389,8 @@ conn_new(struct event_base *base, struct bufferevent *bev, const char *name,
 		fatalx("event_new");
 	bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
 	bufferevent_setwatermark(bev, EV_READ, 0, CONN_READ_HIGH);
+	bufferevent_set_max_single_write(bev, CONN_WRITE_MAX);
+	c->tls = bufferevent_openssl_get_ssl(bev) != NULL;
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 	return c;
 }
@@ -269,6 +401,7 @@ conn_free(struct conn *c)
 	if (c == NULL || c->dead)
 		return;
 	c->dead = 1;
+	conn_reading(c, 0);
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 	event_del(c->resume);
 	if (c->in_cb == 0)
@@ -287,6 +420,7 @@ conn_finish(struct conn *c)
 	c->on_frame = NULL;
 	c->on_close = NULL;
 	c->on_drain = NULL;
+	conn_reading(c, 0);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
 		conn_linger(c);
@@ -308,12 +442,29 @@ conn_set_priority(struct conn *c, int prio)
 	if (bufferevent_priority_set(c->bev, prio) < 0)
 		tls_set_priority(c->bev, prio);
 	event_priority_set(c->resume, prio);
+	if (c->rd)
+		event_priority_set(c->rd, prio);
 }
 
 void
 conn_set_budget(struct conn *c, int n)
 {
 	c->budget = n;
+}
+
+void
+conn_pause(struct conn *c, int on)
+{
+	if (c->dead || c->paused == on)
+		return;
+	c->paused = on;
+	if (on) {
+		conn_reading(c, 0);
+		event_del(c->resume);
+	} else {
+		conn_reading(c, 1);
+		event_active(c->resume, EV_TIMEOUT, 0); /* frames already in */
+	}
 }
 
 void
@@ -329,6 +480,10 @@ conn_set_timeout(struct conn *c, int secs)
 	struct timeval tv = {secs, 0};
 
 	bufferevent_set_timeouts(c->bev, secs ? &tv : NULL, NULL);
+	/* The direct reader keeps the same watch on a silent peer. */
+	c->rd_timeout = tv;
+	if (c->rd && !c->paused && !c->finishing && !c->dead)
+		event_add(c->rd, secs ? &c->rd_timeout : NULL);
 }
 
 const char *
@@ -343,16 +498,84 @@ conn_fd(const struct conn *c)
 	return (int)bufferevent_getfd(c->bev);
 }
 
+void
+conn_set_direct(struct conn *c)
+{
+	c->direct = 1;
+}
+
+/*
+ * A bufferevent reads a frame in two system calls at least (FIONREAD,
+ * then a read of at most 4 KiB) and a 4 KiB page in three. Reading the
+ * socket ourselves, one readv takes what it holds. For an established
+ * connection without a read timeout (the timeouts are the bufferevent's).
+ */
+void
+conn_read_direct(struct conn *c)
+{
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+
+	if (c->tls || c->rd || c->dead || fd < 0)
+		return;
+	c->rd = event_new(bufferevent_get_base(c->bev), fd,
+			  EV_READ | EV_PERSIST, conn_rd_cb, c);
+	if (c->rd == NULL)
+		fatalx("event_new");
+	event_priority_set(c->rd, c->prio);
+	bufferevent_disable(c->bev, EV_READ);
+	if (!c->paused && !c->finishing)
+		conn_reading(c, 1);
+	/* What the bufferevent already read waits in the input buffer. */
+	if (evbuffer_get_length(bufferevent_get_input(c->bev)))
+		event_active(c->resume, EV_TIMEOUT, 0);
+}
+
+/*
+ * Queuing in the bufferevent costs a demand frame three system calls and a
+ * loop round (arm EPOLLOUT, wait for it, disarm) before the write itself.
+ * With nothing queued ahead, order allows writing at once; what the socket
+ * does not take (or any error: the bufferevent will meet it too) is queued.
+ */
+int
+conn_writev(struct conn *c, const struct iovec *iov, int n)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+	size_t done = 0;
+
+	if (c->direct && !c->tls && !c->dead && fd >= 0 &&
+	    evbuffer_get_length(out) == 0) {
+		ssize_t r = writev(fd, iov, n);
+
+		done = r > 0 ? (size_t)r : 0;
+	}
+	for (int i = 0; i < n; i++) {
+		if (done >= iov[i].iov_len) {
+			done -= iov[i].iov_len;
+			continue;
+		}
+		if (bufferevent_write(c->bev,
+				      (const uint8_t *)iov[i].iov_base + done,
+				      iov[i].iov_len - done) < 0)
+			return -1;
+		done = 0;
+	}
+	return 0;
+}
+
 int
 conn_send(struct conn *c, uint16_t type, const ProtobufCMessage *msg)
 {
 	size_t len;
 	uint8_t *buf = frame_pack(type, msg, 0, &len);
+	struct iovec iov;
 	int rc;
 
 	if (buf == NULL)
 		return -1;
-	rc = bufferevent_write(c->bev, buf, len);
+	iov.iov_base = buf;
+	iov.iov_len = len;
+	rc = conn_writev(c, &iov, 1);
 	free(buf);
 	return rc;
 }
@@ -399,6 +622,26 @@ conn_output_len(struct conn *c)
 	return evbuffer_get_length(bufferevent_get_output(c->bev));
 }
 
+/*
+ * A bufferevent writes only when the loop next reports the socket writable,
+ * one epoll round after the data was queued. The demand lane cannot afford
+ * that round on every fault: write now, and leave whatever the socket does
+ * not take to the write event as usual.
+ */
+void
+conn_flush(struct conn *c)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+
+	if (c->tls || c->dead || fd < 0 || evbuffer_get_length(out) == 0)
+		return;
+	/* The bufferevent freezes the buffer's start; it thaws it likewise. */
+	evbuffer_unfreeze(out, 1);
+	evbuffer_write(out, fd);
+	evbuffer_freeze(out, 1);
+}
+
 int
 conn_take_data(struct conn *c, void *dst, size_t n)
 {
@@ -408,4 +651,24 @@ conn_take_data(struct conn *c, void *dst, size_t n)
 		return -1;
 	c->data_left -= n;
 	return 0;
+}
+
+int
+conn_peek_data(struct conn *c, size_t n, struct evbuffer_iovec *v, int maxv)
+{
+	size_t left = n;
+	int nv;
+
+	if (n > c->data_left)
+		return -1;
+	nv = evbuffer_peek(bufferevent_get_input(c->bev), (ev_ssize_t)n, NULL,
+			   v, maxv);
+	if (nv < 0 || nv > maxv)
+		return -1;
+	for (int i = 0; i < nv; i++) {
+		if (v[i].iov_len > left)
+			v[i].iov_len = left;
+		left -= v[i].iov_len;
+	}
+	return left == 0 ? nv : -1;
 }

@@ -9,6 +9,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <sys/uio.h>
 
 #include "proto/frame.h"
 
@@ -36,6 +37,8 @@ void conn_set_owner(struct conn *, conn_frame_cb, conn_close_cb, void *arg);
 void conn_set_priority(struct conn *, int prio);
 /* At most n frames a callback, the rest after other events (0: no limit). */
 void conn_set_budget(struct conn *, int n);
+/* Stops handing frames to the owner (on: 1) or starts again (on: 0). */
+void conn_pause(struct conn *, int on);
 void conn_set_drain(struct conn *, conn_drain_cb, size_t lowmark);
 /* Read timeout in seconds (0: none): a silent peer is a broken one. */
 void conn_set_timeout(struct conn *, int secs);
@@ -50,7 +53,24 @@ int conn_send_error(struct conn *, uint32_t code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 struct evbuffer *conn_output(struct conn *);
 size_t conn_output_len(struct conn *);
+/* Writes queued output now rather than on the next loop iteration. */
+void conn_flush(struct conn *);
+/*
+ * Latency-sensitive lanes: frames go to the socket in the call that sends
+ * them when nothing is queued before them (see conn_writev()).
+ */
+void conn_set_direct(struct conn *);
+/* Reads the socket itself, not through the bufferevent (see conn.c). */
+void conn_read_direct(struct conn *);
+/* Sends iov[0..n) as one piece of output, directly if the conn allows. */
+int conn_writev(struct conn *, const struct iovec *iov, int n);
 /* Takes n bytes of the current frame's data into dst. */
 int conn_take_data(struct conn *, void *dst, size_t n);
+/*
+ * Points v[] at the first n bytes of the current frame's data where they
+ * lie in the input buffer, valid until the frame callback returns. Returns
+ * the extents used, or -1 (n too large, or more than maxv extents).
+ */
+int conn_peek_data(struct conn *, size_t n, struct evbuffer_iovec *v, int maxv);
 
 #endif

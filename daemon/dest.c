@@ -29,6 +29,8 @@
 #define BULK_BUDGET 2
 #define HANDSHAKE_TIMEOUT 15
 #define INFLIGHT_MAX 4096
+/* Input-buffer extents one frame's data may span and be used in place. */
+#define PEEK_MAX 16
 /* EAGAIN retries of one install before the migration is declared broken. */
 #define RETRY_MAX 10000
 /*
@@ -80,6 +82,7 @@ struct dest {
 	struct conn *demand, *bulk;
 	int uffd, target_fd, pidfd;
 	struct event *uffd_ev, *exit_ev;
+	struct event *bulk_delay; /* UFFDD_BENCH_BULK_DELAY_MS */
 	uint8_t *buf;
 	struct inflight *inflight;
 	size_t ninflight;
@@ -137,6 +140,8 @@ dest_free(struct migration *m)
 		event_free(d->exit_ev);
 	if (d->retry_ev)
 		event_free(d->retry_ev);
+	if (d->bulk_delay)
+		event_free(d->bulk_delay);
 	if (d->uffd >= 0)
 		close(d->uffd);
 	if (d->pidfd >= 0)
@@ -471,6 +476,20 @@ region_by_index(struct dest *d, uint32_t idx)
 	return NULL;
 }
 
+/*
+ * While one thread waits for a demand answer, the bulk lane waits: on a
+ * busy machine the daemons share CPUs, and installing bulk frames kept the
+ * source from running to answer. Only for one: with several requests in
+ * flight (threads faulting back to back) holding the lane starved it, and
+ * every page came on demand at half the speed.
+ */
+static void
+bulk_hold(struct dest *d)
+{
+	if (d->bulk)
+		conn_pause(d->bulk, d->ninflight == 1);
+}
+
 static void
 request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 {
@@ -489,6 +508,7 @@ request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	pr.page = page;
 	pr.npages = 1;
 	conn_send(d->demand, FRAME_PAGE_REQUEST, &pr.base);
+	bulk_hold(d);
 }
 
 /*
@@ -666,7 +686,11 @@ read_faults(struct dest *d)
 				break;
 			}
 		}
+		if ((size_t)r < sizeof(msgs))
+			break; /* a short read took every pending message */
 	}
+	if (d->demand)
+		conn_flush(d->demand);
 }
 
 static void
@@ -691,6 +715,7 @@ settle_requests(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 		}
 		i++;
 	}
+	bulk_hold(d);
 }
 
 /*
@@ -802,13 +827,52 @@ zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
 	/* On EAGAIN the thread faults again once the event is read. */
 }
 
+/*
+ * Where pages from byte off of a frame's data can be installed from: in
+ * place, as many whole pages (at most max) as one extent of the input
+ * buffer holds, or a page split between two extents gathered into d->buf.
+ * Sets *src; returns the number of pages.
+ */
+static uint64_t
+frame_pages(struct dest *d, const struct evbuffer_iovec *v, int nv,
+	    uint64_t off, uint64_t ps, uint64_t max, const uint8_t **src)
+{
+	uint64_t at = 0, got = 0;
+	int i;
+
+	for (i = 0; i < nv && off >= at + v[i].iov_len; i++)
+		at += v[i].iov_len;
+	if (i == nv)
+		fatalx("frame_pages: offset %llu past the frame",
+		       (unsigned long long)off);
+	if (at + v[i].iov_len - off >= ps) {
+		uint64_t k = (at + v[i].iov_len - off) / ps;
+
+		*src = (const uint8_t *)v[i].iov_base + (off - at);
+		return k < max ? k : max;
+	}
+	for (uint64_t from = off - at; i < nv && got < ps; i++, from = 0) {
+		uint64_t l = v[i].iov_len - from;
+
+		if (l > ps - got)
+			l = ps - got;
+		memcpy(d->buf + got, (const uint8_t *)v[i].iov_base + from, l);
+		got += l;
+	}
+	*src = d->buf;
+	return 1;
+}
+
 static void
 page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	  const Uffdd__PageData *pd)
 {
 	struct dst_region *dr = region_by_index(d, pd->region);
+	struct evbuffer_iovec v[PEEK_MAX];
+	const uint8_t *src;
 	uint64_t p, end;
 	int retries = 0;
+	int nv = 0;
 
 	if (dr == NULL || pd->npages == 0 || pd->page >= dr->npages ||
 	    pd->npages > dr->npages - pd->page ||
@@ -822,9 +886,16 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		lanes_down(d, "malformed PAGE_DATA");
 		return;
 	}
-	if (h->data_len && conn_take_data(c, d->buf, h->data_len) < 0) {
-		lanes_down(d, "short PAGE_DATA");
-		return;
+	if (h->data_len &&
+	    (nv = conn_peek_data(c, h->data_len, v, PEEK_MAX)) < 0) {
+		/* Scattered over many extents: one copy, as before. */
+		if (conn_take_data(c, d->buf, h->data_len) < 0) {
+			lanes_down(d, "short PAGE_DATA");
+			return;
+		}
+		v[0].iov_base = d->buf;
+		v[0].iov_len = h->data_len;
+		nv = 1;
 	}
 	d->m->bytes += h->data_len;
 	p = pd->page;
@@ -838,9 +909,15 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 			break;
 		n = pagestate_missing_run(&dr->ps, p, end - p);
 		n = addr_run(dr, p, n);
-		got = install_run(d, dr, p, n,
-				  d->buf + (p - pd->page) * dr->r.page_size,
-				  pd->zero);
+		if (!pd->zero) {
+			/* Install from the input buffer, extent by extent. */
+			n = frame_pages(d, v, nv,
+					(p - pd->page) * dr->r.page_size,
+					dr->r.page_size, n, &src);
+			got = install_run(d, dr, p, n, src, 0);
+		} else {
+			got = install_run(d, dr, p, n, NULL, 1);
+		}
 		if (got < 0)
 			return;
 		if (got == 0 && ++retries > RETRY_MAX) {
@@ -1024,12 +1101,36 @@ retry_cb(evutil_socket_t fd, short ev, void *arg)
 	}
 }
 
+static int open_bulk(struct dest *);
+
+static void
+bulk_delay_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct dest *d = arg;
+
+	if (d->m->state == MIG_RUNNING && open_bulk(d) < 0)
+		lanes_down(d, "bulk lane unreachable");
+}
+
 static int
 open_bulk(struct dest *d)
 {
 	Uffdd__Hello h = UFFDD__HELLO__INIT;
 	char err[256], name[300];
+	const char *delay = getenv("UFFDD_BENCH_BULK_DELAY_MS");
 
+	/*
+	 * Benchmark knob (tests/bench): hold the bulk lane back so that demand
+	 * faults can be timed on an idle path. Never set in production.
+	 */
+	if (delay && d->bulk_delay == NULL) {
+		struct timeval tv = {atoi(delay) / 1000,
+				     atoi(delay) % 1000 * 1000};
+
+		d->bulk_delay = evtimer_new(base, bulk_delay_cb, d);
+		evtimer_add(d->bulk_delay, &tv);
+		return 0;
+	}
 	snprintf(name, sizeof(name), "source %s bulk", d->from);
 	d->bulk = peer_connect(d->from, name, bulk_frame, bulk_close, d, err,
 			       sizeof(err));
@@ -1334,6 +1435,7 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	event_priority_set(d->exit_ev, PRIO_CONTROL);
 	event_add(d->exit_ev, NULL);
 	conn_set_timeout(d->demand, LANE_TIMEOUT);
+	conn_read_direct(d->demand);
 
 	acc.n_regions = rep.n_matched;
 	acc.regions = mp;

@@ -149,6 +149,7 @@ peer_set_nodelay(struct conn *c)
 	int one = 1;
 
 	setsockopt(conn_fd(c), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	conn_set_direct(c);
 }
 
 /* The first frame on an accepted connection says which role it is for. */

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <stdarg.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,7 @@ struct source {
 	struct conn *demand, *bulk;
 	struct event *bulk_ev, *exit_ev, *ping_ev, *rate_ev;
 	int pidfd;
+	int memfd; /* /proc/PID/mem, for demand reads (read_demand()) */
 	int keep_source;
 	struct range *ranges; /* as exported, for a restart */
 	size_t nranges;
@@ -63,6 +65,7 @@ struct source {
 	uint64_t cur_page;
 	uint32_t hint_reg;
 	uint64_t hint_page, hint_left;
+	uint8_t *scratch; /* one demand answer's pages */
 };
 
 static void source_free(struct migration *);
@@ -250,6 +253,7 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 	m->pid = pid;
 	s->m = m;
 	s->pidfd = -1;
+	s->memfd = -1;
 	s->keep_source = keep;
 	s->nranges = nranges;
 	s->ranges = xcalloc(nranges, sizeof(*s->ranges));
@@ -299,6 +303,14 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 		m->pages_total += sr->npages;
 	}
 	free(regs);
+	/* One demand answer at most: a frame's worth of page bytes. */
+	s->scratch = xmalloc(FRAME_DATA_MAX);
+	{
+		char path[64];
+
+		snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+		s->memfd = open(path, O_RDONLY | O_CLOEXEC);
+	}
 	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (s->pidfd >= 0) {
 		s->exit_ev = event_new(base, s->pidfd, EV_READ | EV_PERSIST,
@@ -424,13 +436,55 @@ source_free(struct migration *m)
 	if (s->pidfd >= 0)
 		close(s->pidfd);
 	free(s->ranges);
+	if (s->memfd >= 0)
+		close(s->memfd);
 	for (size_t i = 0; i < s->nregs; i++) {
 		free(s->regs[i].data);
 		free(s->regs[i].sent);
 	}
 	free(s->regs);
+	free(s->scratch);
 	free(s);
 	m->impl = NULL;
+}
+
+/* Reads len bytes of the frozen process from page on into dst. */
+static int
+read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
+	   uint64_t len)
+{
+	struct iovec l = {dst, len};
+	struct iovec r = {(void *)(sr->r.start + page * sr->r.page_size), len};
+	ssize_t got = process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
+
+	if (got == (ssize_t)len)
+		return 0;
+	if (got < 0 && errno == ESRCH)
+		source_fail(s, "source process %d exited", (int)s->m->pid);
+	else
+		source_fail(s, "reading %llu bytes of process %d at 0x%llx: %s",
+			    (unsigned long long)len, (int)s->m->pid,
+			    (unsigned long long)r.iov_base,
+			    got < 0 ? strerror(errno) : "short read");
+	return -1;
+}
+
+/*
+ * Demand answers read through /proc/PID/mem when it could be opened: for
+ * one 4 KiB page a pread costs about 1 us here against 1.6-2.3 us for
+ * process_vm_readv (which pins the pages); the bulk lane's large reads stay
+ * with process_vm_readv, as /proc/PID/mem copies through a bounce page.
+ */
+static int
+read_demand(struct source *s, struct src_region *sr, uint64_t page,
+	    uint8_t *dst, uint64_t len)
+{
+	uint64_t addr = sr->r.start + page * sr->r.page_size;
+
+	if (s->memfd >= 0 &&
+	    pread(s->memfd, dst, len, (off_t)addr) == (ssize_t)len)
+		return 0;
+	return read_pages(s, sr, page, dst, len);
 }
 
 /*
@@ -458,6 +512,24 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	if ((hdr = frame_pack(FRAME_PAGE_DATA, &pd.base, (uint32_t)len,
 			      &hlen)) == NULL)
 		return -1;
+	if (demand) {
+		/*
+		 * Demand answers bypass the output buffer when it is empty
+		 * (conn_writev()): read into scratch memory, write at once.
+		 */
+		struct iovec out[2] = {{hdr, hlen}, {s->scratch, len}};
+
+		if (len && read_demand(s, sr, page, s->scratch, len) < 0) {
+			free(hdr);
+			return -1;
+		}
+		if (conn_writev(c, out, len ? 2 : 1) < 0) {
+			free(hdr);
+			return -1;
+		}
+		free(hdr);
+		goto sent;
+	}
 	if (evbuffer_reserve_space(conn_output(c), (ev_ssize_t)(hlen + len), &v,
 				   1) < 1) {
 		free(hdr);
@@ -465,30 +537,12 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	}
 	memcpy(v.iov_base, hdr, hlen);
 	free(hdr);
-	if (len) {
-		struct iovec l = {(uint8_t *)v.iov_base + hlen, len};
-		struct iovec r = {
-			(void *)(sr->r.start + page * sr->r.page_size), len};
-		ssize_t got = process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
-
-		if (got != (ssize_t)len) {
-			if (got < 0 && errno == ESRCH)
-				source_fail(s, "source process %d exited",
-					    (int)s->m->pid);
-			else
-				source_fail(s,
-					    "reading %llu bytes of process %d "
-					    "at 0x%llx: %s",
-					    (unsigned long long)len,
-					    (int)s->m->pid,
-					    (unsigned long long)r.iov_base,
-					    got < 0 ? strerror(errno)
-						    : "short read");
-			return -1;
-		}
-	}
+	if (len &&
+	    read_pages(s, sr, page, (uint8_t *)v.iov_base + hlen, len) < 0)
+		return -1;
 	v.iov_len = hlen + len;
 	evbuffer_commit_space(conn_output(c), &v, 1);
+sent:
 	for (uint64_t i = 0; i < n; i++) {
 		if (!bit_test(sr->sent, page + i)) {
 			bit_set(sr->sent, page + i);
@@ -548,6 +602,7 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 			return;
 		page += n;
 	}
+	conn_flush(s->demand);
 	s->m->demand_faults++;
 	s->m->demand_pages += pr->npages;
 	/* Spatial locality: the bulk lane goes on from just past the fault. */
@@ -934,6 +989,7 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 	conn_set_owner(c, demand_frame, lane_close, s);
 	conn_set_priority(c, PRIO_FAULT);
 	peer_set_nodelay(c);
+	conn_read_direct(c);
 	me.version = UFFDD_PROTO_VERSION;
 	me.lane = UFFDD__LANE__LANE_DEMAND;
 	conn_send(c, FRAME_HELLO, &me.base);

@@ -67,6 +67,7 @@ void peer_close_listeners(void);
  */
 struct conn *peer_connect(const char *hostport, const char *name, conn_frame_cb,
 			  conn_close_cb, void *arg, char *err, size_t errlen);
+/* The demand lane: TCP_NODELAY, and frames written in the call (conn.h). */
 void peer_set_nodelay(struct conn *);
 
 /* control.c */

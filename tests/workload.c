@@ -9,6 +9,12 @@
  *   before they arrive) and checks every byte; prints the result and waits
  *   for SIGTERM so that its memory can be hashed from outside.
  *
+ * dest --touch N (for tests/bench): instead of checking, one thread reads one
+ * word of N random pages, one page at a time, timing each read that faults
+ * (mincore says the page is not resident yet; pages the bulk lane already
+ * installed are skipped), and prints "touched N faults F p50_us X p99_us Y".
+ * --touch 0 touches nothing: the bulk lane alone moves the memory.
+ *
  * Every 8-byte word is checkable on its own: its top 16 bits are a version,
  * its low 48 bits a hash of (seed, page, word, version). Mutations rewrite one
  * aligned word at a time, so a process frozen at any instant holds only
@@ -27,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -60,6 +67,8 @@ static unsigned pace_us;
 static atomic_ulong lost;
 static __thread sigjmp_buf bus_jmp;
 static __thread volatile int bus_armed;
+static uint64_t touch_n;
+static int touch_mode;
 static uint8_t *mem;
 static atomic_ulong mismatches, checked;
 
@@ -371,6 +380,53 @@ checker(void *arg)
 	return NULL;
 }
 
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* One demand fault at a time, each timed: the latency benchmark's toucher. */
+static void
+touch_pages(void)
+{
+	uint64_t npages = size / PS, nlat = 0, r = mix(seed + 7);
+	uint64_t *lat = calloc(touch_n ? touch_n : 1, sizeof(*lat));
+
+	for (uint64_t i = 0; i < touch_n; i++) {
+		volatile uint64_t *p;
+		unsigned char vec = 0;
+		uint64_t page, t0;
+
+		r = mix(r);
+		page = r % npages;
+		p = (volatile uint64_t *)(mem + page * PS);
+		if (mincore((void *)p, PS, &vec) == 0 && (vec & 1))
+			continue; /* already installed: no fault to time */
+		t0 = now_ns();
+		(void)*p;
+		lat[nlat++] = now_ns() - t0;
+	}
+	qsort(lat, nlat, sizeof(*lat), cmp_u64);
+	printf("touched %" PRIu64 " faults %" PRIu64
+	       " p50_us %.1f p99_us %.1f\n",
+	       touch_n, nlat, nlat ? (double)lat[nlat / 2] / 1e3 : 0.0,
+	       nlat ? (double)lat[nlat * 99 / 100] / 1e3 : 0.0);
+	fflush(stdout);
+	free(lat);
+}
+
 static int
 run_dest(void)
 {
@@ -423,6 +479,13 @@ run_dest(void)
 			return 1;
 		}
 	}
+	if (touch_mode) {
+		touch_pages();
+		do
+			sigwait(&set, &sig);
+		while (sig != SIGTERM);
+		return 0;
+	}
 	ts = calloc(threads, sizeof(*ts));
 	for (unsigned i = 0; i < threads; i++)
 		pthread_create(&ts[i], NULL, checker, (void *)(uintptr_t)i);
@@ -454,7 +517,8 @@ usage(void)
 		"[--pace-us N]\n"
 		"         [--kind anon|thp|hugetlb|shared|memfd|tmpfs] "
 		"[--zero-every K]\n"
-		"         [--event remove|unmap|remap]\n");
+		"         [--event remove|unmap|remap]\n"
+		"         [--touch N]\n");
 	exit(2);
 }
 
@@ -475,6 +539,7 @@ main(int argc, char **argv)
 		{"kind", required_argument, NULL, 'K'},
 		{"zero-every", required_argument, NULL, 'Z'},
 		{"event", required_argument, NULL, 'E'},
+		{"touch", required_argument, NULL, 'T'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -531,6 +596,10 @@ main(int argc, char **argv)
 			if (strcmp(event, "remove") && strcmp(event, "unmap") &&
 			    strcmp(event, "remap"))
 				usage();
+			break;
+		case 'T':
+			touch_n = strtoull(optarg, NULL, 0);
+			touch_mode = 1;
 			break;
 		default:
 			usage();

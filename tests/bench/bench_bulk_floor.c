@@ -1,0 +1,194 @@
+/*
+ * The bulk-transfer floor: SIZE bytes (default 1 GiB) over one raw loopback
+ * TCP connection into a buffer, each 64 KiB received installed with one
+ * UFFDIO_COPY into a MISSING-registered private anonymous region. No
+ * framing, no page state, no event loop: what the bulk lane would cost if it
+ * were nothing but the pipe and the install.
+ *
+ * The sender is a child process writing from its own populated buffer (as
+ * the source daemon reads a frozen process), the receiver is the parent.
+ * The clock runs from the first byte sent to the last page installed.
+ *
+ * Prints: "bulk_floor bytes=N secs=S gib_s=R cpu_s_per_gib=C bad=0
+ * send_cpu=X recv_cpu=Y": C is user+sys CPU seconds of sender and receiver
+ * together per GiB, X and Y the same for each side.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/userfaultfd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#define RUN (64UL << 10)
+
+static void
+die(const char *what)
+{
+	fprintf(stderr, "bench_bulk_floor: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double
+cpu_s(int who)
+{
+	struct rusage ru;
+
+	getrusage(who, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/*
+ * The source: populate, wait for the go byte, stream everything, and report
+ * the CPU time of the stream alone (not of populating) on `report`.
+ */
+static void
+sender(int fd, uint64_t size, int report)
+{
+	double c0;
+	uint8_t *src = mmap(NULL, size, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	uint64_t off = 0;
+	char go;
+
+	if (src == MAP_FAILED)
+		die("mmap source");
+	for (uint64_t i = 0; i < size; i += 4096)
+		memcpy(src + i, &i, sizeof(i));
+	if (write(fd, "r", 1) != 1 || read(fd, &go, 1) != 1)
+		die("handshake");
+	c0 = cpu_s(RUSAGE_SELF);
+	while (off < size) {
+		ssize_t w = write(fd, src + off, size - off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			die("send");
+		off += (uint64_t)w;
+	}
+	close(fd);
+	c0 = cpu_s(RUSAGE_SELF) - c0;
+	if (write(report, &c0, sizeof(c0)) != sizeof(c0))
+		die("report");
+}
+
+int
+main(int argc, char **argv)
+{
+	struct uffdio_api api = {.api = UFFD_API};
+	struct uffdio_register reg;
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	uint64_t size = 1ULL << 30, off = 0, bad = 0;
+	uint8_t *dst, *buf;
+	double t0, t1, c0, c1;
+	int l, fd, uffd, st, rep[2];
+	double sender_cpu = 0;
+	pid_t pid;
+	char rdy;
+
+	if (argc > 1)
+		size = strtoull(argv[1], NULL, 0) & ~(RUN - 1);
+	if (size == 0)
+		size = RUN;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	l = socket(AF_INET, SOCK_STREAM, 0);
+	if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    listen(l, 1) < 0 || getsockname(l, (struct sockaddr *)&sa, &sl))
+		die("listen");
+	if (pipe(rep) < 0)
+		die("pipe");
+	if ((pid = fork()) == 0) {
+		close(l);
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			die("connect");
+		sender(fd, size, rep[1]);
+		_exit(0);
+	}
+	if ((fd = accept(l, NULL, NULL)) < 0)
+		die("accept");
+	close(l);
+
+	dst = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (dst == MAP_FAILED || posix_memalign((void **)&buf, 4096, RUN) != 0)
+		die("mmap");
+	uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (uffd < 0)
+		die("userfaultfd (root, or vm.unprivileged_userfaultfd=1)");
+	reg = (struct uffdio_register){
+		.range = {(uint64_t)(uintptr_t)dst, size},
+		.mode = UFFDIO_REGISTER_MODE_MISSING};
+	if (ioctl(uffd, UFFDIO_API, &api) < 0 ||
+	    ioctl(uffd, UFFDIO_REGISTER, &reg) < 0)
+		die("userfaultfd setup");
+	if (read(fd, &rdy, 1) != 1)
+		die("sender not ready");
+
+	c0 = cpu_s(RUSAGE_SELF);
+	t0 = now_s();
+	if (write(fd, "g", 1) != 1)
+		die("go");
+	while (off < size) {
+		struct uffdio_copy c;
+		size_t got = 0;
+
+		while (got < RUN) {
+			ssize_t r = read(fd, buf + got, RUN - got);
+
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				die("recv");
+			got += (size_t)r;
+		}
+		c = (struct uffdio_copy){.dst = (uint64_t)(uintptr_t)dst + off,
+					 .src = (uint64_t)(uintptr_t)buf,
+					 .len = RUN};
+		if (ioctl(uffd, UFFDIO_COPY, &c) < 0)
+			die("UFFDIO_COPY");
+		off += RUN;
+	}
+	t1 = now_s();
+	c1 = cpu_s(RUSAGE_SELF);
+	if (waitpid(pid, &st, 0) < 0)
+		die("waitpid");
+	if (read(rep[0], &sender_cpu, sizeof(sender_cpu)) != sizeof(sender_cpu))
+		die("sender's CPU report");
+	c1 += sender_cpu;
+	for (uint64_t i = 0; i < size; i += 4096)
+		if (memcmp(dst + i, &i, sizeof(i)) != 0)
+			bad++;
+	printf("bulk_floor bytes=%" PRIu64 " secs=%.3f gib_s=%.2f "
+	       "cpu_s_per_gib=%.3f bad=%" PRIu64 " send_cpu=%.3f "
+	       "recv_cpu=%.3f\n",
+	       size, t1 - t0, (double)size / (1 << 30) / (t1 - t0),
+	       (c1 - c0) / ((double)size / (1 << 30)), bad,
+	       sender_cpu / ((double)size / (1 << 30)),
+	       (c1 - c0 - sender_cpu) / ((double)size / (1 << 30)));
+	return bad ? 1 : 0;
+}
