@@ -20,6 +20,13 @@
  * our memory; it must exceed the largest frame.
  */
 #define CONN_READ_HIGH (FRAME_HDR_LEN + FRAME_MSG_MAX + FRAME_DATA_MAX + 4096)
+/*
+ * A peer that sends requests but does not read the answers would grow our
+ * output without bound: past this much unsent output no further frame is
+ * handled until it is all sent. This bounds the requests in flight on every
+ * connection (and, with CONN_READ_HIGH, what a peer can make us buffer).
+ */
+#define CONN_OUT_MAX (32u << 20)
 /* How long a finished connection waits for the peer to close its side. */
 #define CONN_LINGER_SECS 10
 /* One read beyond the bufferevent's own (see conn_fill()). */
@@ -45,9 +52,13 @@ struct conn {
 	int dead;
 	int finishing;
 	int lingering;
+	int prio;
+	int blocked; /* handling paused until the output drains */
+	/* The bufferevent broke: why, reported after the input is handled. */
+	int failing;
+	char fail_why[128];
 	int direct;
 	int paused;
-	int prio;
 	/*
 	 * The socket carries TLS records: nothing may read or write it but
 	 * the bufferevent, so the plaintext shortcuts below stay off.
@@ -127,10 +138,12 @@ static void
 conn_process(struct conn *c)
 {
 	struct evbuffer *in = bufferevent_get_input(c->bev);
-	int n = 0;
+	int n = 0, more = 0;
 
 	if (c->finishing) {
 		evbuffer_drain(in, evbuffer_get_length(in));
+		if (c->failing)
+			conn_free(c);
 		return;
 	}
 	c->in_cb++;
@@ -143,6 +156,14 @@ conn_process(struct conn *c)
 
 		if (c->budget && n >= c->budget) {
 			event_active(c->resume, EV_TIMEOUT, 0);
+			more = 1;
+			break;
+		}
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
+		    CONN_OUT_MAX) {
+			/* conn_write_cb resumes once all of it is sent. */
+			c->blocked = 1;
+			more = 1;
 			break;
 		}
 		if (len < FRAME_HDR_LEN)
@@ -175,6 +196,9 @@ conn_process(struct conn *c)
 		}
 		n++;
 	}
+	/* Every whole frame that came before the break is handled: now say. */
+	if (c->failing && !more && !c->dead)
+		conn_fail(c, c->fail_why);
 	c->in_cb--;
 	if (c->dead && c->in_cb == 0)
 		conn_destroy(c);
@@ -267,12 +291,14 @@ conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
 	if (conn_fill(c) < 0) {
 		snprintf(why, sizeof(why), "%s",
 			 errno ? strerror(errno) : "connection closed by peer");
-		c->in_cb++;
-		conn_fail(c, why);
-		c->in_cb--;
-		if (c->dead && c->in_cb == 0)
-			conn_destroy(c);
-		return;
+		/*
+		 * As for the bufferevent (conn_event_cb): the frames read
+		 * before the close are handled first, then the owner hears.
+		 */
+		if (!c->failing) {
+			c->failing = 1;
+			snprintf(c->fail_why, sizeof(c->fail_why), "%s", why);
+		}
 	}
 	conn_process(c);
 }
@@ -294,6 +320,11 @@ conn_write_cb(struct bufferevent *bev, void *arg)
 			conn_linger(c);
 		return;
 	}
+	if (c->blocked &&
+	    evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+		c->blocked = 0;
+		event_active(c->resume, EV_TIMEOUT, 0);
+	}
 	if (c->on_drain) {
 		c->in_cb++;
 		c->on_drain(c, c->arg);
@@ -309,8 +340,14 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	struct conn *c = arg;
 	char why[128];
 
-	if (what & BEV_EVENT_CONNECTED)
+	/*
+	 * A TLS bufferevent replaces its events when the handshake is done,
+	 * and with them their priorities.
+	 */
+	if (what & BEV_EVENT_CONNECTED) {
+		tls_set_priority(bev, c->prio);
 		return;
+	}
 	/* A refused certificate says so, not just "connection reset". */
 	if (tls_error(bev, why, sizeof(why)) < 0) {
 		if (what & BEV_EVENT_EOF)
@@ -322,11 +359,17 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 				 evutil_socket_error_to_string(
 					 EVUTIL_SOCKET_ERROR()));
 	}
-	c->in_cb++;
-	conn_fail(c, why);
-	c->in_cb--;
-	if (c->dead && c->in_cb == 0)
-		conn_destroy(c);
+	/*
+	 * libevent's OpenSSL bufferevent reports a close or an error before it
+	 * hands over the bytes it read in the same pass, so the peer's last
+	 * frames (COMPLETE before it closes) would be lost. Handle the input
+	 * first, at this connection's priority, then report.
+	 */
+	if (c->failing || c->dead)
+		return;
+	c->failing = 1;
+	snprintf(c->fail_why, sizeof(c->fail_why), "%s", why);
+	event_active(c->resume, EV_TIMEOUT, 0);
 }
 
 struct conn *
@@ -340,6 +383,7 @@ conn_new(struct event_base *base, struct bufferevent *bev, const char *name,
 	c->on_close = ccb;
 	c->arg = arg;
 	snprintf(c->name, sizeof(c->name), "%s", name);
+	c->prio = event_base_get_npriorities(base) / 2; /* libevent's default */
 	c->resume = event_new(base, -1, 0, conn_resume_cb, c);
 	if (c->resume == NULL)
 		fatalx("event_new");
@@ -367,6 +411,11 @@ conn_free(struct conn *c)
 void
 conn_finish(struct conn *c)
 {
+	/* A broken connection sends nothing more: nothing to wait for. */
+	if (c->failing) {
+		conn_free(c);
+		return;
+	}
 	c->finishing = 1;
 	c->on_frame = NULL;
 	c->on_close = NULL;
@@ -388,11 +437,13 @@ conn_set_owner(struct conn *c, conn_frame_cb fcb, conn_close_cb ccb, void *arg)
 void
 conn_set_priority(struct conn *c, int prio)
 {
-	bufferevent_priority_set(c->bev, prio);
+	c->prio = prio;
+	/* libevent 2.1 sets priorities on socket bufferevents only. */
+	if (bufferevent_priority_set(c->bev, prio) < 0)
+		tls_set_priority(c->bev, prio);
 	event_priority_set(c->resume, prio);
 	if (c->rd)
 		event_priority_set(c->rd, prio);
-	c->prio = prio;
 }
 
 void

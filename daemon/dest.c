@@ -1647,6 +1647,13 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	size_t nv;
 	char err[512];
 
+	/* Untrusted input: checked before anything is sized from it. */
+	if (region_table_check(t->regions, t->n_regions, err, sizeof(err)) <
+	    0) {
+		attach_fail(d, ERR_PROTOCOL, "source %s: bad region table: %s",
+			    d->from, err);
+		return;
+	}
 	if (region_read_maps(d->m->pid, &v, &nv) < 0) {
 		attach_fail(d, ERR_NO_PROCESS, "process %d: %s", (int)d->m->pid,
 			    strerror(errno));

@@ -21,7 +21,10 @@
 #include "daemon/tls.h"
 #include "daemon/uffdd.h"
 
-static struct evconnlistener *listener;
+/* One listener per address in --listen (a comma-separated list). */
+#define PEER_LISTEN_MAX 8
+static struct evconnlistener *listeners[PEER_LISTEN_MAX];
+static int nlisteners;
 
 /*
  * Limits on connections that have not yet said which migration they are for
@@ -229,30 +232,51 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	npending++;
 }
 
-int
-peer_listen(const char *hostport)
+/* Listens on one HOST:PORT. */
+static int
+listen_one(const char *hostport)
 {
+	struct evconnlistener *l;
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	char err[256], host[256];
 
+	if (nlisteners == PEER_LISTEN_MAX) {
+		log_warnx("--listen: at most %d addresses", PEER_LISTEN_MAX);
+		return -1;
+	}
 	if (resolve(hostport, &ss, &sl, host, err, sizeof(err)) < 0) {
 		log_warnx("--listen %s", err);
 		return -1;
 	}
-	listener = evconnlistener_new_bind(base, accept_cb, NULL,
-					   LEV_OPT_CLOSE_ON_FREE |
-						   LEV_OPT_REUSEABLE |
-						   LEV_OPT_CLOSE_ON_EXEC,
-					   64, (struct sockaddr *)&ss, (int)sl);
-	if (listener == NULL) {
+	l = evconnlistener_new_bind(base, accept_cb, NULL,
+				    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+					    LEV_OPT_CLOSE_ON_EXEC,
+				    64, (struct sockaddr *)&ss, (int)sl);
+	if (l == NULL) {
 		log_warn("listen on %s", hostport);
 		return -1;
 	}
+	listeners[nlisteners++] = l;
 	log_info("listening for peers on %s (%s)", hostport,
 		 tls_enabled() ? "TLS 1.3, mutual authentication"
 			       : "plaintext, loopback only");
 	return 0;
+}
+
+int
+peer_listen(const char *list)
+{
+	char *copy = xstrdup(list), *save = NULL, *hp;
+	int rc = 0;
+
+	for (hp = strtok_r(copy, ",", &save); hp != NULL && rc == 0;
+	     hp = strtok_r(NULL, ",", &save))
+		rc = listen_one(hp);
+	free(copy);
+	if (rc < 0)
+		peer_close_listeners();
+	return rc;
 }
 
 void
@@ -264,9 +288,8 @@ peer_close_listeners(void)
 		conn_free(p->conn);
 		pending_done(p);
 	}
-	if (listener)
-		evconnlistener_free(listener);
-	listener = NULL;
+	while (nlisteners > 0)
+		evconnlistener_free(listeners[--nlisteners]);
 }
 
 struct conn *

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/log.h"
 #include "daemon/region.h"
 
 const char *
@@ -250,4 +251,74 @@ region_covered(const struct vma *v, size_t n, uint64_t start, uint64_t end,
 		at = v[i].end;
 	}
 	return at >= end;
+}
+
+/* qsort helpers over an array of pointers to regions. */
+static int
+by_start(const void *a, const void *b)
+{
+	const Uffdd__Region *x = *(Uffdd__Region *const *)a;
+	const Uffdd__Region *y = *(Uffdd__Region *const *)b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int
+by_index(const void *a, const void *b)
+{
+	const Uffdd__Region *x = *(Uffdd__Region *const *)a;
+	const Uffdd__Region *y = *(Uffdd__Region *const *)b;
+
+	return x->index < y->index ? -1 : x->index > y->index;
+}
+
+int
+region_table_check(Uffdd__Region *const *r, size_t n, char *err, size_t errlen)
+{
+	Uffdd__Region **s;
+	int rc = -1;
+
+	if (n > REGION_TABLE_MAX) {
+		snprintf(err, errlen, "%zu regions, at most %d", n,
+			 REGION_TABLE_MAX);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint32_t ps = r[i]->page_size;
+
+		if (r[i]->length == 0 ||
+		    r[i]->start + r[i]->length < r[i]->start) {
+			snprintf(err, errlen, "region %u: bad length",
+				 r[i]->index);
+			return -1;
+		}
+		/* 4 KiB to 1 GiB, a power of two: what the kernel has. */
+		if (ps < 4096 || ps > (1u << 30) || (ps & (ps - 1)) != 0) {
+			snprintf(err, errlen, "region %u: page size %u",
+				 r[i]->index, ps);
+			return -1;
+		}
+	}
+	if (n < 2)
+		return 0;
+	s = xcalloc(n, sizeof(*s));
+	memcpy(s, r, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), by_index);
+	for (size_t i = 1; i < n; i++)
+		if (s[i]->index == s[i - 1]->index) {
+			snprintf(err, errlen, "region index %u twice",
+				 s[i]->index);
+			goto out;
+		}
+	qsort(s, n, sizeof(*s), by_start);
+	for (size_t i = 1; i < n; i++)
+		if (s[i]->start < s[i - 1]->start + s[i - 1]->length) {
+			snprintf(err, errlen, "regions %u and %u overlap",
+				 s[i - 1]->index, s[i]->index);
+			goto out;
+		}
+	rc = 0;
+out:
+	free(s);
+	return rc;
 }

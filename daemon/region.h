@@ -9,7 +9,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "proto/frame.h"
 #include "proto/range.h"
+
+/* At most this many regions in a table from a source. */
+#define REGION_TABLE_MAX 4096
 
 /* Values shared with the wire (RegionKind in proto/uffdd.proto). */
 enum region_kind {
@@ -68,5 +72,13 @@ int region_covered(const struct vma *v, size_t n, uint64_t start, uint64_t end,
 /* Whether [start, end) lies inside one of the ranges (or nranges is 0). */
 int region_in_ranges(const struct range *r, size_t n, uint64_t start,
 		     uint64_t end);
+
+/*
+ * Checks a region table from a source before anything is sized or
+ * registered from it: count, lengths without overflow, page sizes, unique
+ * indices, no overlaps. Returns 0, or -1 with err filled.
+ */
+int region_table_check(Uffdd__Region *const *r, size_t n, char *err,
+		       size_t errlen);
 
 #endif

@@ -16,17 +16,17 @@
 #include <openssl/x509v3.h>
 
 #include <event2/bufferevent_ssl.h>
+#include <event2/bufferevent_struct.h>
 
 #include "daemon/log.h"
 #include "daemon/tls.h"
 
 /*
- * Deferred callbacks: libevent's OpenSSL bufferevent reports a read error or
- * close_notify before it hands over the bytes read in the same pass, so the
- * last frame from a peer (COMPLETE, just before it closes) would be lost.
- * Deferred, the read callback runs before the event callback.
+ * Not BEV_OPT_DEFER_CALLBACKS: deferred callbacks would all run at one
+ * priority, and fault answers must come before bulk pages. conn.c copes
+ * with errors reported before the data read with them.
  */
-#define BEV_OPTS (BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS)
+#define BEV_OPTS BEV_OPT_CLOSE_ON_FREE
 
 static SSL_CTX *ctx;
 static unsigned char pin[32];
@@ -232,6 +232,23 @@ tls_connect(struct event_base *b, const char *host, char *err, size_t errlen)
 		return NULL;
 	}
 	return bev;
+}
+
+int
+tls_set_priority(struct bufferevent *bev, int prio)
+{
+	/*
+	 * bufferevent_priority_set() refuses OpenSSL bufferevents in libevent
+	 * 2.1, but they read and write through the same two events as socket
+	 * ones; set those directly (bufferevent_struct.h is public API).
+	 */
+	if (bufferevent_openssl_get_ssl(bev) == NULL ||
+	    event_get_base(&bev->ev_read) == NULL)
+		return -1;
+	if (event_priority_set(&bev->ev_read, prio) < 0 ||
+	    event_priority_set(&bev->ev_write, prio) < 0)
+		return -1;
+	return 0;
 }
 
 void

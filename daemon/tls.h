@@ -28,6 +28,11 @@ struct bufferevent *tls_accept(struct event_base *, evutil_socket_t fd);
  */
 struct bufferevent *tls_connect(struct event_base *, const char *host,
 				char *err, size_t errlen);
+/*
+ * Sets the priority of a TLS bufferevent's events; again after the
+ * handshake, which replaces them. -1 if bev is not TLS.
+ */
+int tls_set_priority(struct bufferevent *, int prio);
 /* Sends close_notify if bev is a TLS bufferevent; the caller goes on reading. */
 void tls_shutdown(struct bufferevent *);
 /*

@@ -58,7 +58,8 @@ extern struct uffdd_conf conf;
 extern struct event_base *base;
 
 /* peer.c */
-int peer_listen(const char *hostport);
+/* Listens on each HOST:PORT of a comma-separated list. */
+int peer_listen(const char *list);
 void peer_close_listeners(void);
 /*
  * Starts a connection to hostport; frames and errors (including a refused

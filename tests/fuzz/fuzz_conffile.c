@@ -42,10 +42,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	as_file(data, size, path, sizeof(path), &fd);
 	if (conffile_load(path, 1, &a, err, sizeof(err)) == 0) {
-		/* What it printed must load again and print the same. */
+		struct uffdd_conf eff;
+
+		/*
+		 * The effective configuration, as the daemon builds it (the
+		 * file over the defaults), must print in a form that loads.
+		 */
+		conffile_defaults(&eff);
+		conffile_merge(&eff, &a);
 		m = open_memstream(&out1, &l1);
-		conffile_print(m, &a);
+		conffile_print(m, &eff);
 		fclose(m);
+		conffile_clear(&eff);
 		as_file(out1, l1, path, sizeof(path), &fd2);
 		b.control_gid = (gid_t)-1;
 		conffile_defaults(&b);

@@ -4,7 +4,8 @@
  * decodes must pack again to the size protobuf-c computes. (Not decode
  * again: protobuf-c keeps unknown fields as they came, and repacks some
  * oddly encoded ones, e.g. overlong tags, into bytes it then refuses. The
- * daemon never repacks what it received.)
+ * daemon never repacks what it received.) Region tables also go through
+ * the destination's check of them.
  */
 #include "config.h"
 
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/region.h"
 #include "proto/frame.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -36,6 +38,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if ((msg = frame_unpack(h.type, data, h.msg_len)) == NULL)
 		return 0;
 	(void)frame_type_name(h.type);
+	/* A source's region table goes through this check first. */
+	if (h.type == FRAME_REGIONS) {
+		const Uffdd__RegionTable *t = (const Uffdd__RegionTable *)msg;
+		char err[256];
+
+		(void)region_table_check(t->regions, t->n_regions, err,
+					 sizeof(err));
+	}
 	buf = frame_pack(h.type, msg, h.data_len, &len);
 	if (buf == NULL)
 		abort(); /* a message we decoded must pack */

@@ -45,6 +45,8 @@ frame(const char *name, uint16_t type, const ProtobufCMessage *m,
 	memset(full + len, 0xa5, data_len);
 	put("frame", name, full, len + data_len);
 	put("conn", name, full, len + data_len);
+	if (type >= FRAME_CTL_EXPORT)
+		put("control", name, full, len + data_len);
 	if (*slen + len + data_len < 65536) {
 		memcpy(stream + *slen, full, len + data_len);
 		*slen += len + data_len;

@@ -21,7 +21,7 @@ SECS=${2:-60}
 ART=$B/fuzz-artifacts
 mkdir -p "$ART"
 failed=0 n=0
-for name in frame conn conffile; do
+for name in frame conn conffile control; do
 	bin=$B/tests/fuzz/fuzz_$name
 	if [ ! -x "$bin" ]; then
 		echo "FAIL fuzz_$name: not built (make -C $B fuzz)"

@@ -4,7 +4,14 @@
 # destination is served all the same.
 . "$SRC/tests/lib.sh"
 need_root
-start_daemon src
+# Two listening addresses (--listen takes a comma-separated list); the
+# limits are checked on the first, the migration uses the second.
+p1=$(free_port)
+p2=$(free_port)
+[ "$p1" != "$p2" ] || p2=$(free_port)
+start_daemon src --listen "127.0.0.1:$p1,127.0.0.1:$p2"
+src_PORT=$p1
+grep -q "listening for peers on 127.0.0.1:$p2" "$T/src.log" || fail "second --listen address not used"
 start_daemon dst
 
 # wait_log NAME PATTERN: until NAME's log matches (at most 30 s).
@@ -31,6 +38,13 @@ exec {extra}>&-
 for fd in "${fds[@]}"; do
 	exec {fd}>&-
 done
+# Until the daemon has seen all eight go, a new one would still be refused.
+for _ in $(seq 600); do
+	[ "$(grep -c 'refused: \(TLS\|connection closed\)' "$T/src.log")" -ge 8 ] && break
+	sleep 0.05
+done
+[ "$(grep -c 'refused: \(TLS\|connection closed\)' "$T/src.log")" -ge 8 ] ||
+	fail "the eight closed connections were not noticed: $(tail -n 5 "$T/src.log")"
 
 # A connection that never says HELLO is dropped after its deadline.
 exec {slow}<>"/dev/tcp/127.0.0.1/$src_PORT"
@@ -54,7 +68,7 @@ start_workload WS source --size 16M --threads 1
 start_workload WD dest --size 16M --threads 1
 RANGE=500000000000-500001000000
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$p2" \
 	--id "$ID" --range "$RANGE" --wait >"$T/attach.out" 2>&1 ||
 	fail "attach after the limits: $(cat "$T/attach.out")"
 info "a real destination is still served"

@@ -62,6 +62,17 @@ start_daemon sother $(cert_args stranger)
 attach_fails "server from other CA" "certificate refused: unable to get local issuer" \
 	"$dst_SOCK" "$sother_PORT" "$NOID"
 
+# A refused attach leaves no connection behind (it used to wait forever to
+# send its HELLO on the broken connection).
+nfd() { ls "/proc/$dst_PID/fd" | wc -l; }
+fds_before=$(nfd)
+for _ in 1 2 3 4 5; do
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$sother_PORT" \
+		--id "$NOID" >/dev/null 2>&1 && fail "attach to a source from another CA succeeded"
+done
+"$CLIENT" --control "$dst_SOCK" status >/dev/null
+[ "$(nfd)" -le "$fds_before" ] || fail "refused attaches left $(($(nfd) - fds_before)) descriptors open"
+
 # Expired certificates, on either side.
 # shellcheck disable=SC2046
 start_daemon sexp $(cert_args expired)

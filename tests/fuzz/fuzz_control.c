@@ -1,0 +1,106 @@
+/*
+ * libFuzzer target: the control protocol, end to end through the daemon's
+ * own control socket (daemon/control.c, authz.c, conn.c): each input is
+ * what a local client writes after connecting. Export and attach reach
+ * stubs here (the roles need real processes); status, errors, framing and
+ * the authorization check run for real.
+ */
+#include "config.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/probe.h"
+#include "daemon/uffdd.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+struct uffdd_conf conf;
+struct event_base *base;
+
+/* The roles, answered as a role would answer a process it cannot use. */
+void
+source_export(uint64_t serial, const Uffdd__ExportRequest *req)
+{
+	control_reply_error(serial, ERR_NO_PROCESS, "export: process %d: stub",
+			    (int)req->pid);
+}
+
+void
+dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
+{
+	control_reply_error(serial, ERR_NO_PROCESS, "attach: process %d: stub",
+			    (int)req->pid);
+}
+
+/* Status reports the kernel's features; probing them is not fuzzed. */
+const char *
+probe_summary(void)
+{
+	return "fuzz";
+}
+
+static char path[108];
+
+static void
+remove_socket(void)
+{
+	unlink(path);
+}
+
+static void
+setup(void)
+{
+	struct migration *m;
+
+	log_init(1, -1);
+	conf.control_mode = 0600;
+	conf.control_gid = (gid_t)-1;
+	if ((base = event_base_new()) == NULL ||
+	    event_base_priority_init(base, PRIO_COUNT) < 0)
+		abort();
+	snprintf(path, sizeof(path), "/tmp/uffdd-fuzz-control.%d.sock",
+		 (int)getpid());
+	if (control_listen(path) < 0)
+		abort();
+	atexit(remove_socket);
+	/* Something for status to list: ours, and one of no process. */
+	m = migration_new(ROLE_SOURCE, NULL);
+	m->pid = getpid();
+	m = migration_new(ROLE_DEST, "0123456789abcdef0123456789abcdef");
+	m->pid = 0;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	char reply[4096];
+	int fd;
+
+	if (base == NULL)
+		setup();
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
+		abort();
+	if (size > 0 && write(fd, data, size) != (ssize_t)size)
+		abort();
+	shutdown(fd, SHUT_WR);
+	/* Accept, read, answer, see the end: a few turns of the loop. */
+	for (int i = 0; i < 6; i++) {
+		event_base_loop(base, EVLOOP_NONBLOCK);
+		while (recv(fd, reply, sizeof(reply), MSG_DONTWAIT) > 0)
+			;
+	}
+	close(fd);
+	for (int i = 0; i < 3; i++)
+		event_base_loop(base, EVLOOP_NONBLOCK);
+	return 0;
+}
