@@ -3,7 +3,9 @@
 # tinyconfig plus our fragment, then olddefconfig; warn about every fragment
 # line Kconfig did not keep (a missing dependency).
 set -eo pipefail
-src=$1 obj=$2 frag=$3
+src=$(realpath "$1") frag=$(realpath "$3")
+mkdir -p "$2"
+obj=$(realpath "$2")
 mkdir -p "$obj"
 make -s -C "$src" O="$obj" tinyconfig >/dev/null
 grep -v '^#' "$frag" | sed '/^$/d' >> "$obj/.config"

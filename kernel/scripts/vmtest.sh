@@ -1,0 +1,75 @@
+#!/bin/bash
+# vmtest.sh BUILDDIR
+# Boot the patched and then the unpatched kernel with the same initramfs and
+# judge the results:
+#   - on the patched kernel every test must print PASS;
+#   - on the unpatched kernel each kernel-patch test must print FAIL, i.e.
+#     show the old behaviour (ERROR means the test could not tell: failure);
+#   - pagemap_bench: patched time / unpatched time at most 1.2 for both
+#     read sizes;
+#   - uffdd's own tests (uffdd/*) must pass on both kernels.
+# Prints one "PASS name ..." / "FAIL name ..." line per check; exit 1 on any FAIL.
+set -o pipefail
+B=$1
+here=$(cd "$(dirname "$0")" && pwd)
+initrd=$B/initramfs.cpio.gz
+fail=0
+verdict() {	# verdict PASS|FAIL name text
+	echo "$1 $2${3:+: $3}"
+	[ "$1" = PASS ] || fail=1
+}
+
+"$here/runvm.sh" "$B/obj-patched/arch/x86/boot/bzImage" "$initrd" patched \
+	"$B/vm-patched.log" >/dev/null || verdict FAIL boot-patched "no VMTEST-END, see $B/vm-patched.log"
+"$here/runvm.sh" "$B/obj-base/arch/x86/boot/bzImage" "$initrd" unpatched \
+	"$B/vm-unpatched.log" >/dev/null || verdict FAIL boot-unpatched "no VMTEST-END, see $B/vm-unpatched.log"
+
+echo "--- results (logs: $B/vm-patched.log, $B/vm-unpatched.log)"
+line() { grep -E "^(PASS|FAIL|ERROR) $2(:|$)" "$B/vm-$1.log" | head -1; }
+tests=$(grep -h -oE '^(PASS|FAIL|ERROR) [a-z_/0-9.-]+' "$B"/vm-patched.log "$B"/vm-unpatched.log |
+	awk '{print $2}' | sort -u)
+for t in $tests; do
+	p=$(line patched "$t"); u=$(line unpatched "$t")
+	grep -E "^INFO $t:" "$B/vm-patched.log" | sed 's/^/  patched:   /'
+	grep -E "^INFO $t:" "$B/vm-unpatched.log" | sed 's/^/  unpatched: /'
+	case $t in
+	uffdd/*)
+		[ "${p%% *}" = PASS ] && [ "${u%% *}" = PASS ] &&
+			verdict PASS "$t" "patched and unpatched" ||
+			verdict FAIL "$t" "patched: ${p:-none}; unpatched: ${u:-none}"
+		;;
+	pagemap_bench)
+		[ "${p%% *}" = PASS ] || verdict FAIL "$t" "patched: ${p:-none}"
+		;;
+	*)
+		if [ "${p%% *}" = PASS ]; then
+			verdict PASS "$t" "${p#*: }"
+		else
+			verdict FAIL "$t" "patched kernel: ${p:-no result}"
+		fi
+		if [ "${u%% *}" = FAIL ]; then
+			verdict PASS "$t/unpatched-old-behaviour" "${u#*: }"
+		else
+			verdict FAIL "$t/unpatched-old-behaviour" "unpatched kernel: ${u:-no result}"
+		fi
+		;;
+	esac
+done
+
+# pagemap cost: patched vs unpatched, same vmtest run
+for k in pagemap_8B_ms pagemap_64K_ms; do
+	p=$(awk -v k=$k '$1=="BENCH" && $2==k {print $3}' "$B/vm-patched.log")
+	u=$(awk -v k=$k '$1=="BENCH" && $2==k {print $3}' "$B/vm-unpatched.log")
+	if [ -z "$p" ] || [ -z "$u" ]; then
+		verdict FAIL "pagemap_bench/$k" "missing figure (patched '$p', unpatched '$u')"
+		continue
+	fi
+	r=$(awk -v p="$p" -v u="$u" 'BEGIN {printf "%.2f", p / u}')
+	if awk -v r="$r" 'BEGIN {exit !(r <= 1.2)}'; then
+		verdict PASS "pagemap_bench/$k" "patched $p ms, unpatched $u ms, ratio ${r}x (limit 1.2x)"
+	else
+		verdict FAIL "pagemap_bench/$k" "patched $p ms, unpatched $u ms, ratio ${r}x (limit 1.2x)"
+	fi
+done
+[ $fail = 0 ] && echo "vmtest: all checks passed" || echo "vmtest: FAILED"
+exit $fail
