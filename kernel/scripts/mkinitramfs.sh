@@ -1,9 +1,10 @@
 #!/bin/bash
-# mkinitramfs.sh TESTDIR OUT.cpio.gz
-# busybox-static, the static kernel tests (run in the order of ORDER) and,
-# if UFFDD_TESTS names a directory of static test binaries, uffdd's tests.
+# mkinitramfs.sh TESTDIR OUT.cpio.gz [MODULE.ko]
+# busybox-static, the static kernel tests (run in the order of ORDER), the
+# test module built for the kernel this image boots and, if UFFDD_TESTS
+# names a directory of static test binaries, uffdd's tests.
 set -eo pipefail
-tests=$1 out=$2
+tests=$1 out=$2 ko=$3
 here=$(cd "$(dirname "$0")" && pwd)
 bb=$(command -v busybox || true)
 [ -x /bin/busybox ] && bb=/bin/busybox
@@ -19,9 +20,12 @@ ln -s busybox "$root/bin/sh"
 cp "$here/init.sh" "$root/init"
 chmod +x "$root/init"
 order="access_hints wp_unprotect pagemap_shmem pagemap_bench"
-[ -f "$tests/changepte_ksm" ] && order="$order changepte_ksm"
+[ -n "$ko" ] && order="$order changepte_ksm"
 for t in $order; do cp "$tests/$t" "$root/tests/"; done
-[ -d "$tests/modules" ] && cp -r "$tests/modules" "$root/"
+if [ -n "$ko" ]; then
+	mkdir -p "$root/modules"
+	cp "$ko" "$root/modules/"
+fi
 echo "$order" > "$root/tests/ORDER"
 if [ -n "$UFFDD_TESTS" ] && [ -d "$UFFDD_TESTS" ]; then
 	mkdir -p "$root/uffdd-tests"

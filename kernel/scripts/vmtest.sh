@@ -1,6 +1,7 @@
 #!/bin/bash
 # vmtest.sh BUILDDIR
-# Boot the patched and then the unpatched kernel with the same initramfs and
+# Boot the patched and then the unpatched kernel with the same tests (the
+# images differ only in the test module, built per kernel) and
 # judge the results:
 #   - on the patched kernel every test must print PASS;
 #   - on the unpatched kernel each kernel-patch test must print FAIL, i.e.
@@ -12,16 +13,15 @@
 set -o pipefail
 B=$1
 here=$(cd "$(dirname "$0")" && pwd)
-initrd=$B/initramfs.cpio.gz
 fail=0
 verdict() {	# verdict PASS|FAIL name text
 	echo "$1 $2${3:+: $3}"
 	[ "$1" = PASS ] || fail=1
 }
 
-"$here/runvm.sh" "$B/obj-patched/arch/x86/boot/bzImage" "$initrd" patched \
+"$here/runvm.sh" "$B/obj-patched/arch/x86/boot/bzImage" "$B/initramfs-patched.cpio.gz" patched \
 	"$B/vm-patched.log" >/dev/null || verdict FAIL boot-patched "no VMTEST-END, see $B/vm-patched.log"
-"$here/runvm.sh" "$B/obj-base/arch/x86/boot/bzImage" "$initrd" unpatched \
+"$here/runvm.sh" "$B/obj-base/arch/x86/boot/bzImage" "$B/initramfs-base.cpio.gz" unpatched \
 	"$B/vm-unpatched.log" >/dev/null || verdict FAIL boot-unpatched "no VMTEST-END, see $B/vm-unpatched.log"
 
 echo "--- results (logs: $B/vm-patched.log, $B/vm-unpatched.log)"
