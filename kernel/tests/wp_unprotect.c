@@ -59,6 +59,7 @@ int main(int argc, char **argv)
 	bench = kt_now() - t0;
 	kt_info("bench: %d x (write 1 MiB, protect, un-protect): %.3f s, %.1f us/iter",
 		iters, bench, bench * 1e6 / iters);
+	printf("BENCH wp_toggle_us %.1f\n", bench * 1e6 / iters);
 	if (faults <= NPAGES / 64)
 		kt_exit("PASS", "%ld minor faults writing %d pages after un-protect",
 			faults, NPAGES);
