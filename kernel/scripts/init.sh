@@ -14,6 +14,7 @@ if [ -e /sys/block/zram0/disksize ]; then
 	echo 1536M > /sys/block/zram0/disksize
 	mkswap /dev/zram0 >/dev/null && swapon /dev/zram0
 fi
+cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null | sed "s/^/clocksource: /"
 grep -E 'SwapTotal|MemTotal' /proc/meminfo | tr -s ' ' | tr '\n' ' '; echo
 
 run() {
