@@ -21,7 +21,7 @@ run() {
 	name=$1; shift
 	out=$("$@" 2>&1); rc=$?
 	echo "$out"
-	echo "$out" | grep -qE "^(PASS|FAIL|ERROR) " ||
+	echo "$out" | grep -qE "^(PASS|FAIL|ERROR|SKIP) " ||
 		echo "ERROR $name: exited $rc without a verdict"
 }
 

@@ -21,6 +21,7 @@ cp "$here/init.sh" "$root/init"
 chmod +x "$root/init"
 order="access_hints wp_unprotect pagemap_shmem pagemap_bench"
 [ -n "$ko" ] && order="$order changepte_ksm"
+order="$order kvm_ksm"
 for t in $order; do cp "$tests/$t" "$root/tests/"; done
 if [ -n "$ko" ]; then
 	mkdir -p "$root/modules"

@@ -37,8 +37,8 @@ for i in $(seq 1 "${BENCH_ROUNDS:-2}"); do
 done
 
 echo "--- results (logs: $B/vm-patched.log, $B/vm-unpatched.log)"
-line() { grep -E "^(PASS|FAIL|ERROR) $2(:|$)" "$B/vm-$1.log" | head -1; }
-tests=$(grep -h -oE '^(PASS|FAIL|ERROR) [a-z_/0-9.-]+' "$B"/vm-patched.log "$B"/vm-unpatched.log |
+line() { grep -E "^(PASS|FAIL|ERROR|SKIP) $2(:|$)" "$B/vm-$1.log" | head -1; }
+tests=$(grep -h -oE '^(PASS|FAIL|ERROR|SKIP) [a-z_/0-9.-]+' "$B"/vm-patched.log "$B"/vm-unpatched.log |
 	awk '{print $2}' | sort -u)
 for t in $tests; do
 	p=$(line patched "$t"); u=$(line unpatched "$t")
@@ -52,6 +52,20 @@ for t in $tests; do
 		;;
 	pagemap_bench)
 		[ "${p%% *}" = PASS ] || verdict FAIL "$t" "patched: ${p:-none}"
+		;;
+	kvm_ksm)
+		# optional: needs KVM inside the TCG guest (nested SVM + NPT)
+		if [ "${p%% *}" = SKIP ] || [ "${u%% *}" = SKIP ]; then
+			echo "SKIP $t: patched: ${p#*: }; unpatched: ${u#*: }"
+			continue
+		fi
+		pf=$(awk '$1=="BENCH" && $2=="kvm_ksm_faults" {print $3}' "$B/vm-patched.log")
+		uf=$(awk '$1=="BENCH" && $2=="kvm_ksm_faults" {print $3}' "$B/vm-unpatched.log")
+		if [ -n "$pf" ] && [ -n "$uf" ] && [ "$pf" -lt "$uf" ]; then
+			verdict PASS "$t" "KVM page faults during KSM merge: patched $pf, unpatched $uf"
+		else
+			verdict FAIL "$t" "KVM page faults during KSM merge: patched ${pf:-?}, unpatched ${uf:-?} (${p:-no result} / ${u:-no result})"
+		fi
 		;;
 	*)
 		if [ "${p%% *}" = PASS ]; then
