@@ -9,5 +9,5 @@ echo "=== booting $label kernel: $kernel"
 timeout ${VM_TIMEOUT:-1200} qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 2G \
 	-nographic -no-reboot -monitor none -serial stdio \
 	-kernel "$kernel" -initrd "$initrd" \
-	-append "console=ttyS0 panic=-1 loglevel=4 tsc=reliable $VM_APPEND" </dev/null | tr -d '\r' | tee "$log"
+	-append "console=ttyS0 panic=-1 loglevel=4 tsc=reliable $VM_APPEND" </dev/null | sed -u 's/\r$//' | tee "$log"
 grep -q VMTEST-END "$log"

@@ -11,6 +11,7 @@
  */
 #include "ktest.h"
 #include <linux/kvm.h>
+#include <signal.h>
 
 #define MEM (128 * 1024)
 
@@ -62,12 +63,37 @@ static const unsigned char guest_write[] = {
 
 static int kvm_fd, vcpu;
 static struct kvm_run *run;
+static volatile long rounds_done;
+static const char *phase = "setup";
+
+
+/* A stuck guest must not stall the whole VM test run. */
+static void on_alarm(int sig)
+{
+	char buf[160];
+	int n = snprintf(buf, sizeof(buf), "ERROR kvm_ksm: timed out in %s after "
+			 "%ld guest rounds\n", phase, rounds_done);
+
+	write(1, buf, n);
+	/* what KVM was doing: faulting, exiting, or nothing */
+	static const char *const st[] = { "exits", "pf_taken", "pf_fixed",
+		"pf_spurious", "pf_emulate", "io_exits", "halt_exits",
+		"irq_exits", "mmu_invalidate_retry", "nx_lpage_splits" };
+	for (unsigned i = 0; i < sizeof(st) / sizeof(st[0]); i++) {
+		char path[96];
+		snprintf(path, sizeof(path), "/sys/kernel/debug/kvm/%s", st[i]);
+		printf("INFO kvm_ksm: at timeout %s=%ld\n", st[i], get(path));
+	}
+	fflush(stdout);
+	_exit(2);
+}
 
 static void guest_rounds(int n)
 {
 	for (int i = 0; i < n; i++) {
 		if (ioctl(vcpu, KVM_RUN, 0) < 0)
 			kt_error("KVM_RUN: %s", strerror(errno));
+		rounds_done++;
 		if (run->exit_reason != KVM_EXIT_IO)
 			kt_error("unexpected exit %u", run->exit_reason);
 	}
@@ -83,6 +109,8 @@ int main(void)
 	char *mem;
 
 	kt_name = "kvm_ksm";
+	signal(SIGALRM, on_alarm);
+	alarm(getenv("KVM_KSM_TIMEOUT") ? atoi(getenv("KVM_KSM_TIMEOUT")) : 120);
 	kvm_fd = open("/dev/kvm", O_RDWR);
 	if (kvm_fd < 0) {
 		printf("SKIP %s: /dev/kvm: %s (no SVM/VMX in this VM)\n", kt_name,
@@ -124,6 +152,7 @@ int main(void)
 	regs.rflags = 2;
 	ioctl(vcpu, KVM_SET_REGS, &regs);
 
+	phase = "mapping";
 	guest_rounds(10);			/* map everything */
 	pf0 = get("/sys/kernel/debug/kvm/pf_fixed");
 	if (pf0 < 0)
@@ -131,19 +160,22 @@ int main(void)
 	guest_rounds(100);
 	pf1 = get("/sys/kernel/debug/kvm/pf_fixed");	/* steady state */
 
+	phase = "KSM merge";
 	madvise(mem, MEM, MADV_MERGEABLE);
 	put("/sys/kernel/mm/ksm/pages_to_scan", "1000");
 	put("/sys/kernel/mm/ksm/sleep_millisecs", "10");
 	put("/sys/kernel/mm/ksm/run", "1");
-	while (rounds_merge < 20000 && sharing < 15) {
+	while (rounds_merge < 20000 && sharing < 16) {
 		guest_rounds(10);
 		rounds_merge += 10;
-		sharing = get("/sys/kernel/mm/ksm/pages_sharing");
+		/* this process's merged pages: the global counters can be stale */
+		sharing = get("/proc/self/ksm_merging_pages");
 	}
 	put("/sys/kernel/mm/ksm/run", "0");
 	guest_rounds(100);
 	pf2 = get("/sys/kernel/debug/kvm/pf_fixed");
 	/* guest writes to the merged pages: COW through KVM's fault path */
+	phase = "guest writes";
 	ioctl(vcpu, KVM_GET_REGS, &regs);
 	regs.rip = 0x1100;
 	ioctl(vcpu, KVM_SET_REGS, &regs);
@@ -157,7 +189,7 @@ int main(void)
 		"%ld for guest writes to them", pf0, pf1 - pf0, pf2 - pf1,
 		sharing, rounds_merge, pf3 - pf2);
 	printf("BENCH kvm_ksm_faults %ld\n", pf3 - pf1);
-	if (sharing < 15)
+	if (sharing < 16)
 		kt_error("KSM merged only %ld pages", sharing);
 	if (pf2 - pf1 < sharing)
 		kt_exit("PASS", "%ld KVM page faults while KSM merged %ld guest pages, "
