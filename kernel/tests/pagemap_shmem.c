@@ -71,6 +71,28 @@ int main(void)
 		(unsigned long long)((pm[0] & PM_PFN_MASK) >> 5),
 		zero_untouched, NPAGES / 2);
 
+	/*
+	 * A second mapping of the same memfd that was never faulted has no
+	 * page table at all: pagemap walks it as a hole (pagemap_pte_hole),
+	 * which must report the swapped pages too.
+	 */
+	{
+		char *q = mmap(NULL, len, PROT_READ, MAP_SHARED, mfd, 0);
+		uint64_t qm[NPAGES];
+		int qswapped = 0;
+
+		if (q == MAP_FAILED ||
+		    pread(pfd, qm, sizeof(qm), (unsigned long)q / psz * 8) != sizeof(qm))
+			kt_error("second mapping: %s", strerror(errno));
+		for (int i = 0; i < NPAGES / 2; i++)
+			qswapped += !!(qm[i] & PM_SWAP);
+		kt_info("never-faulted second mapping: %d of %d report PM_SWAP",
+			qswapped, NPAGES / 2);
+		if (qswapped != swapped)
+			swap_ok = 0;
+		munmap(q, len);
+	}
+
 	/* the data must come back from swap intact */
 	for (int i = 0; i < NPAGES / 2; i++)
 		if (p[i * psz] != (char)(i + 1) || p[i * psz + psz - 1] != (char)(i + 1))
