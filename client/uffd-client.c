@@ -206,6 +206,12 @@ print_status_text(const Uffdd__MigrationStatus *s)
 	printf("  zero pages   %" PRIu64 "\n", s->zero_pages);
 	if (s->reconnects)
 		printf("  reconnects   %u\n", s->reconnects);
+	printf("  kernel       %s\n", s->kernel);
+	if (s->hinted_pages)
+		printf("  hinted       %" PRIu64
+		       " demand pages installed young "
+		       "(ACCESS_LIKELY)\n",
+		       s->hinted_pages);
 	if (s->n_threads) {
 		printf("  blocktime    %.1f ms in all;", s->blocktime_ms);
 		for (size_t i = 0; i < s->n_threads && i < 4; i++)
@@ -268,6 +274,7 @@ print_status_json(const Uffdd__MigrationStatus *s)
 	       s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s : 0,
 	       s->latency_p50_us, s->latency_p99_us, s->pages_lost,
 	       s->reconnects);
+	printf("\"hinted_pages\":%" PRIu64 ",", s->hinted_pages);
 	printf("\"blocktime_ms\":%.3f,\"threads\":[", s->blocktime_ms);
 	for (size_t i = 0; i < s->n_threads; i++)
 		printf("%s{\"tid\":%d,\"ms\":%.3f,\"faults\":%" PRIu64 "}",

@@ -32,7 +32,13 @@ struct uffdio_poison {
 #ifndef USERFAULTFD_IOC_NEW
 #define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
 #endif
-/* The never-merged access hint of our kernel patch set (kernel/). */
+/* The never-merged access hints of our kernel patch set (kernel/ 0001). */
+#ifndef UFFD_FEATURE_ACCESS_HINTS
+#define UFFD_FEATURE_ACCESS_HINTS (1U << 30)
+#endif
+#ifndef UFFDIO_ZEROPAGE_MODE_ACCESS_LIKELY
+#define UFFDIO_ZEROPAGE_MODE_ACCESS_LIKELY ((__u64)1 << 2)
+#endif
 #ifndef UFFDIO_COPY_MODE_ACCESS_LIKELY
 #define UFFDIO_COPY_MODE_ACCESS_LIKELY ((__u64)1 << 2)
 #endif

@@ -92,6 +92,7 @@ struct dest {
 	int resuming;	  /* the demand lane is in a resume handshake */
 	int failing;	  /* poisoning: faults are no longer requested */
 	int have_poison;  /* UFFDIO_POISON offered on every region */
+	int hints;	  /* ACCESS_LIKELY negotiated on this uffd */
 	uint64_t t_pause; /* ns: when the lanes went down */
 	int backoff_ms;
 	struct event *retry_ev;
@@ -771,11 +772,11 @@ zero_source(void)
 /* Installs zeros at addr, the way the region's kind allows. */
 static enum uffd_res
 install_zero(struct dest *d, const struct dst_region *dr, uint64_t addr,
-	     uint64_t len, uint64_t *done)
+	     uint64_t len, uint64_t mode, uint64_t *done)
 {
 	if (dr->r.kind == REGION_HUGETLB)
-		return uffd_copy(d->uffd, addr, zero_source(), len, 0, done);
-	return uffd_zeropage(d->uffd, addr, len, 0, done);
+		return uffd_copy(d->uffd, addr, zero_source(), len, mode, done);
+	return uffd_zeropage(d->uffd, addr, len, mode, done);
 }
 
 /*
@@ -785,17 +786,33 @@ install_zero(struct dest *d, const struct dst_region *dr, uint64_t addr,
  */
 static int64_t
 install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
-	    const uint8_t *src, int zero)
+	    const uint8_t *src, int zero, int likely)
 {
 	uint64_t ps = dr->r.page_size, len = n * ps, off = 0, done;
 	uint64_t addr = page_addr(dr, page);
 	int64_t installed = 0;
 
 	while (off < len) {
+		/*
+		 * A page a thread waits on will be touched at once: young PTE;
+		 * a prefetched one may never be: old PTE, reclaimed first
+		 * (DESIGN section 4). Only where the patched kernel has it.
+		 */
+		uint64_t mode =
+			likely && d->hints ? UFFDIO_COPY_MODE_ACCESS_LIKELY : 0;
 		enum uffd_res res =
-			zero ? install_zero(d, dr, addr + off, len - off, &done)
+			zero ? install_zero(d, dr, addr + off, len - off, mode,
+					    &done)
 			     : uffd_copy(d->uffd, addr + off, src + off,
-					 len - off, 0, &done);
+					 len - off, mode, &done);
+
+		if (res == UFFD_FAIL && errno == EINVAL && mode) {
+			/* This uffd was made without the feature: go on. */
+			d->hints = 0;
+			continue;
+		}
+		if (mode && done)
+			d->m->hinted_pages += done / ps;
 
 		done -= done % ps;
 		pagestate_set_present(&dr->ps, page + off / ps, done / ps);
@@ -843,7 +860,9 @@ static void
 zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
 {
 	uint64_t done, ps = dr->r.page_size, addr = page_addr(dr, page);
-	enum uffd_res res = install_zero(d, dr, addr, ps, &done);
+	enum uffd_res res = install_zero(
+		d, dr, addr, ps,
+		d->hints ? UFFDIO_ZEROPAGE_MODE_ACCESS_LIKELY : 0, &done);
 
 	if (res == UFFD_OK || res == UFFD_EXISTS) {
 		pagestate_set(&dr->ps, page, PAGE_PRESENT);
@@ -945,9 +964,9 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 			n = frame_pages(root, v, nv,
 					(p - pd->page) * dr->r.page_size,
 					dr->r.page_size, n, &src);
-			got = install_run(t, dr, p, n, src, 0);
+			got = install_run(t, dr, p, n, src, 0, pd->demand);
 		} else {
-			got = install_run(t, dr, p, n, NULL, 1);
+			got = install_run(t, dr, p, n, NULL, 1, pd->demand);
 		}
 		if (got < 0)
 			return -1;
@@ -1104,6 +1123,7 @@ fork_child(struct dest *parent, int ufd)
 				  log_id(root->m->id), (int)pid, inj.err);
 	}
 	k->have_poison = parent->have_poison;
+	k->hints = parent->hints;
 	snprintf(k->from, sizeof(k->from), "%s", root->from);
 	k->inflight = xcalloc(INFLIGHT_MAX, sizeof(*k->inflight));
 	k->waiters = xcalloc(INFLIGHT_MAX, sizeof(*k->waiters));
@@ -1541,18 +1561,20 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	 * names the faulting thread, for blocktime.
 	 */
 	if (uffd_api(d->uffd,
-		     kfeat.uffd_features &
-			     (UFFD_FEATURE_MISSING_SHMEM |
-			      UFFD_FEATURE_MISSING_HUGETLBFS |
-			      UFFD_FEATURE_EVENT_REMOVE |
-			      UFFD_FEATURE_EVENT_UNMAP |
-			      UFFD_FEATURE_EVENT_REMAP |
-			      UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_THREAD_ID),
+		     (kfeat.uffd_features &
+		      (UFFD_FEATURE_MISSING_SHMEM |
+		       UFFD_FEATURE_MISSING_HUGETLBFS |
+		       UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
+		       UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_FORK |
+		       UFFD_FEATURE_THREAD_ID)) |
+			     (kfeat.access_likely ? UFFD_FEATURE_ACCESS_HINTS
+						  : 0),
 		     NULL) < 0) {
 		snprintf(err, errlen, "UFFDIO_API: %s", strerror(errno));
 		goto undo;
 	}
 	d->have_poison = 1;
+	d->hints = kfeat.access_likely;
 	for (reg = 0; reg < d->nregs; reg++) {
 		struct region *r = &d->regs[reg].r;
 		uint64_t ioctls;
@@ -2037,6 +2059,7 @@ dest_restore(const char *path, FILE *f)
 	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
 		fatal("page buffer");
 	d->have_poison = (kfeat.uffd_features & UFFD_FEATURE_POISON) != 0;
+	d->hints = kfeat.access_likely; /* dropped at the first EINVAL */
 	d->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (d->pidfd < 0) {
 		log_warnx("%s: target process %d is gone", path, pid);

@@ -247,6 +247,7 @@ migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 	s->latency_p99_us = (double)hist_quantile(&m->latency, 0.99) / 1e3;
 	s->pages_lost = m->pages_lost;
 	s->reconnects = m->reconnects;
+	s->hinted_pages = m->hinted_pages;
 	s->blocktime_ms = (double)m->blocked_ns / 1e6;
 	s->kernel = (char *)probe_summary();
 }

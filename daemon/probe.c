@@ -44,26 +44,37 @@ new_uffd(void)
 }
 
 /*
- * The access hint is probed by trying it: an unpatched kernel rejects the
- * unknown mode bit with EINVAL before copying anything (FACTS.md).
+ * The access hints (kernel/ patch 0001) are probed by trying them: the
+ * feature bit is negotiated on a fresh uffd (an unpatched kernel refuses
+ * the unknown bit with EINVAL), then a hinted copy must work on a scratch
+ * registration.
  */
 static void
-probe_hint(int fd)
+probe_hint(void)
 {
 	long ps = sysconf(_SC_PAGESIZE);
-	void *dst = mmap(NULL, (size_t)ps, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	static char src[4096];
 	uint64_t done;
+	void *dst;
+	int fd;
 
-	if (dst == MAP_FAILED)
+	if ((fd = new_uffd()) < 0)
 		return;
-	if (uffd_register(fd, (uint64_t)(uintptr_t)dst, (uint64_t)ps,
-			  UFFDIO_REGISTER_MODE_MISSING, NULL) == 0 &&
-	    uffd_copy(fd, (uint64_t)(uintptr_t)dst, src, (uint64_t)ps,
-		      UFFDIO_COPY_MODE_ACCESS_LIKELY, &done) == UFFD_OK)
-		kfeat.access_likely = 1;
-	munmap(dst, (size_t)ps);
+	if (uffd_api(fd, UFFD_FEATURE_ACCESS_HINTS, NULL) < 0) {
+		close(fd);
+		return;
+	}
+	dst = mmap(NULL, (size_t)ps, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (dst != MAP_FAILED) {
+		if (uffd_register(fd, (uint64_t)(uintptr_t)dst, (uint64_t)ps,
+				  UFFDIO_REGISTER_MODE_MISSING, NULL) == 0 &&
+		    uffd_copy(fd, (uint64_t)(uintptr_t)dst, src, (uint64_t)ps,
+			      UFFDIO_COPY_MODE_ACCESS_LIKELY, &done) == UFFD_OK)
+			kfeat.access_likely = 1;
+		munmap(dst, (size_t)ps);
+	}
+	close(fd);
 }
 
 static void
@@ -112,12 +123,7 @@ probe_kernel(void)
 		uffd_api(fd, 0, &kfeat.uffd_features);
 		close(fd);
 	}
-	/* A second fd: UFFDIO_API can be issued once per fd. */
-	if ((fd = new_uffd()) >= 0) {
-		if (uffd_api(fd, 0, NULL) == 0)
-			probe_hint(fd);
-		close(fd);
-	}
+	probe_hint();
 	probe_pagemap_scan();
 	log_info("kernel: %s", probe_summary());
 }
