@@ -56,18 +56,16 @@ struct dst_region {
 	size_t nmoves;
 };
 
-struct inflight {
-	uint32_t reg;
-	uint64_t page;
-	uint64_t t0;
-};
-
-/* A target thread blocked on a missing page (blocktime accounting). */
+/*
+ * A target thread blocked on a missing page: its wait is its blocktime;
+ * the wait of the fault that sent the request is a latency sample.
+ */
 struct waiter {
 	uint32_t reg;
 	uint64_t page;
 	uint64_t t0;
 	pid_t tid;
+	int first;
 };
 
 struct dest {
@@ -85,10 +83,9 @@ struct dest {
 	struct event *uffd_ev, *exit_ev;
 	struct event *bulk_delay; /* UFFDD_BENCH_BULK_DELAY_MS */
 	uint8_t *buf;
-	struct inflight *inflight;
-	size_t ninflight;
 	struct waiter *waiters;
 	size_t nwaiters;
+	size_t nrequests; /* waiters that sent their page's request */
 	int resuming;	  /* the demand lane is in a resume handshake */
 	int failing;	  /* poisoning: faults are no longer requested */
 	int have_poison;  /* UFFDIO_POISON offered on every region */
@@ -165,7 +162,6 @@ dest_free(struct migration *m)
 	free(d->ranges);
 	free(d->maps);
 	free(d->buf);
-	free(d->inflight);
 	free(d->waiters);
 	free(d->kids);
 	free(d);
@@ -518,7 +514,7 @@ static void
 bulk_hold(struct dest *d)
 {
 	if (d->bulk)
-		conn_pause(d->bulk, d->ninflight == 1);
+		conn_pause(d->bulk, d->nrequests == 1);
 }
 
 static void
@@ -528,12 +524,6 @@ request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	struct conn *lane;
 
 	pagestate_set(&dr->ps, page, PAGE_REQUESTED);
-	if (d->ninflight < INFLIGHT_MAX) {
-		d->inflight[d->ninflight].reg = dr->r.index;
-		d->inflight[d->ninflight].page = page;
-		d->inflight[d->ninflight].t0 = now_ns();
-		d->ninflight++;
-	}
 	lane = d->root ? d->root->demand : d->demand;
 	if (lane == NULL)
 		return; /* paused: the request goes out on reconnect */
@@ -611,18 +601,24 @@ remap_range(struct dest *d, uint64_t from, uint64_t to, uint64_t len)
 static void zero_discarded(struct dest *, struct dst_region *, uint64_t page);
 static void fork_child(struct dest *parent, int ufd);
 
+/* A thread waits on a page; first: its fault sends the request. */
 static void
 add_waiter(struct dest *d, const struct dst_region *dr, uint64_t page,
-	   pid_t tid)
+	   pid_t tid, int first)
 {
-	if (d->nwaiters < INFLIGHT_MAX)
-		d->waiters[d->nwaiters++] =
-			(struct waiter){dr->r.index, page, now_ns(), tid};
+	if (d->nwaiters < INFLIGHT_MAX) {
+		d->waiters[d->nwaiters++] = (struct waiter){
+			dr->r.index, page, now_ns(), tid, first};
+		d->nrequests += first != 0;
+	}
 }
 
-/* Threads waiting on [page, page+n) are free: charge their wait. */
+/*
+ * Threads waiting on [page, page+n) are free: charge their wait to their
+ * blocktime, and each request's wait to the latency histogram.
+ */
 static void
-settle_waiters(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
+settle(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 {
 	uint64_t t = now_ns();
 
@@ -631,11 +627,16 @@ settle_waiters(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 
 		if (w->reg == idx && w->page >= page && w->page < page + n) {
 			migration_blocked(d->m, w->tid, t - w->t0);
+			if (w->first) {
+				hist_add(&d->m->latency, t - w->t0);
+				d->nrequests--;
+			}
 			*w = d->waiters[--d->nwaiters];
 			continue;
 		}
 		i++;
 	}
+	bulk_hold(d);
 }
 
 /*
@@ -693,14 +694,16 @@ read_faults(struct dest *d)
 			d->m->demand_faults++;
 			switch (pagestate_get(&dr->ps, page)) {
 			case PAGE_MISSING:
-				request_page(d, dr, page);
 				add_waiter(d, dr, page,
-					   (pid_t)msg->arg.pagefault.feat.ptid);
+					   (pid_t)msg->arg.pagefault.feat.ptid,
+					   1);
+				request_page(d, dr, page);
 				break;
 			case PAGE_REQUESTED:
 				/* Merged with the request in flight. */
 				add_waiter(d, dr, page,
-					   (pid_t)msg->arg.pagefault.feat.ptid);
+					   (pid_t)msg->arg.pagefault.feat.ptid,
+					   0);
 				break;
 			case PAGE_PRESENT:
 				/*
@@ -708,9 +711,13 @@ read_faults(struct dest *d)
 				 * child the map may be a parent's guess: ask,
 				 * and an EEXIST will settle it.
 				 */
-				if (d->root)
+				if (d->root) {
+					add_waiter(d, dr, page,
+						   (pid_t)msg->arg.pagefault
+							   .feat.ptid,
+						   1);
 					request_page(d, dr, page);
-				else
+				} else
 					uffd_wake(d->uffd, page_addr(dr, page),
 						  dr->r.page_size);
 				break;
@@ -730,25 +737,6 @@ static void
 fault_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	read_faults(arg);
-}
-
-/* Latency samples for the requests that [page, page+n) answers. */
-static void
-settle_requests(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
-{
-	uint64_t t = now_ns();
-
-	for (size_t i = 0; i < d->ninflight;) {
-		struct inflight *f = &d->inflight[i];
-
-		if (f->reg == idx && f->page >= page && f->page < page + n) {
-			hist_add(&d->m->latency, t - f->t0);
-			*f = d->inflight[--d->ninflight];
-			continue;
-		}
-		i++;
-	}
-	bulk_hold(d);
 }
 
 /*
@@ -985,10 +973,8 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 			t->m->prefetched_pages += (uint64_t)got;
 		/* The page map is looked at again from p: see install_run. */
 	}
-	if (pd->demand || t->ninflight)
-		settle_requests(t, pd->region, pd->page, pd->npages);
 	if (t->nwaiters)
-		settle_waiters(t, pd->region, pd->page, pd->npages);
+		settle(t, pd->region, pd->page, pd->npages);
 	t->m->pages_present = present_total(t);
 	return 0;
 }
@@ -1125,7 +1111,6 @@ fork_child(struct dest *parent, int ufd)
 	k->have_poison = parent->have_poison;
 	k->hints = parent->hints;
 	snprintf(k->from, sizeof(k->from), "%s", root->from);
-	k->inflight = xcalloc(INFLIGHT_MAX, sizeof(*k->inflight));
 	k->waiters = xcalloc(INFLIGHT_MAX, sizeof(*k->waiters));
 	k->regs = xcalloc(parent->nregs, sizeof(*k->regs));
 	for (size_t i = 0; i < parent->nregs; i++) {
@@ -1843,7 +1828,6 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 		d->maps[i].start = req->maps[i]->src_start;
 		d->maps[i].end = req->maps[i]->dst_start;
 	}
-	d->inflight = xcalloc(INFLIGHT_MAX, sizeof(*d->inflight));
 	d->waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->waiters));
 	d->retry_ev = evtimer_new(base, retry_cb, d);
 	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
@@ -2053,7 +2037,6 @@ dest_restore(const char *path, FILE *f)
 	d->ranges = ranges;
 	d->nranges = nranges;
 	ranges = NULL;
-	d->inflight = xcalloc(INFLIGHT_MAX, sizeof(*d->inflight));
 	d->waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->waiters));
 	d->retry_ev = evtimer_new(base, retry_cb, d);
 	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
