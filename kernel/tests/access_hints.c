@@ -16,7 +16,8 @@
 static long psz;
 
 /* Fill a fresh anonymous VMA with UFFDIO_COPY; return Referenced: in kB. */
-static long copy_referenced(int fd, __u64 mode, const char *src)
+static long
+copy_referenced(int fd, __u64 mode, const char *src)
 {
 	char *p = mmap(NULL, NPAGES * psz, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -48,7 +49,8 @@ static long copy_referenced(int fd, __u64 mode, const char *src)
 }
 
 /* Map a memfd page-cache page with UFFDIO_CONTINUE; return Referenced: kB. */
-static long continue_referenced(int fd, __u64 mode)
+static long
+continue_referenced(int fd, __u64 mode)
 {
 	int mfd = memfd_create("hints", 0);
 	char *w, *p;
@@ -56,14 +58,16 @@ static long continue_referenced(int fd, __u64 mode)
 
 	if (mfd < 0 || ftruncate(mfd, NPAGES * psz) < 0)
 		kt_error("memfd: %s", strerror(errno));
-	w = mmap(NULL, NPAGES * psz, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-	p = mmap(NULL, NPAGES * psz, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	w = mmap(NULL, NPAGES * psz, PROT_READ | PROT_WRITE, MAP_SHARED, mfd,
+		 0);
+	p = mmap(NULL, NPAGES * psz, PROT_READ | PROT_WRITE, MAP_SHARED, mfd,
+		 0);
 	if (w == MAP_FAILED || p == MAP_FAILED)
 		kt_error("mmap memfd: %s", strerror(errno));
-	memset(w, 0x5a, NPAGES * psz);	/* populate the page cache */
+	memset(w, 0x5a, NPAGES * psz); /* populate the page cache */
 	kt_register(fd, p, NPAGES * psz, UFFDIO_REGISTER_MODE_MINOR);
 	struct uffdio_continue c = {
-		.range = { .start = (unsigned long)p, .len = NPAGES * psz },
+		.range = {.start = (unsigned long)p, .len = NPAGES * psz},
 		.mode = mode,
 	};
 	if (ioctl(fd, UFFDIO_CONTINUE, &c) < 0)
@@ -76,7 +80,8 @@ static long continue_referenced(int fd, __u64 mode)
 	return ref;
 }
 
-int main(void)
+int
+main(void)
 {
 	__u64 feat = 0;
 	long full, unhinted, hinted, c_unhinted, c_hinted;
@@ -89,14 +94,16 @@ int main(void)
 	src = aligned_alloc(psz, psz);
 	memset(src, 0xa5, psz);
 
-	fd = kt_uffd(UFFD_FEATURE_ACCESS_HINTS | UFFD_FEATURE_MINOR_SHMEM, &feat);
+	fd = kt_uffd(UFFD_FEATURE_ACCESS_HINTS | UFFD_FEATURE_MINOR_SHMEM,
+		     &feat);
 	if (fd < 0) {
 		/* old kernel: no feature; show that COPY maps young PTEs */
 		fd = kt_uffd(0, NULL);
 		if (fd < 0)
 			kt_error("UFFDIO_API: %s", strerror(errno));
 		unhinted = copy_referenced(fd, 0, src);
-		kt_exit("FAIL", "UFFD_FEATURE_ACCESS_HINTS refused; plain UFFDIO_COPY "
+		kt_exit("FAIL",
+			"UFFD_FEATURE_ACCESS_HINTS refused; plain UFFDIO_COPY "
 			"maps %ld of %ld kB referenced (every PTE young)",
 			unhinted, full);
 	}
@@ -111,18 +118,25 @@ int main(void)
 		c_unhinted, c_hinted, full);
 
 	/* ZEROPAGE maps the zero page, which smaps does not count: check the mode is accepted. */
-	char *z = mmap(NULL, psz, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *z =
+		mmap(NULL, psz, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	kt_register(fd, z, psz, UFFDIO_REGISTER_MODE_MISSING);
 	struct uffdio_zeropage zp = {
-		.range = { .start = (unsigned long)z, .len = psz },
+		.range = {.start = (unsigned long)z, .len = psz},
 		.mode = UFFDIO_ZEROPAGE_MODE_ACCESS_LIKELY,
 	};
 	if (ioctl(fd, UFFDIO_ZEROPAGE, &zp) < 0 || z[0] != 0)
-		kt_exit("FAIL", "UFFDIO_ZEROPAGE with ACCESS_LIKELY: %s", strerror(errno));
+		kt_exit("FAIL", "UFFDIO_ZEROPAGE with ACCESS_LIKELY: %s",
+			strerror(errno));
 
-	if (unhinted == 0 && hinted == full && c_unhinted == 0 && c_hinted == full)
-		kt_exit("PASS", "unhinted COPY/CONTINUE PTEs old (0 kB referenced), "
-			"hinted young (%ld kB)", full);
-	kt_exit("FAIL", "COPY %ld/%ld kB, CONTINUE %ld/%ld kB referenced (unhinted/hinted)",
+	if (unhinted == 0 && hinted == full && c_unhinted == 0 &&
+	    c_hinted == full)
+		kt_exit("PASS",
+			"unhinted COPY/CONTINUE PTEs old (0 kB referenced), "
+			"hinted young (%ld kB)",
+			full);
+	kt_exit("FAIL",
+		"COPY %ld/%ld kB, CONTINUE %ld/%ld kB referenced "
+		"(unhinted/hinted)",
 		unhinted, hinted, c_unhinted, c_hinted);
 }

@@ -13,7 +13,8 @@
 #define NPAGES 128
 #define CT "/sys/kernel/debug/changepte_test"
 
-static void put(const char *path, const char *val)
+static void
+put(const char *path, const char *val)
 {
 	int fd = open(path, O_WRONLY);
 
@@ -22,7 +23,8 @@ static void put(const char *path, const char *val)
 	close(fd);
 }
 
-static long get(const char *path)
+static long
+get(const char *path)
 {
 	char buf[64] = "";
 	int fd = open(path, O_RDONLY);
@@ -33,7 +35,8 @@ static long get(const char *path)
 	return strtol(buf, NULL, 10);
 }
 
-static void counts(long *s, long *f, long *c)
+static void
+counts(long *s, long *f, long *c)
 {
 	char buf[128] = "";
 	int fd = open(CT, O_RDONLY);
@@ -44,7 +47,8 @@ static void counts(long *s, long *f, long *c)
 	close(fd);
 }
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
 	const char *ko = argc > 1 ? argv[1] : "/modules/changepte_test.ko";
 	long psz = sysconf(_SC_PAGESIZE);
@@ -79,7 +83,8 @@ int main(int argc, char **argv)
 	}
 	put("/sys/kernel/mm/ksm/run", "0");
 	counts(&ms, &mf, &mc);
-	kt_info("KSM merge: %ld pages merged; range_start %ld (flagged %ld), change_pte %ld",
+	kt_info("KSM merge: %ld pages merged; range_start %ld (flagged %ld), "
+		"change_pte %ld",
 		sharing, ms, mf, mc);
 	if (sharing < NPAGES / 2)
 		kt_error("KSM merged only %ld of %d pages", sharing, NPAGES);
@@ -88,15 +93,22 @@ int main(int argc, char **argv)
 	for (int i = 0; i < NPAGES; i++)
 		p[i * psz] = (char)i;
 	counts(&cs, &cf, &cc);
-	kt_info("COW break: range_start %ld (flagged %ld), change_pte %ld", cs, cf, cc);
+	kt_info("COW break: range_start %ld (flagged %ld), change_pte %ld", cs,
+		cf, cc);
 	for (int i = 0; i < NPAGES; i++)
 		if (p[i * psz] != (char)i || p[i * psz + 1] != 0x42)
-			kt_exit("FAIL", "page %d has wrong content after COW", i);
+			kt_exit("FAIL", "page %d has wrong content after COW",
+				i);
 	put(CT, "unreg");
 
 	if (mf > 0 && mc > 0 && cf > 0 && cc > 0)
-		kt_exit("PASS", "merge: %ld of %ld range_start flagged, %ld change_pte; "
-			"COW: %ld of %ld flagged, %ld change_pte", mf, ms, mc, cf, cs, cc);
-	kt_exit("FAIL", "merge: %ld of %ld range_start flagged, %ld change_pte; "
-		"COW: %ld of %ld flagged, %ld change_pte", mf, ms, mc, cf, cs, cc);
+		kt_exit("PASS",
+			"merge: %ld of %ld range_start flagged, %ld "
+			"change_pte; "
+			"COW: %ld of %ld flagged, %ld change_pte",
+			mf, ms, mc, cf, cs, cc);
+	kt_exit("FAIL",
+		"merge: %ld of %ld range_start flagged, %ld change_pte; "
+		"COW: %ld of %ld flagged, %ld change_pte",
+		mf, ms, mc, cf, cs, cc);
 }

@@ -59,7 +59,9 @@ kt_exit(const char *verdict, const char *fmt, ...)
 	va_end(ap);
 	printf("\n");
 	fflush(stdout);
-	exit(strcmp(verdict, "PASS") == 0 ? 0 : strcmp(verdict, "FAIL") == 0 ? 1 : 2);
+	exit(strcmp(verdict, "PASS") == 0   ? 0
+	     : strcmp(verdict, "FAIL") == 0 ? 1
+					    : 2);
 }
 
 #define kt_error(...) kt_exit("ERROR", __VA_ARGS__)
@@ -76,7 +78,8 @@ static void __attribute__((format(printf, 1, 2))) kt_info(const char *fmt, ...)
 	fflush(stdout);
 }
 
-static inline double kt_now(void)
+static inline double
+kt_now(void)
 {
 	struct timespec ts;
 
@@ -84,7 +87,8 @@ static inline double kt_now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static inline long kt_minflt(void)
+static inline long
+kt_minflt(void)
 {
 	struct rusage ru;
 
@@ -92,9 +96,10 @@ static inline long kt_minflt(void)
 	return ru.ru_minflt;
 }
 
-static inline int kt_uffd(__u64 features, __u64 *got)
+static inline int
+kt_uffd(__u64 features, __u64 *got)
 {
-	struct uffdio_api api = { .api = UFFD_API, .features = features };
+	struct uffdio_api api = {.api = UFFD_API, .features = features};
 	int fd = syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
 
 	if (fd < 0)
@@ -108,20 +113,22 @@ static inline int kt_uffd(__u64 features, __u64 *got)
 	return fd;
 }
 
-static inline void kt_register(int fd, void *p, size_t len, __u64 mode)
+static inline void
+kt_register(int fd, void *p, size_t len, __u64 mode)
 {
 	struct uffdio_register r = {
-		.range = { .start = (unsigned long)p, .len = len },
+		.range = {.start = (unsigned long)p, .len = len},
 		.mode = mode,
 	};
 
 	if (ioctl(fd, UFFDIO_REGISTER, &r) < 0)
-		kt_error("UFFDIO_REGISTER mode %llx: %s", (unsigned long long)mode,
-			 strerror(errno));
+		kt_error("UFFDIO_REGISTER mode %llx: %s",
+			 (unsigned long long)mode, strerror(errno));
 }
 
 /* Sum of one smaps field ("Referenced:", "Swap:") for the VMA at addr, kB. */
-static inline long kt_smaps_field(void *addr, const char *field)
+static inline long
+kt_smaps_field(void *addr, const char *field)
 {
 	FILE *f = fopen("/proc/self/smaps", "r");
 	char line[256];
@@ -133,8 +140,10 @@ static inline long kt_smaps_field(void *addr, const char *field)
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long lo, hi;
 
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-			in = (unsigned long)addr >= lo && (unsigned long)addr < hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
+			in = (unsigned long)addr >= lo &&
+			     (unsigned long)addr < hi;
 			continue;
 		}
 		if (in && strncmp(line, field, strlen(field)) == 0) {

@@ -15,7 +15,8 @@
 
 #define MEM (128 * 1024)
 
-static void put(const char *path, const char *val)
+static void
+put(const char *path, const char *val)
 {
 	int fd = open(path, O_WRONLY);
 
@@ -24,7 +25,8 @@ static void put(const char *path, const char *val)
 	close(fd);
 }
 
-static long get(const char *path)
+static long
+get(const char *path)
 {
 	char buf[64] = "";
 	int fd = open(path, O_RDONLY);
@@ -43,7 +45,7 @@ static const unsigned char guest[] = {
 	0x8e, 0xd8,		/* mov ds, ax */
 	0x31, 0xdb,		/* loop: xor bx, bx */
 	0x8a, 0x07,		/* inner: mov al, [bx] */
-	0x81, 0xc3, 0x00, 0x10,	/* add bx, 0x1000 */
+	0x81, 0xc3, 0x00, 0x10, /* add bx, 0x1000 */
 	0x75, 0xf8,		/* jnz inner */
 	0xe6, 0x10,		/* out 0x10, al */
 	0xeb, 0xf2,		/* jmp loop */
@@ -55,7 +57,7 @@ static const unsigned char guest_write[] = {
 	0x8e, 0xd8,		/* mov ds, ax */
 	0x31, 0xdb,		/* loop: xor bx, bx */
 	0x88, 0x07,		/* inner: mov [bx], al */
-	0x81, 0xc3, 0x00, 0x10,	/* add bx, 0x1000 */
+	0x81, 0xc3, 0x00, 0x10, /* add bx, 0x1000 */
 	0x75, 0xf8,		/* jnz inner */
 	0xe6, 0x10,		/* out 0x10, al */
 	0xeb, 0xf2,		/* jmp loop */
@@ -66,19 +68,23 @@ static struct kvm_run *run;
 static volatile long rounds_done;
 static const char *phase = "setup";
 
-
 /* A stuck guest must not stall the whole VM test run. */
-static void on_alarm(int sig)
+static void
+on_alarm(int sig)
 {
 	char buf[160];
-	int n = snprintf(buf, sizeof(buf), "ERROR kvm_ksm: timed out in %s after "
-			 "%ld guest rounds\n", phase, rounds_done);
+	int n = snprintf(buf, sizeof(buf),
+			 "ERROR kvm_ksm: timed out in %s after "
+			 "%ld guest rounds\n",
+			 phase, rounds_done);
 
 	write(1, buf, n);
 	/* what KVM was doing: faulting, exiting, or nothing */
-	static const char *const st[] = { "exits", "pf_taken", "pf_fixed",
-		"pf_spurious", "pf_emulate", "io_exits", "halt_exits",
-		"irq_exits", "mmu_invalidate_retry", "nx_lpage_splits" };
+	static const char *const st[] = {
+		"exits",	  "pf_taken",	"pf_fixed",
+		"pf_spurious",	  "pf_emulate", "io_exits",
+		"halt_exits",	  "irq_exits",	"mmu_invalidate_retry",
+		"nx_lpage_splits"};
 	for (unsigned i = 0; i < sizeof(st) / sizeof(st[0]); i++) {
 		char path[96];
 		snprintf(path, sizeof(path), "/sys/kernel/debug/kvm/%s", st[i]);
@@ -88,7 +94,8 @@ static void on_alarm(int sig)
 	_exit(2);
 }
 
-static void guest_rounds(int n)
+static void
+guest_rounds(int n)
 {
 	for (int i = 0; i < n; i++) {
 		if (ioctl(vcpu, KVM_RUN, 0) < 0)
@@ -99,7 +106,8 @@ static void guest_rounds(int n)
 	}
 }
 
-int main(void)
+int
+main(void)
 {
 	long psz = sysconf(_SC_PAGESIZE), pf0, pf1, pf2, pf3, sharing = 0;
 	struct kvm_userspace_memory_region reg;
@@ -110,16 +118,18 @@ int main(void)
 
 	kt_name = "kvm_ksm";
 	signal(SIGALRM, on_alarm);
-	alarm(getenv("KVM_KSM_TIMEOUT") ? atoi(getenv("KVM_KSM_TIMEOUT")) : 120);
+	alarm(getenv("KVM_KSM_TIMEOUT") ? atoi(getenv("KVM_KSM_TIMEOUT"))
+					: 120);
 	kvm_fd = open("/dev/kvm", O_RDWR);
 	if (kvm_fd < 0) {
-		printf("SKIP %s: /dev/kvm: %s (no SVM/VMX in this VM)\n", kt_name,
-		       strerror(errno));
+		printf("SKIP %s: /dev/kvm: %s (no SVM/VMX in this VM)\n",
+		       kt_name, strerror(errno));
 		return 0;
 	}
 	vm = ioctl(kvm_fd, KVM_CREATE_VM, 0);
 	if (vm < 0) {
-		printf("SKIP %s: KVM_CREATE_VM: %s\n", kt_name, strerror(errno));
+		printf("SKIP %s: KVM_CREATE_VM: %s\n", kt_name,
+		       strerror(errno));
 		return 0;
 	}
 	mem = mmap(NULL, MEM, PROT_READ | PROT_WRITE,
@@ -127,13 +137,15 @@ int main(void)
 	madvise(mem, MEM, MADV_NOHUGEPAGE);
 	memset(mem, 0x42, MEM);
 	for (int i = 0; i < MEM / psz; i++)
-		mem[i * psz] = (char)i;		/* only the data pages are identical */
+		mem[i * psz] = (char)i; /* only the data pages are identical */
 	for (int i = 0x10; i < 0x20; i++)
 		mem[i * psz] = 0x42;
 	memcpy(mem + 0x1000, guest, sizeof(guest));
 	memcpy(mem + 0x1100, guest_write, sizeof(guest_write));
 	reg = (struct kvm_userspace_memory_region){
-		.slot = 0, .guest_phys_addr = 0, .memory_size = MEM,
+		.slot = 0,
+		.guest_phys_addr = 0,
+		.memory_size = MEM,
 		.userspace_addr = (unsigned long)mem,
 	};
 	if (ioctl(vm, KVM_SET_USER_MEMORY_REGION, &reg) < 0)
@@ -153,12 +165,13 @@ int main(void)
 	ioctl(vcpu, KVM_SET_REGS, &regs);
 
 	phase = "mapping";
-	guest_rounds(10);			/* map everything */
+	guest_rounds(10); /* map everything */
 	pf0 = get("/sys/kernel/debug/kvm/pf_fixed");
 	if (pf0 < 0)
-		printf("SKIP %s: no /sys/kernel/debug/kvm/pf_fixed\n", kt_name), exit(0);
+		printf("SKIP %s: no /sys/kernel/debug/kvm/pf_fixed\n", kt_name),
+			exit(0);
 	guest_rounds(100);
-	pf1 = get("/sys/kernel/debug/kvm/pf_fixed");	/* steady state */
+	pf1 = get("/sys/kernel/debug/kvm/pf_fixed"); /* steady state */
 
 	phase = "KSM merge";
 	madvise(mem, MEM, MADV_MERGEABLE);
@@ -184,16 +197,22 @@ int main(void)
 	for (int i = 0x10; i < 0x20; i++)
 		if (mem[i * psz] != 0x42 && mem[i * psz] != mem[0x10 * psz])
 			kt_exit("FAIL", "guest write lost on page %#x", i);
-	kt_info("pf_fixed: %ld to map the guest, %ld in 100 steady rounds; %ld during "
-		"KSM merge of %ld pages (%d guest rounds) and 100 rounds after; "
-		"%ld for guest writes to them", pf0, pf1 - pf0, pf2 - pf1,
-		sharing, rounds_merge, pf3 - pf2);
+	kt_info("pf_fixed: %ld to map the guest, %ld in 100 steady rounds; %ld "
+		"during "
+		"KSM merge of %ld pages (%d guest rounds) and 100 rounds "
+		"after; "
+		"%ld for guest writes to them",
+		pf0, pf1 - pf0, pf2 - pf1, sharing, rounds_merge, pf3 - pf2);
 	printf("BENCH kvm_ksm_faults %ld\n", pf3 - pf1);
 	if (sharing < 16)
 		kt_error("KSM merged only %ld pages", sharing);
 	if (pf2 - pf1 < sharing)
-		kt_exit("PASS", "%ld KVM page faults while KSM merged %ld guest pages, "
-			"%ld more for guest writes", pf2 - pf1, sharing, pf3 - pf2);
-	kt_exit("FAIL", "%ld KVM page faults while KSM merged %ld guest pages, "
-		"%ld more for guest writes", pf2 - pf1, sharing, pf3 - pf2);
+		kt_exit("PASS",
+			"%ld KVM page faults while KSM merged %ld guest pages, "
+			"%ld more for guest writes",
+			pf2 - pf1, sharing, pf3 - pf2);
+	kt_exit("FAIL",
+		"%ld KVM page faults while KSM merged %ld guest pages, "
+		"%ld more for guest writes",
+		pf2 - pf1, sharing, pf3 - pf2);
 }

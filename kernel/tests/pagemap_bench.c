@@ -7,27 +7,31 @@
  */
 #include "ktest.h"
 
-static int cmp(const void *a, const void *b)
+static int
+cmp(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 
 	return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n)
+static double
+median(double *v, int n)
 {
 	qsort(v, n, sizeof(*v), cmp);
 	return v[n / 2];
 }
 
-static double read_pagemap(int pfd, unsigned long start, size_t npages,
-			   size_t chunk, uint64_t *buf, size_t *nswap)
+static double
+read_pagemap(int pfd, unsigned long start, size_t npages, size_t chunk,
+	     uint64_t *buf, size_t *nswap)
 {
 	double t0 = kt_now();
 	size_t done = 0, sw = 0;
 
 	while (done < npages * 8) {
-		size_t want = npages * 8 - done < chunk ? npages * 8 - done : chunk;
+		size_t want =
+			npages * 8 - done < chunk ? npages * 8 - done : chunk;
 		ssize_t r = pread(pfd, buf, want, start / 4096 * 8 + done);
 
 		if (r <= 0)
@@ -40,7 +44,8 @@ static double read_pagemap(int pfd, unsigned long start, size_t npages,
 	return kt_now() - t0;
 }
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
 	size_t mib = argc > 1 ? strtoul(argv[1], NULL, 0) : 1024;
 	long psz = sysconf(_SC_PAGESIZE);
@@ -67,17 +72,21 @@ int main(int argc, char **argv)
 	mincore(p, len, vec);
 	for (size_t i = 0; i < npages; i++)
 		resident += vec[i] & 1;
-	kt_info("%zu MiB shmem, %zu of %zu pages resident after paging out every other page",
+	kt_info("%zu MiB shmem, %zu of %zu pages resident after paging out "
+		"every other page",
 		mib, resident, npages);
 	if (resident > npages * 6 / 10)
-		kt_error("only %zu of %zu pages swapped out", npages - resident, npages);
+		kt_error("only %zu of %zu pages swapped out", npages - resident,
+			 npages);
 
 	pfd = open("/proc/self/pagemap", O_RDONLY);
 	if (pfd < 0)
 		kt_error("pagemap: %s", strerror(errno));
-	read_pagemap(pfd, (unsigned long)p, npages, 65536, buf, &nswap);	/* warm-up */
+	read_pagemap(pfd, (unsigned long)p, npages, 65536, buf,
+		     &nswap); /* warm-up */
 	for (int i = 0; i < 3; i++)
-		t8[i] = read_pagemap(pfd, (unsigned long)p, npages, 8, buf, &nswap);
+		t8[i] = read_pagemap(pfd, (unsigned long)p, npages, 8, buf,
+				     &nswap);
 	/*
 	 * A pass of 64 KiB reads takes tens of ms, near the guest clock's
 	 * granularity under TCG (jiffies-like 4 ms steps were seen): time ten
@@ -87,11 +96,13 @@ int main(int argc, char **argv)
 		t64k[i] = 0;
 		for (int j = 0; j < 10; j++)
 			t64k[i] += read_pagemap(pfd, (unsigned long)p, npages,
-						65536, buf, &nswap) / 10;
+						65536, buf, &nswap) /
+				   10;
 	}
 	printf("BENCH pagemap_8B_ms %.1f\n", median(t8, 3) * 1e3);
 	printf("BENCH pagemap_64K_ms %.2f\n", median(t64k, 5) * 1e3);
-	kt_exit("PASS", "read %zu entries: 8-byte reads %.1f ms, 64 KiB reads %.2f ms "
-		"(median), %zu report PM_SWAP", npages, median(t8, 3) * 1e3,
-		median(t64k, 5) * 1e3, nswap);
+	kt_exit("PASS",
+		"read %zu entries: 8-byte reads %.1f ms, 64 KiB reads %.2f ms "
+		"(median), %zu report PM_SWAP",
+		npages, median(t8, 3) * 1e3, median(t64k, 5) * 1e3, nswap);
 }

@@ -10,7 +10,8 @@
 
 #define NPAGES 256
 
-int main(void)
+int
+main(void)
 {
 	long psz = sysconf(_SC_PAGESIZE);
 	size_t len = NPAGES * psz;
@@ -41,18 +42,22 @@ int main(void)
 		usleep(100000);
 	}
 	if (resident)
-		kt_error("%d of %d written pages still resident after MADV_PAGEOUT "
-			 "(is swap on?)", resident, NPAGES / 2);
+		kt_error("%d of %d written pages still resident after "
+			 "MADV_PAGEOUT "
+			 "(is swap on?)",
+			 resident, NPAGES / 2);
 
 	pfd = open("/proc/self/pagemap", O_RDONLY);
-	if (pfd < 0 || pread(pfd, pm, sizeof(pm), (unsigned long)p / psz * 8) != sizeof(pm))
+	if (pfd < 0 || pread(pfd, pm, sizeof(pm), (unsigned long)p / psz * 8) !=
+			       sizeof(pm))
 		kt_error("pagemap: %s", strerror(errno));
 	for (int i = 0; i < NPAGES / 2; i++) {
 		if (pm[i] & PM_SWAP) {
 			swapped++;
 			if ((pm[i] & PM_PFN_MASK) == 0)
-				swap_ok = 0;	/* no swap offset */
-			if (i && (pm[i] & PM_PFN_MASK) == (pm[i - 1] & PM_PFN_MASK))
+				swap_ok = 0; /* no swap offset */
+			if (i &&
+			    (pm[i] & PM_PFN_MASK) == (pm[i - 1] & PM_PFN_MASK))
 				offsets_distinct = 0;
 		}
 	}
@@ -82,7 +87,8 @@ int main(void)
 		int qswapped = 0;
 
 		if (q == MAP_FAILED ||
-		    pread(pfd, qm, sizeof(qm), (unsigned long)q / psz * 8) != sizeof(qm))
+		    pread(pfd, qm, sizeof(qm), (unsigned long)q / psz * 8) !=
+			    sizeof(qm))
 			kt_error("second mapping: %s", strerror(errno));
 		for (int i = 0; i < NPAGES / 2; i++)
 			qswapped += !!(qm[i] & PM_SWAP);
@@ -95,14 +101,18 @@ int main(void)
 
 	/* the data must come back from swap intact */
 	for (int i = 0; i < NPAGES / 2; i++)
-		if (p[i * psz] != (char)(i + 1) || p[i * psz + psz - 1] != (char)(i + 1))
+		if (p[i * psz] != (char)(i + 1) ||
+		    p[i * psz + psz - 1] != (char)(i + 1))
 			kt_exit("FAIL", "page %d corrupted after swap-in", i);
 
 	if (swapped == NPAGES / 2 && swap_ok && offsets_distinct &&
 	    zero_untouched == NPAGES / 2)
-		kt_exit("PASS", "%d swapped shmem pages report PM_SWAP with swap "
-			"offsets, %d untouched pages report 0", swapped, zero_untouched);
-	kt_exit("FAIL", "%d of %d swapped shmem pages report PM_SWAP, "
-		"%d of %d untouched report 0", swapped, NPAGES / 2,
-		zero_untouched, NPAGES / 2);
+		kt_exit("PASS",
+			"%d swapped shmem pages report PM_SWAP with swap "
+			"offsets, %d untouched pages report 0",
+			swapped, zero_untouched);
+	kt_exit("FAIL",
+		"%d of %d swapped shmem pages report PM_SWAP, "
+		"%d of %d untouched report 0",
+		swapped, NPAGES / 2, zero_untouched, NPAGES / 2);
 }

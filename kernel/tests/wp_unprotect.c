@@ -10,17 +10,19 @@
 #define NPAGES 256
 #define ITERS 2000
 
-static int wp(int fd, char *p, size_t len, int on)
+static int
+wp(int fd, char *p, size_t len, int on)
 {
 	struct uffdio_writeprotect w = {
-		.range = { .start = (unsigned long)p, .len = len },
+		.range = {.start = (unsigned long)p, .len = len},
 		.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
 	};
 
 	return ioctl(fd, UFFDIO_WRITEPROTECT, &w);
 }
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
 	long psz = sysconf(_SC_PAGESIZE);
 	size_t len = NPAGES * psz;
@@ -34,8 +36,8 @@ int main(int argc, char **argv)
 	fd = kt_uffd(0, NULL);
 	if (fd < 0)
 		kt_error("UFFDIO_API: %s", strerror(errno));
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
 	if (p == MAP_FAILED)
 		kt_error("mmap: %s", strerror(errno));
 	madvise(p, len, MADV_NOHUGEPAGE);
@@ -57,11 +59,13 @@ int main(int argc, char **argv)
 		wp(fd, p, len, 0);
 	}
 	bench = kt_now() - t0;
-	kt_info("bench: %d x (write 1 MiB, protect, un-protect): %.3f s, %.1f us/iter",
+	kt_info("bench: %d x (write 1 MiB, protect, un-protect): %.3f s, %.1f "
+		"us/iter",
 		iters, bench, bench * 1e6 / iters);
 	printf("BENCH wp_toggle_us %.1f\n", bench * 1e6 / iters);
 	if (faults <= NPAGES / 64)
-		kt_exit("PASS", "%ld minor faults writing %d pages after un-protect",
+		kt_exit("PASS",
+			"%ld minor faults writing %d pages after un-protect",
 			faults, NPAGES);
 	kt_exit("FAIL", "%ld minor faults writing %d pages after un-protect",
 		faults, NPAGES);

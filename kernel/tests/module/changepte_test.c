@@ -25,16 +25,19 @@ static struct mm_struct *ct_mm;
 static DEFINE_MUTEX(ct_lock);
 static struct dentry *ct_file;
 
-static int ct_start(struct mmu_notifier *mn, const struct mmu_notifier_range *r)
+static int
+ct_start(struct mmu_notifier *mn, const struct mmu_notifier_range *r)
 {
 	atomic64_inc(&n_start);
-	if (MMU_NOTIFIER_RANGE_CHANGE_PTE && (r->flags & MMU_NOTIFIER_RANGE_CHANGE_PTE))
+	if (MMU_NOTIFIER_RANGE_CHANGE_PTE &&
+	    (r->flags & MMU_NOTIFIER_RANGE_CHANGE_PTE))
 		atomic64_inc(&n_flagged);
 	return 0;
 }
 
-static void ct_change_pte(struct mmu_notifier *mn, struct mm_struct *mm,
-			  unsigned long address, pte_t pte)
+static void
+ct_change_pte(struct mmu_notifier *mn, struct mm_struct *mm,
+	      unsigned long address, pte_t pte)
 {
 	atomic64_inc(&n_change);
 }
@@ -44,7 +47,8 @@ static const struct mmu_notifier_ops ct_ops = {
 	.change_pte = ct_change_pte,
 };
 
-static void ct_unregister(void)
+static void
+ct_unregister(void)
 {
 	if (ct_mm) {
 		mmu_notifier_unregister(&ct_mn, ct_mm);
@@ -52,8 +56,8 @@ static void ct_unregister(void)
 	}
 }
 
-static ssize_t ct_write(struct file *f, const char __user *ubuf, size_t len,
-			loff_t *ppos)
+static ssize_t
+ct_write(struct file *f, const char __user *ubuf, size_t len, loff_t *ppos)
 {
 	char cmd[8] = "";
 	int ret = 0;
@@ -79,11 +83,12 @@ static ssize_t ct_write(struct file *f, const char __user *ubuf, size_t len,
 	return ret ? ret : len;
 }
 
-static ssize_t ct_read(struct file *f, char __user *ubuf, size_t len,
-		       loff_t *ppos)
+static ssize_t
+ct_read(struct file *f, char __user *ubuf, size_t len, loff_t *ppos)
 {
 	char buf[96];
-	int n = scnprintf(buf, sizeof(buf), "starts %lld flagged %lld change_pte %lld\n",
+	int n = scnprintf(buf, sizeof(buf),
+			  "starts %lld flagged %lld change_pte %lld\n",
 			  (long long)atomic64_read(&n_start),
 			  (long long)atomic64_read(&n_flagged),
 			  (long long)atomic64_read(&n_change));
@@ -98,13 +103,16 @@ static const struct file_operations ct_fops = {
 	.llseek = default_llseek,
 };
 
-static int __init ct_init(void)
+static int __init
+ct_init(void)
 {
-	ct_file = debugfs_create_file("changepte_test", 0600, NULL, NULL, &ct_fops);
+	ct_file = debugfs_create_file("changepte_test", 0600, NULL, NULL,
+				      &ct_fops);
 	return 0;
 }
 
-static void __exit ct_exit(void)
+static void __exit
+ct_exit(void)
 {
 	debugfs_remove(ct_file);
 	mutex_lock(&ct_lock);
@@ -116,4 +124,5 @@ static void __exit ct_exit(void)
 module_init(ct_init);
 module_exit(ct_exit);
 MODULE_LICENSE("GPL");
-MODULE_DESCRIPTION("uffdd: count mmu_notifier callbacks for the change_pte test");
+MODULE_DESCRIPTION(
+	"uffdd: count mmu_notifier callbacks for the change_pte test");
