@@ -9,7 +9,7 @@
 
 #include "proto/frame.h"
 
-static const struct {
+static const struct frame_type_entry {
 	uint16_t type;
 	const char *name;
 	const ProtobufCMessageDescriptor *desc;
@@ -33,24 +33,31 @@ static const struct {
 	 &uffdd__status_reply__descriptor},
 };
 
-const ProtobufCMessageDescriptor *
-frame_descriptor(uint16_t type)
+/* The table entry of a frame type, NULL for an unknown type. */
+static const struct frame_type_entry *
+frame_type_find(uint16_t type)
 {
 	for (size_t i = 0; i < sizeof(frame_types) / sizeof(frame_types[0]);
 	     i++)
 		if (frame_types[i].type == type)
-			return frame_types[i].desc;
+			return &frame_types[i];
 	return NULL;
+}
+
+const ProtobufCMessageDescriptor *
+frame_descriptor(uint16_t type)
+{
+	const struct frame_type_entry *e = frame_type_find(type);
+
+	return e ? e->desc : NULL;
 }
 
 const char *
 frame_type_name(uint16_t type)
 {
-	for (size_t i = 0; i < sizeof(frame_types) / sizeof(frame_types[0]);
-	     i++)
-		if (frame_types[i].type == type)
-			return frame_types[i].name;
-	return "UNKNOWN";
+	const struct frame_type_entry *e = frame_type_find(type);
+
+	return e ? e->name : "UNKNOWN";
 }
 
 void
