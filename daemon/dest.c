@@ -41,6 +41,11 @@
 #define LANE_TIMEOUT 3
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
+/*
+ * Pages of a private file mapping asked for in one request: what the
+ * source answers in one frame (its demand limit is 512 pages).
+ */
+#define PRIVATE_RUN 256
 
 /* Pages [p0, p1) of a region that the target moved to base (mremap). */
 struct move {
@@ -54,6 +59,7 @@ struct dst_region {
 	struct pagestate ps;
 	struct move *moves; /* later entries win */
 	size_t nmoves;
+	int shared; /* the target maps it MAP_SHARED (hugetlb: a page cache) */
 };
 
 /*
@@ -101,12 +107,23 @@ struct dest {
 	struct dest *root;  /* set in a child */
 	struct dest **kids; /* in the root */
 	size_t nkids;
+	/*
+	 * Private file mappings cannot be registered (userfaultfd has no
+	 * MISSING mode for a regular file mapped privately), so nothing would
+	 * stop a thread from reading the file's stale page where the source
+	 * had written its own. Every thread stays in ptrace-stop (the attach
+	 * injection is kept open) until each such page is written through
+	 * /proc/PID/mem (memfd); release_target() lets them go.
+	 */
+	struct inject *hold;
+	int memfd;
 };
 
 static void dest_free(struct migration *);
 static void fault_cb(evutil_socket_t, short, void *);
 static void read_faults(struct dest *);
 static void child_done(struct dest *);
+static void release_held(struct dest *);
 struct dst_region;
 static uint64_t page_addr(const struct dst_region *, uint64_t);
 static uint64_t addr_run(const struct dst_region *, uint64_t, uint64_t);
@@ -150,6 +167,7 @@ dest_free(struct migration *m)
 		event_free(d->retry_ev);
 	if (d->bulk_delay)
 		event_free(d->bulk_delay);
+	release_held(d);
 	if (d->uffd >= 0)
 		close(d->uffd);
 	if (d->pidfd >= 0)
@@ -215,6 +233,8 @@ save_more(FILE *f, const struct migration *m)
 	const struct dest *d = m->impl;
 
 	fprintf(f, "from=%s\ntarget_fd=%d\n", d->from, d->target_fd);
+	if (d->hold)
+		fprintf(f, "held=1\n");
 	for (size_t i = 0; i < d->nranges; i++)
 		fprintf(f, "range=%llx-%llx\n",
 			(unsigned long long)d->ranges[i].start,
@@ -243,6 +263,7 @@ save(struct dest *d)
 static void
 teardown(struct dest *d, int close_target)
 {
+	release_held(d);
 	if (d->demand)
 		conn_finish(d->demand);
 	if (d->bulk)
@@ -250,7 +271,8 @@ teardown(struct dest *d, int close_target)
 	d->demand = d->bulk = NULL;
 	if (close_target && d->uffd >= 0) {
 		for (size_t i = 0; i < d->nregs; i++)
-			if (uffd_unregister(d->uffd, d->regs[i].r.start,
+			if (d->regs[i].r.kind != REGION_FILE_PRIVATE &&
+			    uffd_unregister(d->uffd, d->regs[i].r.start,
 					    d->regs[i].r.length) < 0 &&
 			    errno != ESRCH)
 				log_warn(
@@ -309,7 +331,9 @@ poison_missing(struct dest *d)
 				break;
 			n = pagestate_missing_run(&dr->ps, p, dr->npages - p);
 			n = addr_run(dr, p, n);
-			if (d->have_poison) {
+			/* Never registered: release_held() stops the target. */
+			if (d->have_poison &&
+			    dr->r.kind != REGION_FILE_PRIVATE) {
 				struct uffdio_poison up = {
 					.range = {page_addr(dr, p), n * ps}};
 				int tries = 0;
@@ -517,6 +541,8 @@ bulk_hold(struct dest *d)
 		conn_pause(d->bulk, d->nrequests == 1);
 }
 
+static uint64_t frame_pages(struct dest *, const struct evbuffer_iovec *, int,
+			    uint64_t, uint64_t, uint64_t, const uint8_t **);
 static void
 request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 {
@@ -532,6 +558,134 @@ request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	pr.npages = 1;
 	conn_send(lane, FRAME_PAGE_REQUEST, &pr.base);
 	bulk_hold(d);
+}
+
+/* Pages of private file mappings that have not been written yet. */
+static uint64_t
+private_missing(const struct dest *d)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < d->nregs; i++)
+		if (d->regs[i].r.kind == REGION_FILE_PRIVATE)
+			n += d->regs[i].npages -
+			     pagestate_done(&d->regs[i].ps);
+	return n;
+}
+
+/*
+ * Asks for every page of the private file mappings at once, in runs the
+ * source answers in one frame each: the target is held until they are in.
+ * Pages the source has as the file's own come back as ZERO markers.
+ */
+static void
+request_private(struct dest *d)
+{
+	for (size_t i = 0; d->demand && i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t p = 0;
+
+		if (dr->r.kind != REGION_FILE_PRIVATE)
+			continue;
+		while (p < dr->npages) {
+			Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
+			uint64_t n;
+
+			p += pagestate_present_run(&dr->ps, p, dr->npages - p);
+			if (p >= dr->npages)
+				break;
+			n = pagestate_missing_run(&dr->ps, p, dr->npages - p);
+			if (n > PRIVATE_RUN)
+				n = PRIVATE_RUN;
+			for (uint64_t k = 0; k < n; k++)
+				pagestate_set(&dr->ps, p + k, PAGE_REQUESTED);
+			pr.region = dr->r.index;
+			pr.page = p;
+			pr.npages = (uint32_t)n;
+			conn_send(d->demand, FRAME_PAGE_REQUEST, &pr.base);
+			p += n;
+		}
+	}
+	if (d->demand)
+		conn_flush(d->demand);
+}
+
+/*
+ * The hold ends. On success every private file page is in; otherwise the
+ * target is stopped (SIGSTOP, queued before the threads are let go) rather
+ * than left to run on the file's stale pages where the source had its own.
+ */
+static void
+release_held(struct dest *d)
+{
+	uint64_t missing;
+
+	if (d->hold == NULL)
+		return;
+	missing = private_missing(d);
+	if (missing > 0 &&
+	    migration_signal(d->pidfd, d->m->pid, SIGSTOP) == 0)
+		log_warnx("migration %s: process %d left stopped: %llu pages "
+			  "of its private file mappings never arrived",
+			  log_id(d->m->id), (int)d->m->pid,
+			  (unsigned long long)missing);
+	inject_end(d->hold);
+	free(d->hold);
+	d->hold = NULL;
+	close(d->memfd);
+	d->memfd = -1;
+	if (missing == 0) {
+		log_info("migration %s: private file pages in; process %d "
+			 "runs",
+			 log_id(d->m->id), (int)d->m->pid);
+		if (d->m->state != MIG_COMPLETE && d->m->state != MIG_FAILED)
+			save(d);
+	}
+}
+
+/*
+ * Writes the pages of one frame into a private file mapping of the held
+ * target. A write through /proc/PID/mem makes the anonymous copy the source
+ * had (and goes through read-only protection, as RELRO needs); a ZERO
+ * marker is the file's own page, which the target already maps: nothing to
+ * do. Returns -1 when the migration failed.
+ */
+static int
+write_private(struct dest *d, struct dst_region *dr, const Uffdd__PageData *pd,
+	      const struct evbuffer_iovec *v, int nv)
+{
+	uint64_t ps = dr->r.page_size;
+
+	for (uint64_t p = pd->page; p < pd->page + pd->npages; p++) {
+		const uint8_t *src;
+
+		if (pagestate_get(&dr->ps, p) == PAGE_PRESENT)
+			continue;
+		if (!pd->zero) {
+			frame_pages(d, v, nv, (p - pd->page) * ps, ps, 1, &src);
+			if (d->hold == NULL ||
+			    pwrite(d->memfd, src, ps, (off_t)page_addr(dr, p)) !=
+				    (ssize_t)ps) {
+				dest_fail(d,
+					  "writing the private file page at "
+					  "0x%llx of process %d: %s",
+					  (unsigned long long)page_addr(dr, p),
+					  (int)d->m->pid,
+					  d->hold ? strerror(errno)
+						  : "target not held");
+				return -1;
+			}
+			if (pd->demand)
+				d->m->demand_pages++;
+			else
+				d->m->prefetched_pages++;
+		}
+		pagestate_set(&dr->ps, p, PAGE_PRESENT);
+	}
+	if (d->hold && private_missing(d) == 0)
+		release_held(d);
+	d->m->pages_present = present_total(d);
+	return 0;
 }
 
 /*
@@ -919,6 +1073,9 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 
 	if (dr == NULL)
 		return 0;
+	if (dr->r.kind == REGION_FILE_PRIVATE)
+		/* A child inherited these at its fork, after the release. */
+		return t->root ? 0 : write_private(t, dr, pd, v, nv);
 	if (t->root && region_kind_shmem(dr->r.kind)) {
 		/*
 		 * Shared memory has one page cache: what the root just
@@ -1129,7 +1286,8 @@ fork_child(struct dest *parent, int ufd)
 			       pr->nmoves * sizeof(*kr->moves));
 			kr->nmoves = pr->nmoves;
 		}
-		if (!region_kind_shmem(kr->r.kind) && pid > 0 &&
+		if (!region_kind_shmem(kr->r.kind) &&
+		    kr->r.kind != REGION_FILE_PRIVATE && pid > 0 &&
 		    kr->nmoves == 0) {
 			held = xcalloc(bit_words(kr->npages), sizeof(uint64_t));
 			if (pagemap_classify(pid, kr->r.start, kr->npages,
@@ -1142,7 +1300,10 @@ fork_child(struct dest *parent, int ufd)
 		for (uint64_t p = 0; p < kr->npages; p++) {
 			enum page_state st = pagestate_get(&pr->ps, p);
 
-			if (region_kind_shmem(kr->r.kind))
+			if (kr->r.kind == REGION_FILE_PRIVATE)
+				/* The parent had them all before it ran. */
+				st = PAGE_PRESENT;
+			else if (region_kind_shmem(kr->r.kind))
 				/* One page cache: what the parent has. */
 				st = st == PAGE_REQUESTED ? PAGE_MISSING : st;
 			else if (held)
@@ -1567,9 +1728,11 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		/*
 		 * Discard what is there. For shared memory DONTNEED would
 		 * only drop the mapping: the page cache keeps the data and no
-		 * MISSING fault would ever fire. Punch a hole instead.
+		 * MISSING fault would ever fire. Punch a hole instead; shared
+		 * hugetlb has a page cache too (hugetlbfs punches holes).
 		 */
-		int shm = region_kind_shmem(r->kind);
+		int shm = region_kind_shmem(r->kind) ||
+			  (r->kind == REGION_HUGETLB && d->regs[reg].shared);
 
 		rc = inject_syscall(&inj, SYS_madvise, r->start, r->length,
 				    shm ? MADV_REMOVE : MADV_DONTNEED, 0, 0, 0);
@@ -1582,6 +1745,13 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 				 strerror((int)-rc));
 			goto undo;
 		}
+		/*
+		 * A private file mapping is back to the file's pages now (its
+		 * own copies dropped); the source's copies are written while
+		 * the target is held: see struct dest.
+		 */
+		if (r->kind == REGION_FILE_PRIVATE)
+			continue;
 		if (uffd_register(d->uffd, r->start, r->length,
 				  UFFDIO_REGISTER_MODE_MISSING, &ioctls) < 0) {
 			snprintf(err, errlen,
@@ -1604,6 +1774,21 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 			reg++;
 			goto undo;
 		}
+	}
+	if (private_missing(d) > 0) {
+		char path[64];
+
+		snprintf(path, sizeof(path), "/proc/%d/mem", (int)d->m->pid);
+		if ((d->memfd = open(path, O_RDWR | O_CLOEXEC)) < 0) {
+			snprintf(err, errlen, "%s: %s", path, strerror(errno));
+			goto undo;
+		}
+		d->hold = xmalloc(sizeof(*d->hold));
+		*d->hold = inj;
+		log_info("process %d held until the pages it wrote in private "
+			 "file mappings are in",
+			 (int)d->m->pid);
+		return 0;
 	}
 	inject_end(&inj);
 	return 0;
@@ -1641,6 +1826,58 @@ target_start(const struct dest *d, uint64_t src_start)
 		if (d->maps[i].start == src_start)
 			return d->maps[i].end;
 	return 0;
+}
+
+/*
+ * A private file mapping matches only the same file at the same offset:
+ * the clean pages the destination keeps must be the ones the source has.
+ * (Files are told apart by path, as /proc/PID/maps shows it.)
+ */
+static int
+same_file(const struct vma *v, size_t nv, uint64_t at, const Uffdd__Region *r)
+{
+	const struct vma *e = region_vma_at(v, nv, at);
+
+	return e && strcmp(e->name, r->name) == 0 &&
+	       e->offset + (at - e->start) == r->file_offset;
+}
+
+/*
+ * A source region whose written private file pages would have nowhere to
+ * go: the target would run on the file's stale bytes there. Refused before
+ * anything is touched, saying what the target has at that address.
+ */
+static int
+private_unmatched(struct dest *d, const struct vma *v, size_t nv,
+		  const Uffdd__Region *r, uint64_t at)
+{
+	const struct vma *e = region_vma_at(v, nv, at);
+	char there[160];
+
+	if (r->kind != UFFDD__REGION_KIND__KIND_FILE_PRIVATE ||
+	    r->data_pages == 0)
+		return 0;
+	if (e == NULL)
+		snprintf(there, sizeof(there), "nothing mapped there");
+	else
+		snprintf(there, sizeof(there),
+			 "0x%llx-0x%llx %s %s (%s) at offset 0x%llx",
+			 (unsigned long long)e->start,
+			 (unsigned long long)e->end, e->perms,
+			 e->name[0] ? e->name : "[anon]",
+			 region_kind_name(e->kind),
+			 (unsigned long long)e->offset);
+	conn_send_error(d->demand, ERR_NO_MATCH, "attach failed");
+	attach_fail(d, ERR_NO_MATCH,
+		    "source region 0x%llx-0x%llx, %s mapped privately at "
+		    "offset 0x%llx with %llu written pages, has no match in "
+		    "process %d (%s); map the same file privately at the same "
+		    "address and length",
+		    (unsigned long long)r->start,
+		    (unsigned long long)(r->start + r->length), r->name,
+		    (unsigned long long)r->file_offset,
+		    (unsigned long long)r->data_pages, (int)d->m->pid, there);
+	return 1;
 }
 
 static void
@@ -1682,8 +1919,16 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 			 at % r->page_size == 0 && end > at &&
 			 region_in_ranges(d->ranges, d->nranges, at, end) &&
 			 region_covered(v, nv, at, end,
-					(enum region_kind)r->kind);
+					(enum region_kind)r->kind) &&
+			 (r->kind != UFFDD__REGION_KIND__KIND_FILE_PRIVATE ||
+			  same_file(v, nv, at, r));
 
+		if (!ok && at != 0 &&
+		    region_in_ranges(d->ranges, d->nranges, at, at + 1) &&
+		    private_unmatched(d, v, nv, r, at)) {
+			free(v);
+			goto out;
+		}
 		if (!ok) {
 			up[rep.n_unmatched++] = pb_region(&ubuf[i], r);
 			continue;
@@ -1699,9 +1944,13 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 		dr->r.page_size = r->page_size;
 		dr->r.kind = (enum region_kind)r->kind;
 		dr->npages = r->length / r->page_size;
+		dr->shared = region_vma_at(v, nv, at)->perms[3] == 's';
 		if (pagestate_init(&dr->ps, dr->npages) < 0)
 			fatal("page state of %llu pages",
 			      (unsigned long long)dr->npages);
+		/* Nothing written there: the file's pages are all it holds. */
+		if (dr->r.kind == REGION_FILE_PRIVATE && r->data_pages == 0)
+			pagestate_set_present(&dr->ps, 0, dr->npages);
 		d->m->pages_total += dr->npages;
 	}
 	free(v);
@@ -1745,6 +1994,7 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	acc.regions = mp;
 	conn_send(d->demand, FRAME_REGIONS, &acc.base);
 	migration_set_state(d->m, MIG_RUNNING);
+	request_private(d);
 	log_info("attached to process %d for %s: %zu regions, %llu pages from "
 		 "%s",
 		 (int)d->m->pid, log_id(d->m->id), d->nregs,
@@ -1755,6 +2005,10 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	control_reply(d->serial, FRAME_CTL_ATTACH_REPLY, &rep.base);
 	d->serial = 0;
 	save(d);
+	if (present_total(d) == d->m->pages_total) {
+		dest_complete(d); /* only unwritten private file pages */
+		goto out;
+	}
 	if (open_bulk(d) < 0)
 		lanes_down(d, "bulk lane unreachable");
 out:
@@ -1972,7 +2226,7 @@ dest_restore(const char *path, FILE *f)
 	struct region *regs = NULL;
 	struct range *ranges = NULL;
 	size_t nregs = 0, nranges = 0;
-	int pid = -1, tfd = -1;
+	int pid = -1, tfd = -1, was_held = 0;
 	struct migration *m;
 	struct dest *d;
 	char *key, *val;
@@ -1989,6 +2243,8 @@ dest_restore(const char *path, FILE *f)
 			snprintf(st, sizeof(st), "%s", val);
 		else if (strcmp(key, "target_fd") == 0)
 			tfd = atoi(val);
+		else if (strcmp(key, "held") == 0)
+			was_held = atoi(val);
 		else if (strcmp(key, "range") == 0) {
 			ranges = realloc(ranges,
 					 (nranges + 1) * sizeof(*ranges));
@@ -2061,6 +2317,22 @@ dest_restore(const char *path, FILE *f)
 		free(regs);
 		return -1;
 	}
+	if (was_held) {
+		/*
+		 * The dead daemon held the target for its private file pages;
+		 * the ptrace hold ended with it and the target ran on the
+		 * file's stale pages there. That cannot be made right: stop
+		 * the target and say so.
+		 */
+		migration_signal(d->pidfd, pid, SIGSTOP);
+		log_warnx("%s: process %d was let go before the pages it wrote "
+			  "in private file mappings arrived (the daemon died); "
+			  "migration %s failed, process stopped",
+			  path, pid, log_id(id));
+		migration_free(m);
+		free(regs);
+		return -1;
+	}
 	d->regs = xcalloc(nregs, sizeof(*d->regs));
 	for (size_t i = 0; i < nregs; i++) {
 		struct dst_region *dr = &d->regs[d->nregs++];
@@ -2071,6 +2343,12 @@ dest_restore(const char *path, FILE *f)
 		dr->npages = dr->r.length / dr->r.page_size;
 		if (pagestate_init(&dr->ps, dr->npages) < 0)
 			fatal("page state");
+		if (dr->r.kind == REGION_FILE_PRIVATE) {
+			/* Saved unheld: every page of it was written. */
+			pagestate_set_present(&dr->ps, 0, dr->npages);
+			m->pages_total += dr->npages;
+			continue;
+		}
 		held = xcalloc(bit_words(dr->npages), sizeof(uint64_t));
 		if (pagemap_classify(pid, dr->r.start, dr->npages,
 				     dr->r.page_size, held,

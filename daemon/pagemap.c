@@ -33,8 +33,9 @@ open_pagemap(pid_t pid)
 
 static int64_t
 classify_read(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
-	      uint64_t *data)
+	      uint64_t *data, int anon_only)
 {
+	uint64_t skip = anon_only ? PM_FILE : 0;
 	uint64_t *ent, done = 0;
 	int64_t count = 0;
 
@@ -55,7 +56,8 @@ classify_read(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
 			break;
 		}
 		for (uint64_t i = 0; i < (uint64_t)r / sizeof(*ent); i++) {
-			if (ent[i] & (PM_PRESENT | PM_SWAP)) {
+			if ((ent[i] & (PM_PRESENT | PM_SWAP)) &&
+			    !(ent[i] & skip)) {
 				bit_set(data, done + i);
 				count++;
 			}
@@ -73,8 +75,9 @@ classify_read(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
  */
 static int64_t
 classify_scan(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
-	      uint64_t *data)
+	      uint64_t *data, int anon_only)
 {
+	uint64_t skip = anon_only ? PAGE_IS_FILE : 0;
 	struct page_region *vec = malloc(SCAN_VEC * sizeof(*vec));
 	uint64_t end = start + npages * page_size, at = start;
 	int64_t count = 0;
@@ -88,6 +91,9 @@ classify_scan(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
 			.end = end,
 			.vec = (uint64_t)(uintptr_t)vec,
 			.vec_len = SCAN_VEC,
+			/* anon_only: FILE inverted and required, i.e. not. */
+			.category_inverted = skip,
+			.category_mask = skip,
 			.category_anyof_mask =
 				PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
 			.return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
@@ -184,9 +190,9 @@ classify_read_huge(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
 	return count;
 }
 
-int64_t
-pagemap_classify(pid_t pid, uint64_t start, uint64_t npages, uint64_t page_size,
-		 uint64_t *data, enum pagemap_method how)
+static int64_t
+classify(pid_t pid, uint64_t start, uint64_t npages, uint64_t page_size,
+	 uint64_t *data, enum pagemap_method how, int anon_only)
 {
 	int fd = open_pagemap(pid);
 	int64_t n;
@@ -194,11 +200,34 @@ pagemap_classify(pid_t pid, uint64_t start, uint64_t npages, uint64_t page_size,
 	if (fd < 0)
 		return -1;
 	if (how == PAGEMAP_SCAN_IOCTL)
-		n = classify_scan(fd, start, npages, page_size, data);
+		n = classify_scan(fd, start, npages, page_size, data,
+				  anon_only);
 	else if (page_size != (uint64_t)sysconf(_SC_PAGESIZE))
 		n = classify_read_huge(fd, start, npages, page_size, data);
 	else
-		n = classify_read(fd, start, npages, page_size, data);
+		n = classify_read(fd, start, npages, page_size, data,
+				  anon_only);
 	close(fd);
 	return n;
+}
+
+int64_t
+pagemap_classify(pid_t pid, uint64_t start, uint64_t npages, uint64_t page_size,
+		 uint64_t *data, enum pagemap_method how)
+{
+	return classify(pid, start, npages, page_size, data, how, 0);
+}
+
+/*
+ * A private file mapping holds two kinds of page: the file's (page cache,
+ * PM_FILE / PAGE_IS_FILE) and the anonymous copies the process made by
+ * writing. Only the copies are the process's own data; a swap entry there
+ * is always such a copy (file pages are dropped, never swapped).
+ */
+int64_t
+pagemap_classify_cow(pid_t pid, uint64_t start, uint64_t npages,
+		     uint64_t *data, enum pagemap_method how)
+{
+	return classify(pid, start, npages, (uint64_t)sysconf(_SC_PAGESIZE),
+			data, how, 1);
 }

@@ -46,6 +46,13 @@ int64_t pagemap_classify(pid_t pid, uint64_t start, uint64_t npages,
 			 enum pagemap_method how);
 
 /*
+ * The same for a private file mapping (4 KiB pages): only the pages the
+ * process wrote (anonymous copies, resident or swapped out) hold data.
+ */
+int64_t pagemap_classify_cow(pid_t pid, uint64_t start, uint64_t npages,
+			     uint64_t *data, enum pagemap_method how);
+
+/*
  * The same for shared memory, from its backing file (fd) at file offset
  * off: allocated pages hold data, holes are ZERO.
  */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -28,6 +29,8 @@ region_kind_name(enum region_kind k)
 		return "shmem-file";
 	case REGION_HUGETLB:
 		return "hugetlb";
+	case REGION_FILE_PRIVATE:
+		return "file-private";
 	default:
 		return "other";
 	}
@@ -65,11 +68,36 @@ region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end)
 }
 
 /*
+ * A readable private mapping of a regular file (a program's .data, a
+ * library's RELRO, a file the program maps copy-on-write): the pages it
+ * wrote are anonymous copies and migrate; the rest is the file's. Read-only
+ * ones count too: relocations are written before RELRO is made read-only,
+ * and /proc/PID/mem writes through any protection on the destination.
+ * Without read permission the source cannot read the pages: not taken.
+ */
+static int
+file_private(pid_t pid, const struct vma *v)
+{
+	struct stat st;
+	int fd, ok;
+
+	if (v->perms[0] != 'r' || v->perms[3] != 'p' || v->name[0] != '/' ||
+	    strncmp(v->name, "/anon_hugepage", 14) == 0)
+		return 0;
+	if ((fd = region_open_backing(pid, v->start, v->end)) < 0)
+		return 0;
+	ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+	close(fd);
+	return ok;
+}
+
+/*
  * What migrates: memory the process can write. Private: anonymous, the
- * heap, prctl-named anonymous areas. Shared: shmem in all its forms
- * (anonymous shared, memfd, files on tmpfs), which the kernel backs with a
- * file whose holes are the never-touched pages. The stack and the kernel's
- * special mappings stay with the destination process.
+ * heap, prctl-named anonymous areas, and the written pages of private file
+ * mappings. Shared: shmem in all its forms (anonymous shared, memfd, files
+ * on tmpfs), which the kernel backs with a file whose holes are the
+ * never-touched pages. The stack and the kernel's special mappings stay
+ * with the destination process.
  */
 static enum region_kind
 vma_kind(pid_t pid, const struct vma *v)
@@ -77,6 +105,8 @@ vma_kind(pid_t pid, const struct vma *v)
 	struct statfs sf;
 	int fd;
 
+	if (file_private(pid, v))
+		return REGION_FILE_PRIVATE;
 	if (v->perms[0] != 'r' || v->perms[1] != 'w')
 		return REGION_UNKNOWN;
 	/* Anonymous huge pages, private or shared (MAP_HUGETLB). */
@@ -234,6 +264,15 @@ fail:
 	*out = NULL;
 	errno = ENOMEM;
 	return -1;
+}
+
+const struct vma *
+region_vma_at(const struct vma *v, size_t n, uint64_t addr)
+{
+	for (size_t i = 0; i < n; i++)
+		if (addr >= v[i].start && addr < v[i].end)
+			return &v[i];
+	return NULL;
 }
 
 int

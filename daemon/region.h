@@ -23,6 +23,7 @@ enum region_kind {
 	REGION_MEMFD = 3,	 /* memfd mapped shared */
 	REGION_SHMEM_FILE = 4,	 /* a tmpfs file mapped shared */
 	REGION_HUGETLB = 5,	 /* MAP_HUGETLB, default huge page size */
+	REGION_FILE_PRIVATE = 6, /* a regular file mapped MAP_PRIVATE */
 };
 
 /* The default huge page size (/proc/meminfo), 0 when there is none. */
@@ -51,7 +52,10 @@ struct region {
 	uint32_t page_size;
 	enum region_kind kind;
 	uint64_t data_pages, zero_pages;
-	/* Shared kinds: the VMA (for /proc/PID/map_files) and file offset. */
+	/*
+	 * Shared kinds and private files: the VMA (for /proc/PID/map_files)
+	 * and the offset of start in the file.
+	 */
 	uint64_t vma_start, vma_end, file_off;
 };
 
@@ -69,6 +73,8 @@ int region_build(pid_t pid, const struct range *ranges, size_t nranges,
 /* Whether [start, end) is covered, without gaps, by vmas of `kind`. */
 int region_covered(const struct vma *v, size_t n, uint64_t start, uint64_t end,
 		   enum region_kind kind);
+/* The vma that holds addr, or NULL. */
+const struct vma *region_vma_at(const struct vma *v, size_t n, uint64_t addr);
 /* Whether [start, end) lies inside one of the ranges (or nranges is 0). */
 int region_in_ranges(const struct range *r, size_t n, uint64_t start,
 		     uint64_t end);

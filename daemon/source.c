@@ -282,6 +282,10 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 						sr->r.page_size, sr->data);
 			if (fd >= 0)
 				close(fd);
+		} else if (sr->r.kind == REGION_FILE_PRIVATE) {
+			data = pagemap_classify_cow(pid, sr->r.start,
+						    sr->npages, sr->data,
+						    pagemap_method());
 		} else {
 			data = pagemap_classify(pid, sr->r.start, sr->npages,
 						sr->r.page_size, sr->data,
@@ -1007,6 +1011,8 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 		rp[i].kind = (Uffdd__RegionKind)r->kind;
 		rp[i].data_pages = r->data_pages;
 		rp[i].zero_pages = r->zero_pages;
+		if (r->kind == REGION_FILE_PRIVATE)
+			rp[i].file_offset = r->file_off;
 		pp[i] = &rp[i];
 	}
 	t.n_regions = s->nregs;
