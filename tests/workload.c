@@ -21,6 +21,12 @@
  * valid words, and a page from the wrong place, a zero page or a torn copy
  * fails the check. Pages with index % untouched == untouched - 1 are never
  * touched on the source and must read as zeros.
+ *
+ * --kind file-private --file PATH maps PATH (created and filled with its own
+ * pattern by the source when empty) MAP_PRIVATE: pages the source writes
+ * become anonymous copies and must arrive; the never-written pages (half of
+ * them read on the source, so resident as the file's) must read as the
+ * file's pattern on the destination. The file itself is never written.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -51,7 +57,7 @@
 static uint64_t base = 0x500000000000ULL, size = 64ULL << 20, seed = 1;
 static unsigned threads = 4, untouched = 16, pageout_every, poke_every;
 static unsigned zero_every;
-static const char *kind = "anon";
+static const char *kind = "anon", *file_path;
 /*
  * dest --event: what the target does to pages [ev0, ev0 + EV_PAGES) right
  * after it starts, while they are still missing: "remove" (madvise; they
@@ -92,11 +98,26 @@ word_value(uint64_t page, uint64_t w, uint64_t ver)
 	return ver << 48 | (h & 0xffffffffffffULL) | (h == 0);
 }
 
+/* The bytes of the --file a private file mapping starts from. */
+static uint64_t
+file_word(uint64_t page, uint64_t w)
+{
+	return 0xFFFEULL << 48 |
+	       (mix(seed * 0x2545f4914f6cdd1dULL ^ mix(page << 9 | w)) &
+		0xffffffffffffULL);
+}
+
+static int
+is_hugetlb(void)
+{
+	return strncmp(kind, "hugetlb", 7) == 0;
+}
+
 static int
 is_untouched(uint64_t page)
 {
 	/* Huge pages populate whole: leave every fourth one untouched. */
-	if (strcmp(kind, "hugetlb") == 0 && (page / 512) % 4 == 3)
+	if (is_hugetlb() && (page / 512) % 4 == 3)
 		return 1;
 	return untouched && page % untouched == untouched - 1;
 }
@@ -123,6 +144,37 @@ is_poke(uint64_t page)
 }
 
 /*
+ * The --file of a private file mapping: filled with file_word() when empty
+ * (the source comes first), and then only ever read.
+ */
+static int
+open_file(void)
+{
+	int fd = open(file_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	uint64_t buf[WORDS];
+	off_t len;
+
+	if (fd < 0 || (len = lseek(fd, 0, SEEK_END)) < 0)
+		return -1;
+	if (len == 0) {
+		for (uint64_t page = 0; page < size / PS; page++) {
+			for (uint64_t w = 0; w < WORDS; w++)
+				buf[w] = file_word(page, w);
+			if (pwrite(fd, buf, PS, (off_t)(page * PS)) != PS) {
+				close(fd);
+				return -1;
+			}
+		}
+		fsync(fd);
+	} else if ((uint64_t)len != size) {
+		fprintf(stderr, "workload: %s: %lld bytes, want %" PRIu64 "\n",
+			file_path, (long long)len, size);
+		exit(1);
+	}
+	return fd;
+}
+
+/*
  * The region at BASE, of the --kind asked for: private anonymous, shared
  * anonymous, a memfd or a tmpfs file (unlinked at once), all mapped at the
  * same address in source and destination.
@@ -136,6 +188,11 @@ map_region(void)
 		flags |= MAP_PRIVATE | MAP_ANONYMOUS;
 	} else if (strcmp(kind, "hugetlb") == 0) {
 		flags |= MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB;
+	} else if (strcmp(kind, "hugetlb-shared") == 0) {
+		flags |= MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB;
+	} else if (strcmp(kind, "file-private") == 0 && file_path) {
+		fd = open_file();
+		flags |= MAP_PRIVATE;
 	} else if (strcmp(kind, "thp") == 0) {
 		flags |= MAP_PRIVATE | MAP_ANONYMOUS;
 	} else if (strcmp(kind, "shared") == 0) {
@@ -153,12 +210,13 @@ map_region(void)
 		flags |= MAP_SHARED;
 	} else {
 		fprintf(stderr,
-			"workload: --kind %s: anon, thp, hugetlb, shared, "
-			"memfd or tmpfs\n",
+			"workload: --kind %s: anon, thp, hugetlb, "
+			"hugetlb-shared, shared, memfd, tmpfs or file-private "
+			"(with --file)\n",
 			kind);
 		exit(2);
 	}
-	if (fd >= 0 && ftruncate(fd, (off_t)size) < 0) {
+	if (fd >= 0 && !file_path && ftruncate(fd, (off_t)size) < 0) {
 		perror("workload: ftruncate");
 		exit(1);
 	}
@@ -192,7 +250,8 @@ count_swapped(void)
 	uint64_t n = 0, npages = size / PS, buf[512];
 	int fd;
 
-	if (strcmp(kind, "anon") != 0 && strcmp(kind, "thp") != 0) {
+	if (strcmp(kind, "anon") != 0 && strcmp(kind, "thp") != 0 &&
+	    strcmp(kind, "file-private") != 0) {
 		unsigned char *vec = malloc(npages);
 
 		if (vec == NULL || mincore(mem, size, vec) < 0)
@@ -246,8 +305,12 @@ run_source(void)
 	for (uint64_t page = 0; page < npages; page++) {
 		uint64_t *p = (uint64_t *)(mem + page * PS);
 
-		if (is_untouched(page))
+		if (is_untouched(page)) {
+			/* Half the file's pages resident, half never read. */
+			if (file_path && (page / untouched) % 2 == 0)
+				(void)*(volatile uint64_t *)p;
 			continue;
+		}
 		if (is_zeroed(page)) {
 			memset(p, 0, PS);
 			continue;
@@ -341,6 +404,8 @@ check_page_guarded(uint64_t page)
 
 		if (is_poke(page) && w == POKE_WORD)
 			want = POKE_TAG << 48 | page;
+		else if (is_untouched(page) && file_path)
+			want = file_word(page, w);
 		else if (is_untouched(page) || is_zeroed(page) || removed)
 			want = 0;
 		else
@@ -540,8 +605,9 @@ usage(void)
 		"[--pageout-every K]\n"
 		"         [--poke-every K] [--prefault] [--sigbus-ok] "
 		"[--pace-us N]\n"
-		"         [--kind anon|thp|hugetlb|shared|memfd|tmpfs] "
-		"[--zero-every K]\n"
+		"         [--kind anon|thp|hugetlb|hugetlb-shared|shared|memfd|"
+		"tmpfs|\n"
+		"                 file-private --file PATH] [--zero-every K]\n"
 		"         [--event remove|unmap|remap|fork]\n"
 		"         [--touch N]\n");
 	exit(2);
@@ -565,6 +631,7 @@ main(int argc, char **argv)
 		{"zero-every", required_argument, NULL, 'Z'},
 		{"event", required_argument, NULL, 'E'},
 		{"touch", required_argument, NULL, 'T'},
+		{"file", required_argument, NULL, 'F'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -621,6 +688,9 @@ main(int argc, char **argv)
 			if (strcmp(event, "remove") && strcmp(event, "unmap") &&
 			    strcmp(event, "remap") && strcmp(event, "fork"))
 				usage();
+			break;
+		case 'F':
+			file_path = optarg;
 			break;
 		case 'T':
 			touch_n = strtoull(optarg, NULL, 0);

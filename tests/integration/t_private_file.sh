@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Private file mappings: a file on a disk filesystem, mapped MAP_PRIVATE by
+# source and destination at the same address. The pages the source wrote
+# (resident, swapped out on zram, zero-filled) are anonymous copies and must
+# arrive byte-exact; the pages it never wrote (half of them read, so
+# resident as the file's) must read as the file on the destination, whose
+# own earlier writes there (--prefault) are discarded. The file on disk is
+# never written. Both classification paths. Then the refusals: a
+# destination that maps another file, or nothing, at that address gets a
+# clear error and is left as it was.
+. "$SRC/tests/lib.sh"
+need_root
+DIR=/var/tmp/uffdd-private-file-$$
+mkdir -p "$DIR" || skip "cannot create $DIR"
+on_cleanup "rm -rf $DIR"
+fstype=$(stat -f -c %T "$DIR")
+case "$fstype" in
+tmpfs | ramfs) skip "$DIR is on $fstype, not a disk filesystem" ;;
+esac
+info "file on $fstype ($DIR)"
+set_up_zram_swap 1G
+FILE=$DIR/data
+for how in scan read; do
+	args=""
+	[ "$how" = read ] && args=--no-pagemap-scan
+	rm -f "$FILE"
+	info "private file mapping, classification by $how"
+	# The source creates and fills the file; hash it before it maps it
+	# again on the destination, and after.
+	SRC_DAEMON_ARGS=$args migrate 32M 2 4 \
+		"--kind file-private --file $FILE --untouched-every 4 --pageout-every 5 --zero-every 16" \
+		"--kind file-private --file $FILE --untouched-every 4 --zero-every 16"
+	swapped=$(sed -n 's/^swapped //p' "$T/WS.out")
+	info "file-private: $swapped written pages swapped out at freeze"
+	[ "${swapped:-0}" -gt 100 ] || fail "too few pages swapped out ($swapped)"
+	# The file is what the source wrote at creation, untouched since:
+	# an independent workload maps it and finds every page the file's.
+	f_hash=$(sha256sum "$FILE" | cut -d' ' -f1)
+	grep -q "held until the pages it wrote in private file mappings" "$T/dst.log" ||
+		fail "destination did not hold the target for its private file pages"
+	# Exactly the written pages were written into the destination: 3 of
+	# every 4 (--untouched-every 4); the file's own pages went as markers.
+	n=$(sed -n 's/.*"demand_pages":\([0-9]*\).*"prefetched_pages":\([0-9]*\).*/\1 \2/p' "$T/status.json")
+	[ "$(( ${n% *} + ${n#* } ))" = 6144 ] || fail "written pages sent: $n, want 6144 in all"
+	kill "$WD"
+	start_workload WF dest --size 32M --kind file-private --file "$FILE" --untouched-every 1 --threads 2
+	kill -USR1 "$WF"
+	wait_verified WF
+	kill "$WF"
+	[ "$(sha256sum "$FILE" | cut -d' ' -f1)" = "$f_hash" ] || fail "the file changed"
+done
+
+info "refusals: another file, or nothing, at the source's address"
+ensure_daemon src
+ensure_daemon dst
+rm -f "$FILE" "$DIR/other"
+base=0x500000000000
+end=$(printf '0x%x' $((base + (8 << 20))))
+RANGE=$(printf '%x-%x' $base "$end")
+start_workload WS source --size 8M --kind file-private --file "$FILE"
+start_workload WD dest --size 8M --kind file-private --file "$DIR/other" --prefault
+id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
+h_before=$("$MEMHASH" "$WD" $base "$end")
+if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1; then
+	fail "attach to a mapping of another file succeeded: $(cat "$T/attach.out")"
+fi
+cat "$T/attach.out"
+grep -q "mapped privately at offset 0x0 with [0-9]* written pages, has no match in process $WD" "$T/attach.out" ||
+	fail "no clear error for another file: $(cat "$T/attach.out")"
+grep -q "$DIR/other" "$T/attach.out" || fail "the error does not name what is mapped there"
+[ "$(proc_state "$WD")" != t ] || fail "refused target left traced"
+! ls -l "/proc/$WD/fd" | grep -q userfaultfd || fail "refused target holds a userfaultfd"
+[ "$("$MEMHASH" "$WD" $base "$end")" = "$h_before" ] || fail "refused attach changed the target's memory"
+kill "$WD"
+start_workload WD dest --size 8M --base 0x600000000000 --prefault
+if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1; then
+	fail "attach with nothing mapped succeeded: $(cat "$T/attach.out")"
+fi
+grep -q "nothing mapped there" "$T/attach.out" || fail "no clear error for an unmapped address: $(cat "$T/attach.out")"
+[ "$(proc_state "$WS")" = T ] || fail "source not left frozen for another attach"
