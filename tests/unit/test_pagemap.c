@@ -4,9 +4,14 @@
  * untouched and a read-only touch that maps the zero page), and the parent
  * classifies the child's pagemap with each method. Swapped pages are
  * covered by the integration tests (they need a swap device).
+ *
+ * A private file mapping: of pages read (the file's, resident), written
+ * (anonymous copies, some then made read-only) and never touched, only
+ * the written ones are data, with each method.
  */
 #include "config.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +30,56 @@ static int
 touched(uint64_t p)
 {
 	return (p % 7 == 0) || (p >= 5000 && p < 5300) || p == NPAGES - 1;
+}
+
+#define FPAGES 96
+
+static void
+cow_case(void)
+{
+	char path[] = "/var/tmp/uffdd-test-cow-XXXXXX";
+	int fd = mkstemp(path);
+	static char page[PS];
+	uint64_t want[bit_words(FPAGES)], got[bit_words(FPAGES)];
+	volatile char *m;
+	int64_t expect = 0;
+
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	unlink(path);
+	memset(page, 'f', PS);
+	for (int p = 0; p < FPAGES; p++)
+		CHECK(pwrite(fd, page, PS, (off_t)p * PS) == PS);
+	m = mmap(NULL, FPAGES * PS, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd,
+		 0);
+	CHECK(m != MAP_FAILED);
+	memset(want, 0, sizeof(want));
+	for (uint64_t p = 0; p < FPAGES; p++) {
+		if (p % 3 == 0) {
+			m[p * PS] = 'w';
+			bit_set(want, p);
+			expect++;
+		} else if (p % 3 == 1) {
+			(void)m[p * PS];
+		}
+	}
+	/* Written, then read-only (RELRO): still the process's own. */
+	CHECK(mprotect((void *)m, 12 * PS, PROT_READ) == 0);
+	for (int how = 0; how < 2; how++) {
+		int64_t n;
+
+		memset(got, 0, sizeof(got));
+		n = pagemap_classify_cow(getpid(), (uint64_t)(uintptr_t)m,
+					 FPAGES, got,
+					 how ? PAGEMAP_SCAN_IOCTL : PAGEMAP_READ);
+		if (n < 0 && how)
+			break; /* no PAGEMAP_SCAN: said below */
+		CHECK(n == expect);
+		CHECK(memcmp(got, want, sizeof(got)) == 0);
+	}
+	munmap((void *)m, FPAGES * PS);
+	close(fd);
 }
 
 int
@@ -87,6 +142,7 @@ main(void)
 	}
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
+	cow_case();
 	free(want);
 	free(a);
 	free(b);
