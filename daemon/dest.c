@@ -117,6 +117,9 @@ struct dest {
 	 */
 	struct inject *hold;
 	int memfd;
+	struct event *find_ev; /* a child whose pid was not known yet */
+	pid_t parent_pid;      /* a child's parent, to find it by */
+	int find_tries;
 };
 
 static void dest_free(struct migration *);
@@ -167,6 +170,8 @@ dest_free(struct migration *m)
 		event_free(d->retry_ev);
 	if (d->bulk_delay)
 		event_free(d->bulk_delay);
+	if (d->find_ev)
+		event_free(d->find_ev);
 	release_held(d);
 	if (d->uffd >= 0)
 		close(d->uffd);
@@ -235,6 +240,11 @@ save_more(FILE *f, const struct migration *m)
 	fprintf(f, "from=%s\ntarget_fd=%d\n", d->from, d->target_fd);
 	if (d->hold)
 		fprintf(f, "held=1\n");
+	/* Forked children that hold a copy of their uffd, for a restart. */
+	for (size_t i = 0; i < d->nkids; i++)
+		if (d->kids[i]->m->pid > 0 && d->kids[i]->target_fd >= 0)
+			fprintf(f, "child=%d %d\n", (int)d->kids[i]->m->pid,
+				d->kids[i]->target_fd);
 	for (size_t i = 0; i < d->nranges; i++)
 		fprintf(f, "range=%llx-%llx\n",
 			(unsigned long long)d->ranges[i].start,
@@ -1169,10 +1179,14 @@ child_done(struct dest *k)
 		event_del(k->uffd_ev);
 	if (k->exit_ev)
 		event_del(k->exit_ev);
+	if (k->find_ev)
+		event_del(k->find_ev);
 	if (k->uffd >= 0)
 		close(k->uffd);
 	k->uffd = -1;
 	migration_release(k->m);
+	if (root->m->state == MIG_RUNNING || root->m->state == MIG_PAUSED)
+		save(root); /* without the child */
 	if (root->m->state == MIG_RUNNING &&
 	    present_total(root) == root->m->pages_total && root->nkids == 0)
 		dest_complete(root);
@@ -1219,6 +1233,155 @@ find_child(pid_t parent, const struct dest *root)
 }
 
 /*
+ * A forked child of root's target (pid, its uffd ufd): regions copied from
+ * its parent, every page missing; the caller fills in what it holds and
+ * then calls child_start().
+ */
+static struct dest *
+child_new(struct dest *root, const struct dest *parent, pid_t pid, int ufd)
+{
+	struct migration *m = migration_new(ROLE_DEST, root->m->id);
+	struct dest *k = xcalloc(1, sizeof(*k));
+
+	m->impl = k;
+	m->impl_free = dest_free;
+	m->pid = pid;
+	memcpy(m->peer, root->m->peer, sizeof(m->peer));
+	k->m = m;
+	k->root = root;
+	k->uffd = ufd;
+	k->target_fd = -1;
+	k->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	k->have_poison = parent->have_poison;
+	k->hints = parent->hints;
+	snprintf(k->from, sizeof(k->from), "%s", root->from);
+	k->waiters = xcalloc(INFLIGHT_MAX, sizeof(*k->waiters));
+	k->regs = xcalloc(parent->nregs, sizeof(*k->regs));
+	for (size_t i = 0; i < parent->nregs; i++) {
+		const struct dst_region *pr = &parent->regs[i];
+		struct dst_region *kr = &k->regs[k->nregs++];
+
+		kr->r = pr->r;
+		kr->src_start = pr->src_start;
+		kr->npages = pr->npages;
+		kr->shared = pr->shared;
+		if (pagestate_init(&kr->ps, kr->npages) < 0)
+			fatal("page state");
+		if (pr->nmoves) {
+			kr->moves = xcalloc(pr->nmoves, sizeof(*kr->moves));
+			memcpy(kr->moves, pr->moves,
+			       pr->nmoves * sizeof(*kr->moves));
+			kr->nmoves = pr->nmoves;
+		}
+		m->pages_total += kr->npages;
+	}
+	return k;
+}
+
+/* The child's page map is filled in: serve it, or let it go if complete. */
+static void
+child_start(struct dest *root, struct dest *k)
+{
+	struct migration *m = k->m;
+
+	m->pages_present = present_total(k);
+	k->uffd_ev = event_new(base, k->uffd, EV_READ | EV_PERSIST, fault_cb, k);
+	event_priority_set(k->uffd_ev, PRIO_FAULT);
+	event_add(k->uffd_ev, NULL);
+	if (k->pidfd >= 0) {
+		k->exit_ev = event_new(base, k->pidfd, EV_READ | EV_PERSIST,
+				       exit_cb, k);
+		event_priority_set(k->exit_ev, PRIO_CONTROL);
+		event_add(k->exit_ev, NULL);
+	}
+	migration_set_state(m, MIG_RUNNING);
+	root->kids =
+		realloc(root->kids, (root->nkids + 1) * sizeof(*root->kids));
+	if (root->kids == NULL)
+		fatal("children");
+	root->kids[root->nkids++] = k;
+	if (m->pages_present == m->pages_total)
+		child_done(k);
+	else
+		save(root); /* with the child, for a restart */
+}
+
+/*
+ * Only we hold a child's uffd. Should the daemon die, the kernel would
+ * unregister the child's ranges and its missing pages would read as zeros:
+ * give the child a copy, as every target has (and a restart takes it up).
+ */
+static void
+give_uffd(struct dest *k)
+{
+	struct inject inj = {.err = "no such process"};
+	pid_t pid = k->m->pid;
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	if (stat(path, &st) == 0 && inject_begin(&inj, pid, 1) == 0) {
+		k->target_fd = inject_pass_fd(&inj, k->uffd, st.st_uid,
+					      st.st_gid);
+		inject_end(&inj);
+	}
+	if (k->target_fd < 0)
+		log_warnx("migration %s: forked process %d holds no copy of "
+			  "its uffd: %s",
+			  log_id(k->root->m->id), (int)pid, inj.err);
+}
+
+/*
+ * The fork event is read while the parent is still inside fork(): the
+ * child is linked to its parent only after that, so it is usually not in
+ * /proc/PID/task/TID/children yet. Look again shortly after, for up to a
+ * second; a child never found is still served, but has no exit event and
+ * no copy of its uffd (a daemon restart would lose it).
+ */
+#define FIND_TRIES 100
+
+static void
+find_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct dest *k = arg;
+	struct timeval tv = {0, 10000};
+	pid_t pid;
+
+	if (k->m->state != MIG_RUNNING)
+		return;
+	if ((pid = find_child(k->parent_pid, k->root)) <= 0) {
+		if (k->find_tries++ < FIND_TRIES)
+			evtimer_add(k->find_ev, &tv);
+		else
+			log_warnx("migration %s: forked process of %d not "
+				  "found; it would not survive a restart",
+				  log_id(k->root->m->id), (int)k->parent_pid);
+		return;
+	}
+	k->m->pid = pid;
+	k->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (k->pidfd >= 0) {
+		k->exit_ev = event_new(base, k->pidfd, EV_READ | EV_PERSIST,
+				       exit_cb, k);
+		event_priority_set(k->exit_ev, PRIO_CONTROL);
+		event_add(k->exit_ev, NULL);
+	}
+	log_info("migration %s: forked process of %d is %d",
+		 log_id(k->root->m->id), (int)k->parent_pid, (int)pid);
+	give_uffd(k);
+	save(k->root);
+}
+
+static void
+find_later(struct dest *k)
+{
+	struct timeval tv = {0, 1000};
+
+	k->find_ev = evtimer_new(base, find_cb, k);
+	evtimer_add(k->find_ev, &tv);
+}
+
+/*
  * UFFD_EVENT_FORK: the target forked, and the child's copy of the
  * migrated ranges is registered with a new uffd, given to us. The child
  * holds what its parent held at the fork (its own pagemap says exactly
@@ -1230,62 +1393,19 @@ static void
 fork_child(struct dest *parent, int ufd)
 {
 	struct dest *root = parent->root ? parent->root : parent, *k;
-	struct migration *m;
 	pid_t pid = find_child(parent->m->pid, root);
 
-	m = migration_new(ROLE_DEST, root->m->id);
-	k = xcalloc(1, sizeof(*k));
-	m->impl = k;
-	m->impl_free = dest_free;
-	m->pid = pid;
-	memcpy(m->peer, root->m->peer, sizeof(m->peer));
-	k->m = m;
-	k->root = root;
-	k->uffd = ufd;
-	k->target_fd = -1;
-	k->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
-	/*
-	 * Only we hold the child's uffd. Should the daemon die, the kernel
-	 * would unregister the child's ranges and its missing pages would
-	 * read as zeros: give the child a copy, as every target has.
-	 */
-	if (pid > 0) {
-		struct inject inj = {.err = "no such process"};
-		char path[64];
-		struct stat st;
-
-		snprintf(path, sizeof(path), "/proc/%d", (int)pid);
-		if (stat(path, &st) == 0 && inject_begin(&inj, pid, 1) == 0) {
-			k->target_fd =
-				inject_pass_fd(&inj, ufd, st.st_uid, st.st_gid);
-			inject_end(&inj);
-		}
-		if (k->target_fd < 0)
-			log_warnx("migration %s: forked process %d holds no "
-				  "copy of its uffd: %s",
-				  log_id(root->m->id), (int)pid, inj.err);
-	}
-	k->have_poison = parent->have_poison;
-	k->hints = parent->hints;
-	snprintf(k->from, sizeof(k->from), "%s", root->from);
-	k->waiters = xcalloc(INFLIGHT_MAX, sizeof(*k->waiters));
-	k->regs = xcalloc(parent->nregs, sizeof(*k->regs));
-	for (size_t i = 0; i < parent->nregs; i++) {
+	k = child_new(root, parent, pid, ufd);
+	k->parent_pid = parent->m->pid;
+	if (pid > 0)
+		give_uffd(k);
+	else
+		find_later(k);
+	for (size_t i = 0; i < k->nregs; i++) {
 		const struct dst_region *pr = &parent->regs[i];
-		struct dst_region *kr = &k->regs[k->nregs++];
+		struct dst_region *kr = &k->regs[i];
 		uint64_t *held = NULL;
 
-		kr->r = pr->r;
-		kr->src_start = pr->src_start;
-		kr->npages = pr->npages;
-		if (pagestate_init(&kr->ps, kr->npages) < 0)
-			fatal("page state");
-		if (pr->nmoves) {
-			kr->moves = xcalloc(pr->nmoves, sizeof(*kr->moves));
-			memcpy(kr->moves, pr->moves,
-			       pr->nmoves * sizeof(*kr->moves));
-			kr->nmoves = pr->nmoves;
-		}
 		if (!region_kind_shmem(kr->r.kind) &&
 		    kr->r.kind != REGION_FILE_PRIVATE && pid > 0 &&
 		    kr->nmoves == 0) {
@@ -1320,31 +1440,13 @@ fork_child(struct dest *parent, int ufd)
 				request_page(k, kr, p);
 		}
 		free(held);
-		m->pages_total += kr->npages;
 	}
-	m->pages_present = present_total(k);
-	k->uffd_ev = event_new(base, ufd, EV_READ | EV_PERSIST, fault_cb, k);
-	event_priority_set(k->uffd_ev, PRIO_FAULT);
-	event_add(k->uffd_ev, NULL);
-	if (k->pidfd >= 0) {
-		k->exit_ev = event_new(base, k->pidfd, EV_READ | EV_PERSIST,
-				       exit_cb, k);
-		event_priority_set(k->exit_ev, PRIO_CONTROL);
-		event_add(k->exit_ev, NULL);
-	}
-	migration_set_state(m, MIG_RUNNING);
-	root->kids =
-		realloc(root->kids, (root->nkids + 1) * sizeof(*root->kids));
-	if (root->kids == NULL)
-		fatal("children");
-	root->kids[root->nkids++] = k;
 	log_info("migration %s: process %d forked %d; %llu of its %llu pages "
 		 "still to come",
 		 log_id(root->m->id), (int)parent->m->pid, (int)pid,
-		 (unsigned long long)(m->pages_total - m->pages_present),
-		 (unsigned long long)m->pages_total);
-	if (m->pages_present == m->pages_total)
-		child_done(k);
+		 (unsigned long long)(k->m->pages_total - present_total(k)),
+		 (unsigned long long)k->m->pages_total);
+	child_start(root, k);
 }
 
 static void
@@ -2211,6 +2313,97 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 		lanes_down(d, "bulk lane unreachable");
 }
 
+/* The userfaultfd at fd tfd of a process (pidfd), copied here, or -1. */
+static int
+take_uffd(int pidfd, int tfd)
+{
+	char path[64], link[64];
+	int fd = (int)syscall(SYS_pidfd_getfd, pidfd, tfd, 0);
+	ssize_t ll;
+
+	if (fd < 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ll = readlink(path, link, sizeof(link) - 1);
+	if (ll < 0 || (link[ll] = '\0', strstr(link, "userfaultfd") == NULL)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * A restarted daemon's page map of a region: a page is there exactly when
+ * the target's pagemap says so (attach discarded everything first).
+ */
+static int
+held_from_pagemap(pid_t pid, struct dst_region *dr)
+{
+	uint64_t *held = xcalloc(bit_words(dr->npages), sizeof(uint64_t));
+
+	if (pagemap_classify(pid, dr->r.start, dr->npages, dr->r.page_size,
+			     held, pagemap_method()) < 0) {
+		free(held);
+		return -1;
+	}
+	for (uint64_t p = 0; p < dr->npages; p++)
+		if (bit_test(held, p))
+			pagestate_set(&dr->ps, p, PAGE_PRESENT);
+	free(held);
+	return 0;
+}
+
+/*
+ * After a restart, a forked child of root's target that kept its copy of
+ * its uffd: taken again like the root; it holds what its pagemap shows
+ * (shared memory: what the root has), asks again for what the root has
+ * and it lacks, and gets the rest from the root's frames.
+ */
+static void
+restore_child(struct dest *root, const char *path, int pid, int tfd)
+{
+	int pidfd = pid > 1 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	int ufd = pidfd >= 0 ? take_uffd(pidfd, tfd) : -1;
+	struct dest *k;
+
+	if (pidfd >= 0)
+		close(pidfd);
+	if (ufd < 0) {
+		log_warnx("%s: forked process %d is gone or holds no uffd at "
+			  "fd %d; not restored",
+			  path, pid, tfd);
+		return;
+	}
+	k = child_new(root, root, pid, ufd);
+	k->target_fd = tfd;
+	for (size_t i = 0; i < k->nregs; i++) {
+		struct dst_region *kr = &k->regs[i];
+		const struct dst_region *rr = &root->regs[i];
+
+		if (kr->r.kind == REGION_FILE_PRIVATE)
+			pagestate_set_present(&kr->ps, 0, kr->npages);
+		else if (region_kind_shmem(kr->r.kind))
+			for (uint64_t p = 0; p < kr->npages; p++)
+				pagestate_set(&kr->ps, p,
+					      pagestate_get(&rr->ps, p));
+		else if (held_from_pagemap(pid, kr) < 0)
+			log_warn("%s: pagemap of forked process %d", path, pid);
+		for (uint64_t p = 0; !region_kind_shmem(kr->r.kind) &&
+				     p < kr->npages;
+		     p++)
+			if (pagestate_get(&kr->ps, p) == PAGE_MISSING &&
+			    pagestate_get(&rr->ps, p) == PAGE_PRESENT)
+				request_page(k, kr, p);
+		uffd_wake(ufd, kr->r.start, kr->r.length);
+	}
+	log_info("restored forked process %d of migration %s: %llu of %llu "
+		 "pages present",
+		 pid, log_id(root->m->id),
+		 (unsigned long long)present_total(k),
+		 (unsigned long long)k->m->pages_total);
+	child_start(root, k);
+}
+
 /*
  * After a daemon restart: takes the target's userfaultfd again (the target
  * kept its copy: DESIGN section 5), rebuilds the page states from the
@@ -2221,16 +2414,18 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 int
 dest_restore(const char *path, FILE *f)
 {
-	char id[MIG_ID_LEN + 2] = "", from[256] = "", st[32] = "", link[64];
-	char fdpath[64];
+	char id[MIG_ID_LEN + 2] = "", from[256] = "", st[32] = "";
 	struct region *regs = NULL;
 	struct range *ranges = NULL;
 	size_t nregs = 0, nranges = 0;
 	int pid = -1, tfd = -1, was_held = 0;
+	struct {
+		int pid, tfd;
+	} kids[64];
+	size_t nkids = 0;
 	struct migration *m;
 	struct dest *d;
 	char *key, *val;
-	ssize_t ll;
 
 	while (state_next(f, &key, &val)) {
 		if (strcmp(key, "id") == 0)
@@ -2245,6 +2440,10 @@ dest_restore(const char *path, FILE *f)
 			tfd = atoi(val);
 		else if (strcmp(key, "held") == 0)
 			was_held = atoi(val);
+		else if (strcmp(key, "child") == 0 && nkids < 64 &&
+			 sscanf(val, "%d %d", &kids[nkids].pid,
+				&kids[nkids].tfd) == 2)
+			nkids++;
 		else if (strcmp(key, "range") == 0) {
 			ranges = realloc(ranges,
 					 (nranges + 1) * sizeof(*ranges));
@@ -2306,10 +2505,7 @@ dest_restore(const char *path, FILE *f)
 		free(regs);
 		return -1;
 	}
-	d->uffd = (int)syscall(SYS_pidfd_getfd, d->pidfd, tfd, 0);
-	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", d->uffd);
-	ll = d->uffd >= 0 ? readlink(fdpath, link, sizeof(link) - 1) : -1;
-	if (ll < 0 || (link[ll] = '\0', strstr(link, "userfaultfd") == NULL)) {
+	if ((d->uffd = take_uffd(d->pidfd, tfd)) < 0) {
 		log_warnx("%s: fd %d of process %d is not its userfaultfd any "
 			  "more",
 			  path, tfd, pid);
@@ -2336,7 +2532,6 @@ dest_restore(const char *path, FILE *f)
 	d->regs = xcalloc(nregs, sizeof(*d->regs));
 	for (size_t i = 0; i < nregs; i++) {
 		struct dst_region *dr = &d->regs[d->nregs++];
-		uint64_t *held;
 
 		dr->r = regs[i];
 		dr->src_start = regs[i].vma_start;
@@ -2349,20 +2544,12 @@ dest_restore(const char *path, FILE *f)
 			m->pages_total += dr->npages;
 			continue;
 		}
-		held = xcalloc(bit_words(dr->npages), sizeof(uint64_t));
-		if (pagemap_classify(pid, dr->r.start, dr->npages,
-				     dr->r.page_size, held,
-				     pagemap_method()) < 0) {
+		if (held_from_pagemap(pid, dr) < 0) {
 			log_warn("%s: pagemap of %d", path, pid);
-			free(held);
 			free(regs);
 			migration_free(m);
 			return -1;
 		}
-		for (uint64_t p = 0; p < dr->npages; p++)
-			if (bit_test(held, p))
-				pagestate_set(&dr->ps, p, PAGE_PRESENT);
-		free(held);
 		m->pages_total += dr->npages;
 	}
 	free(regs);
@@ -2383,6 +2570,8 @@ dest_restore(const char *path, FILE *f)
 		 "present; reconnecting to %s",
 		 log_id(id), pid, (unsigned long long)m->pages_present,
 		 (unsigned long long)m->pages_total, from);
+	for (size_t i = 0; i < nkids; i++)
+		restore_child(d, path, kids[i].pid, kids[i].tfd);
 	save(d);
 	schedule_retry(d);
 	return 0;

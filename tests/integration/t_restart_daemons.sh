@@ -2,17 +2,21 @@
 # Each daemon is killed with SIGKILL mid-migration and started again: the
 # destination daemon re-takes the target's userfaultfd and rebuilds its page
 # states from the target's pagemap; the source daemon re-exports its
-# still-frozen process. Both migrations complete byte-exact.
+# still-frozen process. Both migrations complete byte-exact. Then the
+# destination daemon dies while the target's forked child still misses
+# pages: the restarted daemon takes the child's uffd up again too, and the
+# child's own check finds every page right.
 . "$SRC/tests/lib.sh"
 need_root
 make_hosts
 
 one() {
-	local victim=$1 base=$2 end range id h_src h_dst
+	local victim=$1 base=$2 dargs=${3:-} end range id h_src h_dst
 	end=$(printf '0x%x' $((base + (128 << 20))))
 	range=$(printf '%x-%x' $((base)) $((end)))
 	start_workload WS source --size 128M --threads 2 --base "$base"
-	start_workload WD dest --size 128M --threads 4 --pace-us 400 --base "$base"
+	# shellcheck disable=SC2086
+	start_workload WD dest --size 128M --threads 4 --pace-us 400 --base "$base" $dargs
 	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
 	h_src=$("$MEMHASH" "$WS" "$base" "$end")
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
@@ -34,6 +38,17 @@ one() {
 	"$CLIENT" --control "$src_SOCK" wait "$id" --timeout 60 >/dev/null ||
 		fail "source side did not complete ($victim restart)"
 	info "$victim restart: complete, byte-exact"
+	if [ -n "$dargs" ]; then
+		for _ in $(seq 600); do
+			grep -q '^child verified' "$T/WD.out" && break
+			sleep 0.1
+		done
+		grep -q '^child verified [0-9]* pages, 0 mismatches' "$T/WD.out" ||
+			fail "the forked child saw wrong bytes: $(cat "$T/WD.out" "$T/WD.log")"
+		grep -q "restored forked process" "$T/dst.log" ||
+			fail "the forked child was not restored"
+		info "forked child: $(grep '^child verified' "$T/WD.out")"
+	fi
 	kill "$WD"
 }
 
@@ -41,5 +56,6 @@ start_daemon src --bulk-rate 16M
 start_daemon dst
 one dst 0x500000000000
 one src 0x510000000000
+one dst 0x520000000000 "--event fork"
 grep -q "restored migration" "$T/dst.log" || fail "destination did not restore"
 grep -q "restored export" "$T/src.log" || fail "source did not restore"
