@@ -578,8 +578,7 @@ private_missing(const struct dest *d)
 
 	for (size_t i = 0; i < d->nregs; i++)
 		if (d->regs[i].r.kind == REGION_FILE_PRIVATE)
-			n += d->regs[i].npages -
-			     pagestate_done(&d->regs[i].ps);
+			n += d->regs[i].npages - pagestate_done(&d->regs[i].ps);
 	return n;
 }
 
@@ -633,8 +632,7 @@ release_held(struct dest *d)
 	if (d->hold == NULL)
 		return;
 	missing = private_missing(d);
-	if (missing > 0 &&
-	    migration_signal(d->pidfd, d->m->pid, SIGSTOP) == 0)
+	if (missing > 0 && migration_signal(d->pidfd, d->m->pid, SIGSTOP) == 0)
 		log_warnx("migration %s: process %d left stopped: %llu pages "
 			  "of its private file mappings never arrived",
 			  log_id(d->m->id), (int)d->m->pid,
@@ -674,8 +672,8 @@ write_private(struct dest *d, struct dst_region *dr, const Uffdd__PageData *pd,
 		if (!pd->zero) {
 			frame_pages(d, v, nv, (p - pd->page) * ps, ps, 1, &src);
 			if (d->hold == NULL ||
-			    pwrite(d->memfd, src, ps, (off_t)page_addr(dr, p)) !=
-				    (ssize_t)ps) {
+			    pwrite(d->memfd, src, ps,
+				   (off_t)page_addr(dr, p)) != (ssize_t)ps) {
 				dest_fail(d,
 					  "writing the private file page at "
 					  "0x%llx of process %d: %s",
@@ -1285,7 +1283,8 @@ child_start(struct dest *root, struct dest *k)
 	struct migration *m = k->m;
 
 	m->pages_present = present_total(k);
-	k->uffd_ev = event_new(base, k->uffd, EV_READ | EV_PERSIST, fault_cb, k);
+	k->uffd_ev =
+		event_new(base, k->uffd, EV_READ | EV_PERSIST, fault_cb, k);
 	event_priority_set(k->uffd_ev, PRIO_FAULT);
 	event_add(k->uffd_ev, NULL);
 	if (k->pidfd >= 0) {
@@ -1321,8 +1320,8 @@ give_uffd(struct dest *k)
 
 	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
 	if (stat(path, &st) == 0 && inject_begin(&inj, pid, 1) == 0) {
-		k->target_fd = inject_pass_fd(&inj, k->uffd, st.st_uid,
-					      st.st_gid);
+		k->target_fd =
+			inject_pass_fd(&inj, k->uffd, st.st_uid, st.st_gid);
 		inject_end(&inj);
 	}
 	if (k->target_fd < 0)
@@ -2388,9 +2387,8 @@ restore_child(struct dest *root, const char *path, int pid, int tfd)
 					      pagestate_get(&rr->ps, p));
 		else if (held_from_pagemap(pid, kr) < 0)
 			log_warn("%s: pagemap of forked process %d", path, pid);
-		for (uint64_t p = 0; !region_kind_shmem(kr->r.kind) &&
-				     p < kr->npages;
-		     p++)
+		for (uint64_t p = 0;
+		     !region_kind_shmem(kr->r.kind) && p < kr->npages; p++)
 			if (pagestate_get(&kr->ps, p) == PAGE_MISSING &&
 			    pagestate_get(&rr->ps, p) == PAGE_PRESENT)
 				request_page(k, kr, p);
@@ -2398,8 +2396,7 @@ restore_child(struct dest *root, const char *path, int pid, int tfd)
 	}
 	log_info("restored forked process %d of migration %s: %llu of %llu "
 		 "pages present",
-		 pid, log_id(root->m->id),
-		 (unsigned long long)present_total(k),
+		 pid, log_id(root->m->id), (unsigned long long)present_total(k),
 		 (unsigned long long)k->m->pages_total);
 	child_start(root, k);
 }

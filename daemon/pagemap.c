@@ -225,8 +225,8 @@ pagemap_classify(pid_t pid, uint64_t start, uint64_t npages, uint64_t page_size,
  * is always such a copy (file pages are dropped, never swapped).
  */
 int64_t
-pagemap_classify_cow(pid_t pid, uint64_t start, uint64_t npages,
-		     uint64_t *data, enum pagemap_method how)
+pagemap_classify_cow(pid_t pid, uint64_t start, uint64_t npages, uint64_t *data,
+		     enum pagemap_method how)
 {
 	return classify(pid, start, npages, (uint64_t)sysconf(_SC_PAGESIZE),
 			data, how, 1);

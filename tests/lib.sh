@@ -318,6 +318,19 @@ wait_verified() {
 		fail "destination saw wrong bytes: $(cat "$T/$var.log")"
 }
 
+# wait_child_verified VAR LABEL: the verdict of the child a --event fork
+# destination workload forked (it checks every page too).
+wait_child_verified() {
+	local var=$1 label=$2
+	for _ in $(seq 600); do
+		grep -q '^child verified' "$T/$var.out" 2>/dev/null && break
+		sleep 0.1
+	done
+	grep -q '^child verified [0-9]* pages, 0 mismatches' "$T/$var.out" ||
+		fail "the forked child saw wrong bytes: $(cat "$T/$var.out" "$T/$var.log")"
+	info "$label: $(grep '^child verified' "$T/$var.out")"
+}
+
 # set_up_zram_swap SIZE: a zram swap device, removed at exit.
 set_up_zram_swap() {
 	local size=$1 dev

@@ -39,15 +39,9 @@ one() {
 		fail "source side did not complete ($victim restart)"
 	info "$victim restart: complete, byte-exact"
 	if [ -n "$dargs" ]; then
-		for _ in $(seq 600); do
-			grep -q '^child verified' "$T/WD.out" && break
-			sleep 0.1
-		done
-		grep -q '^child verified [0-9]* pages, 0 mismatches' "$T/WD.out" ||
-			fail "the forked child saw wrong bytes: $(cat "$T/WD.out" "$T/WD.log")"
+		wait_child_verified WD "forked child"
 		grep -q "restored forked process" "$T/dst.log" ||
 			fail "the forked child was not restored"
-		info "forked child: $(grep '^child verified' "$T/WD.out")"
 	fi
 	kill "$WD"
 }

@@ -28,13 +28,7 @@ for kind in ${KINDS:-anon memfd}; do
 		wait_verified WD >/dev/null
 		info "$kind, target does $ev while pages are missing: $(grep '^verified' "$T/WD.out")"
 		if [ "$ev" = fork ]; then
-			for _ in $(seq 600); do
-				grep -q '^child verified' "$T/WD.out" && break
-				sleep 0.1
-			done
-			grep -q '^child verified [0-9]* pages, 0 mismatches' "$T/WD.out" ||
-				fail "$kind: the forked child saw wrong bytes: $(cat "$T/WD.out" "$T/WD.log")"
-			info "$kind: $(grep '^child verified' "$T/WD.out")"
+			wait_child_verified WD "$kind"
 		fi
 		kill "$WD"
 	done

@@ -51,8 +51,7 @@ cow_case(void)
 	memset(page, 'f', PS);
 	for (int p = 0; p < FPAGES; p++)
 		CHECK(pwrite(fd, page, PS, (off_t)p * PS) == PS);
-	m = mmap(NULL, FPAGES * PS, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd,
-		 0);
+	m = mmap(NULL, FPAGES * PS, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
 	CHECK(m != MAP_FAILED);
 	memset(want, 0, sizeof(want));
 	for (uint64_t p = 0; p < FPAGES; p++) {
@@ -70,9 +69,9 @@ cow_case(void)
 		int64_t n;
 
 		memset(got, 0, sizeof(got));
-		n = pagemap_classify_cow(getpid(), (uint64_t)(uintptr_t)m,
-					 FPAGES, got,
-					 how ? PAGEMAP_SCAN_IOCTL : PAGEMAP_READ);
+		n = pagemap_classify_cow(
+			getpid(), (uint64_t)(uintptr_t)m, FPAGES, got,
+			how ? PAGEMAP_SCAN_IOCTL : PAGEMAP_READ);
 		if (n < 0 && how)
 			break; /* no PAGEMAP_SCAN: said below */
 		CHECK(n == expect);
