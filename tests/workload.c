@@ -27,6 +27,8 @@
  * become anonymous copies and must arrive; the never-written pages (half of
  * them read on the source, so resident as the file's) must read as the
  * file's pattern on the destination. The file itself is never written.
+ * --ro-pages N makes N pages from the middle read-only once written (on
+ * the destination: before attach), as a loader does with RELRO.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -57,6 +59,7 @@
 static uint64_t base = 0x500000000000ULL, size = 64ULL << 20, seed = 1;
 static unsigned threads = 4, untouched = 16, pageout_every, poke_every;
 static unsigned zero_every;
+static uint64_t ro_pages;
 static const char *kind = "anon", *file_path;
 /*
  * dest --event: what the target does to pages [ev0, ev0 + EV_PAGES) right
@@ -135,6 +138,23 @@ is_pageout(uint64_t page)
 {
 	return pageout_every && !is_untouched(page) && !is_zeroed(page) &&
 	       page % pageout_every == 0;
+}
+
+/* Read-only once written (--ro-pages): the middle of the region. */
+static int
+is_ro(uint64_t page)
+{
+	return page >= size / PS / 2 && page < size / PS / 2 + ro_pages;
+}
+
+static void
+protect_ro(void)
+{
+	if (ro_pages &&
+	    mprotect(mem + size / PS / 2 * PS, ro_pages * PS, PROT_READ) < 0) {
+		perror("workload: mprotect");
+		exit(1);
+	}
 }
 
 static int
@@ -285,7 +305,8 @@ mutator(void *arg)
 
 		r = mix(r);
 		page = r % npages;
-		if (is_untouched(page) || is_pageout(page) || is_zeroed(page))
+		if (is_untouched(page) || is_pageout(page) || is_zeroed(page) ||
+		    is_ro(page))
 			continue;
 		w = (r >> 32) % WORDS;
 		p = (uint64_t *)(mem + page * PS) + w;
@@ -318,6 +339,7 @@ run_source(void)
 		for (uint64_t w = 0; w < WORDS; w++)
 			p[w] = word_value(page, w, 1);
 	}
+	protect_ro();
 	if (pageout_every) {
 		for (uint64_t page = 0; page < npages; page++)
 			if (is_pageout(page))
@@ -511,6 +533,7 @@ run_dest(void)
 	if (prefault) /* resident garbage that attach must discard */
 		for (uint64_t page = 0; page < npages; page += 7)
 			memset(mem + page * PS, 0xa5, PS);
+	protect_ro();
 	sigemptyset(&set);
 	sigaddset(&set, SIGUSR1);
 	sigaddset(&set, SIGTERM);
@@ -608,6 +631,7 @@ usage(void)
 		"         [--kind anon|thp|hugetlb|hugetlb-shared|shared|memfd|"
 		"tmpfs|\n"
 		"                 file-private --file PATH] [--zero-every K]\n"
+		"         [--ro-pages N]\n"
 		"         [--event remove|unmap|remap|fork]\n"
 		"         [--touch N]\n");
 	exit(2);
@@ -632,6 +656,7 @@ main(int argc, char **argv)
 		{"event", required_argument, NULL, 'E'},
 		{"touch", required_argument, NULL, 'T'},
 		{"file", required_argument, NULL, 'F'},
+		{"ro-pages", required_argument, NULL, 'R'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -692,6 +717,9 @@ main(int argc, char **argv)
 		case 'F':
 			file_path = optarg;
 			break;
+		case 'R':
+			ro_pages = strtoull(optarg, NULL, 0);
+			break;
 		case 'T':
 			touch_n = strtoull(optarg, NULL, 0);
 			touch_mode = 1;
@@ -700,7 +728,8 @@ main(int argc, char **argv)
 			usage();
 		}
 	}
-	if (size == 0 || size % PS || base % PS || threads == 0)
+	if (size == 0 || size % PS || base % PS || threads == 0 ||
+	    ro_pages > size / PS / 2)
 		usage();
 	ev0 = size / PS / 4;
 	if (event && ev0 + EV_PAGES > size / PS)

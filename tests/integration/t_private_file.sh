@@ -4,7 +4,8 @@
 # (resident, swapped out on zram, zero-filled) are anonymous copies and must
 # arrive byte-exact; the pages it never wrote (half of them read, so
 # resident as the file's) must read as the file on the destination, whose
-# own earlier writes there (--prefault) are discarded. The file on disk is
+# own earlier writes there (--prefault) are discarded. 256 written pages in
+# the middle are read-only on both sides (as RELRO is) and arrive too. The file on disk is
 # never written. Both classification paths. Then the refusals: a
 # destination that maps another file, or nothing, at that address gets a
 # clear error and is left as it was.
@@ -28,8 +29,10 @@ for how in scan read; do
 	# The source creates and fills the file; hash it before it maps it
 	# again on the destination, and after.
 	SRC_DAEMON_ARGS=$args migrate 32M 2 4 \
-		"--kind file-private --file $FILE --untouched-every 4 --pageout-every 5 --zero-every 16" \
-		"--kind file-private --file $FILE --untouched-every 4 --zero-every 16"
+		"--kind file-private --file $FILE --untouched-every 4 --pageout-every 5 --zero-every 16 --ro-pages 256" \
+		"--kind file-private --file $FILE --untouched-every 4 --zero-every 16 --ro-pages 256"
+	grep -q "exported process $WS as .*: 3 regions" "$T/src.log" ||
+		fail "the read-only middle is not a region of its own: $(grep exported "$T/src.log")"
 	swapped=$(sed -n 's/^swapped //p' "$T/WS.out")
 	info "file-private: $swapped written pages swapped out at freeze"
 	[ "${swapped:-0}" -gt 100 ] || fail "too few pages swapped out ($swapped)"
