@@ -113,7 +113,7 @@ struct dest {
 	 * stop a thread from reading the file's stale page where the source
 	 * had written its own. Every thread stays in ptrace-stop (the attach
 	 * injection is kept open) until each such page is written through
-	 * /proc/PID/mem (memfd); release_target() lets them go.
+	 * /proc/PID/mem (memfd); release_held() lets them go.
 	 */
 	struct inject *hold;
 	int memfd;
@@ -665,9 +665,11 @@ write_private(struct dest *d, struct dst_region *dr, const Uffdd__PageData *pd,
 	uint64_t ps = dr->r.page_size;
 
 	for (uint64_t p = pd->page; p < pd->page + pd->npages; p++) {
+		enum page_state st = pagestate_get(&dr->ps, p);
 		const uint8_t *src;
 
-		if (pagestate_get(&dr->ps, p) == PAGE_PRESENT)
+		/* In already, or unmapped by the target after the release. */
+		if (st == PAGE_PRESENT || st == PAGE_DISCARDED)
 			continue;
 		if (!pd->zero) {
 			frame_pages(d, v, nv, (p - pd->page) * ps, ps, 1, &src);
