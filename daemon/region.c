@@ -73,11 +73,13 @@ region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end)
  * wrote are anonymous copies and migrate; the rest is the file's. Read-only
  * ones count too: relocations are written before RELRO is made read-only,
  * and /proc/PID/mem writes through any protection on the destination.
- * Without read permission the source cannot read the pages: not taken.
+ * Without read permission (PROT_NONE, write-only) the source cannot read
+ * the pages: not taken.
  */
 static int
 file_private(pid_t pid, const struct vma *v)
 {
+	struct statfs sf;
 	struct stat st;
 	int fd, ok;
 
@@ -86,7 +88,9 @@ file_private(pid_t pid, const struct vma *v)
 		return 0;
 	if ((fd = region_open_backing(pid, v->start, v->end)) < 0)
 		return 0;
-	ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+	/* A hugetlbfs file is huge pages, not 4 KiB ones: not this kind. */
+	ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	     fstatfs(fd, &sf) == 0 && sf.f_type != HUGETLBFS_MAGIC;
 	close(fd);
 	return ok;
 }
