@@ -127,6 +127,7 @@ static void fault_cb(evutil_socket_t, short, void *);
 static void read_faults(struct dest *);
 static void child_done(struct dest *);
 static void release_held(struct dest *);
+static uint64_t private_missing(const struct dest *);
 struct dst_region;
 static uint64_t page_addr(const struct dst_region *, uint64_t);
 static uint64_t addr_run(const struct dst_region *, uint64_t, uint64_t);
@@ -398,7 +399,20 @@ dest_fail(struct dest *d, const char *fmt, ...)
 		migration_fail(k->m, "%s", why);
 		child_done(k);
 	}
-	if (!poisoned) {
+	if (d->hold && private_missing(d) > 0) {
+		/*
+		 * release_held() (in teardown) stops it, poisoned or not; it
+		 * keeps its uffd, as a stopped target does (no injection into
+		 * a process with a stop pending).
+		 */
+		poisoned = 0;
+		migration_fail(d->m,
+			       "%s; %llu pages lost; target %d stopped (pages "
+			       "it wrote in private file mappings never "
+			       "arrived)",
+			       why, (unsigned long long)d->m->pages_lost,
+			       (int)d->m->pid);
+	} else if (!poisoned) {
 		migration_signal(d->pidfd, d->m->pid, SIGSTOP);
 		migration_fail(d->m,
 			       "%s; %llu pages lost; target %d stopped (this "

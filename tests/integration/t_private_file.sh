@@ -83,3 +83,29 @@ if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 fi
 grep -q "nothing mapped there" "$T/attach.out" || fail "no clear error for an unmapped address: $(cat "$T/attach.out")"
 [ "$(proc_state "$WS")" = T ] || fail "source not left frozen for another attach"
+kill "$WD"
+
+# The written pages can no longer be had once the target is held: the file
+# is truncated under the migration, which drops the source's copies beyond
+# the new end too. The target must not run on the file's pages: it is left
+# stopped, and the migration fails loudly.
+info "the written pages are lost while the target is held"
+start_workload WD dest --size 8M --kind file-private --file "$FILE"
+truncate -s 0 "$FILE"
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1 || true
+cat "$T/attach.out"
+if "$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 60 >"$T/wait.out" 2>&1; then
+	fail "migration of lost pages completed: $(cat "$T/wait.out")"
+fi
+grep -q "failed: .*target $WD stopped (pages it wrote in private file mappings never arrived)" "$T/wait.out" ||
+	fail "wait did not report the failure: $(cat "$T/wait.out")"
+for _ in $(seq 50); do
+	[ "$(proc_state "$WD")" = T ] && break
+	sleep 0.1
+done
+[ "$(proc_state "$WD")" = T ] || fail "target not left stopped (state $(proc_state "$WD"))"
+grep -q "left stopped: [0-9]* pages of its private file mappings never arrived" "$T/dst.log" ||
+	fail "no word of the stopped target in the log"
+! grep -q "^verified" "$T/WD.out" || fail "the target ran and checked its pages"
+info "target $WD left stopped: $(grep 'left stopped' "$T/dst.log" | tail -1)"
