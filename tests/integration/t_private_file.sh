@@ -8,7 +8,8 @@
 # the middle are read-only on both sides (as RELRO is) and arrive too. The file on disk is
 # never written. Both classification paths. Then the refusals: a
 # destination that maps another file, or nothing, at that address gets a
-# clear error and is left as it was.
+# clear error and is left as it was; and when the written pages are lost
+# while the target is held, it is left stopped, never run on stale pages.
 . "$SRC/tests/lib.sh"
 need_root
 DIR=/var/tmp/uffdd-private-file-$$
