@@ -1900,6 +1900,12 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 			snprintf(err, errlen, "%s: %s", path, strerror(errno));
 			goto undo;
 		}
+		if (inject_restore(&inj) < 0) {
+			snprintf(err, errlen, "holding process %d: %s",
+				 (int)d->m->pid, strerror(errno));
+			close(d->memfd);
+			goto undo;
+		}
 		d->hold = xmalloc(sizeof(*d->hold));
 		*d->hold = inj;
 		log_info("process %d held until the pages it wrote in private "

@@ -37,13 +37,10 @@ seized(const struct inject *inj, pid_t tid)
  * stop arrives and keep the signal for later.
  */
 static int
-seize_one(struct inject *inj, pid_t tid)
+event_stop(pid_t tid)
 {
 	int st;
 
-	if (ptrace(PTRACE_SEIZE, tid, 0, 0) < 0)
-		return errno == ESRCH ? 0 : -1; /* a thread that just exited */
-	inj->tids[inj->ntids++] = tid;
 	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0)
 		return -1;
 	for (;;) {
@@ -61,6 +58,15 @@ seize_one(struct inject *inj, pid_t tid)
 		if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0)
 			return -1;
 	}
+}
+
+static int
+seize_one(struct inject *inj, pid_t tid)
+{
+	if (ptrace(PTRACE_SEIZE, tid, 0, 0) < 0)
+		return errno == ESRCH ? 0 : -1; /* a thread that just exited */
+	inj->tids[inj->ntids++] = tid;
+	return event_stop(tid);
 }
 
 /* Seizes every thread, re-reading the task list until it holds still. */
@@ -228,6 +234,24 @@ inject_syscall(struct inject *inj, long nr, unsigned long a1, unsigned long a2,
 	if (r.rip != inj->syscall_ip + 2)
 		return -EINTR;
 	return (long)r.rax;
+}
+
+/*
+ * After a single step the thread sits in a SIGTRAP signal-delivery stop:
+ * were we to die there, the kernel would deliver that SIGTRAP and kill the
+ * target. Resuming it without the signal, with an interrupt pending, moves
+ * it to an event stop before it runs a single instruction.
+ */
+int
+inject_restore(struct inject *inj)
+{
+	if (inj->have_regs &&
+	    ptrace(PTRACE_SETREGS, inj->pid, 0, &inj->saved) < 0)
+		return -1;
+	if (ptrace(PTRACE_INTERRUPT, inj->pid, 0, 0) < 0 ||
+	    ptrace(PTRACE_CONT, inj->pid, 0, 0) < 0)
+		return -1;
+	return event_stop(inj->pid);
 }
 
 void

@@ -35,6 +35,12 @@ long inject_syscall(struct inject *inj, long nr, unsigned long a1,
  * its number in the target, or -1 with inj->err set.
  */
 int inject_pass_fd(struct inject *inj, int fd, uid_t uid, gid_t gid);
+/*
+ * Restores the registers and keeps every thread stopped, each in an event
+ * stop: should the tracer die now, the target goes on where it was, not in
+ * an injected call nor with a SIGTRAP. Returns 0, or -1 with errno set.
+ */
+int inject_restore(struct inject *inj);
 /* Restores the registers and lets every seized thread go. */
 void inject_end(struct inject *inj);
 

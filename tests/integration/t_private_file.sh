@@ -9,7 +9,8 @@
 # never written. Both classification paths. Then the refusals: a
 # destination that maps another file, or nothing, at that address gets a
 # clear error and is left as it was; and when the written pages are lost
-# while the target is held, it is left stopped, never run on stale pages.
+# while the target is held, or the destination daemon dies holding it, it
+# is left stopped, never run on stale pages unnoticed.
 . "$SRC/tests/lib.sh"
 need_root
 DIR=/var/tmp/uffdd-private-file-$$
@@ -110,3 +111,36 @@ grep -q "left stopped: [0-9]* pages of its private file mappings never arrived" 
 	fail "no word of the stopped target in the log"
 ! grep -q "^verified" "$T/WD.out" || fail "the target ran and checked its pages"
 info "target $WD left stopped: $(grep 'left stopped' "$T/dst.log" | tail -1)"
+kill "$WD"
+
+# The destination daemon dies while it holds the target: its ptrace hold
+# dies with it and the target runs on the file's pages where the source had
+# its own. The restarted daemon cannot undo that; it stops the target and
+# says so instead of resuming as if nothing happened.
+info "the destination daemon dies while it holds the target"
+rm -f "$FILE"
+big=$((256 << 20))
+end=$(printf '0x%x' $((base + big)))
+RANGE=$(printf '%x-%x' $base "$end")
+start_workload WS source --size 256M --kind file-private --file "$FILE" --untouched-every 0 --threads 1
+start_workload WD dest --size 256M --kind file-private --file "$FILE"
+id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1 &
+held=""
+for _ in $(seq 2000); do
+	grep -qs '^held=1' "$T/dst.state/$id.state" && held=1 && break
+	sleep 0.005
+done
+[ -n "$held" ] || fail "the destination never recorded that it holds the target"
+kill_daemon dst
+restart_daemon dst
+grep -q "process $WD was let go before the pages it wrote in private file mappings arrived" "$T/dst.log" ||
+	fail "the restarted daemon did not say the target ran too early: $(tail -5 "$T/dst.log")"
+for _ in $(seq 50); do
+	[ "$(proc_state "$WD")" = T ] && break
+	sleep 0.1
+done
+[ "$(proc_state "$WD")" = T ] || fail "target not stopped after the restart (state $(proc_state "$WD"))"
+[ ! -e "$T/dst.state/$id.state" ] || fail "the failed migration's state file is still there"
+info "restart while held: target $WD stopped, migration reported failed"
