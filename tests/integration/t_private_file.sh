@@ -23,6 +23,15 @@ esac
 info "file on $fstype ($DIR)"
 set_up_zram_swap 1G
 FILE=$DIR/data
+
+# wait_stopped PID WHAT: the process is stopped (T) within 5 s.
+wait_stopped() {
+	for _ in $(seq 50); do
+		[ "$(proc_state "$1")" = T ] && return
+		sleep 0.1
+	done
+	fail "target not $2 (state $(proc_state "$1"))"
+}
 for how in scan read; do
 	args=""
 	[ "$how" = read ] && args=--no-pagemap-scan
@@ -102,11 +111,7 @@ if "$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 60 >"$T/wait.out" 2>&1; 
 fi
 grep -q "failed: .*target $WD stopped (pages it wrote in private file mappings never arrived)" "$T/wait.out" ||
 	fail "wait did not report the failure: $(cat "$T/wait.out")"
-for _ in $(seq 50); do
-	[ "$(proc_state "$WD")" = T ] && break
-	sleep 0.1
-done
-[ "$(proc_state "$WD")" = T ] || fail "target not left stopped (state $(proc_state "$WD"))"
+wait_stopped "$WD" "left stopped"
 grep -q "left stopped: [0-9]* pages of its private file mappings never arrived" "$T/dst.log" ||
 	fail "no word of the stopped target in the log"
 ! grep -q "^verified" "$T/WD.out" || fail "the target ran and checked its pages"
@@ -137,10 +142,6 @@ kill_daemon dst
 restart_daemon dst
 grep -q "process $WD was let go before the pages it wrote in private file mappings arrived" "$T/dst.log" ||
 	fail "the restarted daemon did not say the target ran too early: $(tail -5 "$T/dst.log")"
-for _ in $(seq 50); do
-	[ "$(proc_state "$WD")" = T ] && break
-	sleep 0.1
-done
-[ "$(proc_state "$WD")" = T ] || fail "target not stopped after the restart (state $(proc_state "$WD"))"
+wait_stopped "$WD" "stopped after the restart"
 [ ! -e "$T/dst.state/$id.state" ] || fail "the failed migration's state file is still there"
 info "restart while held: target $WD stopped, migration reported failed"
