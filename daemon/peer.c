@@ -293,8 +293,9 @@ peer_close_listeners(void)
 }
 
 struct conn *
-peer_connect(const char *hostport, const char *name, conn_frame_cb fcb,
-	     conn_close_cb ccb, void *arg, char *err, size_t errlen)
+peer_connect(const char *hostport, const char *pin, const char *name,
+	     conn_frame_cb fcb, conn_close_cb ccb, void *arg, char *err,
+	     size_t errlen)
 {
 	struct sockaddr_storage ss;
 	struct bufferevent *bev;
@@ -305,7 +306,7 @@ peer_connect(const char *hostport, const char *name, conn_frame_cb fcb,
 	if (resolve(hostport, &ss, &sl, host, err, errlen) < 0)
 		return NULL;
 	if (tls_enabled()) {
-		if ((bev = tls_connect(base, host, err, errlen)) == NULL)
+		if ((bev = tls_connect(base, host, pin, err, errlen)) == NULL)
 			return NULL;
 	} else if ((bev = bufferevent_socket_new(
 			    base, -1, BEV_OPT_CLOSE_ON_FREE)) == NULL) {

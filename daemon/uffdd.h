@@ -62,11 +62,13 @@ extern struct event_base *base;
 int peer_listen(const char *list);
 void peer_close_listeners(void);
 /*
- * Starts a connection to hostport; frames and errors (including a refused
+ * Starts a connection to hostport, whose certificate must have the SHA-256
+ * pin if one is given (tls.h); frames and errors (including a refused
  * connect) arrive through the callbacks. NULL with err filled on bad input.
  */
-struct conn *peer_connect(const char *hostport, const char *name, conn_frame_cb,
-			  conn_close_cb, void *arg, char *err, size_t errlen);
+struct conn *peer_connect(const char *hostport, const char *pin,
+			  const char *name, conn_frame_cb, conn_close_cb,
+			  void *arg, char *err, size_t errlen);
 /* The demand lane: TCP_NODELAY, and frames written in the call (conn.h). */
 void peer_set_nodelay(struct conn *);
 
