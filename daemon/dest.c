@@ -1866,6 +1866,13 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 	}
 }
 
+void
+dest_cancel(struct migration *m, const char *why)
+{
+	if (m->role == ROLE_DEST && m->impl != NULL)
+		dest_fail(m->impl, "%s", why);
+}
+
 /* Tells the source which pages of a region we hold, in bounded frames. */
 static void
 send_have(struct dest *d, const struct dst_region *dr)

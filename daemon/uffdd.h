@@ -101,6 +101,11 @@ void source_hello(struct conn *, const Uffdd__Hello *);
 void dest_attach(uint64_t serial, const Uffdd__AttachRequest *);
 /* Re-takes a migration from its state file after a daemon restart. */
 int dest_restore(const char *path, FILE *f);
+/*
+ * Fails a running or paused destination now, as its pause deadline would
+ * (tests/fuzz/fuzz_dest ends each input with it).
+ */
+void dest_cancel(struct migration *, const char *why);
 /* source.c */
 int source_restore(const char *path, FILE *f);
 
