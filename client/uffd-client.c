@@ -501,13 +501,14 @@ cmd_attach(int argc, char **argv)
 {
 	static const char *u = "attach PID --from HOST:PORT --id ID "
 			       "[--range START-END]... [--map SRC:DST]... "
-			       "[--wait]";
+			       "[--pin SHA256] [--wait]";
 	static const struct option o[] = {
 		{"from", required_argument, NULL, 'F'},
 		{"id", required_argument, NULL, 'i'},
 		{"range", required_argument, NULL, 'r'},
 		{"wait", no_argument, NULL, 'w'},
 		{"map", required_argument, NULL, 'm'},
+		{"pin", required_argument, NULL, 'p'},
 		{NULL, 0, NULL, 0}};
 	Uffdd__AttachRequest req = UFFDD__ATTACH_REQUEST__INIT;
 	Uffdd__AttachReply *rep;
@@ -521,6 +522,10 @@ cmd_attach(int argc, char **argv)
 			break;
 		case 'i':
 			req.id = optarg;
+			break;
+		case 'p':
+			/* The daemon checks it: one parser, in tls.c. */
+			req.pin = optarg;
 			break;
 		case 'r':
 			req.ranges =
@@ -587,7 +592,7 @@ static const struct cmd cmds[] = {
 	 cmd_export},
 	{"attach",
 	 "attach PID --from HOST:PORT --id ID [--range START-END]... "
-	 "[--map SRC:DST]... [--wait]",
+	 "[--map SRC:DST]... [--pin SHA256] [--wait]",
 	 cmd_attach},
 	{"status", "status [ID] [--json]", cmd_status},
 	{"wait", "wait ID [--timeout SEC]", cmd_wait},

@@ -19,15 +19,27 @@
 
 #include "daemon/conffile.h"
 #include "daemon/log.h"
+#include "daemon/region.h"
 
 #define CONF_LINE_MAX 4096
 #define CONF_VALUE_MAX 1024
 
-enum key_type { T_STR, T_BOOL, T_MODE, T_GROUP, T_LEVEL, T_SECS, T_RATE };
+enum key_type {
+	T_STR,
+	T_BOOL,
+	T_MODE,
+	T_GROUP,
+	T_LEVEL,
+	T_SECS,
+	T_RATE,
+	T_COUNT, /* int, min to max */
+	T_SIZE,	 /* uint64_t bytes (suffix K, M or G), min to max */
+};
 
 /*
  * Every key, once: file keys and long flags share these names. restart:
- * a reload cannot change it (sockets are bound, files open).
+ * a reload cannot change it (sockets are bound, files open). min and max
+ * bound T_COUNT and T_SIZE values.
  */
 static const struct key {
 	const char *name;
@@ -35,33 +47,57 @@ static const struct key {
 	size_t off;
 	int restart;
 	const char *help;
+	uint64_t min, max;
 } keys[] = {
 	{"listen", T_STR, offsetof(struct uffdd_conf, listen), 1,
-	 "HOST:PORT peers connect to"},
+	 "HOST:PORT peers connect to", 0, 0},
 	{"control", T_STR, offsetof(struct uffdd_conf, control), 1,
-	 "control socket path"},
+	 "control socket path", 0, 0},
 	{"control-mode", T_MODE, offsetof(struct uffdd_conf, control_mode), 0,
-	 "control socket mode, octal"},
+	 "control socket mode, octal", 0, 0},
 	{"control-group", T_GROUP, offsetof(struct uffdd_conf, control_gid), 0,
-	 "control socket group"},
+	 "control socket group", 0, 0},
 	{"state-dir", T_STR, offsetof(struct uffdd_conf, state_dir), 1,
-	 "per-migration state files"},
-	{"ca", T_STR, offsetof(struct uffdd_conf, ca), 0, "CA certificates"},
+	 "per-migration state files", 0, 0},
+	{"ca", T_STR, offsetof(struct uffdd_conf, ca), 0, "CA certificates", 0,
+	 0},
 	{"cert", T_STR, offsetof(struct uffdd_conf, cert), 0,
-	 "certificate chain"},
-	{"key", T_STR, offsetof(struct uffdd_conf, key), 0, "private key"},
+	 "certificate chain", 0, 0},
+	{"key", T_STR, offsetof(struct uffdd_conf, key), 0, "private key", 0,
+	 0},
 	{"pin", T_STR, offsetof(struct uffdd_conf, pin), 0,
-	 "source certificate SHA-256"},
+	 "source certificate SHA-256", 0, 0},
 	{"insecure", T_BOOL, offsetof(struct uffdd_conf, insecure), 1,
-	 "plaintext on loopback"},
+	 "plaintext on loopback", 0, 0},
 	{"log-level", T_LEVEL, offsetof(struct uffdd_conf, verbose), 0,
-	 "info or debug"},
+	 "info or debug", 0, 0},
 	{"pause-deadline", T_SECS, offsetof(struct uffdd_conf, pause_deadline),
-	 0, "seconds a destination waits for an unreachable source"},
+	 0, "seconds a destination waits for an unreachable source", 0, 0},
 	{"bulk-rate", T_RATE, offsetof(struct uffdd_conf, bulk_rate), 0,
-	 "bytes a second on each bulk lane, 0: unlimited"},
+	 "bytes a second on each bulk lane, 0: unlimited", 0, 0},
 	{"pagemap-scan", T_BOOL, offsetof(struct uffdd_conf, pagemap_scan), 0,
-	 "classify with PAGEMAP_SCAN where the kernel has it"},
+	 "classify with PAGEMAP_SCAN where the kernel has it", 0, 0},
+	/*
+	 * Input limits. The ceilings are what the protocol and the buffers
+	 * were sized for: a region table fits one message, a demand answer
+	 * one data frame of 4 KiB pages, and a connection's output must take
+	 * at least one whole frame (5 MiB) to make progress.
+	 */
+	{"max-regions", T_COUNT, offsetof(struct uffdd_conf, max_regions), 0,
+	 "regions per migration, both roles", 1, REGION_TABLE_MAX},
+	{"max-request-pages", T_COUNT,
+	 offsetof(struct uffdd_conf, max_request_pages), 0,
+	 "pages one demand request may ask for", 1, FRAME_DATA_MAX / 4096},
+	{"max-pending", T_COUNT, offsetof(struct uffdd_conf, max_pending), 0,
+	 "peer connections before HELLO, in all", 1, 4096},
+	{"max-pending-per-address", T_COUNT,
+	 offsetof(struct uffdd_conf, max_pending_per_addr), 0,
+	 "peer connections before HELLO from one address", 1, 4096},
+	{"hello-timeout", T_COUNT, offsetof(struct uffdd_conf, hello_timeout),
+	 0, "seconds a new peer connection has to say HELLO", 1, 300},
+	{"max-output", T_SIZE, offsetof(struct uffdd_conf, max_output), 0,
+	 "unsent bytes a connection may queue before it stops reading",
+	 8u << 20, 1u << 30},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -86,6 +122,36 @@ conffile_defaults(struct uffdd_conf *c)
 	c->control_gid = (gid_t)-1;
 	c->pause_deadline = 300;
 	c->pagemap_scan = 1;
+	c->max_regions = REGION_TABLE_MAX;
+	c->max_request_pages = 512;
+	c->max_pending = 64;
+	c->max_pending_per_addr = 8;
+	c->hello_timeout = 10;
+	c->max_output = 32u << 20;
+}
+
+/* A number with an optional K, M or G suffix; -1 if v is not one. */
+static int
+parse_size(const char *v, unsigned long long *out)
+{
+	unsigned long long r;
+	char *end;
+	int shift = 0;
+
+	if (*v < '0' || *v > '9')
+		return -1;
+	errno = 0;
+	r = strtoull(v, &end, 10);
+	if (*end == 'K' || *end == 'k')
+		shift = 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		shift = 20, end++;
+	else if (*end == 'G' || *end == 'g')
+		shift = 30, end++;
+	if (errno || *end || r > (~0ULL >> shift))
+		return -1;
+	*out = r << shift;
+	return 0;
 }
 
 void
@@ -179,19 +245,39 @@ conffile_set(struct uffdd_conf *c, const char *name, const char *v, char *err,
 	case T_RATE: {
 		unsigned long long r;
 
-		errno = 0;
-		r = strtoull(v, &end, 10);
-		if (end != v && (*end == 'K' || *end == 'k'))
-			r <<= 10, end++;
-		else if (end != v && (*end == 'M' || *end == 'm'))
-			r <<= 20, end++;
-		else if (end != v && (*end == 'G' || *end == 'g'))
-			r <<= 30, end++;
-		if (errno || end == v || *end || (r != 0 && r < 4096)) {
+		if (parse_size(v, &r) < 0 || (r != 0 && r < 4096)) {
 			snprintf(err, errlen,
 				 "%s: want bytes a second (suffix K, M or G), "
 				 "0 or at least 4096, not \"%s\"",
 				 name, v);
+			return -1;
+		}
+		*FIELD(c, k, uint64_t) = r;
+		break;
+	}
+	case T_COUNT:
+		errno = 0;
+		n = strtol(v, &end, 10);
+		if (errno || end == v || *end || n < (long)k->min ||
+		    n > (long)k->max) {
+			snprintf(err, errlen,
+				 "%s: want a number from %llu to %llu, not "
+				 "\"%s\"",
+				 name, (unsigned long long)k->min,
+				 (unsigned long long)k->max, v);
+			return -1;
+		}
+		*FIELD(c, k, int) = (int)n;
+		break;
+	case T_SIZE: {
+		unsigned long long r;
+
+		if (parse_size(v, &r) < 0 || r < k->min || r > k->max) {
+			snprintf(err, errlen,
+				 "%s: want bytes (suffix K, M or G) from %lluM "
+				 "to %lluM, not \"%s\"",
+				 name, (unsigned long long)k->min >> 20,
+				 (unsigned long long)k->max >> 20, v);
 			return -1;
 		}
 		*FIELD(c, k, uint64_t) = r;
@@ -341,9 +427,11 @@ conffile_merge(struct uffdd_conf *dst, const struct uffdd_conf *src)
 		case T_BOOL:
 		case T_LEVEL:
 		case T_SECS:
+		case T_COUNT:
 			*FIELD(dst, k, int) = *FIELD(src, k, const int);
 			break;
 		case T_RATE:
+		case T_SIZE:
 			*FIELD(dst, k, uint64_t) =
 				*FIELD(src, k, const uint64_t);
 			break;
@@ -396,9 +484,11 @@ conffile_print(FILE *f, const struct uffdd_conf *c)
 				*FIELD(c, k, const int) ? "yes" : "no");
 			break;
 		case T_SECS:
+		case T_COUNT:
 			fprintf(f, "%s %d\n", k->name, *FIELD(c, k, const int));
 			break;
 		case T_RATE:
+		case T_SIZE:
 			fprintf(f, "%s %llu\n", k->name,
 				(unsigned long long)*FIELD(c, k,
 							   const uint64_t));

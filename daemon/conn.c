@@ -27,6 +27,7 @@
  * connection (and, with CONN_READ_HIGH, what a peer can make us buffer).
  */
 #define CONN_OUT_MAX (32u << 20)
+size_t conn_out_max = CONN_OUT_MAX;
 /* How long a finished connection waits for the peer to close its side. */
 #define CONN_LINGER_SECS 10
 /* One read beyond the bufferevent's own (see conn_fill()). */
@@ -160,7 +161,7 @@ conn_process(struct conn *c)
 			break;
 		}
 		if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
-		    CONN_OUT_MAX) {
+		    conn_out_max) {
 			/* conn_write_cb resumes once all of it is sent. */
 			c->blocked = 1;
 			more = 1;

@@ -16,6 +16,12 @@
 struct conn;
 
 /*
+ * Unsent output past which a connection stops handling frames (max-output):
+ * this bounds the requests in flight on every connection.
+ */
+extern size_t conn_out_max;
+
+/*
  * A whole frame has arrived. The owner may take up to hdr->data_len bytes
  * with conn_take_data(); what it leaves is dropped. It may free the conn.
  */

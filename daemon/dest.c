@@ -23,6 +23,7 @@
 #include "daemon/pagestate.h"
 #include "daemon/probe.h"
 #include "daemon/region.h"
+#include "daemon/tls.h"
 #include "daemon/uffd.h"
 #include "daemon/uffdd.h"
 
@@ -78,6 +79,7 @@ struct dest {
 	struct migration *m;
 	uint64_t serial; /* control client awaiting the attach reply */
 	char from[256];
+	char pin[96]; /* attach --pin: the source certificate's SHA-256 */
 	struct range *ranges;
 	size_t nranges;
 	struct range *maps; /* attach --map: start = source's, end = ours */
@@ -246,6 +248,8 @@ save_more(FILE *f, const struct migration *m)
 		if (d->kids[i]->m->pid > 0 && d->kids[i]->target_fd >= 0)
 			fprintf(f, "child=%d %d\n", (int)d->kids[i]->m->pid,
 				d->kids[i]->target_fd);
+	if (d->pin[0])
+		fprintf(f, "pin=%s\n", d->pin);
 	for (size_t i = 0; i < d->nranges; i++)
 		fprintf(f, "range=%llx-%llx\n",
 			(unsigned long long)d->ranges[i].start,
@@ -1269,6 +1273,7 @@ child_new(struct dest *root, const struct dest *parent, pid_t pid, int ufd)
 	k->have_poison = parent->have_poison;
 	k->hints = parent->hints;
 	snprintf(k->from, sizeof(k->from), "%s", root->from);
+	snprintf(k->pin, sizeof(k->pin), "%s", root->pin);
 	k->waiters = xcalloc(INFLIGHT_MAX, sizeof(*k->waiters));
 	k->regs = xcalloc(parent->nregs, sizeof(*k->regs));
 	for (size_t i = 0; i < parent->nregs; i++) {
@@ -1637,8 +1642,8 @@ connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 	char name[300];
 
 	snprintf(name, sizeof(name), "source %s demand", d->from);
-	d->demand = peer_connect(d->from, name, demand_frame, demand_close, d,
-				 err, errlen);
+	d->demand = peer_connect(d->from, d->pin, name, demand_frame,
+				 demand_close, d, err, errlen);
 	if (d->demand == NULL)
 		return -1;
 	conn_set_priority(d->demand, PRIO_FAULT);
@@ -1711,8 +1716,8 @@ open_bulk(struct dest *d)
 		return 0;
 	}
 	snprintf(name, sizeof(name), "source %s bulk", d->from);
-	d->bulk = peer_connect(d->from, name, bulk_frame, bulk_close, d, err,
-			       sizeof(err));
+	d->bulk = peer_connect(d->from, d->pin, name, bulk_frame, bulk_close, d,
+			       err, sizeof(err));
 	if (d->bulk == NULL) {
 		log_warnx("migration %s: bulk lane: %s", log_id(d->m->id), err);
 		return -1;
@@ -2147,6 +2152,7 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 	struct migration *m;
 	struct dest *d;
 	char err[256];
+	unsigned char fp[32];
 	pid_t pid = req->pid;
 
 	if (pid <= 1 || pid == getpid()) {
@@ -2173,6 +2179,21 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 				    MIG_ID_LEN);
 		return;
 	}
+	/* A pin replaces the name check, so it must be one, and TLS on. */
+	if (req->pin[0] && (strlen(req->pin) >= sizeof(d->pin) ||
+			    tls_parse_pin(req->pin, fp) < 0)) {
+		control_reply_error(serial, ERR_INVALID,
+				    "attach: --pin: want the 64 hex digits of "
+				    "the source certificate's SHA-256 "
+				    "fingerprint");
+		return;
+	}
+	if (req->pin[0] && !tls_enabled()) {
+		control_reply_error(serial, ERR_INVALID,
+				    "attach: --pin needs TLS, and this daemon "
+				    "runs plaintext (insecure)");
+		return;
+	}
 	TAILQ_FOREACH (m, &migrations, link) {
 		if (m->role == ROLE_DEST && m->pid == pid &&
 		    m->state != MIG_COMPLETE && m->state != MIG_FAILED) {
@@ -2192,6 +2213,7 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 	d->serial = serial;
 	d->uffd = d->target_fd = -1;
 	snprintf(d->from, sizeof(d->from), "%s", req->from);
+	snprintf(d->pin, sizeof(d->pin), "%s", req->pin);
 	snprintf(m->peer, sizeof(m->peer), "%s", req->from);
 	d->nranges = req->n_ranges;
 	d->ranges = xcalloc(req->n_ranges, sizeof(*d->ranges));
@@ -2219,6 +2241,13 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 		attach_fail(d, ERR_UNREACHABLE, "%s", err);
 		return;
 	}
+}
+
+void
+dest_cancel(struct migration *m, const char *why)
+{
+	if (m->role == ROLE_DEST && m->impl != NULL)
+		dest_fail(m->impl, "%s", why);
 }
 
 /* Tells the source which pages of a region we hold, in bounded frames. */
@@ -2434,6 +2463,7 @@ int
 dest_restore(const char *path, FILE *f)
 {
 	char id[MIG_ID_LEN + 2] = "", from[256] = "", st[32] = "";
+	char pin[96] = "";
 	struct region *regs = NULL;
 	struct range *ranges = NULL;
 	size_t nregs = 0, nranges = 0;
@@ -2453,6 +2483,8 @@ dest_restore(const char *path, FILE *f)
 			pid = atoi(val);
 		else if (strcmp(key, "from") == 0)
 			snprintf(from, sizeof(from), "%s", val);
+		else if (strcmp(key, "pin") == 0)
+			snprintf(pin, sizeof(pin), "%s", val);
 		else if (strcmp(key, "state") == 0)
 			snprintf(st, sizeof(st), "%s", val);
 		else if (strcmp(key, "target_fd") == 0)
@@ -2507,6 +2539,7 @@ dest_restore(const char *path, FILE *f)
 	d->uffd = -1;
 	d->target_fd = tfd;
 	snprintf(d->from, sizeof(d->from), "%s", from);
+	snprintf(d->pin, sizeof(d->pin), "%s", pin);
 	snprintf(m->peer, sizeof(m->peer), "%s", from);
 	d->ranges = ranges;
 	d->nranges = nranges;

@@ -28,14 +28,12 @@ static int nlisteners;
 
 /*
  * Limits on connections that have not yet said which migration they are for
- * (TLS handshake, then HELLO): per peer address and in all, and a deadline.
+ * (TLS handshake, then HELLO): per peer address and in all, and a deadline
+ * (max-pending-per-address, max-pending, hello-timeout in the configuration).
  * Past HELLO the source role allows one demand and one bulk lane per
  * migration. Without these, anyone who can reach the port could hold file
  * descriptors and handshakes open at no cost.
  */
-#define PEER_PENDING_PER_ADDR 8
-#define PEER_PENDING_MAX 64
-#define PEER_HELLO_TIMEOUT 10
 
 struct pending {
 	TAILQ_ENTRY(pending) link;
@@ -204,10 +202,12 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	}
 	TAILQ_FOREACH (p, &pendings, link)
 		same += same_host(&p->addr, sa);
-	if (same >= PEER_PENDING_PER_ADDR || npending >= PEER_PENDING_MAX) {
+	if (same >= conf.max_pending_per_addr || npending >= conf.max_pending) {
 		log_warnx("peer %s refused: %d connections from it and %d in "
-			  "all are still before HELLO",
-			  host, same, npending);
+			  "all are still before HELLO (max-pending-per-address "
+			  "%d, max-pending %d)",
+			  host, same, npending, conf.max_pending_per_addr,
+			  conf.max_pending);
 		evutil_closesocket(fd);
 		return;
 	}
@@ -227,7 +227,7 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	       (size_t)sl < sizeof(p->addr) ? (size_t)sl : sizeof(p->addr));
 	p->conn = conn_new(base, bev, name, accepted_frame, accepted_close, p);
 	conn_set_priority(p->conn, PRIO_CONTROL);
-	conn_set_timeout(p->conn, PEER_HELLO_TIMEOUT);
+	conn_set_timeout(p->conn, conf.hello_timeout);
 	TAILQ_INSERT_TAIL(&pendings, p, link);
 	npending++;
 }
@@ -293,8 +293,9 @@ peer_close_listeners(void)
 }
 
 struct conn *
-peer_connect(const char *hostport, const char *name, conn_frame_cb fcb,
-	     conn_close_cb ccb, void *arg, char *err, size_t errlen)
+peer_connect(const char *hostport, const char *pin, const char *name,
+	     conn_frame_cb fcb, conn_close_cb ccb, void *arg, char *err,
+	     size_t errlen)
 {
 	struct sockaddr_storage ss;
 	struct bufferevent *bev;
@@ -305,7 +306,7 @@ peer_connect(const char *hostport, const char *name, conn_frame_cb fcb,
 	if (resolve(hostport, &ss, &sl, host, err, errlen) < 0)
 		return NULL;
 	if (tls_enabled()) {
-		if ((bev = tls_connect(base, host, err, errlen)) == NULL)
+		if ((bev = tls_connect(base, host, pin, err, errlen)) == NULL)
 			return NULL;
 	} else if ((bev = bufferevent_socket_new(
 			    base, -1, BEV_OPT_CLOSE_ON_FREE)) == NULL) {

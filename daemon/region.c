@@ -315,15 +315,19 @@ by_index(const void *a, const void *b)
 	return x->index < y->index ? -1 : x->index > y->index;
 }
 
+unsigned region_table_max = REGION_TABLE_MAX;
+
 int
 region_table_check(Uffdd__Region *const *r, size_t n, char *err, size_t errlen)
 {
 	Uffdd__Region **s;
 	int rc = -1;
 
-	if (n > REGION_TABLE_MAX) {
-		snprintf(err, errlen, "%zu regions, at most %d", n,
-			 REGION_TABLE_MAX);
+	if (n > region_table_max || n > REGION_TABLE_MAX) {
+		snprintf(
+			err, errlen, "%zu regions, at most %u (max-regions)", n,
+			region_table_max < REGION_TABLE_MAX ? region_table_max
+							    : REGION_TABLE_MAX);
 		return -1;
 	}
 	for (size_t i = 0; i < n; i++) {

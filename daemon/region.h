@@ -12,8 +12,10 @@
 #include "proto/frame.h"
 #include "proto/range.h"
 
-/* At most this many regions in a table from a source. */
+/* At most this many regions in a table from a source: the hard ceiling. */
 #define REGION_TABLE_MAX 4096
+/* The operator's limit (max-regions), at most REGION_TABLE_MAX. */
+extern unsigned region_table_max;
 
 /* Values shared with the wire (RegionKind in proto/uffdd.proto). */
 enum region_kind {

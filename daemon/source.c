@@ -34,7 +34,6 @@
 #define BULK_LOW (1u << 20)
 /* After a fault the bulk lane sends this many pages around it first. */
 #define LOCALITY_PAGES 256
-#define DEMAND_MAX_PAGES 512
 /* An idle lane is pinged this often so the destination sees it alive. */
 #define PING_SECS 1
 /* The --bulk-rate budget is counted over windows this long. */
@@ -242,6 +241,18 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 			kill(pid, SIGCONT);
 		*code = ERR_NO_PROCESS;
 		snprintf(err, errlen, "process %d changed under us", (int)pid);
+		free(regs);
+		return NULL;
+	}
+	/* A destination would refuse the table: say so before serving. */
+	if ((unsigned)n > region_table_max) {
+		if (!was_stopped)
+			kill(pid, SIGCONT);
+		*code = ERR_INVALID;
+		snprintf(err, errlen,
+			 "process %d has %d regions, more than max-regions "
+			 "%u: narrow it with --range, or raise max-regions",
+			 (int)pid, n, region_table_max);
 		free(regs);
 		return NULL;
 	}
@@ -583,7 +594,8 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 	for (size_t i = 0; i < s->nregs; i++)
 		if (s->regs[i].r.index == pr->region && s->regs[i].accepted)
 			sr = &s->regs[i];
-	if (sr == NULL || pr->npages == 0 || pr->npages > DEMAND_MAX_PAGES ||
+	if (sr == NULL || pr->npages == 0 ||
+	    pr->npages > (uint32_t)conf.max_request_pages ||
 	    (uint64_t)pr->npages * sr->r.page_size > FRAME_DATA_MAX ||
 	    page >= sr->npages || pr->npages > sr->npages - page) {
 		log_warnx("%s: page request out of bounds (region %u page "

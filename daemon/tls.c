@@ -8,6 +8,7 @@
 
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
 
@@ -31,6 +32,8 @@
 static SSL_CTX *ctx;
 static unsigned char pin[32];
 static int have_pin;
+/* SSL ex_data slot: a connection's own pin (attach --pin), 32 bytes. */
+static int pin_idx = -1;
 
 /* Logs the OpenSSL error queue under what; returns -1 for the caller. */
 static int
@@ -47,8 +50,8 @@ ssl_fail(const char *what)
 }
 
 /* Accepts "ab12..." and "AB:12:...", 32 bytes, nothing else. */
-static int
-parse_pin(const char *s, unsigned char out[32])
+int
+tls_parse_pin(const char *s, unsigned char out[32])
 {
 	size_t n = 0;
 
@@ -81,19 +84,32 @@ verify_cb(int ok, X509_STORE_CTX *xs)
 	SSL *ssl = X509_STORE_CTX_get_ex_data(
 		xs, SSL_get_ex_data_X509_STORE_CTX_idx());
 	unsigned char md[EVP_MAX_MD_SIZE];
+	const unsigned char *want = have_pin ? pin : NULL;
 	unsigned int mdlen = 0;
 	X509 *x;
 
-	if (!ok || !have_pin || ssl == NULL || SSL_is_server(ssl) ||
+	/* An attach's own pin wins over the daemon's. */
+	if (ssl != NULL && pin_idx >= 0 && SSL_get_ex_data(ssl, pin_idx))
+		want = SSL_get_ex_data(ssl, pin_idx);
+	if (!ok || want == NULL || ssl == NULL || SSL_is_server(ssl) ||
 	    X509_STORE_CTX_get_error_depth(xs) != 0)
 		return ok;
 	x = X509_STORE_CTX_get_current_cert(xs);
 	if (x == NULL || !X509_digest(x, EVP_sha256(), md, &mdlen) ||
-	    mdlen != sizeof(pin) || CRYPTO_memcmp(md, pin, sizeof(pin)) != 0) {
+	    mdlen != sizeof(pin) || CRYPTO_memcmp(md, want, sizeof(pin)) != 0) {
 		X509_STORE_CTX_set_error(xs, X509_V_ERR_CERT_REJECTED);
 		return 0;
 	}
 	return 1;
+}
+
+/* Frees a connection's own pin with its SSL. */
+static void
+pin_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+	 void *argp)
+{
+	(void)parent, (void)ad, (void)idx, (void)argl, (void)argp;
+	free(ptr);
 }
 
 /* Logs why c could not be built, frees it; -1 for the caller. */
@@ -117,12 +133,15 @@ tls_init(const char *ca, const char *cert, const char *key, const char *p)
 			  "for plaintext on loopback)");
 		return -1;
 	}
-	if (p != NULL && parse_pin(p, newpin) < 0) {
+	if (p != NULL && tls_parse_pin(p, newpin) < 0) {
 		log_warnx("--pin %s: want the 64 hex digits of a SHA-256 "
 			  "fingerprint",
 			  p);
 		return -1;
 	}
+	if (pin_idx < 0 &&
+	    (pin_idx = SSL_get_ex_new_index(0, NULL, NULL, NULL, pin_free)) < 0)
+		return ssl_fail("SSL_get_ex_new_index");
 	if ((c = SSL_CTX_new(TLS_method())) == NULL)
 		return ssl_fail("SSL_CTX_new");
 	/* Nothing older than TLS 1.3: no downgrade, no legacy ciphers. */
@@ -194,24 +213,44 @@ tls_accept(struct event_base *b, evutil_socket_t fd)
 }
 
 struct bufferevent *
-tls_connect(struct event_base *b, const char *host, char *err, size_t errlen)
+tls_connect(struct event_base *b, const char *host, const char *own_pin,
+	    char *err, size_t errlen)
 {
-	unsigned char addr[sizeof(struct in6_addr)];
+	unsigned char addr[sizeof(struct in6_addr)], *pp = NULL;
 	struct bufferevent *bev;
 	int is_ip;
 	SSL *ssl;
 
+	if (own_pin != NULL && *own_pin != '\0') {
+		pp = xmalloc(sizeof(pin));
+		if (tls_parse_pin(own_pin, pp) < 0) {
+			snprintf(err, errlen,
+				 "pin %.80s: want the 64 hex digits of a "
+				 "SHA-256 fingerprint",
+				 own_pin);
+			free(pp);
+			return NULL;
+		}
+	}
 	if ((ssl = SSL_new(ctx)) == NULL) {
 		snprintf(err, errlen, "TLS: SSL_new failed");
+		free(pp);
+		return NULL;
+	}
+	if (pp != NULL && !SSL_set_ex_data(ssl, pin_idx, pp)) {
+		snprintf(err, errlen, "TLS: SSL_set_ex_data failed");
+		free(pp);
+		SSL_free(ssl);
 		return NULL;
 	}
 	is_ip = inet_pton(AF_INET, host, addr) == 1 ||
 		inet_pton(AF_INET6, host, addr) == 1;
 	/*
 	 * The source's certificate must name the host or address we were
-	 * given in --from, unless a pinned fingerprint identifies it.
+	 * given in --from, unless a pinned fingerprint identifies it (the
+	 * attach's own pin, or the daemon's).
 	 */
-	if (!have_pin) {
+	if (!have_pin && pp == NULL) {
 		X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
 
 		if ((is_ip && !X509_VERIFY_PARAM_set1_ip_asc(vp, host)) ||

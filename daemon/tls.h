@@ -24,10 +24,14 @@ void tls_free(void);
 struct bufferevent *tls_accept(struct event_base *, evutil_socket_t fd);
 /*
  * A bufferevent that will connect to a source whose certificate must name
- * host (DNS name or IP address). NULL with err filled on failure.
+ * host (DNS name or IP address), or, given pin (hex SHA-256, NULL or "":
+ * none), must have that fingerprint, whatever the daemon's own pin says.
+ * NULL with err filled on failure.
  */
 struct bufferevent *tls_connect(struct event_base *, const char *host,
-				char *err, size_t errlen);
+				const char *pin, char *err, size_t errlen);
+/* Parses a SHA-256 fingerprint: 64 hex digits, colons allowed. 0 or -1. */
+int tls_parse_pin(const char *s, unsigned char out[32]);
 /*
  * Sets the priority of a TLS bufferevent's events; again after the
  * handshake, which replaces them. -1 if bev is not TLS.

@@ -18,6 +18,7 @@
 #include "daemon/notify.h"
 #include "daemon/pagemap.h"
 #include "daemon/probe.h"
+#include "daemon/region.h"
 #include "daemon/tls.h"
 #include "daemon/uffdd.h"
 
@@ -42,6 +43,9 @@ usage(FILE *f)
 		"[--foreground]\n"
 		"             [--pause-deadline SEC] [--bulk-rate RATE] "
 		"[--pagemap-scan yes|no]\n"
+		"             [--max-regions N] [--max-request-pages N]\n"
+		"             [--max-pending N] [--max-pending-per-address N]\n"
+		"             [--hello-timeout SEC] [--max-output BYTES]\n"
 		"             [--log-level LEVEL] [-v] [--help]\n"
 		"\n"
 		"  --listen HOST:PORT  accept peer daemons there (source "
@@ -84,6 +88,22 @@ usage(FILE *f)
 		"PAGEMAP_SCAN\n"
 		"                      where the kernel has it (default yes)\n"
 		"  --no-pagemap-scan   the same as --pagemap-scan no\n"
+		"  --max-regions N     regions per migration, both roles "
+		"(default 4096,\n"
+		"                      at most 4096)\n"
+		"  --max-request-pages N  pages one demand request may ask "
+		"for (default\n"
+		"                      512, at most 1024)\n"
+		"  --max-pending N     peer connections before HELLO, in all "
+		"(default 64)\n"
+		"  --max-pending-per-address N  the same from one address "
+		"(default 8)\n"
+		"  --hello-timeout SEC seconds a new peer has to say HELLO "
+		"(default 10)\n"
+		"  --max-output BYTES  unsent output after which a connection "
+		"stops\n"
+		"                      reading requests (default 32M, 8M to "
+		"1G)\n"
 		"  --log-level LEVEL   info or debug (default info)\n"
 		"  -v                  more logging (debug)\n",
 		"/run/uffdd/control.sock", "/run/uffdd", CONFFILE_DEFAULT_PATH);
@@ -146,6 +166,18 @@ conf_build(struct uffdd_conf *c, char *err, size_t errlen)
 }
 
 /*
+ * Hands the settings that live outside conf to their modules; the rest
+ * (peer.c, source.c) read conf at each use, so a reload reaches them too.
+ */
+static void
+apply_limits(void)
+{
+	pagemap_force_read = !conf.pagemap_scan;
+	region_table_max = (unsigned)conf.max_regions;
+	conn_out_max = (size_t)conf.max_output;
+}
+
+/*
  * Rereads the file. Anything invalid keeps the running configuration whole;
  * a change to a key that needs a restart too, with a warning.
  */
@@ -178,7 +210,7 @@ reload(void)
 	conf = next;
 	log_init(conf.foreground, conf.verbose);
 	control_apply_mode();
-	pagemap_force_read = !conf.pagemap_scan;
+	apply_limits();
 	log_info("reloaded %s", conf_path);
 }
 
@@ -211,6 +243,12 @@ parse_args(int argc, char **argv, int *check)
 		{"bulk-rate", required_argument, NULL, 'K'},
 		{"pagemap-scan", required_argument, NULL, 'K'},
 		{"no-pagemap-scan", no_argument, NULL, 'N'},
+		{"max-regions", required_argument, NULL, 'K'},
+		{"max-request-pages", required_argument, NULL, 'K'},
+		{"max-pending", required_argument, NULL, 'K'},
+		{"max-pending-per-address", required_argument, NULL, 'K'},
+		{"hello-timeout", required_argument, NULL, 'K'},
+		{"max-output", required_argument, NULL, 'K'},
 		{"config", required_argument, NULL, 'F'},
 		{"check", no_argument, NULL, 'n'},
 		{"foreground", no_argument, NULL, 'f'},
@@ -334,7 +372,7 @@ main(int argc, char **argv)
 		fatalx("event_base_new");
 	if (event_base_priority_init(base, PRIO_COUNT) < 0)
 		fatalx("event_base_priority_init");
-	pagemap_force_read = !conf.pagemap_scan;
+	apply_limits();
 	probe_kernel();
 	if (control_listen(conf.control) < 0)
 		return 1;

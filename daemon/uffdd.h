@@ -45,6 +45,16 @@ struct uffdd_conf {
 	int pause_deadline; /* seconds a destination waits for its source */
 	uint64_t bulk_rate; /* bytes a second on a source's bulk lane, 0: any */
 	int pagemap_scan;   /* use PAGEMAP_SCAN where the kernel has it */
+	/*
+	 * Input limits on what peers may make this daemon hold or do;
+	 * defaults and bounds in conffile.c, all applied at reload.
+	 */
+	int max_regions;	  /* regions per migration, both roles */
+	int max_request_pages;	  /* pages one demand request may ask */
+	int max_pending;	  /* peer connections before HELLO, in all */
+	int max_pending_per_addr; /* the same, from one address */
+	int hello_timeout;	  /* seconds a new peer has to say HELLO */
+	uint64_t max_output;	  /* unsent bytes before a conn stops reading */
 	/* TLS: CA that signs every peer, our certificate and key. */
 	char *ca;
 	char *cert;
@@ -62,11 +72,13 @@ extern struct event_base *base;
 int peer_listen(const char *list);
 void peer_close_listeners(void);
 /*
- * Starts a connection to hostport; frames and errors (including a refused
+ * Starts a connection to hostport, whose certificate must have the SHA-256
+ * pin if one is given (tls.h); frames and errors (including a refused
  * connect) arrive through the callbacks. NULL with err filled on bad input.
  */
-struct conn *peer_connect(const char *hostport, const char *name, conn_frame_cb,
-			  conn_close_cb, void *arg, char *err, size_t errlen);
+struct conn *peer_connect(const char *hostport, const char *pin,
+			  const char *name, conn_frame_cb, conn_close_cb,
+			  void *arg, char *err, size_t errlen);
 /* The demand lane: TCP_NODELAY, and frames written in the call (conn.h). */
 void peer_set_nodelay(struct conn *);
 
@@ -89,6 +101,11 @@ void source_hello(struct conn *, const Uffdd__Hello *);
 void dest_attach(uint64_t serial, const Uffdd__AttachRequest *);
 /* Re-takes a migration from its state file after a daemon restart. */
 int dest_restore(const char *path, FILE *f);
+/*
+ * Fails a running or paused destination now, as its pause deadline would
+ * (tests/fuzz/fuzz_dest ends each input with it).
+ */
+void dest_cancel(struct migration *, const char *why);
 /* source.c */
 int source_restore(const char *path, FILE *f);
 

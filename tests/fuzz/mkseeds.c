@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "proto/frame.h"
+#include "tests/fuzz/fuzz_role.h"
 
 static const char *dir;
 
@@ -53,6 +54,172 @@ frame(const char *name, uint16_t type, const ProtobufCMessage *m,
 	}
 	free(full);
 	free(buf);
+}
+
+/* A lane's worth of frames for fuzz_source and fuzz_dest. */
+struct lane {
+	uint8_t p[1 << 20];
+	size_t n;
+};
+
+/* Appends a frame; PAGE_DATA data is the target's own bytes (fz_fill). */
+static void
+add(struct lane *l, uint16_t type, const ProtobufCMessage *m)
+{
+	const Uffdd__PageData *pd = (const Uffdd__PageData *)m;
+	uint32_t dl = 0;
+	uint8_t *buf;
+	size_t len;
+
+	if (type == FRAME_PAGE_DATA && !pd->zero)
+		dl = pd->npages * FZ_PAGE;
+	buf = frame_pack(type, m, dl, &len);
+	if (l->n + len + dl > sizeof(l->p))
+		exit(1);
+	memcpy(l->p + l->n, buf, len);
+	l->n += len;
+	for (uint32_t i = 0; i < dl / FZ_PAGE; i++, l->n += FZ_PAGE)
+		fz_fill(pd->region, pd->page + i, l->p + l->n);
+	free(buf);
+}
+
+static void
+add_bytes(struct lane *l, const void *p, size_t n)
+{
+	memcpy(l->p + l->n, p, n);
+	l->n += n;
+}
+
+/* The fuzz targets' region table (fuzz_role.h). */
+static void
+role_table(Uffdd__RegionTable *t)
+{
+	static Uffdd__Region r[2], *rp[2] = {&r[0], &r[1]};
+
+	for (int i = 0; i < 2; i++) {
+		uffdd__region__init(&r[i]);
+		r[i].index = (uint32_t)i;
+		r[i].page_size = FZ_PAGE;
+	}
+	r[0].name = "";
+	r[0].start = FZ_ANON_START;
+	r[0].length = FZ_ANON_PAGES * FZ_PAGE;
+	r[0].kind = UFFDD__REGION_KIND__KIND_ANON_PRIVATE;
+	r[1].name = "/dev/zero (deleted)";
+	r[1].start = FZ_SHM_START;
+	r[1].length = FZ_SHM_PAGES * FZ_PAGE;
+	r[1].kind = UFFDD__REGION_KIND__KIND_ANON_SHARED;
+	uffdd__region_table__init(t);
+	t->n_regions = 2;
+	t->regions = rp;
+}
+
+/*
+ * Seeds for the roles: what a destination says to fuzz_source (a flag
+ * byte first, see there) and what a source says to fuzz_dest.
+ */
+static void
+role_seeds(void)
+{
+	static struct lane l;
+	Uffdd__RegionTable t;
+	Uffdd__Hello h = UFFDD__HELLO__INIT;
+	Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
+	Uffdd__PageData pd = UFFDD__PAGE_DATA__INIT;
+	Uffdd__PageBitmap b = UFFDD__PAGE_BITMAP__INIT;
+	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
+	Uffdd__Error e = UFFDD__ERROR__INIT;
+	Uffdd__Ping ping = UFFDD__PING__INIT;
+	uint8_t bits[2] = {0xff, 0x0f};
+
+	role_table(&t);
+	/* fuzz_source: demand requests, in and out of bounds. */
+	l.n = 0;
+	add_bytes(&l, "\0", 1);
+	add(&l, FRAME_REGIONS, &t.base);
+	pr.region = 0, pr.page = 5, pr.npages = 1;
+	add(&l, FRAME_PAGE_REQUEST, &pr.base);
+	pr.region = 1, pr.page = 0, pr.npages = 4;
+	add(&l, FRAME_PAGE_REQUEST, &pr.base);
+	pr.region = 0, pr.page = 0, pr.npages = FZ_ANON_PAGES;
+	add(&l, FRAME_PAGE_REQUEST, &pr.base);
+	add(&l, FRAME_PING, &ping.base);
+	put("source", "requests", l.p, l.n);
+	pr.region = 0, pr.page = FZ_ANON_PAGES - 1, pr.npages = 2;
+	add(&l, FRAME_PAGE_REQUEST, &pr.base);
+	put("source", "request_past_end", l.p, l.n);
+	/* A resume: HAVE bitmaps, then the bulk lane sends the rest. */
+	l.n = 0;
+	add_bytes(&l, "\6", 1);
+	add(&l, FRAME_REGIONS, &t.base);
+	b.region = 0, b.first_page = 8, b.npages = 12;
+	b.bits.len = sizeof(bits), b.bits.data = bits;
+	add(&l, FRAME_HAVE, &b.base);
+	put("source", "resume_bulk", l.p, l.n);
+	l.n = 0;
+	add_bytes(&l, "\0", 1);
+	add(&l, FRAME_REGIONS, &t.base);
+	c.pages = FZ_ANON_PAGES + FZ_SHM_PAGES;
+	add(&l, FRAME_COMPLETE, &c.base);
+	put("source", "complete", l.p, l.n);
+	l.n = 0;
+	add_bytes(&l, "\0", 1);
+	add(&l, FRAME_REGIONS, &t.base);
+	e.code = 11, e.message = "target process exited";
+	add(&l, FRAME_ERROR, &e.base);
+	put("source", "target_gone", l.p, l.n);
+	l.n = 0;
+	add_bytes(&l, "\1", 1);
+	h.version = UFFDD_PROTO_VERSION;
+	h.lane = UFFDD__LANE__LANE_DEMAND;
+	h.migration_id = FZ_ID;
+	add(&l, FRAME_HELLO, &h.base);
+	put("source", "own_hello", l.p, l.n);
+
+	/* fuzz_dest: the whole migration, then pieces of it. */
+	h.migration_id = "";
+	l.n = 0;
+	add(&l, FRAME_HELLO, &h.base);
+	add(&l, FRAME_REGIONS, &t.base);
+	pd.region = 0, pd.page = 0, pd.npages = 3, pd.demand = 0;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	pd.page = 3, pd.npages = FZ_ANON_PAGES - 3, pd.zero = 1;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	pd.region = 1, pd.page = 0, pd.npages = FZ_SHM_PAGES;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	put("dest", "complete", l.p, l.n);
+	l.n = 0;
+	add(&l, FRAME_HELLO, &h.base);
+	add(&l, FRAME_REGIONS, &t.base);
+	pd.region = 0, pd.page = 3, pd.npages = 2, pd.zero = 0, pd.demand = 1;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	add(&l, FRAME_PING, &ping.base);
+	add_bytes(&l, FZ_BULK_MARK, strlen(FZ_BULK_MARK));
+	h.lane = UFFDD__LANE__LANE_BULK;
+	add(&l, FRAME_HELLO, &h.base);
+	pd.region = 0, pd.page = 0, pd.npages = 2, pd.demand = 0;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	pd.region = 1, pd.page = 4, pd.npages = 12, pd.zero = 1;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	put("dest", "bulk", l.p, l.n);
+	l.n = 0;
+	h.lane = UFFDD__LANE__LANE_DEMAND;
+	add(&l, FRAME_HELLO, &h.base);
+	add(&l, FRAME_REGIONS, &t.base);
+	pd.region = 1, pd.page = 15, pd.npages = 2, pd.zero = 0;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	put("dest", "past_end", l.p, l.n);
+	l.n = 0;
+	add(&l, FRAME_HELLO, &h.base);
+	add(&l, FRAME_REGIONS, &t.base);
+	e.code = 5, e.message = "source process exited";
+	add(&l, FRAME_ERROR, &e.base);
+	put("dest", "source_error", l.p, l.n);
+	l.n = 0;
+	add(&l, FRAME_HELLO, &h.base);
+	e.code = 1, e.message = "unknown migration ID";
+	add(&l, FRAME_ERROR, &e.base);
+	put("dest", "unknown_id", l.p, l.n);
 }
 
 int
@@ -137,5 +304,6 @@ main(int argc, char **argv)
 	put("conn", "stream", stream, slen);
 	for (size_t i = 0; i < sizeof(confs) / sizeof(confs[0]); i++)
 		put("conffile", confs[i][0], confs[i][1], strlen(confs[i][1]));
+	role_seeds();
 	return 0;
 }

@@ -67,6 +67,16 @@ bad "unterminated" "bad.conf:1: unterminated quote" 'control "/a'
 bad "no value" "bad.conf:1: expected \"key value\"" "control"
 bad "no group" "bad.conf:1: control-group: no such group" "control-group no-such-group-here"
 bad "TLS and insecure" "exclude each other" "insecure yes" "ca /x"
+bad "limit too high" "bad.conf:1: max-regions: want a number from 1 to 4096" "max-regions 5000"
+bad "limit not a number" "bad.conf:2: hello-timeout: want a number from 1 to 300" "# c" "hello-timeout 5s"
+bad "size too small" "bad.conf:1: max-output: want bytes (suffix K, M or G) from 8M" "max-output 1M"
+# The limits print with their defaults, and a lowered one as given.
+printf 'max-pending 5\nmax-output 16M\n' >"$T/lim.conf"
+check "$T/lim.conf" --insecure --max-request-pages 64 || fail "limits refused: $(cat "$T/n.out")"
+for want in 'max-pending 5' 'max-output 16777216' 'max-request-pages 64' \
+	'max-regions 4096' 'max-pending-per-address 8' 'hello-timeout 10'; do
+	grep -qx "$want" "$T/n.out" || fail "uffdd -n does not print '$want': $(cat "$T/n.out")"
+done
 if "$UFFDD" -n --config "$T/missing.conf" --insecure >"$T/n.out" 2>&1; then
 	fail "missing --config file accepted"
 fi

@@ -72,3 +72,47 @@ ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 	--id "$ID" --range "$RANGE" --wait >"$T/attach.out" 2>&1 ||
 	fail "attach after the limits: $(cat "$T/attach.out")"
 info "a real destination is still served"
+
+# The limits are configuration (uffdd.conf(5)): lowered in a daemon's file,
+# they are enforced with the limit named in the log, and a reload (SIGHUP)
+# applies new ones to the running daemon.
+printf 'max-regions 1\n' >"$T/lim.conf"
+start_daemon lim --config "$T/lim.conf"
+# Two regions (two ranges of one mapping) are one too many, on either side.
+start_workload WS3 source --size 16M --threads 1
+start_workload WD3 dest --size 16M --threads 1
+TWO=(--range 500000000000-500000800000 --range 500000800000-500001000000)
+if "$CLIENT" --control "$lim_SOCK" export "$WS3" "${TWO[@]}" >"$T/out" 2>&1; then
+	fail "export of two regions with max-regions 1 succeeded: $(cat "$T/out")"
+fi
+grep -q "has 2 regions, more than max-regions 1" "$T/out" || fail "export over max-regions: $(cat "$T/out")"
+[ "$(proc_state "$WS3")" != T ] || fail "a refused export left the source stopped"
+info "export over max-regions: $(cat "$T/out")"
+ID3=$("$CLIENT" --control "$src_SOCK" export "$WS3" "${TWO[@]}")
+if "$CLIENT" --control "$lim_SOCK" attach "$WD3" --from "$src_ADDR:$p2" --id "$ID3" \
+	"${TWO[@]}" >"$T/out" 2>&1; then
+	fail "attach of two regions with max-regions 1 succeeded: $(cat "$T/out")"
+fi
+grep -q "2 regions, at most 1 (max-regions)" "$T/out" || fail "attach over max-regions: $(cat "$T/out")"
+wait_log lim "2 regions, at most 1 (max-regions)"
+ls -l "/proc/$WD3/fd" | grep -q userfaultfd && fail "refused destination got a userfaultfd"
+info "attach over max-regions: $(cat "$T/out")"
+
+# A reload lowers the connections one address may hold before HELLO, and
+# the time it has to say it.
+printf 'max-pending-per-address 2\nhello-timeout 2\n' >"$T/lim.conf"
+kill -HUP "$lim_PID"
+wait_log lim "reloaded $T/lim.conf"
+exec {a}<>"/dev/tcp/127.0.0.1/$lim_PORT"
+exec {b}<>"/dev/tcp/127.0.0.1/$lim_PORT"
+exec {c}<>"/dev/tcp/127.0.0.1/$lim_PORT"
+wait_log lim "refused: 2 connections from it and 2 in all are still before HELLO (max-pending-per-address 2, max-pending 64)"
+info "third connection refused: $(grep 'max-pending-per-address 2' "$T/lim.log" | tail -n 1)"
+t0=$SECONDS
+wait_log lim "refused: connection timed out"
+[ $((SECONDS - t0)) -lt 9 ] || fail "hello-timeout 2 not applied: dropped after $((SECONDS - t0)) s"
+exec {a}>&- {b}>&- {c}>&-
+# A bad value on reload keeps the running limits and says where.
+printf 'max-pending-per-address 0\n' >"$T/lim.conf"
+kill -HUP "$lim_PID"
+wait_log lim "lim.conf:1: max-pending-per-address: want a number from 1 to 4096"

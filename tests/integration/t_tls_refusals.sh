@@ -97,6 +97,49 @@ start_daemon dbadpin --pin "$(printf '%064d' 0)"
 attach_fails "wrong pin" "certificate refused: certificate rejected" \
 	"$dbadpin_SOCK" "$src_PORT" "$NOID"
 
+# The same, pinned for one attach only (attach --pin): the daemons above
+# have no pin of their own, or the wrong one, and the attach's pin decides.
+# pin_fails NAME PATTERN DSTSOCK PORT PIN: like attach_fails, with --pin.
+pin_fails() {
+	if "$CLIENT" --control "$3" attach "$WD" --from "127.0.0.1:$4" \
+		--id "$NOID" --pin "$5" >"$T/out" 2>&1; then
+		fail "$1: attach succeeded: $(cat "$T/out")"
+	fi
+	grep -qi -- "$2" "$T/out" || fail "$1: error does not say '$2': $(cat "$T/out")"
+	ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "$1: destination got a userfaultfd"
+	info "$1: $(cat "$T/out")"
+}
+nodepin=$(openssl x509 -in "$PKI/node.crt" -noout -fingerprint -sha256 | sed 's/.*=//')
+pin_fails "attach pin accepted" "unknown migration ID" "$dst_SOCK" "$sname_PORT" "$pin"
+pin_fails "attach pin over the daemon's wrong pin" "unknown migration ID" \
+	"$dbadpin_SOCK" "$src_PORT" "$nodepin"
+pin_fails "attach pin wrong" "certificate refused: certificate rejected" \
+	"$dst_SOCK" "$src_PORT" "$(printf '%064d' 0)"
+pin_fails "attach pin over the daemon's right pin" "certificate refused: certificate rejected" \
+	"$dpin_SOCK" "$sname_PORT" "$nodepin"
+pin_fails "attach pin malformed" "64 hex digits" "$dst_SOCK" "$src_PORT" "12:34"
+# The pin stays with that attach: the next one without it is held to the
+# name again.
+attach_fails "no pin after a pinned attach" "certificate refused: IP address mismatch" \
+	"$dst_SOCK" "$sname_PORT" "$NOID"
+# A whole migration from the wrongly named source, accepted by its pin
+# alone, arrives byte for byte.
+start_workload WS2 source --size 16M --threads 1
+start_workload WD2 dest --size 16M --threads 1 --prefault
+R=500000000000-500001000000
+ID2=$("$CLIENT" --control "$sname_SOCK" export "$WS2" --range "$R")
+h_src=$("$MEMHASH" "$WS2" 0x500000000000 0x500001000000)
+"$CLIENT" --control "$dst_SOCK" attach "$WD2" --from "127.0.0.1:$sname_PORT" \
+	--id "$ID2" --range "$R" --pin "$pin" >"$T/pinned.out" 2>&1 ||
+	fail "pinned attach: $(cat "$T/pinned.out")"
+kill -USR1 "$WD2"
+"$CLIENT" --control "$dst_SOCK" wait "$ID2" --timeout 120 >"$T/pinned.wait" ||
+	fail "pinned migration: $(cat "$T/pinned.wait")"
+wait_verified WD2
+h_dst=$("$MEMHASH" "$WD2" 0x500000000000 0x500001000000)
+[ "$h_src" = "$h_dst" ] || fail "pinned migration: destination memory differs ($h_src vs $h_dst)"
+info "pinned migration from a source named otherwise: $h_dst"
+
 # TLS 1.2 and below are refused by the listener, with a valid client
 # certificate; the same client with TLS 1.3 gets through.
 s_client() {
