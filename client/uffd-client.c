@@ -203,7 +203,11 @@ print_status_text(const Uffdd__MigrationStatus *s)
 		       s->demand_faults, s->demand_pages, s->latency_p50_us,
 		       s->latency_p99_us);
 	printf("  prefetched   %" PRIu64 " pages\n", s->prefetched_pages);
-	printf("  zero pages   %" PRIu64 "\n", s->zero_pages);
+	printf("  zero pages   %" PRIu64, s->zero_pages);
+	if (s->zero_content_pages)
+		printf(" (%" PRIu64 " of them data found all zero)",
+		       s->zero_content_pages);
+	printf("\n");
 	if (s->reconnects)
 		printf("  reconnects   %u\n", s->reconnects);
 	printf("  kernel       %s\n", s->kernel);
@@ -274,7 +278,9 @@ print_status_json(const Uffdd__MigrationStatus *s)
 	       s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s : 0,
 	       s->latency_p50_us, s->latency_p99_us, s->pages_lost,
 	       s->reconnects);
-	printf("\"hinted_pages\":%" PRIu64 ",", s->hinted_pages);
+	printf("\"hinted_pages\":%" PRIu64 ",\"zero_content_pages\":%" PRIu64
+	       ",",
+	       s->hinted_pages, s->zero_content_pages);
 	printf("\"blocktime_ms\":%.3f,\"threads\":[", s->blocktime_ms);
 	for (size_t i = 0; i < s->n_threads; i++)
 		printf("%s{\"tid\":%d,\"ms\":%.3f,\"faults\":%" PRIu64 "}",

@@ -98,6 +98,8 @@ static const struct key {
 	{"max-output", T_SIZE, offsetof(struct uffdd_conf, max_output), 0,
 	 "unsent bytes a connection may queue before it stops reading",
 	 8u << 20, 1u << 30},
+	{"zero-detect", T_BOOL, offsetof(struct uffdd_conf, zero_detect), 0,
+	 "source: send data pages whose bytes are all zero as ZERO", 0, 0},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 

@@ -248,6 +248,7 @@ migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 	s->pages_lost = m->pages_lost;
 	s->reconnects = m->reconnects;
 	s->hinted_pages = m->hinted_pages;
+	s->zero_content_pages = m->zero_content_pages;
 	s->blocktime_ms = (double)m->blocked_ns / 1e6;
 	s->kernel = (char *)probe_summary();
 }

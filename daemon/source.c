@@ -506,11 +506,12 @@ read_demand(struct source *s, struct src_region *sr, uint64_t page,
  * Queues one frame for pages [page, page+n) of a region, all of one class
  * (data or zero). Data is read from the frozen process straight into the
  * output buffer, header and bytes in one reserved extent, so a failed read
- * queues nothing. Returns the data bytes queued, or -1.
+ * queues nothing; or copied from `have` when the caller read it already.
+ * Returns the data bytes queued, or -1.
  */
 static int64_t
 send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
-	 uint64_t n, int zero, int demand)
+	 uint64_t n, int zero, int demand, const uint8_t *have)
 {
 	struct src_region *sr = &s->regs[ri];
 	Uffdd__PageData pd = UFFDD__PAGE_DATA__INIT;
@@ -552,8 +553,10 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	}
 	memcpy(v.iov_base, hdr, hlen);
 	free(hdr);
-	if (len &&
-	    read_pages(s, sr, page, (uint8_t *)v.iov_base + hlen, len) < 0)
+	if (len && have)
+		memcpy((uint8_t *)v.iov_base + hlen, have, len);
+	else if (len && read_pages(s, sr, page, (uint8_t *)v.iov_base + hlen,
+				   len) < 0)
 		return -1;
 	v.iov_len = hlen + len;
 	evbuffer_commit_space(conn_output(c), &v, 1);
@@ -614,7 +617,7 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 		uint64_t n = class_run(sr, page, end - page, 0);
 
 		if (send_run(s, s->demand, (uint32_t)(sr - s->regs), page, n,
-			     !bit_test(sr->data, page), 1) < 0)
+			     !bit_test(sr->data, page), 1, NULL) < 0)
 			return;
 		page += n;
 	}
@@ -672,6 +675,39 @@ next_unsent(struct source *s, uint32_t *ri, uint64_t *page, uint64_t *max)
  * Produces one round of the bulk stream, then yields to the loop so that
  * demand requests (higher priority) go first.
  */
+static int
+page_is_zero(const uint8_t *p, uint64_t len)
+{
+	return p[0] == 0 && memcmp(p, p + 1, len - 1) == 0;
+}
+
+/*
+ * zero-detect: reads the data run [page, page+*n) and sends its leading
+ * pages of one kind: all-zero ones as a ZERO marker (no bytes on the wire,
+ * the destination maps a zero page), others as data. *n becomes the pages
+ * sent; the rest of the run is looked at again on the next turn.
+ */
+static int64_t
+send_zero_detected(struct source *s, uint32_t ri, uint64_t page, uint64_t *n)
+{
+	struct src_region *sr = &s->regs[ri];
+	uint64_t ps = sr->r.page_size, k = 1;
+	int zero;
+
+	if (read_pages(s, sr, page, s->scratch, *n * ps) < 0)
+		return -1;
+	zero = page_is_zero(s->scratch, ps);
+	while (k < *n && page_is_zero(s->scratch + k * ps, ps) == zero)
+		k++;
+	*n = k;
+	if (!zero)
+		return send_run(s, s->bulk, ri, page, k, 0, 0, s->scratch);
+	for (uint64_t i = 0; i < k; i++)
+		if (!bit_test(sr->sent, page + i))
+			s->m->zero_content_pages++;
+	return send_run(s, s->bulk, ri, page, k, 1, 0, NULL);
+}
+
 static void
 bulk_produce(struct source *s)
 {
@@ -711,7 +747,12 @@ bulk_produce(struct source *s)
 		if (max > FRAME_DATA_MAX / s->regs[ri].r.page_size)
 			max = FRAME_DATA_MAX / s->regs[ri].r.page_size;
 		n = class_run(&s->regs[ri], page, max, 1);
-		if ((got = send_run(s, s->bulk, ri, page, n, zero, 0)) < 0)
+		if (!zero && conf.zero_detect &&
+		    s->regs[ri].r.kind != REGION_FILE_PRIVATE) {
+			if ((got = send_zero_detected(s, ri, page, &n)) < 0)
+				return;
+		} else if ((got = send_run(s, s->bulk, ri, page, n, zero, 0,
+					   NULL)) < 0)
 			return;
 		bytes += (uint64_t)got + 4096;
 		s->win_bytes += (uint64_t)got + 64;

@@ -46,7 +46,8 @@ usage(FILE *f)
 		"             [--max-regions N] [--max-request-pages N]\n"
 		"             [--max-pending N] [--max-pending-per-address N]\n"
 		"             [--hello-timeout SEC] [--max-output BYTES]\n"
-		"             [--log-level LEVEL] [-v] [--help]\n"
+		"             [--zero-detect yes|no] [--log-level LEVEL] [-v] "
+		"[--help]\n"
 		"\n"
 		"  --listen HOST:PORT  accept peer daemons there (source "
 		"role); a comma-\n"
@@ -104,6 +105,10 @@ usage(FILE *f)
 		"stops\n"
 		"                      reading requests (default 32M, 8M to "
 		"1G)\n"
+		"  --zero-detect yes|no  source: send prefetched data pages "
+		"whose bytes\n"
+		"                      are all zero as ZERO markers (default "
+		"no)\n"
 		"  --log-level LEVEL   info or debug (default info)\n"
 		"  -v                  more logging (debug)\n",
 		"/run/uffdd/control.sock", "/run/uffdd", CONFFILE_DEFAULT_PATH);
@@ -249,6 +254,7 @@ parse_args(int argc, char **argv, int *check)
 		{"max-pending-per-address", required_argument, NULL, 'K'},
 		{"hello-timeout", required_argument, NULL, 'K'},
 		{"max-output", required_argument, NULL, 'K'},
+		{"zero-detect", required_argument, NULL, 'K'},
 		{"config", required_argument, NULL, 'F'},
 		{"check", no_argument, NULL, 'n'},
 		{"foreground", no_argument, NULL, 'f'},
