@@ -65,6 +65,7 @@ struct conn {
 	 * the bufferevent, so the plaintext shortcuts below stay off.
 	 */
 	int tls;
+	int tls_more; /* conn_fill() stopped at its limit, not an empty socket */
 	struct timeval rd_timeout; /* for the direct reader (0: none) */
 	size_t data_left;
 };
@@ -200,17 +201,88 @@ conn_process(struct conn *c)
 	/* Every whole frame that came before the break is handled: now say. */
 	if (c->failing && !more && !c->dead)
 		conn_fail(c, c->fail_why);
+	else if (c->tls_more && !more && !c->dead && !c->paused &&
+		 !c->finishing)
+		event_active(c->resume, EV_TIMEOUT, 0);
 	c->in_cb--;
 	if (c->dead && c->in_cb == 0)
 		conn_destroy(c);
 }
 
 /*
+ * Records that the connection broke (the owner hears once the frames read
+ * before are handled).
+ */
+static void
+conn_set_failing(struct conn *c, const char *why)
+{
+	if (c->failing || c->dead)
+		return;
+	c->failing = 1;
+	snprintf(c->fail_why, sizeof(c->fail_why), "%s", why);
+}
+
+/*
+ * One read into iov for conn_fill(), as readv() answers. A TLS connection
+ * decrypts what OpenSSL holds and what the socket brings, one record (at
+ * most 16 KiB) a call, until the space is full or the socket is empty; a
+ * TLS failure is recorded for conn_process() to report.
+ */
+static ssize_t
+conn_read_iov(struct conn *c, int fd, const struct iovec *iov, int n)
+{
+	char why[128];
+	ssize_t total = 0;
+
+	if (!c->tls)
+		return readv(fd, iov, n);
+	for (int i = 0; i < n; i++) {
+		size_t off = 0;
+		long r = 1;
+
+		while (off < iov[i].iov_len &&
+		       (r = tls_read(c->bev, (char *)iov[i].iov_base + off,
+				     iov[i].iov_len - off, why, sizeof(why))) >
+			       0)
+			off += (size_t)r;
+		total += (ssize_t)off;
+		if (r < 0)
+			conn_set_failing(c, why);
+		if (r <= 0)
+			break;
+	}
+	if (total == 0)
+		errno = EAGAIN;
+	return total ? total : -1;
+}
+
+/*
+ * A socket bufferevent keeps the end of its input frozen outside its own
+ * reads, so conn_fill() thaws it likewise; an OpenSSL one never freezes it,
+ * and a frozen end would make its reads fail.
+ */
+static void
+conn_input_frozen(struct conn *c, int frozen)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+
+	if (c->tls)
+		return;
+	if (frozen)
+		evbuffer_freeze(in, 0);
+	else
+		evbuffer_unfreeze(in, 0);
+}
+
+/*
  * libevent 2.1 reads at most 4 KiB per read event (EVBUFFER_MAX_READ), so a
  * 4 KiB page with its header takes two loop rounds and the bulk lane one
- * round per 4 KiB. After the bufferevent's read, take what else the socket
+ * round per 4 KiB; its OpenSSL bufferevent decrypts one 16 KiB record per
+ * read event. After the bufferevent's read, take what else the socket
  * holds, up to CONN_FILL_MAX a round: more would delay the fault events
- * behind one lane's reading.
+ * behind one lane's reading. A TLS connection that stops at that limit may
+ * leave input inside OpenSSL with the socket empty, where no read event
+ * would announce it: tls_more asks conn_process() to come back for it.
  */
 static ssize_t
 conn_fill(struct conn *c)
@@ -219,6 +291,7 @@ conn_fill(struct conn *c)
 	evutil_socket_t fd = bufferevent_getfd(c->bev);
 	size_t have = evbuffer_get_length(in), taken = 0;
 
+	c->tls_more = 0;
 	while (fd >= 0 && have < CONN_READ_HIGH && taken < CONN_FILL_MAX) {
 		size_t want = CONN_READ_HIGH - have;
 		struct evbuffer_iovec v[2];
@@ -229,19 +302,19 @@ conn_fill(struct conn *c)
 
 		if (want > CONN_FILL_MAX - taken)
 			want = CONN_FILL_MAX - taken;
-		evbuffer_unfreeze(in, 0); /* as the bufferevent does */
+		conn_input_frozen(c, 0);
 		n = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
 		for (int i = 0; i < n; i++) {
 			iov[i].iov_base = v[i].iov_base;
 			iov[i].iov_len = v[i].iov_len;
 		}
 		if (n <= 0) {
-			evbuffer_freeze(in, 0);
+			conn_input_frozen(c, 1);
 			break;
 		}
-		r = readv(fd, iov, n);
+		r = conn_read_iov(c, fd, iov, n);
 		if (r <= 0) {
-			evbuffer_freeze(in, 0);
+			conn_input_frozen(c, 1);
 			if (r == 0)
 				errno = 0;
 			/* EOF or error once what came before is handled. */
@@ -257,20 +330,24 @@ conn_fill(struct conn *c)
 			r -= (ssize_t)v[used].iov_len;
 		}
 		evbuffer_commit_space(in, v, used);
-		evbuffer_freeze(in, 0);
+		conn_input_frozen(c, 1);
 		have += got;
 		taken += got;
 		if (got < want)
 			break; /* the socket is empty */
+		c->tls_more = c->tls;
 	}
 	return (ssize_t)taken;
 }
 
+/*
+ * EOF and errors on a plaintext socket: the bufferevent sees them; a TLS
+ * one's conn_fill() records them.
+ */
 static void
 conn_read_cb(struct bufferevent *bev, void *arg)
 {
-	if (!((struct conn *)arg)->tls)
-		conn_fill(arg); /* EOF and errors: the bufferevent sees them */
+	conn_fill(arg);
 	conn_process(arg);
 }
 
@@ -296,10 +373,7 @@ conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
 		 * As for the bufferevent (conn_event_cb): the frames read
 		 * before the close are handled first, then the owner hears.
 		 */
-		if (!c->failing) {
-			c->failing = 1;
-			snprintf(c->fail_why, sizeof(c->fail_why), "%s", why);
-		}
+		conn_set_failing(c, why);
 	}
 	conn_process(c);
 }
@@ -307,7 +381,12 @@ conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
 static void
 conn_resume_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	conn_process(arg);
+	struct conn *c = arg;
+
+	/* Input OpenSSL may hold (see conn_fill()); the socket announces the rest. */
+	if (c->tls && !c->paused && !c->dead)
+		conn_fill(c);
+	conn_process(c);
 }
 
 static void
@@ -347,6 +426,8 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	 */
 	if (what & BEV_EVENT_CONNECTED) {
 		tls_set_priority(bev, c->prio);
+		/* Frames that came with the handshake's last flight. */
+		event_active(c->resume, EV_TIMEOUT, 0);
 		return;
 	}
 	/* A refused certificate says so, not just "connection reset". */
@@ -368,8 +449,7 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	 */
 	if (c->failing || c->dead)
 		return;
-	c->failing = 1;
-	snprintf(c->fail_why, sizeof(c->fail_why), "%s", why);
+	conn_set_failing(c, why);
 	event_active(c->resume, EV_TIMEOUT, 0);
 }
 

@@ -45,5 +45,14 @@ void tls_shutdown(struct bufferevent *);
  * TLS bufferevent or holds no TLS error.
  */
 int tls_error(struct bufferevent *, char *buf, size_t len);
+/*
+ * Decrypts into buf what has arrived for a TLS bufferevent, beside its own
+ * reads: the bytes taken, 0 when the socket must bring more first, -1 with
+ * why filled when the peer closed or broke the connection.
+ */
+long tls_read(struct bufferevent *, void *buf, size_t len, char *why,
+	      size_t whylen);
+/* Input held inside OpenSSL, decrypted or not: no read event announces it. */
+int tls_pending(struct bufferevent *);
 
 #endif
