@@ -333,8 +333,10 @@ conn_fill(struct conn *c)
 		conn_input_frozen(c, 1);
 		have += got;
 		taken += got;
-		if (got < want)
+		if (got < want) {
+			c->tls_more = 0;
 			break; /* the socket is empty */
+		}
 		c->tls_more = c->tls;
 	}
 	return (ssize_t)taken;
