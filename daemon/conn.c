@@ -65,7 +65,6 @@ struct conn {
 	 * the bufferevent, so the plaintext shortcuts below stay off.
 	 */
 	int tls;
-	int tls_more; /* conn_fill() stopped at its limit, not an empty socket */
 	struct timeval rd_timeout; /* for the direct reader (0: none) */
 	size_t data_left;
 };
@@ -201,9 +200,6 @@ conn_process(struct conn *c)
 	/* Every whole frame that came before the break is handled: now say. */
 	if (c->failing && !more && !c->dead)
 		conn_fail(c, c->fail_why);
-	else if (c->tls_more && !more && !c->dead && !c->paused &&
-		 !c->finishing)
-		event_active(c->resume, EV_TIMEOUT, 0);
 	c->in_cb--;
 	if (c->dead && c->in_cb == 0)
 		conn_destroy(c);
@@ -280,9 +276,11 @@ conn_input_frozen(struct conn *c, int frozen)
  * round per 4 KiB; its OpenSSL bufferevent decrypts one 16 KiB record per
  * read event. After the bufferevent's read, take what else the socket
  * holds, up to CONN_FILL_MAX a round: more would delay the fault events
- * behind one lane's reading. A TLS connection that stops at that limit may
- * leave input inside OpenSSL with the socket empty, where no read event
- * would announce it: tls_more asks conn_process() to come back for it.
+ * behind one lane's reading. A TLS connection also takes what is left of a
+ * record it began to decrypt, past those limits if need be: no read event
+ * would announce input waiting inside OpenSSL. Only conn_read_cb() calls
+ * this for TLS, just after the bufferevent's read, which restarts the
+ * lane's read timeout (reads of our own elsewhere would leave it running).
  */
 static ssize_t
 conn_fill(struct conn *c)
@@ -291,17 +289,23 @@ conn_fill(struct conn *c)
 	evutil_socket_t fd = bufferevent_getfd(c->bev);
 	size_t have = evbuffer_get_length(in), taken = 0;
 
-	c->tls_more = 0;
-	while (fd >= 0 && have < CONN_READ_HIGH && taken < CONN_FILL_MAX) {
-		size_t want = CONN_READ_HIGH - have;
+	while (fd >= 0) {
+		size_t want = 0, held = c->tls ? tls_pending(c->bev) : 0;
 		struct evbuffer_iovec v[2];
 		struct iovec iov[2];
 		size_t got;
 		ssize_t r;
 		int n, used;
 
-		if (want > CONN_FILL_MAX - taken)
-			want = CONN_FILL_MAX - taken;
+		if (have < CONN_READ_HIGH && taken < CONN_FILL_MAX) {
+			want = CONN_READ_HIGH - have;
+			if (want > CONN_FILL_MAX - taken)
+				want = CONN_FILL_MAX - taken;
+		}
+		if (want < held)
+			want = held;
+		if (want == 0)
+			break;
 		conn_input_frozen(c, 0);
 		n = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
 		for (int i = 0; i < n; i++) {
@@ -333,11 +337,8 @@ conn_fill(struct conn *c)
 		conn_input_frozen(c, 1);
 		have += got;
 		taken += got;
-		if (got < want) {
-			c->tls_more = 0;
+		if (got < want)
 			break; /* the socket is empty */
-		}
-		c->tls_more = c->tls;
 	}
 	return (ssize_t)taken;
 }
@@ -383,12 +384,7 @@ conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
 static void
 conn_resume_cb(evutil_socket_t fd, short ev, void *arg)
 {
-	struct conn *c = arg;
-
-	/* Input OpenSSL may hold (see conn_fill()); the socket announces the rest. */
-	if (c->tls && !c->paused && !c->dead)
-		conn_fill(c);
-	conn_process(c);
+	conn_process(arg);
 }
 
 static void
@@ -428,8 +424,6 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	 */
 	if (what & BEV_EVENT_CONNECTED) {
 		tls_set_priority(bev, c->prio);
-		/* Frames that came with the handshake's last flight. */
-		event_active(c->resume, EV_TIMEOUT, 0);
 		return;
 	}
 	/* A refused certificate says so, not just "connection reset". */

@@ -378,10 +378,11 @@ tls_read(struct bufferevent *bev, void *buf, size_t len, char *why,
 	return -1;
 }
 
-int
+size_t
 tls_pending(struct bufferevent *bev)
 {
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	int n = ssl != NULL ? SSL_pending(ssl) : 0;
 
-	return ssl != NULL && SSL_has_pending(ssl);
+	return n > 0 ? (size_t)n : 0;
 }

@@ -52,7 +52,10 @@ int tls_error(struct bufferevent *, char *buf, size_t len);
  */
 long tls_read(struct bufferevent *, void *buf, size_t len, char *why,
 	      size_t whylen);
-/* Input held inside OpenSSL, decrypted or not: no read event announces it. */
-int tls_pending(struct bufferevent *);
+/*
+ * Decrypted bytes of a record not yet read out of OpenSSL: no read event
+ * announces them.
+ */
+size_t tls_pending(struct bufferevent *);
 
 #endif
