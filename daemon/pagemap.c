@@ -126,17 +126,16 @@ classify_scan(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
 }
 
 /*
- * Shared memory cannot be classified from pagemap: a swapped-out shmem page
- * reads as an all-zero entry, exactly like a page never touched (FACTS.md,
- * still so on 6.18), and trusting it loses data silently. The backing file
- * knows: every page that holds data, resident or swapped, is allocated;
- * a never-touched page is a hole.
+ * Sets the data bits of pages [from, to) of a shared region from its backing
+ * file (page p at file offset off + p * page_size): every page that holds
+ * data, resident or swapped, is allocated; a never-touched page is a hole.
+ * Returns the number of bits it set.
  */
-int64_t
-pagemap_classify_file(int fd, uint64_t off, uint64_t npages, uint64_t page_size,
-		      uint64_t *data)
+static int64_t
+classify_file_range(int fd, uint64_t off, uint64_t from, uint64_t to,
+		    uint64_t page_size, uint64_t *data)
 {
-	uint64_t end = off + npages * page_size, at = off;
+	uint64_t end = off + to * page_size, at = off + from * page_size;
 	int64_t count = 0;
 
 	while (at < end) {
@@ -161,6 +160,47 @@ pagemap_classify_file(int fd, uint64_t off, uint64_t npages, uint64_t page_size,
 			}
 		}
 		at = (uint64_t)h;
+	}
+	return count;
+}
+
+/*
+ * Shared memory cannot be classified from an unpatched pagemap: a
+ * swapped-out shmem page reads as an all-zero entry, exactly like a page
+ * never touched (FACTS.md, still so on 6.18), and trusting it loses data
+ * silently. The backing file knows.
+ */
+int64_t
+pagemap_classify_file(int fd, uint64_t off, uint64_t npages, uint64_t page_size,
+		      uint64_t *data)
+{
+	return classify_file_range(fd, off, 0, npages, page_size, data);
+}
+
+/*
+ * Where pagemap reports swapped-out shmem (kernel/ patch 0002, probed as
+ * shmem_pm_swap), its PM_PRESENT and PM_SWAP entries are data without a
+ * question to the file. A none entry is not yet a hole: it may be a page in
+ * the page cache that this process never mapped, so the backing file
+ * decides for the runs of none entries, and only for those.
+ */
+int64_t
+pagemap_classify_shmem(pid_t pid, uint64_t start, int fd, uint64_t off,
+		       uint64_t npages, uint64_t page_size, uint64_t *data)
+{
+	int64_t count = pagemap_classify(pid, start, npages, page_size, data,
+					 PAGEMAP_READ);
+
+	if (count < 0)
+		return -1;
+	for (uint64_t p = bit_next_clear(data, 0, npages); p < npages;) {
+		uint64_t q = bit_next_set(data, p, npages);
+		int64_t n = classify_file_range(fd, off, p, q, page_size, data);
+
+		if (n < 0)
+			return -1;
+		count += n;
+		p = bit_next_clear(data, q, npages);
 	}
 	return count;
 }

@@ -59,12 +59,23 @@ int64_t pagemap_classify_cow(pid_t pid, uint64_t start, uint64_t npages,
 int64_t pagemap_classify_file(int fd, uint64_t off, uint64_t npages,
 			      uint64_t page_size, uint64_t *data);
 
-/* The first clear bit at or after `from` below n; n when there is none. */
+/*
+ * The same for shared memory on a kernel whose pagemap reports swapped-out
+ * shmem (kfeat.shmem_pm_swap): pagemap first, the backing file only for the
+ * pages pagemap reports as none.
+ */
+int64_t pagemap_classify_shmem(pid_t pid, uint64_t start, int fd, uint64_t off,
+			       uint64_t npages, uint64_t page_size,
+			       uint64_t *data);
+
+/* The first bit equal to `want` at or after `from` below n; n if none. */
 static inline uint64_t
-bit_next_clear(const uint64_t *b, uint64_t from, uint64_t n)
+bit_next(const uint64_t *b, uint64_t from, uint64_t n, int want)
 {
+	uint64_t flip = want ? 0 : ~0ULL;
+
 	while (from < n) {
-		uint64_t w = ~b[from >> 6] >> (from & 63);
+		uint64_t w = (b[from >> 6] ^ flip) >> (from & 63);
 
 		if (w) {
 			from += (uint64_t)__builtin_ctzll(w);
@@ -73,6 +84,20 @@ bit_next_clear(const uint64_t *b, uint64_t from, uint64_t n)
 		from = (from | 63) + 1;
 	}
 	return n;
+}
+
+/* The first clear bit at or after `from` below n; n when there is none. */
+static inline uint64_t
+bit_next_clear(const uint64_t *b, uint64_t from, uint64_t n)
+{
+	return bit_next(b, from, n, 0);
+}
+
+/* The first set bit at or after `from` below n; n when there is none. */
+static inline uint64_t
+bit_next_set(const uint64_t *b, uint64_t from, uint64_t n)
+{
+	return bit_next(b, from, n, 1);
 }
 
 #endif

@@ -77,6 +77,39 @@ probe_hint(void)
 	close(fd);
 }
 
+/*
+ * Swapped-out shmem in pagemap (kernel/ patch 0002): a one-page memfd is
+ * written, paged out and must then read as PM_SWAP. Paging out needs active
+ * swap; without it the answer is no, which is safe: the backing file then
+ * classifies shared memory, as on every unpatched kernel.
+ */
+static void
+probe_shmem_pm_swap(void)
+{
+	size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+	int mfd = memfd_create("uffdd-probe", MFD_CLOEXEC);
+	int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	char *p = MAP_FAILED;
+	uint64_t e = 0;
+
+	if (mfd >= 0 && ftruncate(mfd, (off_t)ps) == 0)
+		p = mmap(NULL, ps, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	if (pm >= 0 && p != MAP_FAILED) {
+		off_t at = (off_t)((uintptr_t)p / ps * sizeof(e));
+
+		memset(p, 0x5a, ps);
+		if (madvise(p, ps, MADV_PAGEOUT) == 0 &&
+		    pread(pm, &e, sizeof(e), at) == (ssize_t)sizeof(e))
+			kfeat.shmem_pm_swap = (e & PM_SWAP) != 0;
+	}
+	if (p != MAP_FAILED)
+		munmap(p, ps);
+	if (pm >= 0)
+		close(pm);
+	if (mfd >= 0)
+		close(mfd);
+}
+
 static void
 probe_pagemap_scan(void)
 {
@@ -125,6 +158,7 @@ probe_kernel(void)
 	}
 	probe_hint();
 	probe_pagemap_scan();
+	probe_shmem_pm_swap();
 	log_info("kernel: %s", probe_summary());
 }
 
@@ -135,12 +169,13 @@ probe_summary(void)
 
 	snprintf(buf, sizeof(buf),
 		 "uffd features 0x%llx%s, pagemap_scan %s%s, access_likely %s, "
-		 "poison %s",
+		 "shmem_pm_swap %s, poison %s",
 		 (unsigned long long)kfeat.uffd_features,
 		 kfeat.dev_userfaultfd ? " (/dev/userfaultfd)" : "",
 		 kfeat.pagemap_scan ? "yes" : "no",
 		 kfeat.pagemap_scan && pagemap_force_read ? " (not used)" : "",
 		 kfeat.access_likely ? "yes" : "no",
+		 kfeat.shmem_pm_swap ? "yes" : "no",
 		 (kfeat.uffd_features & UFFD_FEATURE_POISON) ? "yes" : "no");
 	return buf;
 }

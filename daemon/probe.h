@@ -13,6 +13,7 @@ struct kfeatures {
 	uint64_t uffd_features;	 /* UFFDIO_API features offered */
 	int pagemap_scan;	 /* PAGEMAP_SCAN ioctl (6.7+) */
 	int access_likely;	 /* UFFDIO_COPY_MODE_ACCESS_LIKELY (patched) */
+	int shmem_pm_swap;	 /* shmem PM_SWAP in pagemap (patched) */
 	int unprivileged_sysctl; /* vm.unprivileged_userfaultfd */
 };
 

@@ -19,6 +19,7 @@
 #include "daemon/compat.h"
 #include "daemon/log.h"
 #include "daemon/pagemap.h"
+#include "daemon/probe.h"
 #include "daemon/region.h"
 #include "daemon/uffdd.h"
 
@@ -287,10 +288,18 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 			int fd = region_open_backing(pid, sr->r.vma_start,
 						     sr->r.vma_end);
 
-			data = fd < 0 ? -1
-				      : pagemap_classify_file(
-						fd, sr->r.file_off, sr->npages,
-						sr->r.page_size, sr->data);
+			if (fd < 0)
+				data = -1;
+			else if (kfeat.shmem_pm_swap &&
+				 sr->r.page_size ==
+					 (uint64_t)sysconf(_SC_PAGESIZE))
+				data = pagemap_classify_shmem(
+					pid, sr->r.start, fd, sr->r.file_off,
+					sr->npages, sr->r.page_size, sr->data);
+			else
+				data = pagemap_classify_file(
+					fd, sr->r.file_off, sr->npages,
+					sr->r.page_size, sr->data);
 			if (fd >= 0)
 				close(fd);
 		} else if (sr->r.kind == REGION_FILE_PRIVATE) {

@@ -2,8 +2,12 @@
  * Both classification paths agree, page for page, with a map we know: a
  * child maps a region, touches a known pattern of pages (leaving runs
  * untouched and a read-only touch that maps the zero page), and the parent
- * classifies the child's pagemap with each method. Swapped pages are
- * covered by the integration tests (they need a swap device).
+ * classifies the child's pagemap with each method. Shared memory: a memfd
+ * with pages the child touched through its mapping, pages written through
+ * the file only (in the page cache, never mapped: pagemap says none) and
+ * holes; the file-only and the pagemap-then-file classifications must both
+ * find exactly the written pages. Swapped pages are covered by the
+ * integration tests and the kernel VM test (they need a swap device).
  *
  * A private file mapping: of pages read (the file's, resident), written
  * (anonymous copies, some then made read-only) and never touched, only
@@ -24,6 +28,7 @@
 #include "tests/unit/unit.h"
 
 #define NPAGES 20000
+#define SHM_PAGES 2000
 #define PS 4096
 
 static int
@@ -81,6 +86,43 @@ cow_case(void)
 	close(fd);
 }
 
+/* memfd pages the child touches through its mapping / writes to the file */
+static int
+shm_mapped(uint64_t p)
+{
+	return p % 3 == 0 || (p >= 1000 && p < 1100);
+}
+
+static int
+shm_written(uint64_t p)
+{
+	return p % 5 == 0 || p == SHM_PAGES - 1;
+}
+
+/* Classifies [first, first + n) of the child's memfd mapping both ways. */
+static void
+check_shmem(pid_t child, uint64_t shm, int mfd, uint64_t first, uint64_t n)
+{
+	uint64_t *want = calloc(bit_words(n), 8), *a = calloc(bit_words(n), 8);
+	uint64_t *b = calloc(bit_words(n), 8);
+	int64_t expect = 0;
+
+	for (uint64_t p = 0; p < n; p++) {
+		if (shm_mapped(first + p) || shm_written(first + p)) {
+			bit_set(want, p);
+			expect++;
+		}
+	}
+	CHECK(pagemap_classify_file(mfd, first * PS, n, PS, a) == expect);
+	CHECK(memcmp(a, want, bit_words(n) * 8) == 0);
+	CHECK(pagemap_classify_shmem(child, shm + first * PS, mfd, first * PS,
+				     n, PS, b) == expect);
+	CHECK(memcmp(b, want, bit_words(n) * 8) == 0);
+	free(want);
+	free(a);
+	free(b);
+}
+
 int
 main(void)
 {
@@ -91,8 +133,14 @@ main(void)
 	uint64_t *a = calloc(bit_words(NPAGES), 8);
 	uint64_t *b = calloc(bit_words(NPAGES), 8);
 	int64_t na, nb, expect = 0;
-	int scan_ok;
+	int scan_ok, mfd = memfd_create("test_pagemap", MFD_CLOEXEC);
+	uint64_t shm;
 
+	CHECK(mfd >= 0);
+	CHECK(ftruncate(mfd, (off_t)SHM_PAGES * PS) == 0);
+	for (uint64_t p = 0; p < SHM_PAGES; p++)
+		if (shm_written(p))
+			CHECK(pwrite(mfd, "w", 1, (off_t)(p * PS)) == 1);
 	CHECK(pipe(pfd) == 0);
 	child = fork();
 	if (child == 0) {
@@ -108,12 +156,22 @@ main(void)
 		sink = m[9001 * PS]; /* read-only: the zero page, present */
 		(void)sink;
 		addr = (uint64_t)(uintptr_t)m;
-		if (write(pfd[1], &addr, sizeof(addr)) != sizeof(addr))
+		m = mmap(NULL, (size_t)SHM_PAGES * PS, PROT_READ | PROT_WRITE,
+			 MAP_SHARED, mfd, 0);
+		for (uint64_t p = 0; p < SHM_PAGES; p++)
+			if (shm_mapped(p))
+				m[p * PS + 1] = 1;
+		shm = (uint64_t)(uintptr_t)m;
+		if (write(pfd[1], &addr, sizeof(addr)) != sizeof(addr) ||
+		    write(pfd[1], &shm, sizeof(shm)) != sizeof(shm))
 			_exit(1);
 		pause();
 		_exit(0);
 	}
 	CHECK(read(pfd[0], &addr, sizeof(addr)) == sizeof(addr));
+	CHECK(read(pfd[0], &shm, sizeof(shm)) == sizeof(shm));
+	check_shmem(child, shm, mfd, 0, SHM_PAGES);
+	check_shmem(child, shm, mfd, 999, 130); /* a window across the run */
 	for (uint64_t p = 0; p < NPAGES; p++) {
 		if (touched(p) || p == 9001) {
 			bit_set(want, p);
@@ -142,6 +200,7 @@ main(void)
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	cow_case();
+	close(mfd);
 	free(want);
 	free(a);
 	free(b);
