@@ -25,17 +25,24 @@ run() {
 		echo "ERROR $name: exited $rc without a verdict"
 }
 
-# ktest=a,b on the kernel command line runs only those tests (benchmarks)
+# ktest=a,b on the kernel command line runs only those tests (benchmarks);
+# the name uffdd stands for uffdd's tests.
 only=$(sed -n 's/.*ktest=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ')
 for t in ${only:-$(cat /tests/ORDER)}; do
-	run "$t" "/tests/$t"
+	[ "$t" = uffdd ] || run "$t" "/tests/$t"
 done
-if [ -z "$only" ] && [ -d /uffdd-tests ]; then
+if { [ -z "$only" ] || echo " $only " | grep -q " uffdd "; } && [ -d /uffdd-tests ]; then
 	for t in /uffdd-tests/*; do
 		[ -x "$t" ] || continue
 		n=uffdd/$(basename "$t")
-		if "$t" >/tmp/out 2>&1; then echo "PASS $n"; else
-			tail -5 /tmp/out; echo "FAIL $n: exit $?"; fi
+		if "$t" >/tmp/out 2>&1; then
+			grep -E '^(INFO|BENCH) ' /tmp/out
+			echo "PASS $n"
+		else
+			rc=$?
+			tail -40 /tmp/out
+			echo "FAIL $n: exit $rc"
+		fi
 	done
 fi
 echo "VMTEST-END"

@@ -8,7 +8,9 @@
 #     show the old behaviour (ERROR means the test could not tell: failure);
 #   - pagemap_bench: patched time / unpatched time at most 1.2 for both
 #     read sizes;
-#   - uffdd's own tests (uffdd/*) must pass on both kernels.
+#   - uffdd's own tests (uffdd/*) must pass on both kernels, and uffdd must
+#     report the access hints (with hinted pages) and shmem PM_SWAP on the
+#     patched kernel only.
 # Prints one "PASS name ..." / "FAIL name ..." line per check; exit 1 on any FAIL.
 set -o pipefail
 B=$1
@@ -84,6 +86,30 @@ for t in $tests; do
 		;;
 	esac
 done
+
+# uffdd inside the VM (uffdd/migrate, packed when a uffdd build exists): the
+# daemon must find and use the patched kernel's features and find none on
+# the unpatched one; the memfd case means something only with pages swapped.
+fig() { awk -v k="$2" '$1=="BENCH" && $2==k {print $3; exit}' "$B/vm-$1.log"; }
+if grep -qE '^(PASS|FAIL) uffdd/migrate' "$B/vm-patched.log" "$B/vm-unpatched.log"; then
+	for k in patched unpatched; do
+		al=$(fig $k uffdd_access_likely) hi=$(fig $k uffdd_anon_hinted)
+		ps=$(fig $k uffdd_shmem_pm_swap) sw=$(fig $k uffdd_memfd_swapped)
+		if [ $k = patched ]; then want="1 >0 1"; else want="0 0 0"; fi
+		got="${al:-?} ${hi:-?} ${ps:-?}"
+		case "$k:$got" in
+		patched:"1 "[1-9]*" 1" | unpatched:"0 0 0")
+			verdict PASS "uffdd/kernel-features/$k" "access_likely $al, hinted pages $hi, shmem_pm_swap $ps" ;;
+		*)
+			verdict FAIL "uffdd/kernel-features/$k" "access_likely, hinted pages, shmem_pm_swap: want $want, got $got" ;;
+		esac
+		if [ "${sw:-0}" -ge 1000 ]; then
+			verdict PASS "uffdd/memfd-swapped/$k" "$sw source pages were swapped out at freeze"
+		else
+			verdict FAIL "uffdd/memfd-swapped/$k" "only ${sw:-0} source pages swapped out: the memfd case proves nothing"
+		fi
+	done
+fi
 
 # median of one BENCH figure over the given logs
 median() {
