@@ -9,7 +9,7 @@
 # table shows medians of the remaining rounds; ratios are medians of the
 # per-round ratios. BENCH_ROUNDS (default 7) sets the number of rounds,
 # BENCH_FAULTS (2000) the faults timed per latency case, BENCH_SIZE (1G)
-# the bulk size. BENCH_PIN=CPU runs both idle-fault cases (the floor's
+# the bulk size, BENCH_IDLE_ONLY=1 runs the idle fault case alone. BENCH_PIN=CPU runs both idle-fault cases (the floor's
 # three processes; the two daemons and the workloads of the uffdd case)
 # on that one CPU, identically: placement across vCPUs (a wakeup on the
 # other vCPU costs 60-70 us here) then stops deciding the figure, and what
@@ -126,6 +126,11 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	rec idle_p50 "$M_P50"
 	rec idle_p99 "$M_P99"
 	rec idle_faults "$M_FAULTS"
+	# BENCH_IDLE_ONLY=1: the idle fault case alone (quick A/B of builds).
+	if [ -n "${BENCH_IDLE_ONLY:-}" ]; then
+		tail -n 20 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
+		continue
+	fi
 	# Bulk: floor, then uffdd with nothing touched, then uffdd while the
 	# destination faults (the busy-lane latency case).
 	read -r secs cpu scpu rcpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
