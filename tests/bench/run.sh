@@ -170,6 +170,8 @@ medratio() {
 # row METRIC UFFDD FLOOR RATIO TARGET
 row() {
 	local verdict=-
+	# Not measured in this run (BENCH_IDLE_ONLY): no row, no verdict.
+	[ "$2" = nan ] && return
 	if [ "$5" != - ] && [ "$4" != n/a ]; then
 		verdict=$(awk -v r="$4" -v t="$5" 'BEGIN {print (r <= t) ? "pass" : "MISS"}')
 	fi
