@@ -44,7 +44,7 @@ struct migration {
 	uint64_t lost[MIG_LOST_RANGES][2]; /* the first lost [start, end) */
 	size_t nlost;
 	uint32_t reconnects;
-	uint64_t hinted_pages; /* installed with ACCESS_LIKELY */
+	uint64_t hinted_pages;	     /* installed with ACCESS_LIKELY */
 	uint64_t zero_content_pages; /* source: data found all zero */
 	/* Blocktime (destination, UFFD_FEATURE_THREAD_ID): per thread. */
 	uint64_t blocked_ns;

@@ -564,8 +564,8 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	free(hdr);
 	if (len && have)
 		memcpy((uint8_t *)v.iov_base + hlen, have, len);
-	else if (len && read_pages(s, sr, page, (uint8_t *)v.iov_base + hlen,
-				   len) < 0)
+	else if (len &&
+		 read_pages(s, sr, page, (uint8_t *)v.iov_base + hlen, len) < 0)
 		return -1;
 	v.iov_len = hlen + len;
 	evbuffer_commit_space(conn_output(c), &v, 1);

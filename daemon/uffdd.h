@@ -55,7 +55,7 @@ struct uffdd_conf {
 	int max_pending_per_addr; /* the same, from one address */
 	int hello_timeout;	  /* seconds a new peer has to say HELLO */
 	uint64_t max_output;	  /* unsent bytes before a conn stops reading */
-	int zero_detect;    /* source: all-zero data pages go as ZERO */
+	int zero_detect;	  /* source: all-zero data pages go as ZERO */
 	/* TLS: CA that signs every peer, our certificate and key. */
 	char *ca;
 	char *cert;
