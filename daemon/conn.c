@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,12 @@
 size_t conn_out_max = CONN_OUT_MAX;
 /* How long a finished connection waits for the peer to close its side. */
 #define CONN_LINGER_SECS 10
+/*
+ * How long a finished connection may take to send what it has queued and
+ * see the peer close: past that it is closed anyway (a peer that stopped
+ * reading, or a TLS handshake that never finished, would keep it forever).
+ */
+#define CONN_FINISH_SECS (3 * CONN_LINGER_SECS)
 /* One read beyond the bufferevent's own (see conn_fill()). */
 #define CONN_FILL_MAX (256u << 10)
 /*
@@ -43,6 +50,7 @@ struct conn {
 	struct bufferevent *bev;
 	struct event *resume;
 	struct event *rd; /* own read event (conn_read_direct()), or NULL */
+	struct event *deadline; /* closes a finishing conn (conn_finish()) */
 	conn_frame_cb on_frame;
 	conn_close_cb on_close;
 	conn_drain_cb on_drain;
@@ -113,10 +121,29 @@ conn_destroy(struct conn *c)
 {
 	if (c->rd)
 		event_free(c->rd);
+	if (c->deadline)
+		event_free(c->deadline);
 	if (c->resume)
 		event_free(c->resume);
 	bufferevent_free(c->bev);
 	free(c);
+}
+
+/*
+ * A read timeout means the peer said nothing for that long, unless this
+ * daemon did not run meanwhile (stopped, or starved of CPU on a loaded
+ * host): then the peer's bytes wait in the socket, or inside OpenSSL,
+ * and the timer ran out all the same. A lane is lost only when it is
+ * silent for real.
+ */
+static int
+conn_input_waiting(struct conn *c)
+{
+	int n = 0;
+
+	if (c->tls && tls_pending(c->bev) > 0)
+		return 1;
+	return ioctl(conn_fd(c), FIONREAD, &n) == 0 && n > 0;
 }
 
 static void
@@ -361,7 +388,7 @@ conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
 	struct conn *c = arg;
 	char why[128];
 
-	if (ev & EV_TIMEOUT) {
+	if ((ev & EV_TIMEOUT) && !conn_input_waiting(c)) {
 		c->in_cb++;
 		conn_fail(c, "connection timed out");
 		c->in_cb--;
@@ -426,6 +453,15 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 		tls_set_priority(bev, c->prio);
 		return;
 	}
+	/*
+	 * A timeout with input waiting: read on (a socket bufferevent stops
+	 * reading on a timeout, an OpenSSL one does not).
+	 */
+	if (what == (BEV_EVENT_TIMEOUT | BEV_EVENT_READING) && !c->dead &&
+	    conn_input_waiting(c)) {
+		bufferevent_enable(bev, EV_READ);
+		return;
+	}
 	/* A refused certificate says so, not just "connection reset". */
 	if (tls_error(bev, why, sizeof(why)) < 0) {
 		if (what & BEV_EVENT_EOF)
@@ -485,15 +521,34 @@ conn_free(struct conn *c)
 		conn_destroy(c);
 }
 
+static void
+conn_deadline_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct conn *c = arg;
+
+	log_debug("%s: closed %d s after it finished", c->name,
+		  CONN_FINISH_SECS);
+	conn_free(c);
+}
+
 void
 conn_finish(struct conn *c)
 {
+	struct timeval tv = {CONN_FINISH_SECS, 0};
+
 	/* A broken connection sends nothing more: nothing to wait for. */
 	if (c->failing) {
 		conn_free(c);
 		return;
 	}
+	if (c->finishing)
+		return;
 	c->finishing = 1;
+	c->deadline =
+		evtimer_new(bufferevent_get_base(c->bev), conn_deadline_cb, c);
+	if (c->deadline == NULL)
+		fatalx("evtimer_new");
+	evtimer_add(c->deadline, &tv);
 	c->on_frame = NULL;
 	c->on_close = NULL;
 	c->on_drain = NULL;
