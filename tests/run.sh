@@ -56,8 +56,12 @@ for t in "${tests[@]}"; do
 	*)
 		failed=$((failed + 1))
 		failures+=("$name")
-		echo "FAIL $name (exit $rc, ${secs}s); last lines of $log:"
-		tail -n 40 "$log" | sed 's/^/    /'
+		echo "FAIL $name (exit $rc, ${secs}s)"
+		# The test's own verdict first: daemon logs dumped after it
+		# would otherwise push it out of the tail.
+		grep -E '^(FAIL|==)' "$log" | tail -n 15 | sed 's/^/    /'
+		echo "    last lines of $log:"
+		tail -n 30 "$log" | sed 's/^/    /'
 		;;
 	esac
 done
