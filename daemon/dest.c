@@ -1961,12 +1961,24 @@ target_start(const struct dest *d, uint64_t src_start)
  * the clean pages the destination keeps must be the ones the source has.
  * (Files are told apart by path, as /proc/PID/maps shows it.)
  */
+/*
+ * A path too long for a region's name arrives cut on either side; two
+ * different files could then look the same, and the target would run on
+ * the wrong file's pages. Such a mapping never matches.
+ */
+static int
+name_cut(const Uffdd__Region *r)
+{
+	return strlen(r->name) >= REGION_NAME_MAX - 1;
+}
+
 static int
 same_file(const struct vma *v, size_t nv, uint64_t at, const Uffdd__Region *r)
 {
 	const struct vma *e = region_vma_at(v, nv, at);
 
-	return e && strcmp(e->name, r->name) == 0 &&
+	return e && !e->name_cut && !name_cut(r) &&
+	       strcmp(e->name, r->name) == 0 &&
 	       e->offset + (at - e->start) == r->file_offset;
 }
 
@@ -1980,11 +1992,25 @@ private_unmatched(struct dest *d, const struct vma *v, size_t nv,
 		  const Uffdd__Region *r, uint64_t at)
 {
 	const struct vma *e = region_vma_at(v, nv, at);
-	char there[160];
+	char there[REGION_NAME_MAX + 160];
 
 	if (r->kind != UFFDD__REGION_KIND__KIND_FILE_PRIVATE ||
 	    r->data_pages == 0)
 		return 0;
+	if (name_cut(r) || (e && e->name_cut)) {
+		conn_send_error(d->demand, ERR_NO_MATCH, "attach failed");
+		attach_fail(d, ERR_NO_MATCH,
+			    "source region 0x%llx-0x%llx with %llu written "
+			    "pages maps a file privately whose path (%.48s...) "
+			    "is %d characters or longer on one side: a path "
+			    "this long cannot be matched safely",
+			    (unsigned long long)r->start,
+			    (unsigned long long)(r->start + r->length),
+			    (unsigned long long)r->data_pages,
+			    name_cut(r) ? r->name : e->name,
+			    REGION_NAME_MAX - 1);
+		return 1;
+	}
 	if (e == NULL)
 		snprintf(there, sizeof(there), "nothing mapped there");
 	else

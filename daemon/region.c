@@ -167,6 +167,7 @@ region_read_maps(pid_t pid, struct vma **out, size_t *n)
 		e.offset = off;
 		memcpy(e.perms, perms, 4);
 		snprintf(e.name, sizeof(e.name), "%s", name);
+		e.name_cut = strlen(name) >= sizeof(e.name);
 		e.kind = vma_kind(pid, &e);
 		if (cnt == cap) {
 			struct vma *nv;

@@ -39,17 +39,22 @@ region_kind_shmem(enum region_kind k)
 	       k == REGION_SHMEM_FILE;
 }
 
+/* Paths longer than this are cut, and a cut path never matches. */
+#define REGION_NAME_MAX 256
+
 struct vma {
 	uint64_t start, end;
 	uint64_t offset; /* in the backing file */
 	char perms[5];
-	char name[64]; /* path or [heap]-style name, "" for anonymous */
+	/* path or [heap]-style name, "" for anonymous */
+	char name[REGION_NAME_MAX];
+	int name_cut; /* the path did not fit in name */
 	enum region_kind kind;
 };
 
 struct region {
 	uint32_t index; /* in the source's table */
-	char name[64];
+	char name[REGION_NAME_MAX];
 	uint64_t start, length;
 	uint32_t page_size;
 	enum region_kind kind;

@@ -7,8 +7,9 @@
 # own earlier writes there (--prefault) are discarded. 256 written pages in
 # the middle are read-only on both sides (as RELRO is) and arrive too. The file on disk is
 # never written. Both classification paths. Then the refusals: a
-# destination that maps another file, or nothing, at that address gets a
-# clear error and is left as it was; and when the written pages are lost
+# destination that maps another file, or nothing, at that address, or a
+# file whose path is too long to tell from another's, gets a clear error
+# and is left as it was; and when the written pages are lost
 # while the target is held, or the destination daemon dies holding it, it
 # is left stopped, never run on stale pages unnoticed.
 . "$SRC/tests/lib.sh"
@@ -87,6 +88,24 @@ grep -q "$DIR/other" "$T/attach.out" || fail "the error does not name what is ma
 ! ls -l "/proc/$WD/fd" | grep -q userfaultfd || fail "refused target holds a userfaultfd"
 [ "$("$MEMHASH" "$WD" $base "$end")" = "$h_before" ] || fail "refused attach changed the target's memory"
 kill "$WD"
+# Two files whose paths agree in the first 300 characters: a region's
+# name holds fewer, so they would look the same. Refused, not matched.
+LONG=$DIR/$(printf 'd%.0s' $(seq 150))/$(printf 'e%.0s' $(seq 150))
+mkdir -p "$LONG"
+start_workload WL source --size 8M --kind file-private --file "$LONG/one" --base 0x540000000000
+start_workload WD dest --size 8M --kind file-private --file "$LONG/two" --base 0x540000000000 --prefault
+LRANGE=540000000000-540000800000
+lid=$("$CLIENT" --control "$src_SOCK" export "$WL" --range "$LRANGE")
+h_before=$("$MEMHASH" "$WD" 0x540000000000 0x540000800000)
+if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$lid" --range "$LRANGE" >"$T/attach.out" 2>&1; then
+	fail "attach to another file with the same long prefix succeeded: $(cat "$T/attach.out")"
+fi
+grep -q "a path this long cannot be matched safely" "$T/attach.out" ||
+	fail "no clear error for a cut path: $(cat "$T/attach.out")"
+[ "$("$MEMHASH" "$WD" 0x540000000000 0x540000800000)" = "$h_before" ] ||
+	fail "refused attach changed the target's memory"
+kill "$WD" "$WL"
 start_workload WD dest --size 8M --base 0x600000000000 --prefault
 if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1; then
