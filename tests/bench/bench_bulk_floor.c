@@ -9,9 +9,17 @@
  * the source daemon reads a frozen process), the receiver is the parent.
  * The clock runs from the first byte sent to the last page installed.
  *
+ * A second argument picks the destination memory and the install:
+ *   anon            private anonymous memory, UFFDIO_COPY (the default);
+ *   shmem-copy      a memfd mapped shared, MISSING mode, UFFDIO_COPY;
+ *   shmem-continue  the same memfd mapping in MINOR mode: each 64 KiB is
+ *                   received straight into a second shared mapping of the
+ *                   memfd (the page cache) and mapped with UFFDIO_CONTINUE,
+ *                   the zero-copy install DESIGN section 3 describes.
+ *
  * Prints: "bulk_floor bytes=N secs=S gib_s=R cpu_s_per_gib=C bad=0
- * send_cpu=X recv_cpu=Y": C is user+sys CPU seconds of sender and receiver
- * together per GiB, X and Y the same for each side.
+ * send_cpu=X recv_cpu=Y mode=M": C is user+sys CPU seconds of sender and
+ * receiver together per GiB, X and Y the same for each side.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -103,13 +111,23 @@ main(int argc, char **argv)
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t sl = sizeof(sa);
 	uint64_t size = 1ULL << 30, off = 0, bad = 0;
-	uint8_t *dst, *buf;
+	const char *mode = argc > 2 ? argv[2] : "anon";
+	int shmem = strncmp(mode, "shmem-", 6) == 0;
+	int cont = strcmp(mode, "shmem-continue") == 0;
+	uint8_t *dst, *buf, *cache = NULL;
+	int mfd = -1;
 	double t0, t1, c0, c1;
 	int l, fd, uffd, st, rep[2];
 	double sender_cpu = 0;
 	pid_t pid;
 	char rdy;
 
+	if (!shmem && strcmp(mode, "anon") != 0) {
+		fprintf(stderr, "bench_bulk_floor: unknown mode '%s' (anon, "
+				"shmem-copy, shmem-continue)\n",
+			mode);
+		return 2;
+	}
 	if (argc > 1)
 		size = strtoull(argv[1], NULL, 0) & ~(RUN - 1);
 	if (size == 0)
@@ -133,16 +151,31 @@ main(int argc, char **argv)
 		die("accept");
 	close(l);
 
-	dst = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (shmem) {
+		mfd = memfd_create("bench_bulk_floor", MFD_CLOEXEC);
+		if (mfd < 0 || ftruncate(mfd, (off_t)size) < 0)
+			die("memfd");
+		dst = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd,
+			   0);
+		cache = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+			     mfd, 0);
+		if (cache == MAP_FAILED)
+			die("mmap memfd");
+	} else {
+		dst = mmap(NULL, size, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	}
 	if (dst == MAP_FAILED || posix_memalign((void **)&buf, 4096, RUN) != 0)
 		die("mmap");
 	uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
 	if (uffd < 0)
 		die("userfaultfd (root, or vm.unprivileged_userfaultfd=1)");
+	if (cont)
+		api.features = UFFD_FEATURE_MINOR_SHMEM;
 	reg = (struct uffdio_register){
 		.range = {(uint64_t)(uintptr_t)dst, size},
-		.mode = UFFDIO_REGISTER_MODE_MISSING};
+		.mode = cont ? UFFDIO_REGISTER_MODE_MINOR
+			     : UFFDIO_REGISTER_MODE_MISSING};
 	if (ioctl(uffd, UFFDIO_API, &api) < 0 ||
 	    ioctl(uffd, UFFDIO_REGISTER, &reg) < 0)
 		die("userfaultfd setup");
@@ -155,16 +188,30 @@ main(int argc, char **argv)
 		die("go");
 	while (off < size) {
 		struct uffdio_copy c;
+		uint8_t *into = cont ? cache + off : buf;
 		size_t got = 0;
 
+		/* Page-cache pages for the run in one call, not 16 faults. */
+		if (cont && madvise(into, RUN, MADV_POPULATE_WRITE) < 0)
+			die("MADV_POPULATE_WRITE");
+
 		while (got < RUN) {
-			ssize_t r = read(fd, buf + got, RUN - got);
+			ssize_t r = read(fd, into + got, RUN - got);
 
 			if (r < 0 && errno == EINTR)
 				continue;
 			if (r <= 0)
 				die("recv");
 			got += (size_t)r;
+		}
+		if (cont) {
+			struct uffdio_continue k = {
+				.range = {(uint64_t)(uintptr_t)dst + off, RUN}};
+
+			if (ioctl(uffd, UFFDIO_CONTINUE, &k) < 0)
+				die("UFFDIO_CONTINUE");
+			off += RUN;
+			continue;
 		}
 		c = (struct uffdio_copy){.dst = (uint64_t)(uintptr_t)dst + off,
 					 .src = (uint64_t)(uintptr_t)buf,
@@ -185,10 +232,10 @@ main(int argc, char **argv)
 			bad++;
 	printf("bulk_floor bytes=%" PRIu64 " secs=%.3f gib_s=%.2f "
 	       "cpu_s_per_gib=%.3f bad=%" PRIu64 " send_cpu=%.3f "
-	       "recv_cpu=%.3f\n",
+	       "recv_cpu=%.3f mode=%s\n",
 	       size, t1 - t0, (double)size / (1 << 30) / (t1 - t0),
 	       (c1 - c0) / ((double)size / (1 << 30)), bad,
 	       sender_cpu / ((double)size / (1 << 30)),
-	       (c1 - c0 - sender_cpu) / ((double)size / (1 << 30)));
+	       (c1 - c0 - sender_cpu) / ((double)size / (1 << 30)), mode);
 	return bad ? 1 : 0;
 }

@@ -128,7 +128,7 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	rec idle_faults "$M_FAULTS"
 	# BENCH_IDLE_ONLY=1: the idle fault case alone (quick A/B of builds).
 	if [ -n "${BENCH_IDLE_ONLY:-}" ]; then
-		tail -n 20 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
+		tail -n 40 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
 		continue
 	fi
 	# Bulk: floor, then uffdd with nothing touched, then uffdd while the
@@ -139,6 +139,15 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	rec floor_bulk_cpu "$cpu"
 	rec floor_send_cpu "$scpu"
 	rec floor_recv_cpu "$rcpu"
+	# Shared memory: installing with UFFDIO_COPY against receiving into
+	# the page cache and mapping with UFFDIO_CONTINUE (issue 6's zero-copy
+	# path), both in the floor program, receiver CPU per GiB.
+	for how in copy continue; do
+		read -r secs rcpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" "shmem-$how" |
+			tr '=' ' ' | awk '{print $5, $15}')
+		rec "shmem_${how}_s" "$secs"
+		rec "shmem_${how}_cpu" "$rcpu"
+	done
 	migrate_once "$BIG" dst 0
 	rec bulk_s "$M_SECS"
 	rec src_cpu "$(echo "$M_SCPU / $GIB" | bc -l)"
@@ -151,7 +160,7 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	rec busy_p99 "$M_P99"
 	rec busy_faults "$M_FAULTS"
 	rec busy_bulk_s "$M_SECS"
-	tail -n 20 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
+	tail -n 40 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
 done
 
 # med NAME: median over rounds 1.. of a figure.
@@ -203,6 +212,8 @@ row "CPU s/GiB, destination (floor: receiver)" "$(fmt 3 "$(med dst_cpu)")" \
 	"$(fmt 3 "$(med floor_recv_cpu)")" "$(fmt 2 "$(medratio dst_cpu floor_recv_cpu)")" -
 row "CPU s/GiB, both daemons (floor: both)" "$(fmt 3 "$(med both_cpu)")" \
 	"$(fmt 3 "$(med floor_bulk_cpu)")" "$(fmt 2 "$(medratio both_cpu floor_bulk_cpu)")" -
+row "shmem install CPU/GiB, CONTINUE v COPY" "$(fmt 3 "$(med shmem_continue_cpu)")" \
+	"$(fmt 3 "$(med shmem_copy_cpu)")" "$(fmt 2 "$(medratio shmem_continue_cpu shmem_copy_cpu)")" -
 [ -n "$PIN" ] && echo "(pinned: the idle rows are pinned, the bulk rows not, so the 'fault during bulk' ratios compare unlike runs; the targets are defined unpinned)"
 echo "(idle faults timed per round: $(med idle_faults), during bulk: $(med busy_faults);"
 echo " CPU: the bulk run with nothing touched; loopback TCP work is charged to
