@@ -218,6 +218,7 @@ add_region(struct region **out, size_t *cnt, const struct vma *v,
 				     ? (uint32_t)region_huge_page_size()
 				     : (uint32_t)sysconf(_SC_PAGESIZE);
 	nr[*cnt].kind = v->kind;
+	nr[*cnt].shared = v->perms[3] == 's';
 	nr[*cnt].vma_start = v->start;
 	nr[*cnt].vma_end = v->end;
 	nr[*cnt].file_off = v->offset + (start - v->start);

@@ -58,6 +58,7 @@ struct region {
 	uint64_t start, length;
 	uint32_t page_size;
 	enum region_kind kind;
+	int shared; /* mapped MAP_SHARED */
 	uint64_t data_pages, zero_pages;
 	/*
 	 * Shared kinds and private files: the VMA (for /proc/PID/map_files)

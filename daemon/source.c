@@ -46,6 +46,15 @@ struct src_region {
 	uint64_t *data; /* page holds data (else: ZERO marker) */
 	uint64_t *sent;
 	int accepted;
+	/*
+	 * Shared hugetlb: its page cache, read with pread. A page this
+	 * process does not map (dropped with MADV_DONTNEED, or touched only
+	 * by a process it shares the mapping with) still holds bytes there
+	 * that pagemap cannot show, and hugetlbfs reports no holes; a read
+	 * through the mapping would allocate a huge page for every hole.
+	 * Every page counts as data and all-zero ones go as ZERO markers.
+	 */
+	int cache_fd;
 };
 
 struct source {
@@ -284,7 +293,14 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 		sr->npages = sr->r.length / sr->r.page_size;
 		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
-		if (region_kind_shmem(sr->r.kind)) {
+		sr->cache_fd = -1;
+		if (sr->r.kind == REGION_HUGETLB && sr->r.shared) {
+			sr->cache_fd = region_open_backing(pid, sr->r.vma_start,
+							   sr->r.vma_end);
+			data = sr->cache_fd < 0 ? -1 : (int64_t)sr->npages;
+			for (uint64_t p = 0; data > 0 && p < sr->npages; p++)
+				bit_set(sr->data, p);
+		} else if (region_kind_shmem(sr->r.kind)) {
 			int fd = region_open_backing(pid, sr->r.vma_start,
 						     sr->r.vma_end);
 
@@ -465,11 +481,34 @@ source_free(struct migration *m)
 	for (size_t i = 0; i < s->nregs; i++) {
 		free(s->regs[i].data);
 		free(s->regs[i].sent);
+		if (s->regs[i].cache_fd >= 0)
+			close(s->regs[i].cache_fd);
 	}
 	free(s->regs);
 	free(s->scratch);
 	free(s);
 	m->impl = NULL;
+}
+
+/* Reads len bytes of a shared hugetlb region's page cache (cache_fd). */
+static ssize_t
+read_cache(const struct src_region *sr, uint64_t page, uint8_t *dst,
+	   uint64_t len)
+{
+	uint64_t done = 0;
+	off_t off = (off_t)(sr->r.file_off + page * sr->r.page_size);
+
+	while (done < len) {
+		ssize_t r = pread(sr->cache_fd, dst + done, len - done,
+				  off + (off_t)done);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return done ? (ssize_t)done : r;
+		done += (uint64_t)r;
+	}
+	return (ssize_t)done;
 }
 
 /* Reads len bytes of the frozen process from page on into dst. */
@@ -479,7 +518,9 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 {
 	struct iovec l = {dst, len};
 	struct iovec r = {(void *)(sr->r.start + page * sr->r.page_size), len};
-	ssize_t got = process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
+	ssize_t got = sr->cache_fd >= 0
+			      ? read_cache(sr, page, dst, len)
+			      : process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
 
 	if (got == (ssize_t)len)
 		return 0;
@@ -505,7 +546,7 @@ read_demand(struct source *s, struct src_region *sr, uint64_t page,
 {
 	uint64_t addr = sr->r.start + page * sr->r.page_size;
 
-	if (s->memfd >= 0 &&
+	if (s->memfd >= 0 && sr->cache_fd < 0 &&
 	    pread(s->memfd, dst, len, (off_t)addr) == (ssize_t)len)
 		return 0;
 	return read_pages(s, sr, page, dst, len);
@@ -756,8 +797,9 @@ bulk_produce(struct source *s)
 		if (max > FRAME_DATA_MAX / s->regs[ri].r.page_size)
 			max = FRAME_DATA_MAX / s->regs[ri].r.page_size;
 		n = class_run(&s->regs[ri], page, max, 1);
-		if (!zero && conf.zero_detect &&
-		    s->regs[ri].r.kind != REGION_FILE_PRIVATE) {
+		if (!zero && ((conf.zero_detect &&
+			       s->regs[ri].r.kind != REGION_FILE_PRIVATE) ||
+			      s->regs[ri].cache_fd >= 0)) {
 			if ((got = send_zero_detected(s, ri, page, &n)) < 0)
 				return;
 		} else if ((got = send_run(s, s->bulk, ri, page, n, zero, 0,

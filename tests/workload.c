@@ -133,11 +133,17 @@ is_zeroed(uint64_t page)
 	       page % zero_every == zero_every - 2;
 }
 
+/*
+ * Paged out after writing. hugetlb has no smaller unit than its huge page
+ * (512 of ours): there the whole huge page goes, or none of it.
+ */
 static int
 is_pageout(uint64_t page)
 {
+	uint64_t unit = is_hugetlb() ? page / 512 : page;
+
 	return pageout_every && !is_untouched(page) && !is_zeroed(page) &&
-	       page % pageout_every == 0;
+	       unit % pageout_every == 0;
 }
 
 /* Read-only once written (--ro-pages): the middle of the region. */
@@ -341,9 +347,23 @@ run_source(void)
 	}
 	protect_ro();
 	if (pageout_every) {
-		for (uint64_t page = 0; page < npages; page++)
-			if (is_pageout(page))
-				madvise(mem + page * PS, PS, MADV_PAGEOUT);
+		/*
+		 * hugetlb never swaps; shared hugetlb pages that this process
+		 * drops from its page tables keep their bytes in the page
+		 * cache, which pagemap cannot see either.
+		 */
+		int advice = strcmp(kind, "hugetlb-shared") == 0 ? MADV_DONTNEED
+								 : MADV_PAGEOUT;
+
+		uint64_t unit = is_hugetlb() ? 512 : 1;
+
+		for (uint64_t page = 0; page < npages; page += unit)
+			for (uint64_t p = page; p < page + unit; p++)
+				if (is_pageout(p)) {
+					madvise(mem + page * PS, unit * PS,
+						advice);
+					break;
+				}
 		printf("swapped %" PRIu64 "\n", count_swapped());
 	}
 	printf("ready 0x%" PRIx64 " 0x%" PRIx64 "\n", base, base + size);

@@ -4,7 +4,9 @@
 # (MAP_HUGETLB, 2 MiB pages: a whole huge page per fault, zero huge pages
 # copied since hugetlb has no UFFDIO_ZEROPAGE; hugetlb pages never swap),
 # byte-exact, with both classification paths. hugetlb both private and
-# shared (MAP_SHARED|MAP_HUGETLB, whose page cache attach must empty).
+# shared (MAP_SHARED|MAP_HUGETLB, whose page cache attach must empty; on
+# the source, written pages dropped from its page tables but kept in the
+# page cache, which pagemap does not show, must arrive too).
 . "$SRC/tests/lib.sh"
 need_root
 set_up_zram_swap 1G
@@ -33,11 +35,21 @@ for how in scan read; do
 	# written its own bytes into the region first (--prefault); shared
 	# hugetlb keeps those in its page cache unless attach punches a hole,
 	# and then they would survive where no fault ever fires.
+	# Shared: every third written page is then dropped from the source's
+	# page tables (MADV_DONTNEED); its bytes live on in the page cache
+	# only, where pagemap shows nothing.
 	for kind in hugetlb hugetlb-shared; do
 		info "hugetlbfs ($kind), 2 MiB pages, classification by $how"
-		SRC_DAEMON_ARGS=$args migrate 32M 1 4 "--kind $kind --zero-every 16" "--kind $kind --zero-every 16"
+		extra=""
+		[ "$kind" = hugetlb-shared ] && extra="--pageout-every 3"
+		SRC_DAEMON_ARGS=$args migrate 32M 1 4 "--kind $kind --zero-every 16 $extra" "--kind $kind --zero-every 16 $extra"
 		JSON=$("$CLIENT" --control "$dst_SOCK" status "$MIG_ID" --json)
 		echo "$JSON" | grep -q '"pages_total":16,' || fail "$kind region not counted in 2 MiB pages: $JSON"
+		if [ -n "$extra" ]; then
+			dropped=$(sed -n 's/^swapped //p' "$T/WS.out")
+			info "$kind: $dropped written pages in the page cache only"
+			[ "${dropped:-0}" -ge 3 ] || fail "too few pages dropped from the page tables ($dropped)"
+		fi
 		kill "$WD"
 	done
 done
