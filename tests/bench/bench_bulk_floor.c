@@ -40,6 +40,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
+#include "tests/bench/bench.h"
+
 #define RUN (64UL << 10)
 
 static void
@@ -47,25 +49,6 @@ die(const char *what)
 {
 	fprintf(stderr, "bench_bulk_floor: %s: %s\n", what, strerror(errno));
 	exit(1);
-}
-
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double
-cpu_s(int who)
-{
-	struct rusage ru;
-
-	getrusage(who, &ru);
-	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
 /*
@@ -123,8 +106,9 @@ main(int argc, char **argv)
 	char rdy;
 
 	if (!shmem && strcmp(mode, "anon") != 0) {
-		fprintf(stderr, "bench_bulk_floor: unknown mode '%s' (anon, "
-				"shmem-copy, shmem-continue)\n",
+		fprintf(stderr,
+			"bench_bulk_floor: unknown mode '%s' (anon, "
+			"shmem-copy, shmem-continue)\n",
 			mode);
 		return 2;
 	}

@@ -18,6 +18,8 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
+#include "tests/bench/bench.h"
+
 #include "daemon/compat.h"
 #include "daemon/pagemap.h"
 
@@ -25,15 +27,6 @@
 #define ROUNDS 5
 
 static uint64_t size = 4ULL << 30;
-
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* The naive way: one 8-byte pread per page. */
 static int64_t

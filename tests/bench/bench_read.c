@@ -33,6 +33,8 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 
+#include "tests/bench/bench.h"
+
 #define BATCH 32
 #define RING (2UL << 20) /* reused destination: no fresh pages */
 
@@ -41,25 +43,6 @@ die(const char *what)
 {
 	fprintf(stderr, "bench_read: %s: %s\n", what, strerror(errno));
 	exit(1);
-}
-
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double
-cpu_s(void)
-{
-	struct rusage ru;
-
-	getrusage(RUSAGE_SELF, &ru);
-	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
 /* Each page of the child's memory starts with its own offset. */
@@ -192,14 +175,14 @@ main(int argc, char **argv)
 		die("io_uring_queue_init");
 	for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
 		for (size_t m = 0; m < 3; m++) {
-			double t0 = now_s(), c0 = cpu_s(), t1, c1;
-			uint64_t bad = m == 0   ? read_pvr(&t, ring, runs[r])
-				       : m == 1 ? read_pread(&t, ring, runs[r])
-						: read_uring(&t, &q, ring,
-							     runs[r]);
+			double t0 = now_s(), c0 = cpu_s(RUSAGE_SELF), t1, c1;
+			uint64_t bad =
+				m == 0	 ? read_pvr(&t, ring, runs[r])
+				: m == 1 ? read_pread(&t, ring, runs[r])
+					 : read_uring(&t, &q, ring, runs[r]);
 
 			t1 = now_s();
-			c1 = cpu_s();
+			c1 = cpu_s(RUSAGE_SELF);
 			printf("read method=%s run=%" PRIu64 " secs=%.3f "
 			       "cpu_s_per_gib=%.3f bad=%" PRIu64 "\n",
 			       methods[m], runs[r], t1 - t0,
