@@ -302,6 +302,40 @@ start_workload() {
 	fail "workload $var not ready"
 }
 
+# paced_migration SRC DST SIZE BASE: a migration from daemon SRC to daemon
+# DST that lasts seconds (the destination's 4 threads touch a page each
+# 1.5 ms), for tests that break something under it. Sets ID, RANGE, M_BASE,
+# M_END and H_SRC (the frozen source's hash); paced_finish checks the end.
+paced_migration() {
+	local s=$1 d=$2 size=$3 ssock dsock addr port
+	M_BASE=$4
+	ssock=$(eval echo "\$${s}_SOCK")
+	dsock=$(eval echo "\$${d}_SOCK")
+	addr=$(eval echo "\${${s}_ADDR:-127.0.0.1}")
+	port=$(eval echo "\$${s}_PORT")
+	M_END=$(printf '0x%x' $((M_BASE + $(numfmt --from=iec "$size"))))
+	RANGE=$(printf '%x-%x' "$M_BASE" "$M_END")
+	start_workload WS source --size "$size" --threads 2 --base "$M_BASE"
+	start_workload WD dest --size "$size" --threads 4 --pace-us 1500 \
+		--prefault --base "$M_BASE"
+	ID=$("$CLIENT" --control "$ssock" export "$WS" --range "$RANGE")
+	H_SRC=$("$MEMHASH" "$WS" "$M_BASE" "$M_END")
+	"$CLIENT" --control "$dsock" attach "$WD" --from "$addr:$port" \
+		--id "$ID" --range "$RANGE" >/dev/null
+	kill -USR1 "$WD"
+}
+
+# paced_finish DST: the migration completes, byte for byte.
+paced_finish() {
+	local dsock
+	dsock=$(eval echo "\$${1}_SOCK")
+	"$CLIENT" --control "$dsock" wait "$ID" --timeout 300 >"$T/wait.out" ||
+		fail "wait: $(cat "$T/wait.out")"
+	wait_verified WD
+	[ "$("$MEMHASH" "$WD" "$M_BASE" "$M_END")" = "$H_SRC" ] ||
+		fail "destination differs from the source"
+}
+
 # Process state letter (R, S, T, t, Z...) from /proc/PID/stat.
 proc_state() { sed -e 's/^.*) //' "/proc/$1/stat" | cut -d' ' -f1; }
 

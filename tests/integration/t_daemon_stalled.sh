@@ -14,14 +14,7 @@ start_daemon dst
 status() { "$CLIENT" --control "$dst_SOCK" status "$ID" --json; }
 field() { status | sed "s/.*\"$1\":\"\\{0,1\\}\\([a-z0-9]*\\).*/\\1/"; }
 
-start_workload WS source --size 96M --threads 2
-start_workload WD dest --size 96M --threads 4 --pace-us 1500 --prefault
-RANGE=500000000000-500006000000
-ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-H_SRC=$("$MEMHASH" "$WS" 0x500000000000 0x500006000000)
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-	--id "$ID" --range "$RANGE" >/dev/null
-kill -USR1 "$WD"
+paced_migration src dst 96M 0x500000000000
 sleep 1.5
 [ "$(field state)" = running ] || fail "migration not running before the stop: $(status)"
 on_cleanup kill -CONT "$dst_PID"
@@ -39,10 +32,7 @@ on_cleanup kill -CONT "$src_PID"
 kill -STOP "$src_PID"
 sleep 5
 kill -CONT "$src_PID"
-"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" || fail "wait: $(cat "$T/wait.out")"
-wait_verified WD
-H_DST=$("$MEMHASH" "$WD" 0x500000000000 0x500006000000)
-[ "$H_SRC" = "$H_DST" ] || fail "destination differs from the source"
+paced_finish dst
 rc=$(status | sed 's/.*"reconnects":\([0-9]*\).*/\1/')
 info "source stopped 5 s: $rc reconnect(s)"
 [ "$rc" -ge 1 ] || fail "a source silent for 5 s went unnoticed: $(status)"

@@ -9,14 +9,7 @@ need_root
 make_hosts
 start_daemon src --bulk-rate 8M
 start_daemon dst
-start_workload WS source --size 128M --threads 2
-start_workload WD dest --size 128M --threads 4 --pace-us 1500 --prefault
-RANGE=500000000000-500008000000
-ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-H_SRC=$("$MEMHASH" "$WS" 0x500000000000 0x500008000000)
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-	--id "$ID" --range "$RANGE" >/dev/null
-kill -USR1 "$WD"
+paced_migration src dst 128M 0x500000000000
 
 state() { "$CLIENT" --control "$dst_SOCK" status "$ID" --json | sed 's/.*"state":"\([a-z]*\)".*/\1/'; }
 for i in 1 2 3; do
@@ -29,10 +22,7 @@ for i in 1 2 3; do
 	heal_link
 	info "link back"
 done
-"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" || fail "wait: $(cat "$T/wait.out")"
-wait_verified WD
-H_DST=$("$MEMHASH" "$WD" 0x500000000000 0x500008000000)
-[ "$H_SRC" = "$H_DST" ] || fail "destination differs from the source"
+paced_finish dst
 JSON=$("$CLIENT" --control "$dst_SOCK" status "$ID" --json)
 rc=$(echo "$JSON" | sed 's/.*"reconnects":\([0-9]*\).*/\1/')
 info "reconnects: $rc"

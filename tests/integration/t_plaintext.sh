@@ -14,21 +14,11 @@ command -v nft >/dev/null || skip "nft (nftables) missing for the link-cut half"
 make_netns
 start_daemon src2 --insecure --bulk-rate 8M
 start_daemon dst2 --insecure
-start_workload WS source --size 64M --threads 1 --base 0x510000000000
-start_workload WD dest --size 64M --threads 4 --pace-us 1500 --base 0x510000000000
-RANGE=510000000000-510004000000
-ID=$("$CLIENT" --control "$src2_SOCK" export "$WS" --range "$RANGE")
-H_SRC=$("$MEMHASH" "$WS" 0x510000000000 0x510004000000)
-"$CLIENT" --control "$dst2_SOCK" attach "$WD" --from "127.0.0.1:$src2_PORT" \
-	--id "$ID" --range "$RANGE" >/dev/null
-kill -USR1 "$WD"
+paced_migration src2 dst2 64M 0x510000000000
 sleep 1.5
 cut_link "$src2_PORT"
 sleep 5
 heal_link
-"$CLIENT" --control "$dst2_SOCK" wait "$ID" --timeout 300 >/dev/null || fail "no completion after the cut"
-wait_verified WD
-H_DST=$("$MEMHASH" "$WD" 0x510000000000 0x510004000000)
-[ "$H_SRC" = "$H_DST" ] || fail "destination differs after the cut"
+paced_finish dst2
 "$CLIENT" --control "$dst2_SOCK" status "$ID" --json | grep -q '"reconnects":[1-9]' ||
 	fail "the plaintext demand lane did not notice the cut"
