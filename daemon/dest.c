@@ -262,6 +262,13 @@ save_more(FILE *f, const struct migration *m)
 			d->regs[i].r.page_size, (int)d->regs[i].r.kind,
 			(unsigned long long)d->regs[i].src_start,
 			d->regs[i].r.name);
+	/* Pages the target moved (mremap): region (in the order above). */
+	for (size_t i = 0; i < d->nregs; i++)
+		for (size_t k = 0; k < d->regs[i].nmoves; k++)
+			fprintf(f, "move=%zu %llx %llx %llx\n", i,
+				(unsigned long long)d->regs[i].moves[k].p0,
+				(unsigned long long)d->regs[i].moves[k].p1,
+				(unsigned long long)d->regs[i].moves[k].base);
 }
 
 static void
@@ -743,6 +750,16 @@ discard_range(struct dest *d, uint64_t start, uint64_t end)
 		  (unsigned long long)end, (unsigned long long)n);
 }
 
+/* Pages [p0, p1) of a region are at `at` on now. */
+static void
+add_move(struct dst_region *dr, uint64_t p0, uint64_t p1, uint64_t at)
+{
+	dr->moves = realloc(dr->moves, (dr->nmoves + 1) * sizeof(*dr->moves));
+	if (dr->moves == NULL)
+		fatal("page moves");
+	dr->moves[dr->nmoves++] = (struct move){p0, p1, at};
+}
+
 /*
  * The target moved [from, from + len) to `to` (mremap): the pages there
  * keep their identity (region, index) and get a new address. A scan over
@@ -765,13 +782,7 @@ remap_range(struct dest *d, uint64_t from, uint64_t to, uint64_t len)
 			n = addr_run(dr, p, dr->npages - p);
 			if (a + n * dr->r.page_size > from + len)
 				n = (from + len - a) / dr->r.page_size;
-			dr->moves =
-				realloc(dr->moves,
-					(dr->nmoves + 1) * sizeof(*dr->moves));
-			if (dr->moves == NULL)
-				fatal("page moves");
-			dr->moves[dr->nmoves++] =
-				(struct move){p, p + n, to + (a - from)};
+			add_move(dr, p, p + n, to + (a - from));
 			p += n;
 		}
 	}
@@ -855,6 +866,7 @@ read_faults(struct dest *d)
 				remap_range(d, msg->arg.remap.from,
 					    msg->arg.remap.to,
 					    msg->arg.remap.len);
+				save(d); /* a restart must know */
 				continue;
 			case UFFD_EVENT_FORK:
 				fork_child(d, (int)msg->arg.fork.ufd);
@@ -2417,14 +2429,21 @@ held_from_pagemap(pid_t pid, struct dst_region *dr)
 {
 	uint64_t *held = xcalloc(bit_words(dr->npages), sizeof(uint64_t));
 
-	if (pagemap_classify(pid, dr->r.start, dr->npages, dr->r.page_size,
-			     held, pagemap_method()) < 0) {
-		free(held);
-		return -1;
+	/* Run by run of consecutive addresses: the target may have moved some. */
+	for (uint64_t p = 0; p < dr->npages;) {
+		uint64_t n = addr_run(dr, p, dr->npages - p);
+
+		memset(held, 0, bit_words(n) * sizeof(uint64_t));
+		if (pagemap_classify(pid, page_addr(dr, p), n, dr->r.page_size,
+				     held, pagemap_method()) < 0) {
+			free(held);
+			return -1;
+		}
+		for (uint64_t i = 0; i < n; i++)
+			if (bit_test(held, i))
+				pagestate_set(&dr->ps, p + i, PAGE_PRESENT);
+		p += n;
 	}
-	for (uint64_t p = 0; p < dr->npages; p++)
-		if (bit_test(held, p))
-			pagestate_set(&dr->ps, p, PAGE_PRESENT);
 	free(held);
 	return 0;
 }
@@ -2492,7 +2511,11 @@ dest_restore(const char *path, FILE *f)
 	char pin[96] = "";
 	struct region *regs = NULL;
 	struct range *ranges = NULL;
-	size_t nregs = 0, nranges = 0;
+	struct {
+		size_t reg;
+		struct move mv;
+	} *moves = NULL;
+	size_t nregs = 0, nranges = 0, nmoves = 0;
 	int pid = -1, tfd = -1, was_held = 0;
 	struct {
 		int pid, tfd;
@@ -2528,6 +2551,18 @@ dest_restore(const char *path, FILE *f)
 			    range_parse(val, &ranges[nranges]))
 				goto bad;
 			nranges++;
+		} else if (strcmp(key, "move") == 0) {
+			unsigned long long p0, p1, at;
+			size_t reg;
+
+			moves = realloc(moves, (nmoves + 1) * sizeof(*moves));
+			if (moves == NULL ||
+			    sscanf(val, "%zu %llx %llx %llx", &reg, &p0, &p1,
+				   &at) != 4 ||
+			    p0 >= p1)
+				goto bad;
+			moves[nmoves++].reg = reg;
+			moves[nmoves - 1].mv = (struct move){p0, p1, at};
 		} else if (strcmp(key, "region") == 0) {
 			struct region r = {0};
 			unsigned long long s, l, src;
@@ -2581,6 +2616,7 @@ dest_restore(const char *path, FILE *f)
 		log_warnx("%s: target process %d is gone", path, pid);
 		migration_free(m);
 		free(regs);
+		free(moves);
 		return -1;
 	}
 	if ((d->uffd = take_uffd(d->pidfd, tfd)) < 0) {
@@ -2589,6 +2625,7 @@ dest_restore(const char *path, FILE *f)
 			  path, tfd, pid);
 		migration_free(m);
 		free(regs);
+		free(moves);
 		return -1;
 	}
 	if (was_held) {
@@ -2605,6 +2642,7 @@ dest_restore(const char *path, FILE *f)
 			  path, pid, log_id(id));
 		migration_free(m);
 		free(regs);
+		free(moves);
 		return -1;
 	}
 	d->regs = xcalloc(nregs, sizeof(*d->regs));
@@ -2616,6 +2654,10 @@ dest_restore(const char *path, FILE *f)
 		dr->npages = dr->r.length / dr->r.page_size;
 		if (pagestate_init(&dr->ps, dr->npages) < 0)
 			fatal("page state");
+		for (size_t k = 0; k < nmoves; k++)
+			if (moves[k].reg == i && moves[k].mv.p1 <= dr->npages)
+				add_move(dr, moves[k].mv.p0, moves[k].mv.p1,
+					 moves[k].mv.base);
 		if (dr->r.kind == REGION_FILE_PRIVATE) {
 			/* Saved unheld: every page of it was written. */
 			pagestate_set_present(&dr->ps, 0, dr->npages);
@@ -2625,12 +2667,14 @@ dest_restore(const char *path, FILE *f)
 		if (held_from_pagemap(pid, dr) < 0) {
 			log_warn("%s: pagemap of %d", path, pid);
 			free(regs);
+			free(moves);
 			migration_free(m);
 			return -1;
 		}
 		m->pages_total += dr->npages;
 	}
 	free(regs);
+	free(moves);
 	m->pages_present = present_total(d);
 	d->uffd_ev =
 		event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
@@ -2640,8 +2684,15 @@ dest_restore(const char *path, FILE *f)
 		event_new(base, d->pidfd, EV_READ | EV_PERSIST, exit_cb, d);
 	event_priority_set(d->exit_ev, PRIO_CONTROL);
 	event_add(d->exit_ev, NULL);
-	for (size_t i = 0; i < d->nregs; i++)
-		uffd_wake(d->uffd, d->regs[i].r.start, d->regs[i].r.length);
+	for (size_t i = 0; i < d->nregs; i++) {
+		const struct dst_region *dr = &d->regs[i];
+
+		uffd_wake(d->uffd, dr->r.start, dr->r.length);
+		for (size_t k = 0; k < dr->nmoves; k++)
+			uffd_wake(d->uffd, dr->moves[k].base,
+				  (dr->moves[k].p1 - dr->moves[k].p0) *
+					  dr->r.page_size);
+	}
 	migration_set_state(m, MIG_PAUSED);
 	d->t_pause = now_ns();
 	log_info("restored migration %s into process %d: %llu of %llu pages "
@@ -2656,6 +2707,7 @@ dest_restore(const char *path, FILE *f)
 bad:
 	log_warnx("%s: malformed destination state", path);
 	free(regs);
+	free(moves);
 	free(ranges);
 	return -1;
 }

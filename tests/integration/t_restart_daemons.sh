@@ -5,7 +5,9 @@
 # still-frozen process. Both migrations complete byte-exact. Then the
 # destination daemon dies while the target's forked child still misses
 # pages: the restarted daemon takes the child's uffd up again too, and the
-# child's own check finds every page right.
+# child's own check finds every page right. And once after the target
+# moved part of its memory (mremap) while pages were missing: the restarted
+# daemon knows where they went.
 . "$SRC/tests/lib.sh"
 need_root
 make_hosts
@@ -33,12 +35,16 @@ one() {
 	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 300 >"$T/wait.out" ||
 		fail "wait: $(cat "$T/wait.out")"
 	wait_verified WD
-	h_dst=$("$MEMHASH" "$WD" "$base" "$end")
-	[ "$h_src" = "$h_dst" ] || fail "destination differs from the source ($victim restart)"
+	# A moved range is not where the source had it: the target's own
+	# check (wait_verified) covers it at its new address.
+	if [ "$dargs" != "--event remap" ]; then
+		h_dst=$("$MEMHASH" "$WD" "$base" "$end")
+		[ "$h_src" = "$h_dst" ] || fail "destination differs from the source ($victim restart)"
+	fi
 	"$CLIENT" --control "$src_SOCK" wait "$id" --timeout 60 >/dev/null ||
 		fail "source side did not complete ($victim restart)"
 	info "$victim restart: complete, byte-exact"
-	if [ -n "$dargs" ]; then
+	if [ "$dargs" = "--event fork" ]; then
 		wait_child_verified WD "forked child"
 		grep -q "restored forked process" "$T/dst.log" ||
 			fail "the forked child was not restored"
@@ -51,5 +57,6 @@ start_daemon dst
 one dst 0x500000000000
 one src 0x510000000000
 one dst 0x520000000000 "--event fork"
+one dst 0x530000000000 "--event remap"
 grep -q "restored migration" "$T/dst.log" || fail "destination did not restore"
 grep -q "restored export" "$T/src.log" || fail "source did not restore"
