@@ -14,7 +14,7 @@ start_daemon dst
 status() { "$CLIENT" --control "$dst_SOCK" status "$ID" --json; }
 field() { status | sed "s/.*\"$1\":\"\\{0,1\\}\\([a-z0-9]*\\).*/\\1/"; }
 
-paced_migration src dst 96M 0x500000000000
+paced_migration src dst 192M 0x500000000000
 sleep 1.5
 [ "$(field state)" = running ] || fail "migration not running before the stop: $(status)"
 on_cleanup kill -CONT "$dst_PID"
@@ -28,6 +28,8 @@ sleep 1.5
 grep -q "source lost" "$T/dst.log" && fail "destination logged the source lost"
 info "destination stopped 5 s: no reconnect"
 
+[ "$(field state)" = running ] ||
+	fail "migration not running before the source's stop: the test proves nothing"
 on_cleanup kill -CONT "$src_PID"
 kill -STOP "$src_PID"
 sleep 5
