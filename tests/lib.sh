@@ -336,6 +336,23 @@ paced_finish() {
 		fail "destination differs from the source"
 }
 
+# reserve_huge_pages N: N more huge pages of the default size in the pool,
+# given back at cleanup. Compacts memory once when a fragmented machine
+# cannot give them at first. Returns non-zero when it still cannot.
+reserve_huge_pages() {
+	local want=$1 old
+	[ -w /proc/sys/vm/nr_hugepages ] || return 1
+	old=$(cat /proc/sys/vm/nr_hugepages)
+	on_cleanup "echo $old > /proc/sys/vm/nr_hugepages"
+	echo $((old + want)) >/proc/sys/vm/nr_hugepages
+	if [ "$(cat /proc/sys/vm/nr_hugepages)" -lt $((old + want)) ] &&
+		[ -w /proc/sys/vm/compact_memory ]; then
+		echo 1 >/proc/sys/vm/compact_memory
+		echo $((old + want)) >/proc/sys/vm/nr_hugepages
+	fi
+	[ "$(cat /proc/sys/vm/nr_hugepages)" -ge $((old + want)) ]
+}
+
 # Process state letter (R, S, T, t, Z...) from /proc/PID/stat.
 proc_state() { sed -e 's/^.*) //' "/proc/$1/stat" | cut -d' ' -f1; }
 

@@ -23,11 +23,8 @@ for how in scan read; do
 done
 
 [ -w /proc/sys/vm/nr_hugepages ] || skip "cannot reserve huge pages (no /proc/sys/vm/nr_hugepages)"
-old=$(cat /proc/sys/vm/nr_hugepages)
-on_cleanup "echo $old > /proc/sys/vm/nr_hugepages"
-echo $((old + 64)) >/proc/sys/vm/nr_hugepages
-[ "$(cat /proc/sys/vm/nr_hugepages)" -ge $((old + 64)) ] ||
-	skip "could not reserve 64 huge pages of 2 MiB (memory too fragmented)"
+reserve_huge_pages 64 ||
+	skip "could not reserve 64 huge pages of 2 MiB (memory too fragmented, even after compaction)"
 for how in scan read; do
 	args=""
 	[ "$how" = read ] && args=--no-pagemap-scan

@@ -77,16 +77,11 @@ EXPORT_ARGS=--keep-source migrate 8M 1 2
 kill "$WD" "$WS"
 "$CLIENT" --control "$dst_SOCK" status >/dev/null
 "$CLIENT" --control "$dst_SOCK" status --json >/dev/null
-if [ -w /proc/sys/vm/nr_hugepages ]; then
-	old=$(cat /proc/sys/vm/nr_hugepages)
-	on_cleanup "echo $old > /proc/sys/vm/nr_hugepages"
-	echo $((old + 24)) >/proc/sys/vm/nr_hugepages
-	if [ "$(cat /proc/sys/vm/nr_hugepages)" -ge $((old + 24)) ]; then
-		migrate 16M 1 2 "--kind hugetlb-shared" "--kind hugetlb-shared"
-		kill "$WD"
-	else
-		info "no huge pages to be had: shared hugetlb left out"
-	fi
+if reserve_huge_pages 24; then
+	migrate 16M 1 2 "--kind hugetlb-shared" "--kind hugetlb-shared"
+	kill "$WD"
+else
+	info "no huge pages to be had: shared hugetlb left out"
 fi
 
 # A destination daemon restarted in the middle of a migration restores it.
