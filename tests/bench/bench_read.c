@@ -66,32 +66,20 @@ struct target {
 	uint64_t size;
 };
 
+/* One system call a run: process_vm_readv (pvr) or pread of the memfd. */
 static uint64_t
-read_pvr(const struct target *t, uint8_t *ring, uint64_t run)
+read_each(const struct target *t, uint8_t *ring, uint64_t run, int pvr)
 {
 	uint64_t bad = 0;
 
 	for (uint64_t off = 0; off < t->size; off += run) {
 		uint8_t *b = ring + off % RING;
 		struct iovec l = {b, run}, r = {t->addr + off, run};
+		ssize_t got = pvr ? process_vm_readv(t->pid, &l, 1, &r, 1, 0)
+				  : pread(t->fd, b, run, (off_t)off);
 
-		if (process_vm_readv(t->pid, &l, 1, &r, 1, 0) != (ssize_t)run)
-			die("process_vm_readv");
-		bad += check(b, off, run);
-	}
-	return bad;
-}
-
-static uint64_t
-read_pread(const struct target *t, uint8_t *ring, uint64_t run)
-{
-	uint64_t bad = 0;
-
-	for (uint64_t off = 0; off < t->size; off += run) {
-		uint8_t *b = ring + off % RING;
-
-		if (pread(t->fd, b, run, (off_t)off) != (ssize_t)run)
-			die("pread");
+		if (got != (ssize_t)run)
+			die(pvr ? "process_vm_readv" : "pread");
 		bad += check(b, off, run);
 	}
 	return bad;
@@ -177,9 +165,8 @@ main(int argc, char **argv)
 		for (size_t m = 0; m < 3; m++) {
 			double t0 = now_s(), c0 = cpu_s(RUSAGE_SELF), t1, c1;
 			uint64_t bad =
-				m == 0	 ? read_pvr(&t, ring, runs[r])
-				: m == 1 ? read_pread(&t, ring, runs[r])
-					 : read_uring(&t, &q, ring, runs[r]);
+				m < 2 ? read_each(&t, ring, runs[r], m == 0)
+				      : read_uring(&t, &q, ring, runs[r]);
 
 			t1 = now_s();
 			c1 = cpu_s(RUSAGE_SELF);
