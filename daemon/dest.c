@@ -1969,11 +1969,6 @@ target_start(const struct dest *d, uint64_t src_start)
 }
 
 /*
- * A private file mapping matches only the same file at the same offset:
- * the clean pages the destination keeps must be the ones the source has.
- * (Files are told apart by path, as /proc/PID/maps shows it.)
- */
-/*
  * A path too long for a region's name arrives cut on either side; two
  * different files could then look the same, and the target would run on
  * the wrong file's pages. Such a mapping never matches.
@@ -1984,6 +1979,11 @@ name_cut(const Uffdd__Region *r)
 	return strlen(r->name) >= REGION_NAME_MAX - 1;
 }
 
+/*
+ * A private file mapping matches only the same file at the same offset:
+ * the clean pages the destination keeps must be the ones the source has.
+ * (Files are told apart by path, as /proc/PID/maps shows it.)
+ */
 static int
 same_file(const struct vma *v, size_t nv, uint64_t at, const Uffdd__Region *r)
 {
@@ -2555,14 +2555,16 @@ dest_restore(const char *path, FILE *f)
 			unsigned long long p0, p1, at;
 			size_t reg;
 
+			/* Saved after the regions: check against them. */
 			moves = realloc(moves, (nmoves + 1) * sizeof(*moves));
 			if (moves == NULL ||
 			    sscanf(val, "%zu %llx %llx %llx", &reg, &p0, &p1,
 				   &at) != 4 ||
-			    p0 >= p1)
+			    reg >= nregs || p0 >= p1 ||
+			    p1 > regs[reg].length / regs[reg].page_size)
 				goto bad;
-			moves[nmoves++].reg = reg;
-			moves[nmoves - 1].mv = (struct move){p0, p1, at};
+			moves[nmoves].reg = reg;
+			moves[nmoves++].mv = (struct move){p0, p1, at};
 		} else if (strcmp(key, "region") == 0) {
 			struct region r = {0};
 			unsigned long long s, l, src;
@@ -2655,7 +2657,7 @@ dest_restore(const char *path, FILE *f)
 		if (pagestate_init(&dr->ps, dr->npages) < 0)
 			fatal("page state");
 		for (size_t k = 0; k < nmoves; k++)
-			if (moves[k].reg == i && moves[k].mv.p1 <= dr->npages)
+			if (moves[k].reg == i)
 				add_move(dr, moves[k].mv.p0, moves[k].mv.p1,
 					 moves[k].mv.base);
 		if (dr->r.kind == REGION_FILE_PRIVATE) {

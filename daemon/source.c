@@ -758,6 +758,18 @@ send_zero_detected(struct source *s, uint32_t ri, uint64_t page, uint64_t *n)
 	return send_run(s, s->bulk, ri, page, k, 1, 0, NULL);
 }
 
+/*
+ * Data runs the bulk lane reads first and sends all-zero pages of as ZERO
+ * markers: with zero-detect on (not in private file mappings, where ZERO
+ * means the file's page), and always for shared hugetlb (its holes).
+ */
+static int
+zero_checked(const struct src_region *sr)
+{
+	return (conf.zero_detect && sr->r.kind != REGION_FILE_PRIVATE) ||
+	       sr->cache_fd >= 0;
+}
+
 static void
 bulk_produce(struct source *s)
 {
@@ -797,9 +809,7 @@ bulk_produce(struct source *s)
 		if (max > FRAME_DATA_MAX / s->regs[ri].r.page_size)
 			max = FRAME_DATA_MAX / s->regs[ri].r.page_size;
 		n = class_run(&s->regs[ri], page, max, 1);
-		if (!zero && ((conf.zero_detect &&
-			       s->regs[ri].r.kind != REGION_FILE_PRIVATE) ||
-			      s->regs[ri].cache_fd >= 0)) {
+		if (!zero && zero_checked(&s->regs[ri])) {
 			if ((got = send_zero_detected(s, ri, page, &n)) < 0)
 				return;
 		} else if ((got = send_run(s, s->bulk, ri, page, n, zero, 0,
