@@ -16,6 +16,10 @@
  * says a wakeup across vCPUs costs 60-70 us here, so pinning one side and
  * not the other would make the comparison meaningless.
  *
+ * With --remote the server reads each page from another process through
+ * /proc/PID/mem, as a source daemon must (its pages are the frozen
+ * process's, not its own): the floor with that one cost added.
+ *
  * Prints one line: "fault_floor n=N p50_us=X p99_us=Y".
  */
 #define _GNU_SOURCE
@@ -53,7 +57,7 @@ die(const char *what)
 	exit(1);
 }
 
-static int use_epoll;
+static int use_epoll, use_remote;
 
 /*
  * With --epoll, every blocking read is preceded by an epoll_wait on that
@@ -115,13 +119,66 @@ full_io(int fd, void *buf, size_t len, int out)
 	return 0;
 }
 
+/* Page p's bytes: recognisable, and checked by the toucher. */
+static void
+fill_page(uint8_t *page, uint64_t p)
+{
+	memset(page, (int)(p & 0xff), PS);
+	memcpy(page, &p, 8);
+}
+
+/*
+ * --remote: a child holds every page, filled, and sleeps (as a frozen
+ * source process does); returns /proc/CHILD/mem, and the pages' address.
+ */
+static int
+remote_pages(uint64_t *at)
+{
+	uint8_t *mem = mmap(NULL, npages * PS, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char path[64];
+	pid_t pid;
+	int fd;
+
+	if (mem == MAP_FAILED)
+		die("mmap remote");
+	if ((pid = fork()) == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		for (uint64_t p = 0; p < npages; p++)
+			fill_page(mem + p * PS, p);
+		for (;;)
+			pause();
+	}
+	if (pid < 0)
+		die("fork");
+	munmap(mem, npages * PS);
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+	/* The child is ready once its last page reads back filled. */
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		die("open /proc/PID/mem");
+	for (;;) {
+		uint64_t v = 0;
+
+		if (pread(fd, &v, 8, (off_t)(uintptr_t)mem +
+					     (off_t)((npages - 1) * PS)) == 8 &&
+		    v == npages - 1)
+			break;
+		usleep(1000);
+	}
+	*at = (uint64_t)(uintptr_t)mem;
+	return fd;
+}
+
 /* The source: 4 KiB of recognisable bytes for every 16-byte request. */
 static void *
 server(void *arg)
 {
-	int fd = (int)(intptr_t)arg;
+	int fd = (int)(intptr_t)arg, mem = -1;
 	uint8_t req[16], page[PS];
+	uint64_t at = 0;
 
+	if (use_remote)
+		mem = remote_pages(&at);
 	for (;;) {
 		uint64_t p;
 
@@ -129,8 +186,10 @@ server(void *arg)
 		if (full_io(fd, req, sizeof(req), 0) < 0)
 			break;
 		memcpy(&p, req, 8);
-		memset(page, (int)(p & 0xff), sizeof(page));
-		memcpy(page, &p, 8);
+		if (mem < 0)
+			fill_page(page, p);
+		else if (pread(mem, page, PS, (off_t)(at + p * PS)) != PS)
+			die("pread /proc/PID/mem");
 		if (full_io(fd, page, sizeof(page), 1) < 0)
 			break;
 	}
@@ -245,6 +304,8 @@ main(int argc, char **argv)
 			threads = 1;
 		else if (strcmp(argv[i], "--epoll") == 0)
 			use_epoll = 1;
+		else if (strcmp(argv[i], "--remote") == 0)
+			use_remote = 1;
 		else
 			npages = strtoull(argv[i], NULL, 0);
 	}

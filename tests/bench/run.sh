@@ -9,7 +9,9 @@
 # table shows medians of the remaining rounds; ratios are medians of the
 # per-round ratios. BENCH_ROUNDS (default 7) sets the number of rounds,
 # BENCH_FAULTS (2000) the faults timed per latency case, BENCH_SIZE (1G)
-# the bulk size, BENCH_IDLE_ONLY=1 runs the idle fault case alone. BENCH_PIN=CPU runs both idle-fault cases (the floor's
+# the bulk size, BENCH_IDLE_ONLY=1 runs the idle fault case alone,
+# BENCH_DST_ARGS adds arguments to the plaintext destination daemons (A/B
+# runs of a daemon option). BENCH_PIN=CPU runs both idle-fault cases (the floor's
 # three processes; the two daemons and the workloads of the uffdd case)
 # on that one CPU, identically: placement across vCPUs (a wakeup on the
 # other vCPU costs 60-70 us here) then stops deciding the figure, and what
@@ -95,13 +97,15 @@ rec() { echo "$ROUND $1 $2" >>"$OUT"; }
 # Plaintext daemons (--insecure, loopback) for every row but the TLS one,
 # which has its own pair with the test PKI of tests/lib.sh.
 start_daemon src --insecure
-start_daemon dst --insecure
+# shellcheck disable=SC2086
+start_daemon dst --insecure ${BENCH_DST_ARGS:-}
 start_daemon srct
 start_daemon dstt
 # The idle case: the bulk lane opens 4 s after attach, long after the
 # toucher is done (see daemon/dest.c open_bulk()).
 export UFFDD_BENCH_BULK_DELAY_MS=4000
-start_daemon dsti --insecure
+# shellcheck disable=SC2086
+start_daemon dsti --insecure ${BENCH_DST_ARGS:-}
 unset UFFDD_BENCH_BULK_DELAY_MS
 # The idle case has its own source daemon, so that pinning it (BENCH_PIN)
 # leaves the bulk cases alone.
@@ -122,6 +126,12 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 		awk '{print $1, $3, $5, $7, $9}')
 	rec floor_fault_p50 "$p50"
 	rec floor_fault_p99 "$p99"
+	# The same floor whose server reads each page from another process
+	# (/proc/PID/mem), as a source daemon must: it shows how much of the
+	# gap that one read is (a diagnosis; the target stays the floor).
+	read -r _ n p50 p99 _ < <("${PINCMD[@]}" "$FFLOOR" "$NFAULT" --remote |
+		tr '=' ' ' | awk '{print $1, $3, $5, $7, $9}')
+	rec floor_remote_p50 "$p50"
 	migrate_once "$IDLE_SIZE" dsti "$NFAULT" srci
 	rec idle_p50 "$M_P50"
 	rec idle_p99 "$M_P99"
@@ -196,6 +206,8 @@ row "demand fault idle p50 (us)" "$(fmt 1 "$(med idle_p50)")" \
 	"$(fmt 1 "$(med floor_fault_p50)")" "$(fmt 2 "$(medratio idle_p50 floor_fault_p50)")" 1.25
 row "demand fault idle p99 (us)" "$(fmt 1 "$(med idle_p99)")" \
 	"$(fmt 1 "$(med floor_fault_p99)")" "$(fmt 2 "$(medratio idle_p99 floor_fault_p99)")" -
+row "idle p50 (us; floor reads another proc)" "$(fmt 1 "$(med idle_p50)")" \
+	"$(fmt 1 "$(med floor_remote_p50)")" "$(fmt 2 "$(medratio idle_p50 floor_remote_p50)")" -
 row "fault during bulk p99 (us; floor: idle)" "$(fmt 1 "$(med busy_p99)")" \
 	"$(fmt 1 "$(med idle_p99)")" "$(fmt 2 "$(medratio busy_p99 idle_p99)")" 3
 row "fault during bulk p50 (us; floor: idle)" "$(fmt 1 "$(med busy_p50)")" \
