@@ -381,6 +381,19 @@ poison_missing(struct dest *d)
 }
 
 /*
+ * Test knob (tests/integration): behave as on a kernel without
+ * UFFDIO_POISON (before 6.6), so that the fallback is tested on kernels
+ * that have it. Never set in production.
+ */
+static int
+poison_usable(void)
+{
+	const char *no = getenv("UFFDD_TEST_NO_POISON");
+
+	return no == NULL || *no == '\0';
+}
+
+/*
  * Loud failure (DESIGN section 6): the pages that are still missing can no
  * longer be had. They are poisoned and the target goes on with SIGBUS on a
  * lost page; without UFFDIO_POISON the target is stopped instead and keeps
@@ -1896,7 +1909,8 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 				 strerror(errno));
 			goto undo;
 		}
-		if (!(ioctls & (1ULL << 8))) /* _UFFDIO_POISON, 6.6+ */
+		if (!(ioctls & (1ULL << 8)) || /* _UFFDIO_POISON, 6.6+ */
+		    !poison_usable())
 			d->have_poison = 0;
 		if (!(ioctls & (1ULL << _UFFDIO_COPY)) ||
 		    (!(ioctls & (1ULL << _UFFDIO_ZEROPAGE)) &&
@@ -2611,7 +2625,8 @@ dest_restore(const char *path, FILE *f)
 	d->retry_ev = evtimer_new(base, retry_cb, d);
 	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
 		fatal("page buffer");
-	d->have_poison = (kfeat.uffd_features & UFFD_FEATURE_POISON) != 0;
+	d->have_poison = (kfeat.uffd_features & UFFD_FEATURE_POISON) != 0 &&
+			 poison_usable();
 	d->hints = kfeat.access_likely; /* dropped at the first EINVAL */
 	d->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (d->pidfd < 0) {
