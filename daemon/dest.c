@@ -1129,20 +1129,46 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 	if (dr->r.kind == REGION_FILE_PRIVATE)
 		/* A child inherited these at its fork, after the release. */
 		return t->root ? 0 : write_private(t, dr, pd, v, nv);
+	/*
+	 * A ZERO run of the bulk stream is not installed: the page is none
+	 * (attach discarded it), reads as zeros once the migration is over,
+	 * and a thread that touches it before gets a zero page then, as for a
+	 * page the target discarded itself (zero_discarded()). Installing
+	 * them would give shared memory and hugetlb a real page each, for
+	 * guest RAM most of it. A page a thread waits on is installed.
+	 */
+	if (pd->zero && !pd->demand) {
+		for (uint64_t q = p; q < end; q++) {
+			if (pagestate_get(&dr->ps, q) == PAGE_MISSING) {
+				pagestate_set(&dr->ps, q, PAGE_DISCARDED);
+				t->m->zero_pages++;
+				t->m->prefetched_pages++;
+			}
+		}
+	}
 	if (t->root && region_kind_shmem(dr->r.kind)) {
 		/*
 		 * Shared memory has one page cache: what the root just
 		 * installed the child has too. Mark it, and wake the child's
-		 * threads, whose faults wait on the child's own uffd.
+		 * threads, whose faults wait on the child's own uffd. A page
+		 * the root left none is one here too: a child's thread that
+		 * waits on it gets a zero page through the child's uffd.
 		 */
 		struct dst_region *rr = region_by_index(root, pd->region);
 
 		for (; rr && p < end; p++) {
-			if (pagestate_get(&rr->ps, p) == PAGE_PRESENT &&
-			    pagestate_get(&dr->ps, p) < PAGE_PRESENT) {
+			enum page_state rs = pagestate_get(&rr->ps, p);
+			enum page_state ks = pagestate_get(&dr->ps, p);
+
+			if (rs == PAGE_PRESENT && ks < PAGE_PRESENT) {
 				pagestate_set(&dr->ps, p, PAGE_PRESENT);
 				uffd_wake(t->uffd, page_addr(dr, p),
 					  dr->r.page_size);
+			} else if (rs == PAGE_DISCARDED && ks == PAGE_MISSING) {
+				pagestate_set(&dr->ps, p, PAGE_DISCARDED);
+			} else if (rs == PAGE_DISCARDED &&
+				   ks == PAGE_REQUESTED) {
+				zero_discarded(t, dr, p);
 			}
 		}
 		p = pd->page;
