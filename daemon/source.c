@@ -583,9 +583,11 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 		 * Demand answers bypass the output buffer when it is empty
 		 * (conn_writev()): read into scratch memory, write at once.
 		 */
-		struct iovec out[2] = {{hdr, hlen}, {s->scratch, len}};
+		struct iovec out[2] = {{hdr, hlen},
+				       {have ? (void *)have : s->scratch, len}};
 
-		if (len && read_demand(s, sr, page, s->scratch, len) < 0) {
+		if (len && have == NULL &&
+		    read_demand(s, sr, page, s->scratch, len) < 0) {
 			free(hdr);
 			return -1;
 		}
@@ -638,6 +640,8 @@ class_run(const struct src_region *sr, uint64_t page, uint64_t max,
 	return n;
 }
 
+static int page_is_zero(const uint8_t *, uint64_t);
+
 static void
 demand_request(struct source *s, const Uffdd__PageRequest *pr)
 {
@@ -665,9 +669,24 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 	end = page + pr->npages;
 	while (page < end) {
 		uint64_t n = class_run(sr, page, end - page, 0);
+		int zero = !bit_test(sr->data, page);
+		const uint8_t *have = NULL;
 
+		/*
+		 * Shared hugetlb counts every page as data, its holes too
+		 * (struct src_region): an all-zero one is answered with a
+		 * ZERO marker, as the bulk lane does, not 2 MiB of zeros.
+		 */
+		if (!zero && sr->cache_fd >= 0) {
+			n = 1;
+			if (read_pages(s, sr, page, s->scratch,
+				       sr->r.page_size) < 0)
+				return;
+			zero = page_is_zero(s->scratch, sr->r.page_size);
+			have = s->scratch;
+		}
 		if (send_run(s, s->demand, (uint32_t)(sr - s->regs), page, n,
-			     !bit_test(sr->data, page), 1, NULL) < 0)
+			     zero, 1, have) < 0)
 			return;
 		page += n;
 	}

@@ -50,3 +50,19 @@ for how in scan read; do
 		kill "$WD"
 	done
 done
+# Shared hugetlb with a slow bulk lane, so that the checking threads ask for
+# nearly every page on demand: the all-zero ones (never touched, or zeroed)
+# must come as ZERO markers there too, not as 2 MiB of zeros each. (The
+# bytes moved are no measure: a page the bulk lane sent while its request
+# was in flight comes twice.)
+info "hugetlbfs (hugetlb-shared), pages on demand"
+SRC_DAEMON_ARGS="--bulk-rate 1M" migrate 32M 1 4 "--kind hugetlb-shared --zero-every 4" \
+	"--kind hugetlb-shared --zero-every 4"
+JSON=$("$CLIENT" --control "$dst_SOCK" status "$MIG_ID" --json)
+zero=$(echo "$JSON" | sed -n 's/.*"zero_pages":\([0-9]*\).*/\1/p')
+demand=$(echo "$JSON" | sed -n 's/.*"demand_pages":\([0-9]*\).*/\1/p')
+info "on demand: $demand of 16 pages; $zero came as ZERO markers"
+# Pages not asked for came on the bulk lane: at most that many of the ZERO.
+[ $((zero - (16 - demand))) -ge 1 ] ||
+	fail "no all-zero huge page came on demand as a ZERO marker: zeros went as data: $JSON"
+kill "$WD"
