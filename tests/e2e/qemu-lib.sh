@@ -14,7 +14,9 @@ declare -A QPID
 
 # qemu NAME [ARGS...]: the guest under TCG, its serial console in
 # $T/NAME.serial, QMP on $T/NAME.qmp; its pid in QPID[NAME]. RAM is a shared
-# file $SHM-NAME unless QEMU_RAM=anon (private anonymous, QEMU's default).
+# file $SHM-NAME unless QEMU_RAM=anon (private anonymous, QEMU's default) or
+# QEMU_RAM=numa (two NUMA nodes of 256 MiB, RAM blocks in the shared files
+# $SHM-NAME and $SHM-NAME-1).
 # VAPIC=off drops the kvmvapic device, whose state load reads guest RAM.
 qemu() {
 	local name=$1 ram
@@ -23,6 +25,12 @@ qemu() {
 	ram=(-object "memory-backend-file,id=ram0,size=512M,mem-path=$SHM-$name,share=on"
 		-machine pc,memory-backend=ram0)
 	[ "${QEMU_RAM:-file}" = anon ] && ram=(-machine pc)
+	# shellcheck disable=SC2054
+	[ "${QEMU_RAM:-file}" = numa ] &&
+		ram=(-object "memory-backend-file,id=ram0,size=256M,mem-path=$SHM-$name,share=on"
+			-object "memory-backend-file,id=ram1,size=256M,mem-path=$SHM-$name-1,share=on"
+			-numa node,nodeid=0,memdev=ram0 -numa node,nodeid=1,memdev=ram1
+			-machine pc)
 	rm -f "$T/$name.qmp" "$T/$name.serial"
 	qemu-system-x86_64 -accel tcg -m 512M -smp 1 -no-reboot "${ram[@]}" \
 		-global "apic.vapic=${VAPIC:-on}" \
