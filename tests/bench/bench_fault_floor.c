@@ -159,8 +159,9 @@ remote_pages(uint64_t *at)
 	for (;;) {
 		uint64_t v = 0;
 
-		if (pread(fd, &v, 8, (off_t)(uintptr_t)mem +
-					     (off_t)((npages - 1) * PS)) == 8 &&
+		if (pread(fd, &v, 8,
+			  (off_t)(uintptr_t)mem + (off_t)((npages - 1) * PS)) ==
+			    8 &&
 		    v == npages - 1)
 			break;
 		usleep(1000);
