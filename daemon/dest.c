@@ -393,6 +393,45 @@ poison_usable(void)
 	return no == NULL || *no == '\0';
 }
 
+static enum uffd_res install_zero(struct dest *, const struct dst_region *,
+				  uint64_t, uint64_t, uint64_t, uint64_t *);
+
+/*
+ * A target that keeps its registration after a failure (no UFFDIO_POISON,
+ * or held for its private file pages) would wait forever on a page that
+ * nobody installs any more. The pages that are zeros, left unpopulated as
+ * ZERO or discarded by the target itself, get their zero page now, so that
+ * only the lost ones are missing.
+ */
+static void
+fill_discarded(struct dest *d)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t ps = dr->r.page_size, max = FRAME_DATA_MAX / ps, p = 0;
+
+		if (dr->r.kind == REGION_FILE_PRIVATE)
+			continue;
+		while (p < dr->npages) {
+			uint64_t n = 0, done = 0;
+
+			while (p + n < dr->npages && n < max &&
+			       pagestate_get(&dr->ps, p + n) == PAGE_DISCARDED)
+				n++;
+			if (n == 0) {
+				p++;
+				continue;
+			}
+			n = addr_run(dr, p, n);
+			if (install_zero(d, dr, page_addr(dr, p), n * ps, 0,
+					 &done) == UFFD_GONE)
+				return;
+			/* Past a page that failed (it exists, or an event). */
+			p += done / ps < n ? done / ps + 1 : n;
+		}
+	}
+}
+
 /*
  * Loud failure (DESIGN section 6): the pages that are still missing can no
  * longer be had. They are poisoned and the target goes on with SIGBUS on a
@@ -419,7 +458,8 @@ dest_fail(struct dest *d, const char *fmt, ...)
 	while (d->nkids > 0) {
 		struct dest *k = d->kids[0];
 
-		poison_missing(k);
+		if (poison_missing(k) < 0)
+			fill_discarded(k);
 		migration_fail(k->m, "%s", why);
 		child_done(k);
 	}
@@ -449,6 +489,8 @@ dest_fail(struct dest *d, const char *fmt, ...)
 			       "access)",
 			       why, (unsigned long long)d->m->pages_lost);
 	}
+	if (!poisoned)
+		fill_discarded(d);
 	if (d->demand)
 		conn_send_error(d->demand, ERR_DEST_FAILED, "%s", d->m->reason);
 	teardown(d, poisoned);

@@ -11,19 +11,21 @@ make_hosts
 start_daemon src --bulk-rate 4M
 RANGE=500000000000-500004000000
 
-# lose_source DST [WORKLOAD ARGS...]: a paced migration to daemon DST whose
-# source process is killed after a second; the wait must fail. Sets WS, WD
-# and ID.
+# lose_source DST CHECK [WORKLOAD ARGS...]: a paced migration to daemon DST
+# whose source process is killed after a second; the wait must fail. With
+# CHECK=now the destination's threads check pages meanwhile (else they are
+# started later with SIGUSR1, and the bulk lane sweeps from the start). Sets
+# WS, WD and ID.
 lose_source() {
-	local sock
+	local sock check=$2
 	sock=$(eval echo "\$${1}_SOCK")
-	shift
+	shift 2
 	start_workload WS source --size 64M --threads 1
 	start_workload WD dest --size 64M --threads 4 --pace-us 300 "$@"
 	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 	"$CLIENT" --control "$sock" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$ID" --range "$RANGE" >/dev/null
-	kill -USR1 "$WD"
+	[ "$check" = now ] && kill -USR1 "$WD"
 	sleep 1
 	kill -9 "$WS"
 	info "source process killed"
@@ -43,7 +45,7 @@ lose_source() {
 export UFFDD_TEST_NO_POISON=1
 start_daemon dst2
 unset UFFDD_TEST_NO_POISON
-lose_source dst2
+lose_source dst2 later
 grep -q "stopped (this kernel has no UFFDIO_POISON)" "$T/wait.out" ||
 	fail "the reason does not say the target was stopped"
 for _ in $(seq 50); do
@@ -56,8 +58,15 @@ for f in "/proc/$WD/fd"/*; do
 	[ "$(readlink "$f")" = "anon_inode:[userfaultfd]" ] && uffds=$((uffds + 1))
 done
 [ "$uffds" -gt 0 ] || fail "the stopped target has no userfaultfd left"
+# The bulk lane swept the first MiB before the kill (4 MiB a second, nothing
+# faulting): its pages came as data, or as ZERO markers that the destination
+# leaves unpopulated until touched. They must read back, not block on a page
+# that nobody will ever install.
+timeout -s KILL 10 "$MEMHASH" "$WD" 0x500000000000 0x500000100000 >/dev/null ||
+	fail "reading the stopped target's first MiB blocked or failed: a page that had come is not installed"
 # Let it go on: threads that touch a lost page wait; none reads it wrong.
 kill -CONT "$WD"
+kill -USR1 "$WD"
 sleep 1
 ! grep -q MISMATCH "$T/WD.log" || fail "a lost page read wrong: $(head -3 "$T/WD.log")"
 ! grep -q '^verified' "$T/WD.out" || fail "the target finished although pages were lost"
@@ -67,7 +76,7 @@ kill -9 "$WD"
 start_daemon dst
 "$CLIENT" --control "$dst_SOCK" status --json >/dev/null
 grep -q "poison yes" "$T/dst.log" || skip "kernel has no UFFDIO_POISON (6.6+): its half skipped, the fallback passed"
-lose_source dst --sigbus-ok
+lose_source dst now --sigbus-ok
 for _ in $(seq 600); do
 	grep -q '^verified' "$T/WD.out" && break
 	sleep 0.1
