@@ -2171,6 +2171,17 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 			 (r->kind != UFFDD__REGION_KIND__KIND_FILE_PRIVATE ||
 			  same_file(v, nv, at, r));
 
+		/* A target mapping we could not tell: refuse, not skip. */
+		if (!ok && at != 0 &&
+		    region_in_ranges(d->ranges, d->nranges, at, at + 1) &&
+		    region_denied(v, nv, at, end, err, sizeof(err))) {
+			conn_send_error(d->demand, ERR_PERMISSION,
+					"attach failed");
+			attach_fail(d, ERR_PERMISSION, "process %d: %s",
+				    (int)d->m->pid, err);
+			free(v);
+			goto out;
+		}
 		if (!ok && at != 0 &&
 		    region_in_ranges(d->ranges, d->nranges, at, at + 1) &&
 		    private_unmatched(d, v, nv, r, at)) {

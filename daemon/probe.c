@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
@@ -12,6 +13,7 @@
 #include "daemon/log.h"
 #include "daemon/pagemap.h"
 #include "daemon/probe.h"
+#include "daemon/region.h"
 #include "daemon/uffd.h"
 
 struct kfeatures kfeat;
@@ -136,6 +138,33 @@ probe_pagemap_scan(void)
 		close(fd);
 }
 
+/*
+ * Shared memory and private file mappings are read through their backing
+ * files, /proc/PID/map_files/START-END, which the kernel opens only for
+ * CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN, whoever's the process: try it on
+ * our own first mapping.
+ */
+static void
+probe_map_files(void)
+{
+	struct vma *v;
+	size_t n;
+	int fd;
+
+	if (region_read_maps(getpid(), &v, &n) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].name[0] != '/')
+			continue;
+		fd = region_open_backing(getpid(), v[i].start, v[i].end);
+		kfeat.map_files = fd >= 0;
+		if (fd >= 0)
+			close(fd);
+		break;
+	}
+	free(v);
+}
+
 void
 probe_kernel(void)
 {
@@ -159,7 +188,13 @@ probe_kernel(void)
 	probe_hint();
 	probe_pagemap_scan();
 	probe_shmem_pm_swap();
+	probe_map_files();
 	log_info("kernel: %s", probe_summary());
+	if (!kfeat.map_files)
+		log_warnx("%s: shared memory and private file mappings cannot "
+			  "migrate (exports and attaches of them are refused); "
+			  "private anonymous memory and huge pages can",
+			  REGION_BACKING_CAPS);
 }
 
 const char *
@@ -169,13 +204,14 @@ probe_summary(void)
 
 	snprintf(buf, sizeof(buf),
 		 "uffd features 0x%llx%s, pagemap_scan %s%s, access_likely %s, "
-		 "shmem_pm_swap %s, poison %s",
+		 "shmem_pm_swap %s, poison %s, map_files %s",
 		 (unsigned long long)kfeat.uffd_features,
 		 kfeat.dev_userfaultfd ? " (/dev/userfaultfd)" : "",
 		 kfeat.pagemap_scan ? "yes" : "no",
 		 kfeat.pagemap_scan && pagemap_force_read ? " (not used)" : "",
 		 kfeat.access_likely ? "yes" : "no",
 		 kfeat.shmem_pm_swap ? "yes" : "no",
-		 (kfeat.uffd_features & UFFD_FEATURE_POISON) ? "yes" : "no");
+		 (kfeat.uffd_features & UFFD_FEATURE_POISON) ? "yes" : "no",
+		 kfeat.map_files ? "yes" : "no");
 	return buf;
 }

@@ -15,6 +15,7 @@ struct kfeatures {
 	int access_likely;	 /* UFFDIO_COPY_MODE_ACCESS_LIKELY (patched) */
 	int shmem_pm_swap;	 /* shmem PM_SWAP in pagemap (patched) */
 	int unprivileged_sysctl; /* vm.unprivileged_userfaultfd */
+	int map_files;		 /* /proc/PID/map_files opens (capability) */
 };
 
 extern struct kfeatures kfeat;

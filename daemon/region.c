@@ -68,6 +68,35 @@ region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end)
 }
 
 /*
+ * A backing file refused for want of a capability (not one that went away
+ * with its mapping): what the mapping is cannot be told, and guessing
+ * "not ours" would leave its pages behind unnoticed.
+ */
+static void
+denied_if(struct vma *v)
+{
+	if (errno == EPERM || errno == EACCES)
+		v->denied = 1;
+}
+
+/*
+ * Shared memory is read through its backing file: kind, when it opens (or
+ * fails for a reason of its own, told later), else unknown and denied.
+ */
+static enum region_kind
+backed(pid_t pid, struct vma *v, enum region_kind kind)
+{
+	int fd = region_open_backing(pid, v->start, v->end);
+
+	if (fd >= 0) {
+		close(fd);
+		return kind;
+	}
+	denied_if(v);
+	return v->denied ? REGION_UNKNOWN : kind;
+}
+
+/*
  * A readable private mapping of a regular file (a program's .data, a
  * library's RELRO, a file the program maps copy-on-write): the pages it
  * wrote are anonymous copies and migrate; the rest is the file's. Read-only
@@ -77,7 +106,7 @@ region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end)
  * the pages: not taken.
  */
 static int
-file_private(pid_t pid, const struct vma *v)
+file_private(pid_t pid, struct vma *v)
 {
 	struct statfs sf;
 	struct stat st;
@@ -86,8 +115,10 @@ file_private(pid_t pid, const struct vma *v)
 	if (v->perms[0] != 'r' || v->perms[3] != 'p' || v->name[0] != '/' ||
 	    strncmp(v->name, "/anon_hugepage", 14) == 0)
 		return 0;
-	if ((fd = region_open_backing(pid, v->start, v->end)) < 0)
+	if ((fd = region_open_backing(pid, v->start, v->end)) < 0) {
+		denied_if(v);
 		return 0;
+	}
 	/* A hugetlbfs file is huge pages, not 4 KiB ones: not this kind. */
 	ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
 	     fstatfs(fd, &sf) == 0 && sf.f_type != HUGETLBFS_MAGIC;
@@ -104,19 +135,22 @@ file_private(pid_t pid, const struct vma *v)
  * with the destination process.
  */
 static enum region_kind
-vma_kind(pid_t pid, const struct vma *v)
+vma_kind(pid_t pid, struct vma *v)
 {
 	struct statfs sf;
 	int fd;
 
 	if (file_private(pid, v))
 		return REGION_FILE_PRIVATE;
-	if (v->perms[0] != 'r' || v->perms[1] != 'w')
+	if (v->denied || v->perms[0] != 'r' || v->perms[1] != 'w')
 		return REGION_UNKNOWN;
 	/* Anonymous huge pages, private or shared (MAP_HUGETLB). */
-	if (strncmp(v->name, "/anon_hugepage", 14) == 0)
-		return region_huge_page_size() ? REGION_HUGETLB
-					       : REGION_UNKNOWN;
+	if (strncmp(v->name, "/anon_hugepage", 14) == 0) {
+		if (region_huge_page_size() == 0)
+			return REGION_UNKNOWN;
+		return v->perms[3] == 's' ? backed(pid, v, REGION_HUGETLB)
+					  : REGION_HUGETLB;
+	}
 	if (v->perms[3] == 'p')
 		return v->name[0] == '\0' || strcmp(v->name, "[heap]") == 0 ||
 				       strncmp(v->name, "[anon:", 6) == 0
@@ -127,12 +161,14 @@ vma_kind(pid_t pid, const struct vma *v)
 	if (strncmp(v->name, "/dev/zero", 9) == 0 ||
 	    strncmp(v->name, "/SYSV", 5) == 0 ||
 	    strncmp(v->name, "[anon_shmem", 11) == 0)
-		return REGION_ANON_SHARED;
+		return backed(pid, v, REGION_ANON_SHARED);
 	if (strncmp(v->name, "/memfd:", 7) == 0)
-		return REGION_MEMFD;
+		return backed(pid, v, REGION_MEMFD);
 	/* Any other shared file: only tmpfs is ours (page cache elsewhere). */
-	if ((fd = region_open_backing(pid, v->start, v->end)) < 0)
+	if ((fd = region_open_backing(pid, v->start, v->end)) < 0) {
+		denied_if(v);
 		return REGION_UNKNOWN;
+	}
 	if (fstatfs(fd, &sf) < 0 || sf.f_type != TMPFS_MAGIC) {
 		close(fd);
 		return REGION_UNKNOWN;
@@ -227,15 +263,42 @@ add_region(struct region **out, size_t *cnt, const struct vma *v,
 }
 
 int
+region_denied(const struct vma *v, size_t n, uint64_t start, uint64_t end,
+	      char *err, size_t errlen)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i].denied && v[i].start < end && v[i].end > start) {
+			snprintf(err, errlen,
+				 "%s, which its mapping at 0x%llx-0x%llx "
+				 "(%s) is read through",
+				 REGION_BACKING_CAPS,
+				 (unsigned long long)v[i].start,
+				 (unsigned long long)v[i].end, v[i].name);
+			return 1;
+		}
+	return 0;
+}
+
+int
 region_build(pid_t pid, const struct range *ranges, size_t nranges,
-	     struct region **out)
+	     struct region **out, char *err, size_t errlen)
 {
 	struct vma *v;
 	size_t n, cnt = 0;
 
 	*out = NULL;
-	if (region_read_maps(pid, &v, &n) < 0)
+	if (region_read_maps(pid, &v, &n) < 0) {
+		snprintf(err, errlen, "%s", strerror(errno));
 		return -1;
+	}
+	for (size_t j = 0; j < (nranges ? nranges : 1); j++)
+		if (region_denied(v, n, nranges ? ranges[j].start : 0,
+				  nranges ? ranges[j].end : UINT64_MAX, err,
+				  errlen)) {
+			free(v);
+			errno = EPERM;
+			return -1;
+		}
 	for (size_t i = 0; i < n; i++) {
 		if (v[i].kind == REGION_UNKNOWN)
 			continue;
@@ -269,6 +332,7 @@ fail:
 	free(*out);
 	*out = NULL;
 	errno = ENOMEM;
+	snprintf(err, errlen, "%s", strerror(errno));
 	return -1;
 }
 

@@ -49,8 +49,15 @@ struct vma {
 	/* path or [heap]-style name, "" for anonymous */
 	char name[REGION_NAME_MAX];
 	int name_cut; /* the path did not fit in name */
+	/* Its backing file was refused (no REGION_BACKING_CAPS): kind unknown */
+	int denied;
 	enum region_kind kind;
 };
+
+/* What opening /proc/PID/map_files takes, for messages. */
+#define REGION_BACKING_CAPS                                   \
+	"no CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN to open " \
+	"/proc/PID/map_files"
 
 struct region {
 	uint32_t index; /* in the source's table */
@@ -74,10 +81,17 @@ int region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end);
 int region_read_maps(pid_t pid, struct vma **out, size_t *n);
 /*
  * The migratable regions of pid, clipped to ranges when nranges > 0.
- * Returns the count (0: none), or -1 with errno set.
+ * Returns the count (0: none), or -1 with errno set and err filled; EPERM
+ * when a mapping in the ranges could not be told (region_denied()).
  */
 int region_build(pid_t pid, const struct range *ranges, size_t nranges,
-		 struct region **out);
+		 struct region **out, char *err, size_t errlen);
+/*
+ * Whether a mapping that overlaps [start, end) was denied its backing file:
+ * then err says which and why, and the caller refuses.
+ */
+int region_denied(const struct vma *v, size_t n, uint64_t start, uint64_t end,
+		  char *err, size_t errlen);
 /* Whether [start, end) is covered, without gaps, by vmas of `kind`. */
 int region_covered(const struct vma *v, size_t n, uint64_t start, uint64_t end,
 		   enum region_kind kind);

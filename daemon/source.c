@@ -213,6 +213,7 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 	struct region *regs = NULL;
 	struct migration *m;
 	struct source *s;
+	char why[512];
 	int n, was_stopped;
 
 	if (pid <= 1 || pid == getpid()) {
@@ -228,13 +229,15 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 		return NULL;
 	}
 	/* Check before freezing: a bad request must leave the process be. */
-	n = region_build(pid, ranges, nranges, &regs);
+	n = region_build(pid, ranges, nranges, &regs, why, sizeof(why));
 	free(regs);
 	if (n <= 0) {
-		*code = n < 0 ? ERR_NO_PROCESS : ERR_NO_MATCH;
-		snprintf(err, errlen, "process %d: %s", (int)pid,
-			 n < 0 ? strerror(errno)
-			       : "no private anonymous memory in the ranges "
+		*code = n == 0		 ? ERR_NO_MATCH
+			: errno == EPERM ? ERR_PERMISSION
+					 : ERR_NO_PROCESS;
+		snprintf(err, errlen, "process %d: %.200s", (int)pid,
+			 n < 0 ? why
+			       : "no memory uffdd migrates in the ranges "
 				 "given");
 		return NULL;
 	}
@@ -245,7 +248,7 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 			 strerror(errno));
 		return NULL;
 	}
-	n = region_build(pid, ranges, nranges, &regs);
+	n = region_build(pid, ranges, nranges, &regs, why, sizeof(why));
 	if (n <= 0) {
 		if (!was_stopped)
 			kill(pid, SIGCONT);

@@ -42,7 +42,7 @@ expect_error "export bad pid" "not a process ID" "$CLIENT" --control "$src_SOCK"
 untouched "missing pid"
 
 # Export with ranges that hold no memory of the process.
-expect_error "export no region" "no private anonymous memory" \
+expect_error "export no region" "no memory uffdd migrates" \
 	"$CLIENT" --control "$src_SOCK" export "$WS" --range 100000-200000
 untouched "export no region"
 
