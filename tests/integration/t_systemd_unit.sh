@@ -40,4 +40,11 @@ for f in lib/systemd/system/uffdd.service lib/tmpfiles.d/uffdd.conf \
 done
 grep -q "^ExecStart=$prefix/sbin/uffdd --foreground$" "$T/root$prefix/lib/systemd/system/uffdd.service" ||
 	fail "installed unit does not name $prefix/sbin/uffdd"
-info "make install: unit, tmpfiles.d, man pages, binaries"
+# The configuration goes where the installed daemon reads it, whatever the
+# prefix.
+conf=$("$UFFDD" --help 2>&1 | sed -n 's/.*(default \(\/[^)]*\.conf\)).*/\1/p')
+[ -n "$conf" ] || fail "uffdd --help names no default configuration file"
+[ -f "$T/root$conf" ] || fail "make install did not install $conf (prefix $prefix): $(cd "$T/root" && find . -name 'uffdd.conf*')"
+[ "$(stat -c %a "$T/root$conf")" = 600 ] || fail "$conf is not mode 600"
+info "make install: unit, tmpfiles.d, man pages, binaries, $conf"
+
