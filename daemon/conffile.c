@@ -87,7 +87,8 @@ static const struct key {
 	 "regions per migration, both roles", 1, REGION_TABLE_MAX},
 	{"max-request-pages", T_COUNT,
 	 offsetof(struct uffdd_conf, max_request_pages), 0,
-	 "pages one demand request may ask for", 1, FRAME_DATA_MAX / 4096},
+	 "pages one demand request may ask for", REQUEST_PAGES_MIN,
+	 FRAME_DATA_MAX / 4096},
 	{"max-pending", T_COUNT, offsetof(struct uffdd_conf, max_pending), 0,
 	 "peer connections before HELLO, in all", 1, 4096},
 	{"max-pending-per-address", T_COUNT,
@@ -410,6 +411,23 @@ bad:
 	snprintf(err, errlen, "%s:%u: %s", path, lineno, why);
 	fclose(f);
 	return -1;
+}
+
+int
+conffile_is_set(const struct uffdd_conf *c, const char *key)
+{
+	const struct key *k = find_key(key);
+
+	return k != NULL && (c->set & (1u << (k - keys))) != 0;
+}
+
+void
+conffile_forget(struct uffdd_conf *c, const char *key)
+{
+	const struct key *k = find_key(key);
+
+	if (k != NULL)
+		c->set &= ~(1u << (k - keys));
 }
 
 void

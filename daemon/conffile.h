@@ -26,6 +26,10 @@ int conffile_set(struct uffdd_conf *c, const char *key, const char *value,
  */
 int conffile_load(const char *path, int must_exist, struct uffdd_conf *c,
 		  char *err, size_t errlen);
+/* Whether key was set in c (by a flag or a line). */
+int conffile_is_set(const struct uffdd_conf *c, const char *key);
+/* Forgets that key was set in c: a merge from c then leaves it alone. */
+void conffile_forget(struct uffdd_conf *c, const char *key);
 /* Copies into dst every key that was set in src. */
 void conffile_merge(struct uffdd_conf *dst, const struct uffdd_conf *src);
 /* Writes c in the file's syntax: the effective configuration. */

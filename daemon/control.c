@@ -281,11 +281,14 @@ control_apply_mode(void)
 {
 	if (sock_path == NULL)
 		return 0;
-	if ((conf.control_gid != (gid_t)-1 &&
-	     chown(sock_path, (uid_t)-1, conf.control_gid) < 0) ||
+	/* No control-group: our own group, also after a reload removed it. */
+	gid_t gid =
+		conf.control_gid != (gid_t)-1 ? conf.control_gid : getegid();
+
+	if (chown(sock_path, (uid_t)-1, gid) < 0 ||
 	    chmod(sock_path, conf.control_mode) < 0) {
 		log_warn("control socket %s: mode %04o group %ld", sock_path,
-			 (unsigned)conf.control_mode, (long)conf.control_gid);
+			 (unsigned)conf.control_mode, (long)gid);
 		return -1;
 	}
 	return 0;

@@ -43,10 +43,10 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
 /*
- * Pages of a private file mapping asked for in one request: what the
- * source answers in one frame (its demand limit is 512 pages).
+ * Pages of a private file mapping asked for in one request: what every
+ * source answers (its max-request-pages is at least this).
  */
-#define PRIVATE_RUN 256
+#define PRIVATE_RUN REQUEST_PAGES_MIN
 
 /* Pages [p0, p1) of a region that the target moved to base (mremap). */
 struct move {

@@ -40,14 +40,14 @@ usage(FILE *f)
 		"             [--ca FILE --cert FILE --key FILE [--pin SHA256]]"
 		"\n"
 		"             [--insecure] [--config FILE] [-n] "
-		"[--foreground]\n"
+		"[-f|--foreground]\n"
 		"             [--pause-deadline SEC] [--bulk-rate RATE] "
 		"[--pagemap-scan yes|no]\n"
 		"             [--max-regions N] [--max-request-pages N]\n"
 		"             [--max-pending N] [--max-pending-per-address N]\n"
 		"             [--hello-timeout SEC] [--max-output BYTES]\n"
 		"             [--zero-detect yes|no] [--log-level LEVEL] [-v] "
-		"[--help]\n"
+		"[-h|--help]\n"
 		"\n"
 		"  --listen HOST:PORT  accept peer daemons there (source "
 		"role); a comma-\n"
@@ -69,7 +69,8 @@ usage(FILE *f)
 		"fingerprint\n"
 		"                      instead of the name in --from\n"
 		"  --insecure          plaintext peer connections, loopback "
-		"only\n"
+		"only; the\n"
+		"                      file's TLS keys are set aside\n"
 		"  --config FILE       configuration file (default %s);\n"
 		"                      flags override it, SIGHUP reloads it\n"
 		"  --check, -n         check the configuration, print the "
@@ -83,8 +84,9 @@ usage(FILE *f)
 		"                      missing pages (default 300)\n"
 		"  --bulk-rate RATE    limit each source bulk lane to RATE "
 		"bytes/s\n"
-		"                      (suffix K, M, G; default 0: "
-		"unlimited)\n"
+		"                      (suffix K, M, G; 0, the default: "
+		"unlimited;\n"
+		"                      else at least 4096)\n"
 		"  --pagemap-scan yes|no  classify anonymous pages with "
 		"PAGEMAP_SCAN\n"
 		"                      where the kernel has it (default yes)\n"
@@ -94,7 +96,7 @@ usage(FILE *f)
 		"                      at most 4096)\n"
 		"  --max-request-pages N  pages one demand request may ask "
 		"for (default\n"
-		"                      512, at most 1024)\n"
+		"                      512, 256 to 1024)\n"
 		"  --max-pending N     peer connections before HELLO, in all "
 		"(default 64)\n"
 		"  --max-pending-per-address N  the same from one address "
@@ -110,7 +112,8 @@ usage(FILE *f)
 		"                      are all zero as ZERO markers (default "
 		"no)\n"
 		"  --log-level LEVEL   info or debug (default info)\n"
-		"  -v                  more logging (debug)\n",
+		"  -v, --verbose       more logging (debug)\n"
+		"  -h, --help          this text\n",
 		"/run/uffdd/control.sock", "/run/uffdd", CONFFILE_DEFAULT_PATH);
 }
 
@@ -145,6 +148,7 @@ on_signal(evutil_socket_t sig, short ev, void *arg)
 static int
 conf_build(struct uffdd_conf *c, char *err, size_t errlen)
 {
+	static const char *const tls_keys[] = {"ca", "cert", "key", "pin"};
 	struct uffdd_conf file = {.control_gid = (gid_t)-1};
 
 	conffile_defaults(c);
@@ -153,6 +157,19 @@ conf_build(struct uffdd_conf *c, char *err, size_t errlen)
 		conffile_clear(c);
 		return -1;
 	}
+	/*
+	 * Flags win over the file, the choice between TLS and plaintext
+	 * too: --insecure sets aside the file's TLS keys, a TLS flag the
+	 * file's insecure. Within the file, or among the flags, the two
+	 * still exclude each other (below).
+	 */
+	if (conffile_is_set(&cli, "insecure"))
+		for (size_t i = 0; i < sizeof(tls_keys) / sizeof(*tls_keys);
+		     i++)
+			conffile_forget(&file, tls_keys[i]);
+	for (size_t i = 0; i < sizeof(tls_keys) / sizeof(*tls_keys); i++)
+		if (conffile_is_set(&cli, tls_keys[i]))
+			conffile_forget(&file, "insecure");
 	conffile_merge(c, &file);
 	conffile_merge(c, &cli);
 	conffile_clear(&file);

@@ -20,6 +20,11 @@
 #define FRAME_HDR_LEN 12
 #define FRAME_MSG_MAX (1u << 20)  /* region tables of a few thousand regions */
 #define FRAME_DATA_MAX (4u << 20) /* two 2 MiB huge pages at most */
+/*
+ * Pages a destination asks for in one request at most (runs of a private
+ * file mapping's written pages); a source serves at least this many.
+ */
+#define REQUEST_PAGES_MIN 256
 #define UFFDD_PROTO_VERSION 1
 
 enum frame_type {

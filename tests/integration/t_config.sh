@@ -66,14 +66,31 @@ bad "two values" "bad.conf:1: listen: one value only" "listen a b"
 bad "unterminated" "bad.conf:1: unterminated quote" 'control "/a'
 bad "no value" "bad.conf:1: expected \"key value\"" "control"
 bad "no group" "bad.conf:1: control-group: no such group" "control-group no-such-group-here"
-bad "TLS and insecure" "exclude each other" "insecure yes" "ca /x"
 bad "limit too high" "bad.conf:1: max-regions: want a number from 1 to 4096" "max-regions 5000"
+# A destination asks for up to 256 pages at once (written pages of private
+# file mappings): a source allowing fewer would break those migrations.
+bad "request limit too low" "bad.conf:1: max-request-pages: want a number from 256 to 1024" "max-request-pages 64"
 bad "limit not a number" "bad.conf:2: hello-timeout: want a number from 1 to 300" "# c" "hello-timeout 5s"
 bad "size too small" "bad.conf:1: max-output: want bytes (suffix K, M or G) from 8M" "max-output 1M"
+# TLS and plaintext: within the file, or among the flags, they exclude
+# each other; across the two the flags win, as for every key.
+printf 'insecure yes\nca /x\n' >"$T/both.conf"
+check "$T/both.conf" && fail "a file with insecure and ca accepted"
+grep -q "exclude each other" "$T/n.out" || fail "insecure and ca in a file: $(cat "$T/n.out")"
+: >"$T/none.conf"
+check "$T/none.conf" --insecure --ca /x && fail "--insecure with --ca accepted"
+grep -q "exclude each other" "$T/n.out" || fail "--insecure with --ca: $(cat "$T/n.out")"
+check "$T/good.conf" --insecure || fail "--insecure over a file with TLS keys refused: $(cat "$T/n.out")"
+grep -qx 'insecure yes' "$T/n.out" || fail "--insecure did not override the file's TLS"
+grep -q '^ca \|^cert \|^key ' "$T/n.out" && fail "--insecure left the file's TLS keys: $(cat "$T/n.out")"
+check "$T/both.conf" --ca "$PKI/ca.crt" --cert "$PKI/node.crt" --key "$PKI/node.key" ||
+	fail "TLS flags over a file with insecure refused: $(cat "$T/n.out")"
+grep -qx 'insecure no' "$T/n.out" || fail "TLS flags did not override the file's insecure: $(cat "$T/n.out")"
+grep -qx "ca \"$PKI/ca.crt\"" "$T/n.out" || fail "TLS flags lost: $(cat "$T/n.out")"
 # The limits print with their defaults, and a lowered one as given.
 printf 'max-pending 5\nmax-output 16M\n' >"$T/lim.conf"
-check "$T/lim.conf" --insecure --max-request-pages 64 || fail "limits refused: $(cat "$T/n.out")"
-for want in 'max-pending 5' 'max-output 16777216' 'max-request-pages 64' \
+check "$T/lim.conf" --insecure --max-request-pages 300 || fail "limits refused: $(cat "$T/n.out")"
+for want in 'max-pending 5' 'max-output 16777216' 'max-request-pages 300' \
 	'max-regions 4096' 'max-pending-per-address 8' 'hello-timeout 10'; do
 	grep -qx "$want" "$T/n.out" || fail "uffdd -n does not print '$want': $(cat "$T/n.out")"
 done
@@ -106,6 +123,17 @@ wait_log d "reloaded" 1
 wait_log e "reloaded" 1
 [ "$(stat -c %a "$d_SOCK")" = 666 ] || fail "reload did not apply control-mode"
 [ "$(stat -c %a "$e_SOCK")" = 640 ] || fail "reload let the file override a flag"
+# A group given, then taken out of the file: the socket is the daemon's
+# own group again, not the last one it was given.
+printf 'control-mode 0660\ncontrol-group 1\n' >"$T/run.conf"
+kill -HUP "$d_PID"
+wait_log d "reloaded" 2
+[ "$(stat -c %a.%g "$d_SOCK")" = 660.1 ] || fail "reload did not apply control-group: $(stat -c %a.%g "$d_SOCK")"
+echo "control-mode 0666" >"$T/run.conf"
+kill -HUP "$d_PID"
+wait_log d "reloaded" 3
+[ "$(stat -c %a.%g "$d_SOCK")" = "666.$(id -g)" ] ||
+	fail "control-group removed from the file, socket still group $(stat -c %g "$d_SOCK")"
 # ... and keeps the running configuration on a bad one.
 printf 'control-mode 0600\nbogus yes\n' >"$T/run.conf"
 kill -HUP "$d_PID"
