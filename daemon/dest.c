@@ -1637,10 +1637,15 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	}
 }
 
+static void send_holdings(struct dest *);
+
 /*
  * The bulk lane alone broke: the demand lane goes on serving faults and the
- * bulk lane is opened again after a backoff. (The source closes bulk first
- * when it fails, with its reason queued on the demand lane.)
+ * bulk lane is opened again after a backoff. What was queued or in flight
+ * on it is gone, though the source counts it sent: tell the source what we
+ * hold, as a resume does, so that it sends the rest again (and drops the
+ * lane if it still holds it open). (The source closes bulk first when it
+ * fails, with its reason queued on the demand lane.)
  */
 static void
 bulk_close(struct conn *c, const char *why, void *arg)
@@ -1650,8 +1655,12 @@ bulk_close(struct conn *c, const char *why, void *arg)
 	conn_free(d->bulk);
 	d->bulk = NULL;
 	if (d->demand && d->m->state == MIG_RUNNING) {
-		log_warnx("migration %s: bulk lane lost (%s)", log_id(d->m->id),
-			  why);
+		log_warnx("migration %s: bulk lane lost (%s); %llu of %llu "
+			  "pages present, the source sends the rest again",
+			  log_id(d->m->id), why,
+			  (unsigned long long)present_total(d),
+			  (unsigned long long)d->m->pages_total);
+		send_holdings(d);
 		schedule_retry(d);
 	} else {
 		lanes_down(d, why);
@@ -2406,6 +2415,38 @@ send_have(struct dest *d, const struct dst_region *dr)
 	}
 }
 
+/*
+ * Names the regions we take and the pages we hold in them: the source
+ * forgets what it sent before and sends everything else (again).
+ */
+static void
+send_holdings(struct dest *d)
+{
+	Uffdd__RegionTable acc = UFFDD__REGION_TABLE__INIT;
+	Uffdd__Region *rb = xcalloc(d->nregs, sizeof(*rb));
+	Uffdd__Region **rp = xcalloc(d->nregs, sizeof(*rp));
+
+	for (size_t i = 0; i < d->nregs; i++) {
+		const struct region *r = &d->regs[i].r;
+
+		uffdd__region__init(&rb[i]);
+		rb[i].index = r->index;
+		rb[i].name = (char *)r->name;
+		rb[i].start = d->regs[i].src_start;
+		rb[i].length = r->length;
+		rb[i].page_size = r->page_size;
+		rb[i].kind = (Uffdd__RegionKind)r->kind;
+		rp[i] = &rb[i];
+	}
+	acc.n_regions = d->nregs;
+	acc.regions = rp;
+	conn_send(d->demand, FRAME_REGIONS, &acc.base);
+	free(rb);
+	free(rp);
+	for (size_t i = 0; i < d->nregs; i++)
+		send_have(d, &d->regs[i]);
+}
+
 /* Asks again for every page a thread waits on; the old requests died. */
 static void
 rerequest(struct dest *d)
@@ -2438,10 +2479,6 @@ rerequest(struct dest *d)
 static void
 resume(struct dest *d, const Uffdd__RegionTable *t)
 {
-	Uffdd__RegionTable acc = UFFDD__REGION_TABLE__INIT;
-	Uffdd__Region *rb = xcalloc(d->nregs, sizeof(*rb));
-	Uffdd__Region **rp = xcalloc(d->nregs, sizeof(*rp));
-
 	for (size_t i = 0; i < d->nregs; i++) {
 		const struct region *r = &d->regs[i].r;
 		const Uffdd__Region *s = NULL;
@@ -2451,30 +2488,14 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 				s = t->regions[k];
 		if (s == NULL || s->start != d->regs[i].src_start ||
 		    s->length != r->length || s->page_size != r->page_size) {
-			free(rb);
-			free(rp);
 			dest_fail(d,
 				  "source %s: region 0x%llx changed across "
 				  "the reconnect",
 				  d->from, (unsigned long long)r->start);
 			return;
 		}
-		uffdd__region__init(&rb[i]);
-		rb[i].index = r->index;
-		rb[i].name = (char *)r->name;
-		rb[i].start = d->regs[i].src_start;
-		rb[i].length = r->length;
-		rb[i].page_size = r->page_size;
-		rb[i].kind = (Uffdd__RegionKind)r->kind;
-		rp[i] = &rb[i];
 	}
-	acc.n_regions = d->nregs;
-	acc.regions = rp;
-	conn_send(d->demand, FRAME_REGIONS, &acc.base);
-	free(rb);
-	free(rp);
-	for (size_t i = 0; i < d->nregs; i++)
-		send_have(d, &d->regs[i]);
+	send_holdings(d);
 	rerequest(d);
 	d->resuming = 0;
 	d->backoff_ms = 0;

@@ -914,12 +914,24 @@ complete(struct source *s)
 
 /*
  * The destination names the regions it takes. Whatever was sent before is
- * forgotten: on a resume the destination's HAVE bitmaps that follow say
- * exactly what it holds, and everything else goes again.
+ * forgotten: on a resume, or after the destination lost its bulk lane, the
+ * HAVE bitmaps that follow say exactly what it holds, and everything else
+ * goes again. A bulk lane still open here is the one the destination gave
+ * up: whatever goes into it from now on would be lost, so it goes too.
  */
 static void
 accept_regions(struct source *s, const Uffdd__RegionTable *t)
 {
+	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
+		return;
+	if (s->bulk) {
+		log_info("migration %s: destination lost its bulk lane; "
+			 "sending again what it lacks",
+			 log_id(s->m->id));
+		conn_free(s->bulk);
+		s->bulk = NULL;
+		event_del(s->bulk_ev);
+	}
 	for (size_t i = 0; i < s->nregs; i++) {
 		s->regs[i].accepted = 0;
 		memset(s->regs[i].sent, 0,
