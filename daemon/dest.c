@@ -1017,6 +1017,27 @@ install_zero(struct dest *d, const struct dst_region *dr, uint64_t addr,
 }
 
 /*
+ * An install the kernel refuses for good: the migration fails as a lost
+ * source fails it (its missing pages poisoned, or the target stopped; the
+ * source told), never with threads left waiting on pages that cannot come.
+ * A forked child's failure is its root's: they share the lanes.
+ */
+static void install_failed(struct dest *d, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void
+install_failed(struct dest *d, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	dest_fail(d->root ? d->root : d, "%s", why);
+}
+
+/*
  * Installs a run of missing pages, handling each outcome the way DESIGN
  * section 4 says. Returns the pages this call installed, or -1 when the
  * migration can no longer go on (failed).
@@ -1028,6 +1049,7 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 	uint64_t ps = dr->r.page_size, len = n * ps, off = 0, done;
 	uint64_t addr = page_addr(dr, page);
 	int64_t installed = 0;
+	int piecewise = 0;
 
 	while (off < len) {
 		/*
@@ -1037,15 +1059,26 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 		 */
 		uint64_t mode =
 			likely && d->hints ? UFFDIO_COPY_MODE_ACCESS_LIKELY : 0;
+		uint64_t want = piecewise ? ps : len - off;
 		enum uffd_res res =
-			zero ? install_zero(d, dr, addr + off, len - off, mode,
+			zero ? install_zero(d, dr, addr + off, want, mode,
 					    &done)
-			     : uffd_copy(d->uffd, addr + off, src + off,
-					 len - off, mode, &done);
+			     : uffd_copy(d->uffd, addr + off, src + off, want,
+					 mode, &done);
 
 		if (res == UFFD_FAIL && errno == EINVAL && mode) {
 			/* This uffd was made without the feature: go on. */
 			d->hints = 0;
+			continue;
+		}
+		/*
+		 * One install must stay inside one mapping, and the target
+		 * may have split a region since (mprotect, madvise with
+		 * flags: no event tells us): page by page, then.
+		 */
+		if (res == UFFD_FAIL && errno == ENOENT && done == 0 &&
+		    !piecewise && want > ps) {
+			piecewise = 1;
 			continue;
 		}
 		if (mode && done)
@@ -1079,7 +1112,7 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 			target_exited(d);
 			return -1;
 		case UFFD_FAIL:
-			migration_fail(d->m, "%s at 0x%llx: %s",
+			install_failed(d, "%s at 0x%llx: %s",
 				       zero ? "UFFDIO_ZEROPAGE" : "UFFDIO_COPY",
 				       (unsigned long long)(addr + off),
 				       strerror(errno));
@@ -1237,7 +1270,7 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 		if (got < 0)
 			return -1;
 		if (got == 0 && ++retries > RETRY_MAX) {
-			migration_fail(t->m,
+			install_failed(t,
 				       "install at 0x%llx keeps failing with "
 				       "EAGAIN",
 				       (unsigned long long)page_addr(dr, p));
@@ -1617,7 +1650,8 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		i++;
 	}
 	d->m->pages_present = present_total(d);
-	if (d->m->pages_present == d->m->pages_total && d->nkids == 0)
+	if (d->m->state == MIG_RUNNING &&
+	    d->m->pages_present == d->m->pages_total && d->nkids == 0)
 		dest_complete(d);
 }
 

@@ -64,8 +64,10 @@ static const char *kind = "anon", *file_path;
 /*
  * dest --event: what the target does to pages [ev0, ev0 + EV_PAGES) right
  * after it starts, while they are still missing: "remove" (madvise; they
- * must then read as zeros), "unmap" (munmap; they are not checked) or
- * "remap" (mremap to moved_at; they must be found there).
+ * must then read as zeros), "unmap" (munmap; they are not checked),
+ * "remap" (mremap to moved_at; they must be found there) or "protect"
+ * (mprotect read-only, from a page off the 64-page grid, which splits the
+ * mapping where no bulk frame would end; they read as before).
  */
 static const char *event;
 static uint64_t ev0;
@@ -599,6 +601,9 @@ run_dest(void)
 							       : MADV_REMOVE);
 		else if (strcmp(event, "unmap") == 0)
 			rc = munmap(at, EV_PAGES * PS);
+		else if (strcmp(event, "protect") == 0)
+			rc = mprotect(at + 7 * PS, (EV_PAGES - 14) * PS,
+				      PROT_READ);
 		else if (strcmp(event, "remap") == 0) {
 			moved_at =
 				mremap(at, EV_PAGES * PS, EV_PAGES * PS,
@@ -611,6 +616,13 @@ run_dest(void)
 				strerror(errno));
 			return 1;
 		}
+		/*
+		 * The split only matters to frames of the bulk lane: let it
+		 * reach the range (at 4 MiB/s, a quarter into 32 MiB) before
+		 * the checkers fetch its pages one by one.
+		 */
+		if (strcmp(event, "protect") == 0)
+			sleep(4);
 	}
 	if (touch_mode) {
 		touch_pages();
@@ -652,7 +664,7 @@ usage(void)
 		"tmpfs|\n"
 		"                 file-private --file PATH] [--zero-every K]\n"
 		"         [--ro-pages N]\n"
-		"         [--event remove|unmap|remap|fork]\n"
+		"         [--event remove|unmap|remap|fork|protect]\n"
 		"         [--touch N]\n");
 	exit(2);
 }
@@ -731,7 +743,8 @@ main(int argc, char **argv)
 		case 'E':
 			event = optarg;
 			if (strcmp(event, "remove") && strcmp(event, "unmap") &&
-			    strcmp(event, "remap") && strcmp(event, "fork"))
+			    strcmp(event, "remap") && strcmp(event, "fork") &&
+			    strcmp(event, "protect"))
 				usage();
 			break;
 		case 'F':

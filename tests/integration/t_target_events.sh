@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The target changes its own memory while pages are still missing: it
-# discards a range (madvise), unmaps one, moves one (mremap), or forks (the
+# discards a range (madvise), unmaps one, moves one (mremap), makes part of
+# one read-only (mprotect: the mapping splits off the bulk lane's frame
+# grid, and a frame across the split must still go in), or forks (the
 # child checks every page too, most of them still missing). The result
 # is what the target would have seen had all its memory been local: the
 # discarded pages read as zeros (never the source's stale bytes), the moved
@@ -12,7 +14,7 @@ start_daemon src --bulk-rate 4M
 start_daemon dst
 n=0
 for kind in ${KINDS:-anon memfd}; do
-	for ev in ${EVENTS:-remove unmap remap fork}; do
+	for ev in ${EVENTS:-remove unmap remap protect fork}; do
 		n=$((n + 1))
 		base=$((0x500000000000 + n * 0x100000000))
 		end=$((base + (32 << 20)))
