@@ -1017,27 +1017,6 @@ install_zero(struct dest *d, const struct dst_region *dr, uint64_t addr,
 }
 
 /*
- * An install the kernel refuses for good: the migration fails as a lost
- * source fails it (its missing pages poisoned, or the target stopped; the
- * source told), never with threads left waiting on pages that cannot come.
- * A forked child's failure is its root's: they share the lanes.
- */
-static void install_failed(struct dest *d, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static void
-install_failed(struct dest *d, const char *fmt, ...)
-{
-	char why[256];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
-	dest_fail(d->root ? d->root : d, "%s", why);
-}
-
-/*
  * Installs a run of missing pages, handling each outcome the way DESIGN
  * section 4 says. Returns the pages this call installed, or -1 when the
  * migration can no longer go on (failed).
@@ -1112,10 +1091,17 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 			target_exited(d);
 			return -1;
 		case UFFD_FAIL:
-			install_failed(d, "%s at 0x%llx: %s",
-				       zero ? "UFFDIO_ZEROPAGE" : "UFFDIO_COPY",
-				       (unsigned long long)(addr + off),
-				       strerror(errno));
+			/*
+			 * Refused for good: the migration fails as a lost
+			 * source fails it (missing pages poisoned, or the
+			 * target stopped; the source told), never with
+			 * threads left waiting on pages that cannot come. A
+			 * forked child's failure is its root's.
+			 */
+			dest_fail(d->root ? d->root : d, "%s at 0x%llx: %s",
+				  zero ? "UFFDIO_ZEROPAGE" : "UFFDIO_COPY",
+				  (unsigned long long)(addr + off),
+				  strerror(errno));
 			return -1;
 		}
 	}
@@ -1270,10 +1256,10 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 		if (got < 0)
 			return -1;
 		if (got == 0 && ++retries > RETRY_MAX) {
-			install_failed(t,
-				       "install at 0x%llx keeps failing with "
-				       "EAGAIN",
-				       (unsigned long long)page_addr(dr, p));
+			dest_fail(t->root ? t->root : t,
+				  "install at 0x%llx keeps failing with "
+				  "EAGAIN",
+				  (unsigned long long)page_addr(dr, p));
 			return -1;
 		}
 		if (pd->zero)
