@@ -122,6 +122,16 @@ struct dest {
 	struct event *find_ev; /* a child whose pid was not known yet */
 	pid_t parent_pid;      /* a child's parent, to find it by */
 	int find_tries;
+	/*
+	 * In the root: the processes no fork event may be matched with,
+	 * by pid and start time (a pid is reused): children the target had
+	 * when we attached or restored, and every child matched since.
+	 */
+	struct proc_id {
+		pid_t pid;
+		unsigned long long start;
+	} * seen;
+	size_t nseen;
 };
 
 static void dest_free(struct migration *);
@@ -176,6 +186,7 @@ dest_free(struct migration *m)
 	if (d->find_ev)
 		event_free(d->find_ev);
 	release_held(d);
+	free(d->seen);
 	if (d->uffd >= 0)
 		close(d->uffd);
 	if (d->pidfd >= 0)
@@ -1322,19 +1333,71 @@ child_done(struct dest *k)
 		dest_complete(root);
 }
 
-/* The process the target just forked: a child of pid we have not seen. */
+/* A process's start time (clock ticks after boot), 0 when it is gone. */
+static unsigned long long
+proc_start(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long start = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return 0;
+	/* Field 22; the name (field 2) may hold blanks: count after it. */
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) &&
+	    sscanf(p + 2,
+		   "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
+		   "%*d %*d %*d %*d %*d %*d %llu",
+		   &start) != 1)
+		start = 0;
+	fclose(f);
+	return start;
+}
+
+static int
+seen_has(const struct dest *root, pid_t pid, unsigned long long start)
+{
+	for (size_t i = 0; i < root->nseen; i++)
+		if (root->seen[i].pid == pid && root->seen[i].start == start)
+			return 1;
+	return 0;
+}
+
+static void
+seen_add(struct dest *root, pid_t pid, unsigned long long start)
+{
+	if (seen_has(root, pid, start))
+		return;
+	root->seen =
+		realloc(root->seen, (root->nseen + 1) * sizeof(*root->seen));
+	if (root->seen == NULL)
+		fatal("children");
+	root->seen[root->nseen].pid = pid;
+	root->seen[root->nseen++].start = start;
+}
+
+/*
+ * The children of parent (of all its threads) not yet seen: with mark set,
+ * all of them become seen; else the one forked first is returned, and
+ * becomes seen. The fork event is read while the parent is still inside
+ * fork(), and events come in fork order, so the first child forked that
+ * no event has claimed is this event's: a child the target had before the
+ * migration, or one already matched, never is.
+ */
 static pid_t
-find_child(pid_t parent, const struct dest *root)
+claim_child(pid_t parent, struct dest *root, int mark)
 {
 	char path[320], buf[4096];
-	pid_t found = 0;
+	unsigned long long best_start = 0;
+	pid_t best = 0;
 	struct dirent *e;
 	DIR *dir;
 
 	snprintf(path, sizeof(path), "/proc/%d/task", (int)parent);
 	if ((dir = opendir(path)) == NULL)
 		return 0;
-	while (found == 0 && (e = readdir(dir)) != NULL) {
+	while ((e = readdir(dir)) != NULL) {
 		char *tok, *save;
 		FILE *f;
 
@@ -1347,19 +1410,26 @@ find_child(pid_t parent, const struct dest *root)
 		if (fgets(buf, sizeof(buf), f) == NULL)
 			buf[0] = '\0';
 		fclose(f);
-		for (tok = strtok_r(buf, " \n", &save); tok && found == 0;
+		for (tok = strtok_r(buf, " \n", &save); tok;
 		     tok = strtok_r(NULL, " \n", &save)) {
 			pid_t c = (pid_t)atoi(tok);
-			int known = 0;
+			unsigned long long st = c > 0 ? proc_start(c) : 0;
 
-			for (size_t i = 0; i < root->nkids; i++)
-				known |= root->kids[i]->m->pid == c;
-			if (!known && c > 0)
-				found = c;
+			if (st == 0 || seen_has(root, c, st))
+				continue;
+			if (mark)
+				seen_add(root, c, st);
+			else if (best == 0 || st < best_start ||
+				 (st == best_start && c < best)) {
+				best = c;
+				best_start = st;
+			}
 		}
 	}
 	closedir(dir);
-	return found;
+	if (best > 0)
+		seen_add(root, best, best_start);
+	return best;
 }
 
 /*
@@ -1481,7 +1551,7 @@ find_cb(evutil_socket_t fd, short ev, void *arg)
 
 	if (k->m->state != MIG_RUNNING)
 		return;
-	if ((pid = find_child(k->parent_pid, k->root)) <= 0) {
+	if ((pid = claim_child(k->parent_pid, k->root, 0)) <= 0) {
 		if (k->find_tries++ < FIND_TRIES)
 			evtimer_add(k->find_ev, &tv);
 		else
@@ -1525,7 +1595,7 @@ static void
 fork_child(struct dest *parent, int ufd)
 {
 	struct dest *root = parent->root ? parent->root : parent, *k;
-	pid_t pid = find_child(parent->m->pid, root);
+	pid_t pid = claim_child(parent->m->pid, root, 0);
 
 	k = child_new(root, parent, pid, ufd);
 	k->parent_pid = parent->m->pid;
@@ -2267,6 +2337,12 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 		attach_fail(d, code, "%s", err);
 		goto out;
 	}
+	/*
+	 * Children it has now are not forks we follow. Marked after the
+	 * registration: a child forked in between is then missed (served
+	 * without its pid, as one never found), never taken for another.
+	 */
+	claim_child(d->m->pid, d, 1);
 	d->uffd_ev =
 		event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
 	event_priority_set(d->uffd_ev, PRIO_FAULT);
@@ -2838,6 +2914,10 @@ dest_restore(const char *path, FILE *f)
 		 (unsigned long long)m->pages_total, from);
 	for (size_t i = 0; i < nkids; i++)
 		restore_child(d, path, kids[i].pid, kids[i].tfd);
+	/* As at attach: the children there are now are not forks to come. */
+	claim_child(d->m->pid, d, 1);
+	for (size_t i = 0; i < d->nkids; i++)
+		claim_child(d->kids[i]->m->pid, d, 1);
 	save(d);
 	schedule_retry(d);
 	return 0;

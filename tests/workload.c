@@ -45,6 +45,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 
 #ifndef MADV_PAGEOUT
@@ -74,6 +75,13 @@ static uint64_t ev0;
 static uint8_t *moved_at;
 #define EV_PAGES 256
 static int prefault, sigbus_ok;
+/*
+ * dest --idle-child: before the migration, every page is filled with
+ * garbage (which attach discards) and a child is forked that only sleeps:
+ * a process the target had before, holding all those pages, which must not
+ * be taken for the one it forks during the migration (--event fork).
+ */
+static int idle_child;
 static unsigned pace_us;
 static atomic_ulong lost;
 static __thread sigjmp_buf bus_jmp;
@@ -555,6 +563,20 @@ run_dest(void)
 	if (prefault) /* resident garbage that attach must discard */
 		for (uint64_t page = 0; page < npages; page += 7)
 			memset(mem + page * PS, 0xa5, PS);
+	if (idle_child) {
+		pid_t c;
+
+		memset(mem, 0xa5, size);
+		if ((c = fork()) < 0) {
+			perror("workload: fork");
+			return 1;
+		}
+		if (c == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			for (;;)
+				pause();
+		}
+	}
 	protect_ro();
 	sigemptyset(&set);
 	sigaddset(&set, SIGUSR1);
@@ -665,7 +687,7 @@ usage(void)
 		"                 file-private --file PATH] [--zero-every K]\n"
 		"         [--ro-pages N]\n"
 		"         [--event remove|unmap|remap|fork|protect]\n"
-		"         [--touch N]\n");
+		"         [--touch N] [--idle-child]\n");
 	exit(2);
 }
 
@@ -681,6 +703,7 @@ main(int argc, char **argv)
 		{"pageout-every", required_argument, NULL, 'p'},
 		{"poke-every", required_argument, NULL, 'k'},
 		{"prefault", no_argument, NULL, 'P'},
+		{"idle-child", no_argument, NULL, 'I'},
 		{"sigbus-ok", no_argument, NULL, 'B'},
 		{"pace-us", required_argument, NULL, 'D'},
 		{"kind", required_argument, NULL, 'K'},
@@ -724,6 +747,9 @@ main(int argc, char **argv)
 			break;
 		case 'k':
 			poke_every = (unsigned)atoi(optarg);
+			break;
+		case 'I':
+			idle_child = 1;
 			break;
 		case 'P':
 			prefault = 1;

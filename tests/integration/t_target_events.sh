@@ -3,7 +3,8 @@
 # discards a range (madvise), unmaps one, moves one (mremap), makes part of
 # one read-only (mprotect: the mapping splits off the bulk lane's frame
 # grid, and a frame across the split must still go in), or forks (the
-# child checks every page too, most of them still missing). The result
+# child checks every page too, most of them still missing), also beside a
+# child it had before the migration. The result
 # is what the target would have seen had all its memory been local: the
 # discarded pages read as zeros (never the source's stale bytes), the moved
 # pages hold the source's bytes at their new address, every other page is
@@ -13,25 +14,36 @@ need_root
 start_daemon src --bulk-rate 4M
 start_daemon dst
 n=0
-for kind in ${KINDS:-anon memfd}; do
+# one KIND EVENT [DEST ARGS...]: one migration whose target does EVENT.
+one() {
+	local kind=$1 ev=$2 base end range id
+	shift 2
+	n=$((n + 1))
+	base=$((0x500000000000 + n * 0x100000000))
+	end=$((base + (32 << 20)))
+	range=$(printf '%x-%x' "$base" "$end")
+	start_workload WS source --size 32M --threads 1 --base "$base" --kind "$kind"
+	start_workload WD dest --size 32M --threads 4 --base "$base" --kind "$kind" --event "$ev" "$@"
+	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+		--id "$id" --range "$range" >/dev/null
+	kill -USR1 "$WD"
+	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 120 >"$T/wait.out" 2>&1 ||
+		fail "$kind $ev $*: $(cat "$T/wait.out")"
+	wait_verified WD >/dev/null
+	info "$kind, target does $ev $* while pages are missing: $(grep '^verified' "$T/WD.out")"
+	if [ "$ev" = fork ]; then
+		wait_child_verified WD "$kind $*"
+	fi
+	kill "$WD"
+}
+for kind in ${KINDS-anon memfd}; do
 	for ev in ${EVENTS:-remove unmap remap protect fork}; do
-		n=$((n + 1))
-		base=$((0x500000000000 + n * 0x100000000))
-		end=$((base + (32 << 20)))
-		range=$(printf '%x-%x' "$base" "$end")
-		start_workload WS source --size 32M --threads 1 --base "$base" --kind "$kind"
-		start_workload WD dest --size 32M --threads 4 --base "$base" --kind "$kind" --event "$ev"
-		id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
-		"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-			--id "$id" --range "$range" >/dev/null
-		kill -USR1 "$WD"
-		"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 120 >"$T/wait.out" 2>&1 ||
-			fail "$kind $ev: $(cat "$T/wait.out")"
-		wait_verified WD >/dev/null
-		info "$kind, target does $ev while pages are missing: $(grep '^verified' "$T/WD.out")"
-		if [ "$ev" = fork ]; then
-			wait_child_verified WD "$kind"
-		fi
-		kill "$WD"
+		one "$kind" "$ev"
 	done
 done
+# A target that had a child before the migration (holding every page)
+# forks another during it: the fork event is the new child's. (Taken for
+# the old one, the new child's pages counted as present, its uffd was
+# closed at once, and its missing pages read as zeros.)
+one anon fork --idle-child
