@@ -280,6 +280,27 @@ save_more(FILE *f, const struct migration *m)
 				(unsigned long long)d->regs[i].moves[k].p0,
 				(unsigned long long)d->regs[i].moves[k].p1,
 				(unsigned long long)d->regs[i].moves[k].base);
+	/*
+	 * Runs of pages the target discarded (or the source said are zero)
+	 * and nobody touched since: a restart cannot tell them from missing
+	 * ones in the pagemap, and must never fetch the source's bytes there.
+	 */
+	for (size_t i = 0; i < d->nregs; i++) {
+		const struct pagestate *ps = &d->regs[i].ps;
+
+		for (uint64_t p = 0; ps->discarded && p < ps->npages;) {
+			uint64_t q = p;
+
+			while (q < ps->npages &&
+			       pagestate_get(ps, q) == PAGE_DISCARDED)
+				q++;
+			if (q > p)
+				fprintf(f, "discarded=%zu %llx %llx\n", i,
+					(unsigned long long)p,
+					(unsigned long long)q);
+			p = q + 1;
+		}
+	}
 }
 
 static void
@@ -927,6 +948,7 @@ read_faults(struct dest *d)
 			case UFFD_EVENT_UNMAP:
 				discard_range(d, msg->arg.remove.start,
 					      msg->arg.remove.end);
+				save(d); /* a restart must know */
 				continue;
 			case UFFD_EVENT_REMAP:
 				remap_range(d, msg->arg.remap.from,
@@ -2725,7 +2747,11 @@ dest_restore(const char *path, FILE *f)
 		size_t reg;
 		struct move mv;
 	} *moves = NULL;
-	size_t nregs = 0, nranges = 0, nmoves = 0;
+	struct {
+		size_t reg;
+		uint64_t p0, p1;
+	} *gone = NULL;
+	size_t nregs = 0, nranges = 0, nmoves = 0, ngone = 0;
 	int pid = -1, tfd = -1, was_held = 0;
 	struct {
 		int pid, tfd;
@@ -2775,6 +2801,19 @@ dest_restore(const char *path, FILE *f)
 				goto bad;
 			moves[nmoves].reg = reg;
 			moves[nmoves++].mv = (struct move){p0, p1, at};
+		} else if (strcmp(key, "discarded") == 0) {
+			unsigned long long p0, p1;
+			size_t reg;
+
+			gone = realloc(gone, (ngone + 1) * sizeof(*gone));
+			if (gone == NULL ||
+			    sscanf(val, "%zu %llx %llx", &reg, &p0, &p1) != 3 ||
+			    reg >= nregs || p0 >= p1 ||
+			    p1 > regs[reg].length / regs[reg].page_size)
+				goto bad;
+			gone[ngone].reg = reg;
+			gone[ngone].p0 = p0;
+			gone[ngone++].p1 = p1;
 		} else if (strcmp(key, "region") == 0) {
 			struct region r = {0};
 			unsigned long long s, l, src;
@@ -2830,6 +2869,7 @@ dest_restore(const char *path, FILE *f)
 		migration_free(m);
 		free(regs);
 		free(moves);
+		free(gone);
 		return -1;
 	}
 	if ((d->uffd = take_uffd(d->pidfd, tfd)) < 0) {
@@ -2839,6 +2879,7 @@ dest_restore(const char *path, FILE *f)
 		migration_free(m);
 		free(regs);
 		free(moves);
+		free(gone);
 		return -1;
 	}
 	if (was_held) {
@@ -2856,6 +2897,7 @@ dest_restore(const char *path, FILE *f)
 		migration_free(m);
 		free(regs);
 		free(moves);
+		free(gone);
 		return -1;
 	}
 	d->regs = xcalloc(nregs, sizeof(*d->regs));
@@ -2881,13 +2923,24 @@ dest_restore(const char *path, FILE *f)
 			log_warn("%s: pagemap of %d", path, pid);
 			free(regs);
 			free(moves);
+			free(gone);
 			migration_free(m);
 			return -1;
 		}
+		/* Discarded and not touched since: still nothing to fetch. */
+		for (size_t k = 0; k < ngone; k++)
+			for (uint64_t p = gone[k].p0;
+			     gone[k].reg == i && p < gone[k].p1; p++)
+				if (pagestate_get(&dr->ps, p) != PAGE_PRESENT)
+					pagestate_set(&dr->ps, p,
+						      PAGE_DISCARDED);
 		m->pages_total += dr->npages;
 	}
+	free(gone);
+	gone = NULL;
 	free(regs);
 	free(moves);
+	free(gone);
 	m->pages_present = present_total(d);
 	d->uffd_ev =
 		event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
@@ -2925,6 +2978,7 @@ bad:
 	log_warnx("%s: malformed destination state", path);
 	free(regs);
 	free(moves);
+	free(gone);
 	free(ranges);
 	return -1;
 }
