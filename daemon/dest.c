@@ -999,9 +999,18 @@ read_faults(struct dest *d)
 							   .feat.ptid,
 						   1);
 					request_page(d, dr, page);
-				} else
-					uffd_wake(d->uffd, page_addr(dr, page),
-						  dr->r.page_size);
+				} else {
+					/*
+					 * Or gone again with no event: a hole
+					 * punched in shared memory, a page
+					 * MADV_FREE let go. A wake alone would
+					 * make the thread fault for good;
+					 * a zero page is what it reads without
+					 * a migration (EEXIST: it was a race,
+					 * and the thread is woken).
+					 */
+					zero_discarded(d, dr, page);
+				}
 				break;
 			case PAGE_DISCARDED:
 				zero_discarded(d, dr, page);
@@ -1157,7 +1166,8 @@ zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
 		pagestate_set(&dr->ps, page, PAGE_PRESENT);
 		if (res == UFFD_EXISTS)
 			uffd_wake(d->uffd, addr, ps);
-		d->m->zero_pages++;
+		else
+			d->m->zero_pages++;
 	} else if (res == UFFD_GONE) {
 		target_exited(d);
 	} else if (res != UFFD_RETRY) {

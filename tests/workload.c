@@ -68,7 +68,9 @@ static const char *kind = "anon", *file_path;
  * must then read as zeros), "unmap" (munmap; they are not checked),
  * "remap" (mremap to moved_at; they must be found there) or "protect"
  * (mprotect read-only, from a page off the 64-page grid, which splits the
- * mapping where no bulk frame would end; they read as before).
+ * mapping where no bulk frame would end; they read as before) or "punch"
+ * (memfd, tmpfs: fetched, then a hole punched in the file, which no uffd
+ * event reports; they must then read as zeros).
  */
 static const char *event;
 static uint64_t ev0;
@@ -82,6 +84,7 @@ static int prefault, sigbus_ok;
  * be taken for the one it forks during the migration (--event fork).
  */
 static int idle_child;
+static int map_fd = -1;
 static unsigned pace_us;
 static atomic_ulong lost;
 static __thread sigjmp_buf bus_jmp;
@@ -269,8 +272,7 @@ map_region(void)
 			base, size, strerror(errno));
 		exit(1);
 	}
-	if (fd >= 0)
-		close(fd);
+	map_fd = fd; /* kept: --event punch */
 	if (strcmp(kind, "thp") == 0)
 		madvise(mem, size, MADV_HUGEPAGE);
 }
@@ -440,7 +442,8 @@ static void
 check_page_guarded(uint64_t page)
 {
 	volatile uint64_t *p = (volatile uint64_t *)(mem + page * PS);
-	int removed = in_event(page) && strcmp(event, "remove") == 0;
+	int removed = in_event(page) && (strcmp(event, "remove") == 0 ||
+					 strcmp(event, "punch") == 0);
 
 	if (in_event(page) && strcmp(event, "unmap") == 0) {
 		atomic_fetch_add(&checked, 1);
@@ -623,7 +626,14 @@ run_dest(void)
 							       : MADV_REMOVE);
 		else if (strcmp(event, "unmap") == 0)
 			rc = munmap(at, EV_PAGES * PS);
-		else if (strcmp(event, "protect") == 0)
+		else if (strcmp(event, "punch") == 0) {
+			for (uint64_t p = 0; p < EV_PAGES; p++)
+				(void)*(volatile uint64_t *)(at + p * PS);
+			rc = fallocate(map_fd,
+				       FALLOC_FL_PUNCH_HOLE |
+					       FALLOC_FL_KEEP_SIZE,
+				       (off_t)(ev0 * PS), EV_PAGES * PS);
+		} else if (strcmp(event, "protect") == 0)
 			rc = mprotect(at + 7 * PS, (EV_PAGES - 14) * PS,
 				      PROT_READ);
 		else if (strcmp(event, "remap") == 0) {
@@ -686,7 +696,7 @@ usage(void)
 		"tmpfs|\n"
 		"                 file-private --file PATH] [--zero-every K]\n"
 		"         [--ro-pages N]\n"
-		"         [--event remove|unmap|remap|fork|protect]\n"
+		"         [--event remove|unmap|remap|fork|protect|punch]\n"
 		"         [--touch N] [--idle-child]\n");
 	exit(2);
 }
@@ -770,7 +780,7 @@ main(int argc, char **argv)
 			event = optarg;
 			if (strcmp(event, "remove") && strcmp(event, "unmap") &&
 			    strcmp(event, "remap") && strcmp(event, "fork") &&
-			    strcmp(event, "protect"))
+			    strcmp(event, "protect") && strcmp(event, "punch"))
 				usage();
 			break;
 		case 'F':

@@ -4,7 +4,8 @@
 # one read-only (mprotect: the mapping splits off the bulk lane's frame
 # grid, and a frame across the split must still go in), or forks (the
 # child checks every page too, most of them still missing), also beside a
-# child it had before the migration. The result
+# child it had before the migration, or punches a hole in its shared memory
+# file (no event at all). The result
 # is what the target would have seen had all its memory been local: the
 # discarded pages read as zeros (never the source's stale bytes), the moved
 # pages hold the source's bytes at their new address, every other page is
@@ -28,13 +29,20 @@ one() {
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$range" >/dev/null
 	kill -USR1 "$WD"
-	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 120 >"$T/wait.out" 2>&1 ||
+	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout "${WAIT_SECS:-120}" >"$T/wait.out" 2>&1 ||
 		fail "$kind $ev $*: $(cat "$T/wait.out")"
 	wait_verified WD >/dev/null
 	info "$kind, target does $ev $* while pages are missing: $(grep '^verified' "$T/WD.out")"
 	if [ "$ev" = fork ]; then
 		wait_child_verified WD "$kind $*"
 	fi
+	# Each fault is served once: a thread that faults again and again on
+	# one page spins until the migration ends.
+	faults=$("$CLIENT" --control "$dst_SOCK" status "$id" --json |
+		sed -n 's/.*"demand_faults":\([0-9]*\).*/\1/p')
+	[ "${faults:-0}" -le 16384 ] || fail "$kind $ev $*: $faults faults for 8192 pages"
+	info "$kind $ev $*: $faults demand faults"
+
 	kill "$WD"
 }
 for kind in ${KINDS-anon memfd}; do
@@ -42,6 +50,11 @@ for kind in ${KINDS-anon memfd}; do
 		one "$kind" "$ev"
 	done
 done
+# Shared memory: the target fetches pages, then punches a hole in the file
+# under them (fallocate: no uffd event says so): they read as zeros, as
+# they would have without a migration. (Taken for present, a thread
+# faulting there was woken, faulted again, and so on for good.)
+one memfd punch
 # A target that had a child before the migration (holding every page)
 # forks another during it: the fork event is the new child's. (Taken for
 # the old one, the new child's pages counted as present, its uffd was
