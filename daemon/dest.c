@@ -93,6 +93,14 @@ struct dest {
 	uint8_t *buf;
 	struct waiter *waiters;
 	size_t nwaiters;
+	/*
+	 * Faults answered with a zero page that the kernel refused (EAGAIN:
+	 * an event was pending): the fault is read, so nothing else would
+	 * wake the thread. Tried again once read_faults() has read the event.
+	 */
+	uint64_t *zretry;
+	size_t nzretry;
+	int read_err;	  /* a failed read of the uffd was logged */
 	size_t nrequests; /* waiters that sent their page's request */
 	int resuming;	  /* the demand lane is in a resume handshake */
 	int failing;	  /* poisoning: faults are no longer requested */
@@ -187,6 +195,7 @@ dest_free(struct migration *m)
 		event_free(d->find_ev);
 	release_held(d);
 	free(d->seen);
+	free(d->zretry);
 	if (d->uffd >= 0)
 		close(d->uffd);
 	if (d->pidfd >= 0)
@@ -818,6 +827,7 @@ static void
 discard_range(struct dest *d, uint64_t start, uint64_t end)
 {
 	uint64_t n = 0;
+	int waited = 0;
 
 	for (size_t i = 0; i < d->nregs; i++) {
 		struct dst_region *dr = &d->regs[i];
@@ -827,11 +837,20 @@ discard_range(struct dest *d, uint64_t start, uint64_t end)
 
 			if (a >= start && a < end &&
 			    pagestate_get(&dr->ps, p) != PAGE_DISCARDED) {
-				pagestate_set(&dr->ps, p, PAGE_DISCARDED);
+				waited |= pagestate_set(&dr->ps, p,
+							PAGE_DISCARDED) ==
+					  PAGE_REQUESTED;
 				n++;
 			}
 		}
 	}
+	/*
+	 * A thread that waited on one of them would wait for data that is
+	 * never installed now: wake it, and its fault comes again, for a
+	 * zero page.
+	 */
+	if (waited && d->uffd >= 0)
+		uffd_wake(d->uffd, start, end - start);
 	log_debug("migration %s: target discarded 0x%llx-0x%llx (%llu pages)",
 		  log_id(d->m->id), (unsigned long long)start,
 		  (unsigned long long)end, (unsigned long long)n);
@@ -879,6 +898,9 @@ remap_range(struct dest *d, uint64_t from, uint64_t to, uint64_t len)
 }
 
 static void zero_discarded(struct dest *, struct dst_region *, uint64_t page);
+static void zero_outside(struct dest *, uint64_t addr);
+static void zero_later(struct dest *, uint64_t addr);
+static void zero_retry(struct dest *);
 static void fork_child(struct dest *parent, int ufd);
 
 /* A thread waits on a page; first: its fault sends the request. */
@@ -930,10 +952,21 @@ read_faults(struct dest *d)
 	struct uffd_msg msgs[64];
 
 	for (;;) {
-		ssize_t r = read(d->uffd, msgs, sizeof(msgs));
+		ssize_t r =
+			d->uffd >= 0 ? read(d->uffd, msgs, sizeof(msgs)) : 0;
 
 		if (r < 0 && errno == EINTR)
 			continue;
+		/*
+		 * Anything but "nothing pending" is worth a line: a fork
+		 * event needs a descriptor, and without one (EMFILE) the
+		 * kernel keeps it, and the forking thread, waiting.
+		 */
+		if (r < 0 && errno != EAGAIN && !d->read_err) {
+			d->read_err = 1;
+			log_warn("migration %s: reading the userfaultfd",
+				 log_id(d->m->id));
+		}
 		if (r <= 0)
 			break;
 		for (size_t i = 0; i < (size_t)r / sizeof(msgs[0]); i++) {
@@ -965,10 +998,11 @@ read_faults(struct dest *d)
 			}
 			addr = msg->arg.pagefault.address;
 			if ((dr = locate(d, addr, &page)) == NULL) {
-				log_warnx("migration %s: fault at 0x%llx "
+				log_debug("migration %s: fault at 0x%llx "
 					  "outside every region",
 					  log_id(d->m->id),
 					  (unsigned long long)addr);
+				zero_outside(d, addr);
 				continue;
 			}
 			if (d->failing)
@@ -1020,6 +1054,8 @@ read_faults(struct dest *d)
 		if ((size_t)r < sizeof(msgs))
 			break; /* a short read took every pending message */
 	}
+	if (d->nzretry)
+		zero_retry(d);
 	if (d->demand)
 		conn_flush(d->demand);
 }
@@ -1170,11 +1206,66 @@ zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
 			d->m->zero_pages++;
 	} else if (res == UFFD_GONE) {
 		target_exited(d);
-	} else if (res != UFFD_RETRY) {
+	} else if (res == UFFD_RETRY) {
+		zero_later(d, addr);
+	} else {
 		log_warn("migration %s: zero page at 0x%llx", log_id(d->m->id),
 			 (unsigned long long)addr);
 	}
-	/* On EAGAIN the thread faults again once the event is read. */
+}
+
+/*
+ * A fault outside every region: memory the target added to a registered
+ * mapping without an event we follow (mremap growing it in place). None of
+ * it comes from the source: a zero page, as without a migration.
+ */
+static void
+zero_outside(struct dest *d, uint64_t addr)
+{
+	uint64_t done, ps = (uint64_t)sysconf(_SC_PAGESIZE);
+	enum uffd_res res =
+		uffd_zeropage(d->uffd, addr - addr % ps, ps, 0, &done);
+
+	if (res == UFFD_EXISTS)
+		uffd_wake(d->uffd, addr - addr % ps, ps);
+	else if (res == UFFD_RETRY)
+		zero_later(d, addr);
+	else if (res == UFFD_GONE)
+		target_exited(d);
+	else if (res != UFFD_OK)
+		log_warn("migration %s: zero page at 0x%llx outside every "
+			 "region",
+			 log_id(d->m->id), (unsigned long long)addr);
+}
+
+static void
+zero_later(struct dest *d, uint64_t addr)
+{
+	d->zretry = realloc(d->zretry, (d->nzretry + 1) * sizeof(*d->zretry));
+	if (d->zretry == NULL)
+		fatal("zero page retries");
+	d->zretry[d->nzretry++] = addr;
+}
+
+/* The zero pages refused while an event was pending, once it is read. */
+static void
+zero_retry(struct dest *d)
+{
+	uint64_t *addrs = d->zretry, page;
+	size_t n = d->nzretry;
+
+	d->zretry = NULL;
+	d->nzretry = 0;
+	for (size_t i = 0; i < n && d->uffd >= 0; i++) {
+		struct dst_region *dr = locate(d, addrs[i], &page);
+
+		if (dr == NULL)
+			zero_outside(d, addrs[i]);
+		else if (pagestate_get(&dr->ps, page) == PAGE_DISCARDED ||
+			 pagestate_get(&dr->ps, page) == PAGE_PRESENT)
+			zero_discarded(d, dr, page);
+	}
+	free(addrs);
 }
 
 /*

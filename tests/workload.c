@@ -70,7 +70,9 @@ static const char *kind = "anon", *file_path;
  * (mprotect read-only, from a page off the 64-page grid, which splits the
  * mapping where no bulk frame would end; they read as before) or "punch"
  * (memfd, tmpfs: fetched, then a hole punched in the file, which no uffd
- * event reports; they must then read as zeros).
+ * event reports; they must then read as zeros). "grow" (anon) is not about
+ * those pages: the region grows in place by EV_PAGES (mremap, no event),
+ * and the new pages must read as zeros at once ("grown" is printed then).
  */
 static const char *event;
 static uint64_t ev0;
@@ -434,7 +436,8 @@ check_page(uint64_t page)
 static int
 in_event(uint64_t page)
 {
-	return event && strcmp(event, "fork") != 0 && page >= ev0 &&
+	return event && strcmp(event, "fork") != 0 &&
+	       strcmp(event, "grow") != 0 && page >= ev0 &&
 	       page < ev0 + EV_PAGES;
 }
 
@@ -633,6 +636,17 @@ run_dest(void)
 				       FALLOC_FL_PUNCH_HOLE |
 					       FALLOC_FL_KEEP_SIZE,
 				       (off_t)(ev0 * PS), EV_PAGES * PS);
+		} else if (strcmp(event, "grow") == 0) {
+			rc = mremap(mem, size, size + EV_PAGES * PS, 0) ==
+					     MAP_FAILED
+				     ? -1
+				     : 0;
+			for (uint64_t p = 0; rc == 0 && p < EV_PAGES; p++)
+				if (*(volatile uint64_t *)(mem + size +
+							   p * PS) != 0)
+					report(size / PS + p, 0, 1, 0);
+			printf("grown\n");
+			fflush(stdout);
 		} else if (strcmp(event, "protect") == 0)
 			rc = mprotect(at + 7 * PS, (EV_PAGES - 14) * PS,
 				      PROT_READ);
@@ -696,7 +710,8 @@ usage(void)
 		"tmpfs|\n"
 		"                 file-private --file PATH] [--zero-every K]\n"
 		"         [--ro-pages N]\n"
-		"         [--event remove|unmap|remap|fork|protect|punch]\n"
+		"         [--event "
+		"remove|unmap|remap|fork|protect|punch|grow]\n"
 		"         [--touch N] [--idle-child]\n");
 	exit(2);
 }
@@ -780,7 +795,8 @@ main(int argc, char **argv)
 			event = optarg;
 			if (strcmp(event, "remove") && strcmp(event, "unmap") &&
 			    strcmp(event, "remap") && strcmp(event, "fork") &&
-			    strcmp(event, "protect") && strcmp(event, "punch"))
+			    strcmp(event, "protect") &&
+			    strcmp(event, "punch") && strcmp(event, "grow"))
 				usage();
 			break;
 		case 'F':

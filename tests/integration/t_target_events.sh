@@ -4,8 +4,8 @@
 # one read-only (mprotect: the mapping splits off the bulk lane's frame
 # grid, and a frame across the split must still go in), or forks (the
 # child checks every page too, most of them still missing), also beside a
-# child it had before the migration, or punches a hole in its shared memory
-# file (no event at all). The result
+# child it had before the migration, punches a hole in its shared memory
+# file, or grows a region in place (no event at all for these two). The result
 # is what the target would have seen had all its memory been local: the
 # discarded pages read as zeros (never the source's stale bytes), the moved
 # pages hold the source's bytes at their new address, every other page is
@@ -29,6 +29,14 @@ one() {
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$range" >/dev/null
 	kill -USR1 "$WD"
+	if [ "$ev" = grow ]; then
+		for _ in $(seq 600); do
+			grep -q '^grown' "$T/WD.out" && break
+			sleep 0.1
+		done
+		"$CLIENT" --control "$dst_SOCK" status "$id" --json | grep -q '"state":"running"' ||
+			fail "$kind grow: the new pages waited for the migration to end"
+	fi
 	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout "${WAIT_SECS:-120}" >"$T/wait.out" 2>&1 ||
 		fail "$kind $ev $*: $(cat "$T/wait.out")"
 	wait_verified WD >/dev/null
@@ -55,6 +63,10 @@ done
 # they would have without a migration. (Taken for present, a thread
 # faulting there was woken, faulted again, and so on for good.)
 one memfd punch
+# The target grows a region in place (mremap, no event): the new pages are
+# no page of the source's and read as zeros at once. (Their faults were
+# dropped as outside every region: the thread slept until the end.)
+one anon grow
 # A target that had a child before the migration (holding every page)
 # forks another during it: the fork event is the new child's. (Taken for
 # the old one, the new child's pages counted as present, its uffd was
