@@ -68,20 +68,21 @@ region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end)
 }
 
 /*
- * A backing file refused for want of a capability (not one that went away
- * with its mapping): what the mapping is cannot be told, and guessing
- * "not ours" would leave its pages behind unnoticed.
+ * A backing file that would not open, for want of a capability or of a
+ * descriptor, or a file system error (but not one that went away with its
+ * mapping): what the mapping is cannot be told, and guessing "not ours"
+ * would leave its pages behind unnoticed.
  */
 static void
 denied_if(struct vma *v)
 {
-	if (errno == EPERM || errno == EACCES)
-		v->denied = 1;
+	if (errno != ENOENT && errno != ESRCH)
+		v->denied = errno ? errno : EIO;
 }
 
 /*
- * Shared memory is read through its backing file: kind, when it opens (or
- * fails for a reason of its own, told later), else unknown and denied.
+ * Shared memory is read through its backing file: kind, when it opens,
+ * else unknown and denied (gone: unknown).
  */
 static enum region_kind
 backed(pid_t pid, struct vma *v, enum region_kind kind)
@@ -268,10 +269,14 @@ region_denied(const struct vma *v, size_t n, uint64_t start, uint64_t end,
 {
 	for (size_t i = 0; i < n; i++)
 		if (v[i].denied && v[i].start < end && v[i].end > start) {
+			int cap = v[i].denied == EPERM || v[i].denied == EACCES;
+
 			snprintf(err, errlen,
-				 "%s, which its mapping at 0x%llx-0x%llx "
+				 "%s%s, which its mapping at 0x%llx-0x%llx "
 				 "(%s) is read through",
-				 REGION_BACKING_CAPS,
+				 cap ? REGION_BACKING_CAPS
+				     : "cannot open /proc/PID/map_files: ",
+				 cap ? "" : strerror(v[i].denied),
 				 (unsigned long long)v[i].start,
 				 (unsigned long long)v[i].end, v[i].name);
 			return 1;

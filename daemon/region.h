@@ -49,7 +49,7 @@ struct vma {
 	/* path or [heap]-style name, "" for anonymous */
 	char name[REGION_NAME_MAX];
 	int name_cut; /* the path did not fit in name */
-	/* Its backing file was refused (no REGION_BACKING_CAPS): kind unknown */
+	/* errno when its backing file would not open: its kind is unknown */
 	int denied;
 	enum region_kind kind;
 };
