@@ -80,7 +80,10 @@ struct source {
 static void source_free(struct migration *);
 static void teardown(struct source *);
 
-/* Whether every thread of pid is in a stopped state (T or t). */
+/*
+ * Whether every thread of pid is in a stopped state (T or t), or dead
+ * (Z, X: it runs no more, and its exit is reported on its own).
+ */
 static int
 all_stopped(pid_t pid)
 {
@@ -103,7 +106,7 @@ all_stopped(pid_t pid)
 		if ((f = fopen(path, "re")) == NULL)
 			continue;
 		if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) &&
-		    p[1] == ' ' && p[2] != 'T' && p[2] != 't')
+		    p[1] == ' ' && strchr("TtZX", p[2]) == NULL)
 			stopped = 0;
 		fclose(f);
 	}
@@ -187,12 +190,31 @@ save(struct source *s)
 	state_write(s->m, save_more);
 }
 
+/*
+ * The process must stay as it was frozen: its pages were classified then,
+ * and a page it writes after it went is lost to the destination. Nothing
+ * tells us of a SIGCONT from elsewhere; look each ping, and at the end.
+ */
+static int
+continued(const struct source *s)
+{
+	return all_stopped(s->m->pid) == 0;
+}
+
+#define CONTINUED_WHY                                                          \
+	"source process %d was continued (SIGCONT from elsewhere) during the " \
+	"migration: what it wrote since may not reach the destination"
+
 static void
 ping_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct source *s = arg;
 	Uffdd__Ping p = UFFDD__PING__INIT;
 
+	if (continued(s)) {
+		source_fail(s, CONTINUED_WHY, (int)s->m->pid);
+		return;
+	}
 	if (s->demand)
 		conn_send(s->demand, FRAME_PING, &p.base);
 	if (s->bulk && conn_output_len(s->bulk) == 0)
@@ -900,6 +922,18 @@ teardown(struct source *s)
 static void
 complete(struct source *s)
 {
+	/*
+	 * The destination has every page it was sent. If the process ran
+	 * meanwhile, that may not be all it holds: it is not killed, and the
+	 * migration is not called complete here.
+	 */
+	if (continued(s)) {
+		migration_fail(s->m, CONTINUED_WHY, (int)s->m->pid);
+		log_warnx("migration %s: process %d left running",
+			  log_id(s->m->id), (int)s->m->pid);
+		teardown(s);
+		return;
+	}
 	migration_set_state(s->m, MIG_COMPLETE);
 	if (s->keep_source) {
 		log_info("migration %s complete; process %d left stopped",
