@@ -2856,7 +2856,7 @@ dest_restore(const char *path, FILE *f)
 	int pid = -1, tfd = -1, was_held = 0;
 	struct {
 		int pid, tfd;
-	} kids[64];
+	} *kids = NULL;
 	size_t nkids = 0;
 	struct migration *m;
 	struct dest *d;
@@ -2877,11 +2877,14 @@ dest_restore(const char *path, FILE *f)
 			tfd = atoi(val);
 		else if (strcmp(key, "held") == 0)
 			was_held = atoi(val);
-		else if (strcmp(key, "child") == 0 && nkids < 64 &&
-			 sscanf(val, "%d %d", &kids[nkids].pid,
-				&kids[nkids].tfd) == 2)
+		else if (strcmp(key, "child") == 0) {
+			kids = realloc(kids, (nkids + 1) * sizeof(*kids));
+			if (kids == NULL ||
+			    sscanf(val, "%d %d", &kids[nkids].pid,
+				   &kids[nkids].tfd) != 2)
+				goto bad;
 			nkids++;
-		else if (strcmp(key, "range") == 0) {
+		} else if (strcmp(key, "range") == 0) {
 			ranges = realloc(ranges,
 					 (nranges + 1) * sizeof(*ranges));
 			if (ranges == NULL ||
@@ -2971,6 +2974,7 @@ dest_restore(const char *path, FILE *f)
 		free(regs);
 		free(moves);
 		free(gone);
+		free(kids);
 		return -1;
 	}
 	if ((d->uffd = take_uffd(d->pidfd, tfd)) < 0) {
@@ -2981,6 +2985,7 @@ dest_restore(const char *path, FILE *f)
 		free(regs);
 		free(moves);
 		free(gone);
+		free(kids);
 		return -1;
 	}
 	if (was_held) {
@@ -2999,6 +3004,7 @@ dest_restore(const char *path, FILE *f)
 		free(regs);
 		free(moves);
 		free(gone);
+		free(kids);
 		return -1;
 	}
 	d->regs = xcalloc(nregs, sizeof(*d->regs));
@@ -3025,6 +3031,7 @@ dest_restore(const char *path, FILE *f)
 			free(regs);
 			free(moves);
 			free(gone);
+			free(kids);
 			migration_free(m);
 			return -1;
 		}
@@ -3041,7 +3048,6 @@ dest_restore(const char *path, FILE *f)
 	gone = NULL;
 	free(regs);
 	free(moves);
-	free(gone);
 	m->pages_present = present_total(d);
 	d->uffd_ev =
 		event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
@@ -3068,6 +3074,7 @@ dest_restore(const char *path, FILE *f)
 		 (unsigned long long)m->pages_total, from);
 	for (size_t i = 0; i < nkids; i++)
 		restore_child(d, path, kids[i].pid, kids[i].tfd);
+	free(kids);
 	/* As at attach: the children there are now are not forks to come. */
 	claim_child(d->m->pid, d, 1);
 	for (size_t i = 0; i < d->nkids; i++)
@@ -3080,6 +3087,7 @@ bad:
 	free(regs);
 	free(moves);
 	free(gone);
+	free(kids);
 	free(ranges);
 	return -1;
 }
