@@ -32,7 +32,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -284,11 +283,27 @@ free_port(void)
 	return port;
 }
 
+static volatile sig_atomic_t holder_pid, holder_kept;
+
+/*
+ * SIGINT, SIGTERM, SIGHUP: before the destination guest runs, the holder
+ * is ours to remove (the source guest is still the guest); after, it is
+ * the destination guest's RAM until the migration completes.
+ */
+static void
+on_fatal_signal(int sig)
+{
+	if (holder_pid > 0 && !holder_kept)
+		kill((pid_t)holder_pid, SIGKILL);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 /*
  * The holder: a child that maps the source RAM files (shared; writable as
  * the source daemon serves only rw mappings, but it never writes)
  * and sleeps; it is what the source daemon exports and, at completion,
- * kills. It dies with us.
+ * kills.
  */
 static pid_t
 start_holder(struct ramblock *b, size_t n)
@@ -333,7 +348,13 @@ start_holder(struct ramblock *b, size_t n)
 			dup2(null, 2);
 		}
 		close_range(3, ~0U, 0);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		/*
+		 * Not killed with us, nor by a Ctrl-C at our terminal: once
+		 * the destination guest runs, this serves its RAM until the
+		 * source daemon kills it at completion, whatever becomes of
+		 * us. Before that, we kill it on every way out (kill_holder).
+		 */
+		setsid();
 		for (;;)
 			pause();
 	}
@@ -472,9 +493,13 @@ cmd_migrate_qemu(int argc, char **argv)
 	}
 	say("source vCPUs stopped");
 
+	signal(SIGINT, on_fatal_signal);
+	signal(SIGTERM, on_fatal_signal);
+	signal(SIGHUP, on_fatal_signal);
 	holder = start_holder(sb, ns);
 	if (holder < 0)
 		goto out;
+	holder_pid = holder;
 	for (size_t i = 0; i < ns; i++) {
 		uffdd__range__init(&ranges[i]);
 		ranges[i].start = sb[i].holder;
@@ -584,6 +609,7 @@ cmd_migrate_qemu(int argc, char **argv)
 		goto out;
 	if (resume) {
 		dst_ran = 1;
+		holder_kept = 1;
 		t_run = now_s();
 		say("destination guest running, %.0f ms after the source "
 		    "stopped",
@@ -620,15 +646,20 @@ out:
 		if (qmp_execute(src, "cont", NULL, NULL) == 0)
 			say("failed before switchover: source guest resumed");
 	} else if (rc != 0 && dst_ran) {
-		say("failed after the destination ran: the source QEMU is "
-		    "left stopped and its RAM files in place");
+		fprintf(stderr,
+			"uffd-client: the destination guest runs: migration "
+			"%s goes on in the daemons (uffd-client --control %s "
+			"wait %s); the source QEMU is left stopped, and "
+			"process %d serves its RAM files until the migration "
+			"completes\n",
+			id, dc, id, (int)holder);
 	}
-	if (holder > 0) {
-		/*
-		 * At completion the source daemon has killed it already;
-		 * after a failure nothing else will.
-		 */
+	if (holder > 0 && !dst_ran) {
+		/* The source guest is still the guest: it goes. */
 		kill(holder, SIGKILL);
+		waitpid(holder, NULL, 0);
+	} else if (holder > 0 && rc == 0) {
+		/* The source daemon has killed it at completion. */
 		waitpid(holder, NULL, 0);
 	}
 	qmp_close(src);
