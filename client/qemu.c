@@ -31,7 +31,10 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -47,6 +50,8 @@ struct ramblock {
 	uint64_t addr;	 /* where this QEMU maps it */
 	uint64_t holder; /* where the holder maps it (source only) */
 	size_t match;	 /* the source block of a destination block */
+	dev_t dev;	 /* the file, whatever its name */
+	ino_t ino;
 };
 
 static double
@@ -137,6 +142,62 @@ find_mapping(pid_t pid, const char *path, uint64_t length)
 }
 
 /*
+ * What uffdd serves of a RAM file: a file on tmpfs (/dev/shm), the shmem
+ * kind; any other file system's shared pages are left out of an export,
+ * and with x-ignore-shared QEMU would not move them either.
+ */
+static int
+check_ram_file(struct qmp *q, struct ramblock *b)
+{
+	struct statfs sf;
+	struct stat st;
+
+	if (statfs(b->path, &sf) < 0 || stat(b->path, &st) < 0) {
+		fprintf(stderr, "uffd-client: %s: RAM block %s: %s: %s\n",
+			qmp_path(q), b->id, b->path, strerror(errno));
+		return -1;
+	}
+	if (sf.f_type != TMPFS_MAGIC) {
+		fprintf(stderr,
+			"uffd-client: %s: RAM block %s: %s is not on tmpfs "
+			"(file system 0x%lx%s): uffdd serves guest RAM from "
+			"shared files on tmpfs, such as /dev/shm\n",
+			qmp_path(q), b->id, b->path, (unsigned long)sf.f_type,
+			sf.f_type == HUGETLBFS_MAGIC ? ", hugetlbfs" : "");
+		return -1;
+	}
+	b->dev = st.st_dev;
+	b->ino = st.st_ino;
+	return 0;
+}
+
+/*
+ * A RAM backend other than a file, shared (memfd, or ram with share=on):
+ * x-ignore-shared has QEMU skip it, and nothing here would move it.
+ */
+static int
+other_shared_backend(struct qmp *q, const char *type, const char *name)
+{
+	json_object *sh;
+	char obj[256];
+	int shared;
+
+	if (strncmp(type, "child<memory-backend-", 21) != 0)
+		return 0;
+	snprintf(obj, sizeof(obj), "/objects/%s", name);
+	if ((sh = qom_get(q, obj, "share")) == NULL)
+		return 0;
+	shared = json_object_get_boolean(sh);
+	json_object_put(sh);
+	if (shared)
+		fprintf(stderr,
+			"uffd-client: %s: RAM block %s is a shared %.*s: only "
+			"memory-backend-file RAM on tmpfs can move this way\n",
+			qmp_path(q), name, (int)strlen(type + 6) - 1, type + 6);
+	return shared;
+}
+
+/*
  * The QEMU's file-backed RAM blocks: every memory-backend-file object under
  * /objects, with its mem-path, size and the mapping in the QEMU process.
  */
@@ -155,10 +216,15 @@ ramblocks(struct qmp *q, struct ramblock *b, size_t *n)
 		char obj[256], real[PATH_MAX];
 
 		if (!json_object_object_get_ex(e, "type", &t) ||
-		    !json_object_object_get_ex(e, "name", &nm) ||
-		    strcmp(json_object_get_string(t),
-			   "child<memory-backend-file>") != 0)
+		    !json_object_object_get_ex(e, "name", &nm))
 			continue;
+		if (strcmp(json_object_get_string(t),
+			   "child<memory-backend-file>") != 0) {
+			if (other_shared_backend(q, json_object_get_string(t),
+						 json_object_get_string(nm)))
+				goto fail;
+			continue;
+		}
 		if (*n == MAX_BLOCKS) {
 			fprintf(stderr,
 				"uffd-client: %s: more than %d RAM "
@@ -198,6 +264,8 @@ ramblocks(struct qmp *q, struct ramblock *b, size_t *n)
 		json_object_put(mp);
 		json_object_put(sz);
 		json_object_put(sh);
+		if (check_ram_file(q, &b[*n]) < 0)
+			goto fail;
 		b[*n].addr = find_mapping(qmp_pid(q), b[*n].path, b[*n].size);
 		if (b[*n].addr == 0) {
 			fprintf(stderr,
@@ -447,13 +515,17 @@ cmd_migrate_qemu(int argc, char **argv)
 				sb[i].id, sb[i].size);
 			goto out;
 		}
-		if (strcmp(sb[i].path, db[j].path) == 0) {
-			fprintf(stderr,
-				"uffd-client: RAM block %s: both QEMUs use "
-				"%s: the destination needs its own file\n",
-				sb[i].id, sb[i].path);
-			goto out;
-		}
+		/* The same file under any name: attach would punch it. */
+		for (size_t k = 0; k < nd; k++)
+			if (sb[i].dev == db[k].dev && sb[i].ino == db[k].ino) {
+				fprintf(stderr,
+					"uffd-client: RAM block %s: %s is the "
+					"destination's %s too (block %s): the "
+					"destination needs files of its own\n",
+					sb[i].id, sb[i].path, db[k].path,
+					db[k].id);
+				goto out;
+			}
 		sb[i].holder = 0;
 		db[j].match = i;
 		say("RAM block %s: %" PRIu64 " MiB, source pid %d at 0x%" PRIx64
@@ -544,6 +616,15 @@ cmd_migrate_qemu(int argc, char **argv)
 		goto out;
 	}
 	print_regions("attached", arep->matched, arep->n_matched, stderr);
+	if (arep->n_unmatched == 0 && arep->n_matched < ns) {
+		frame_free(&arep->base);
+		close(fd);
+		fprintf(stderr,
+			"uffd-client: %zu of %zu RAM blocks were exported "
+			"and attached: the rest would not move\n",
+			arep->n_matched, ns);
+		goto out;
+	}
 	if (arep->n_unmatched) {
 		print_regions("unmatched", arep->unmatched, arep->n_unmatched,
 			      stderr);

@@ -10,25 +10,35 @@ command -v qemu-system-x86_64 >/dev/null ||
 	skip "qemu-system-x86_64 missing (Debian package qemu-system-x86)"
 SHM=/dev/shm/uffdd-e2e-$$
 on_cleanup "rm -f $SHM-*"
+DISK=/var/tmp/uffdd-e2e-$$
+on_cleanup "rm -f $DISK-*"
 declare -A QPID
 
 # qemu NAME [ARGS...]: the guest under TCG, its serial console in
 # $T/NAME.serial, QMP on $T/NAME.qmp; its pid in QPID[NAME]. RAM is a shared
 # file $SHM-NAME unless QEMU_RAM=anon (private anonymous, QEMU's default) or
 # QEMU_RAM=numa (two NUMA nodes of 256 MiB, RAM blocks in the shared files
-# $SHM-NAME and $SHM-NAME-1).
+# $SHM-NAME and $SHM-NAME-1), or QEMU_RAM=mixed (the same, the second file
+# on a disk file system: $DISK-NAME-1). RAM_FILE=PATH puts the RAM file
+# (QEMU_RAM=file) there instead of $SHM-NAME.
 # VAPIC=off drops the kvmvapic device, whose state load reads guest RAM.
 qemu() {
 	local name=$1 ram
 	shift
 	# shellcheck disable=SC2054 # commas inside one QEMU argument
-	ram=(-object "memory-backend-file,id=ram0,size=512M,mem-path=$SHM-$name,share=on"
+	ram=(-object "memory-backend-file,id=ram0,size=512M,mem-path=${RAM_FILE:-$SHM-$name},share=on"
 		-machine pc,memory-backend=ram0)
 	[ "${QEMU_RAM:-file}" = anon ] && ram=(-machine pc)
 	# shellcheck disable=SC2054
 	[ "${QEMU_RAM:-file}" = numa ] &&
 		ram=(-object "memory-backend-file,id=ram0,size=256M,mem-path=$SHM-$name,share=on"
 			-object "memory-backend-file,id=ram1,size=256M,mem-path=$SHM-$name-1,share=on"
+			-numa node,nodeid=0,memdev=ram0 -numa node,nodeid=1,memdev=ram1
+			-machine pc)
+	# shellcheck disable=SC2054
+	[ "${QEMU_RAM:-file}" = mixed ] &&
+		ram=(-object "memory-backend-file,id=ram0,size=256M,mem-path=$SHM-$name,share=on"
+			-object "memory-backend-file,id=ram1,size=256M,mem-path=$DISK-$name-1,share=on"
 			-numa node,nodeid=0,memdev=ram0 -numa node,nodeid=1,memdev=ram1
 			-machine pc)
 	rm -f "$T/$name.qmp" "$T/$name.serial"
