@@ -486,7 +486,8 @@ cmd_migrate_qemu(int argc, char **argv)
 			break;
 		case 't':
 			timeout = strtod(optarg, &end);
-			if (*end || timeout <= 0)
+			if (*end || end == optarg || !(timeout > 0) ||
+			    timeout > 1e9)
 				die_usage(u);
 			break;
 		default:

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +34,8 @@ die_usage(const char *u)
 	exit(2);
 }
 
+static int quiet_connect; /* wait_for() says it once itself */
+
 /* Connects to the daemon at control_path; -1 (reported) when it cannot. */
 int
 connect_daemon_try(void)
@@ -47,7 +50,9 @@ connect_daemon_try(void)
 	strcpy(sun.sun_path, control_path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
-		if (errno == ENOENT || errno == ECONNREFUSED)
+		if (quiet_connect)
+			;
+		else if (errno == ENOENT || errno == ECONNREFUSED)
 			fprintf(stderr,
 				"uffd-client: uffdd is not running (no "
 				"daemon at %s): start it (systemctl start "
@@ -121,6 +126,21 @@ call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 	if (rep == NULL)
 		exit(1);
 	return rep;
+}
+
+/* A migration ID: 32 hex digits (an empty one would mean "all"). */
+static void
+check_id(const char *s, const char *u)
+{
+	size_t n = strspn(s, "0123456789abcdefABCDEF");
+
+	if (n != 32 || s[n] != '\0') {
+		fprintf(stderr,
+			"uffd-client: '%s': not a migration ID (32 hex "
+			"digits)\n",
+			s);
+		die_usage(u);
+	}
 }
 
 static pid_t
@@ -322,6 +342,8 @@ cmd_status(int argc, char **argv)
 	}
 	if (argc - optind > 1)
 		die_usage(u);
+	if (optind < argc)
+		check_id(argv[optind], u);
 	fd = connect_daemon();
 	rep = get_status(fd, optind < argc ? argv[optind] : NULL);
 	if (json) {
@@ -377,6 +399,44 @@ progress(const Uffdd__MigrationStatus *s, int tty)
 	}
 }
 
+/* How long wait_for() waits for a daemon that went away to come back. */
+#define REJOIN_SECS 120
+
+static double
+since(const struct timespec *t0)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - t0->tv_sec) +
+	       (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/*
+ * The daemon went away (restarted, say: migrations survive that): wait
+ * for it to answer again, up to REJOIN_SECS or the timeout. Returns the
+ * new connection, or -1.
+ */
+static int
+rejoin(double timeout, const struct timespec *t0)
+{
+	struct timespec lost, tick = {0, 500 * 1000 * 1000};
+	int fd;
+
+	fprintf(stderr, "uffd-client: lost uffdd at %s; waiting for it\n",
+		control_path);
+	clock_gettime(CLOCK_MONOTONIC, &lost);
+	quiet_connect = 1;
+	while ((fd = connect_daemon_try()) < 0 && since(&lost) < REJOIN_SECS &&
+	       (timeout <= 0 || since(t0) < timeout))
+		nanosleep(&tick, NULL);
+	quiet_connect = 0;
+	if (fd < 0)
+		fprintf(stderr, "uffd-client: uffdd at %s did not come back\n",
+			control_path);
+	return fd;
+}
+
 /* Polls status until the migration ends; 0 complete, 1 failed, 3 timeout. */
 int
 wait_for(const char *id, double timeout)
@@ -386,8 +446,20 @@ wait_for(const char *id, double timeout)
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		Uffdd__StatusReply *rep = get_status(fd, id);
+		Uffdd__StatusRequest req = UFFDD__STATUS_REQUEST__INIT;
+		Uffdd__StatusReply *rep;
 		const Uffdd__MigrationStatus *s;
+
+		req.id = (char *)id;
+		rep = (Uffdd__StatusReply *)call_try(fd, FRAME_CTL_STATUS,
+						     &req.base,
+						     FRAME_CTL_STATUS_REPLY);
+		if (rep == NULL) {
+			close(fd);
+			if ((fd = rejoin(timeout, &t0)) < 0)
+				return 1;
+			continue;
+		}
 
 		/* [0] is the migration itself; forked children follow. */
 		if (rep->n_migrations == 0) {
@@ -448,11 +520,12 @@ cmd_wait(int argc, char **argv)
 		if (ch != 't')
 			die_usage(u);
 		timeout = strtod(optarg, &end);
-		if (*end || timeout <= 0)
+		if (*end || end == optarg || !(timeout > 0) || timeout > 1e9)
 			die_usage(u);
 	}
 	if (argc - optind != 1)
 		die_usage(u);
+	check_id(argv[optind], u);
 	return wait_for(argv[optind], timeout);
 }
 
@@ -579,6 +652,25 @@ cmd_attach(int argc, char **argv)
 	}
 	if (argc - optind != 1 || req.from[0] == '\0' || req.id[0] == '\0')
 		die_usage(u);
+	/* One source region onto one target address, each at most once. */
+	for (size_t i = 0; i < req.n_maps; i++)
+		for (size_t j = i + 1; j < req.n_maps; j++)
+			if (req.maps[i]->src_start == req.maps[j]->src_start ||
+			    req.maps[i]->dst_start == req.maps[j]->dst_start) {
+				fprintf(stderr,
+					"uffd-client: --map %" PRIx64
+					":%" PRIx64 " and %" PRIx64 ":%" PRIx64
+					" name the same %s\n",
+					req.maps[i]->src_start,
+					req.maps[i]->dst_start,
+					req.maps[j]->src_start,
+					req.maps[j]->dst_start,
+					req.maps[i]->src_start ==
+							req.maps[j]->src_start
+						? "source region"
+						: "target address");
+				die_usage(u);
+			}
 	req.pid = parse_pid(argv[optind], u);
 	fd = connect_daemon();
 	rep = (Uffdd__AttachReply *)call(fd, FRAME_CTL_ATTACH, &req.base,
@@ -628,6 +720,8 @@ main(int argc, char **argv)
 {
 	int i = 1;
 
+	/* A daemon that goes away is an error to report, not a signal. */
+	signal(SIGPIPE, SIG_IGN);
 	control_path = getenv("UFFDD_CONTROL");
 	if (control_path == NULL || *control_path == '\0')
 		control_path = DEFAULT_CONTROL;

@@ -82,6 +82,29 @@ expect_error "daemon not running" "not running" "$CLIENT" --control "$T/none.soc
 # Bad ranges and usage.
 expect_error "bad range" "want START-END" "$CLIENT" --control "$src_SOCK" export "$WS" --range 5-1
 expect_error "unknown command" "unknown command" "$CLIENT" frobnicate
+# Usage errors exit 2 before anything reaches a daemon: an empty ID (it
+# meant "every migration" to the daemon), a timeout that is not a number
+# of seconds, two maps of one source region or onto one address.
+expect_usage() {
+	local name=$1 pat=$2 rc=0
+	shift 2
+	"$@" >"$T/out" 2>&1 || rc=$?
+	[ "$rc" = 2 ] || fail "$name: exit $rc, not 2: $(cat "$T/out")"
+	grep -qi -- "$pat" "$T/out" || fail "$name: error does not say '$pat': $(cat "$T/out")"
+	info "$name: $(head -n 1 "$T/out")"
+}
+expect_usage "wait empty id" "not a migration ID" "$CLIENT" --control "$dst_SOCK" wait ""
+expect_usage "status short id" "not a migration ID" "$CLIENT" --control "$dst_SOCK" status 0123
+expect_usage "timeout nan" "usage" "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout nan
+expect_usage "timeout inf" "usage" "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout inf
+expect_usage "map twice from one region" "same source region" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" --id "$ID" \
+	--map 500000000000:600000000000 --map 500000000000:700000000000
+expect_usage "map twice onto one address" "same target address" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" --id "$ID" \
+	--map 500000000000:600000000000 --map 510000000000:600000000000
+ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "usage errors: destination got a userfaultfd"
+[ "$(dst_hash)" = "$h_before" ] || fail "usage errors: destination memory changed"
 
 # After all of that, the export still works: a real attach succeeds.
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \

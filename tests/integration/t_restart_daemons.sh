@@ -29,6 +29,13 @@ one() {
 	sleep 1.5
 	"$CLIENT" --control "$dst_SOCK" status "$id" --json | grep -q '"state":"running"' ||
 		fail "migration not running when the $victim daemon is killed"
+	# A wait already running rides out the destination's restart.
+	bgwait=
+	if [ "$victim" = dst ]; then
+		"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 300 >"$T/bgwait.out" 2>&1 &
+		bgwait=$!
+		sleep 0.3
+	fi
 	info "killing the $victim daemon"
 	kill_daemon "$victim"
 	sleep 1
@@ -36,6 +43,13 @@ one() {
 	info "$victim daemon restarted"
 	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 300 >"$T/wait.out" ||
 		fail "wait: $(cat "$T/wait.out")"
+	if [ -n "$bgwait" ]; then
+		rc=0
+		wait "$bgwait" || rc=$?
+		[ "$rc" = 0 ] || fail "a wait across the restart exited $rc: $(cat "$T/bgwait.out")"
+		grep -q "lost uffdd" "$T/bgwait.out" || fail "the wait did not say it lost the daemon: $(cat "$T/bgwait.out")"
+		info "a wait across the restart: $(grep 'lost uffdd' "$T/bgwait.out")"
+	fi
 	wait_verified WD
 	# A moved range is not where the source had it: the target's own
 	# check (wait_verified) covers it at its new address.
