@@ -294,7 +294,7 @@ fail:
 }
 
 static int
-set_ignore_shared(struct qmp *q)
+set_ignore_shared(struct qmp *q, int on)
 {
 	json_object *a = json_object_new_object(), *caps, *c;
 
@@ -302,7 +302,7 @@ set_ignore_shared(struct qmp *q)
 	c = json_object_new_object();
 	json_object_object_add(c, "capability",
 			       json_object_new_string("x-ignore-shared"));
-	json_object_object_add(c, "state", json_object_new_boolean(1));
+	json_object_object_add(c, "state", json_object_new_boolean(on));
 	json_object_array_add(caps, c);
 	json_object_object_add(a, "capabilities", caps);
 	return qmp_execute(q, "migrate-set-capabilities", a, NULL);
@@ -462,7 +462,7 @@ cmd_migrate_qemu(int argc, char **argv)
 	int ch, fd, resume = 1, port, rc = 1;
 	pid_t holder = -1;
 	uint64_t qemu_bytes = 0;
-	int stopped_src = 0, dst_ran = 0;
+	int stopped_src = 0, dst_ran = 0, resident = 0, ignoring = 0;
 
 	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
 		switch (ch) {
@@ -548,12 +548,32 @@ cmd_migrate_qemu(int argc, char **argv)
 			st);
 		goto out;
 	}
-	if (set_ignore_shared(src) < 0 || set_ignore_shared(dst) < 0)
-		goto out;
-
-	/* Switchover starts: the source vCPUs stop writing guest RAM. */
+	/*
+	 * Before anything stops: the source is a guest to move (running, or
+	 * paused by its operator), and both daemons answer.
+	 */
 	if (query_str(src, "query-status", "status", st, sizeof(st)) < 0)
 		goto out;
+	if (strcmp(st, "running") != 0 && strcmp(st, "paused") != 0) {
+		fprintf(stderr,
+			"uffd-client: source QEMU is %s, not running or "
+			"paused: nothing to migrate from it\n",
+			st);
+		goto out;
+	}
+	control_path = sc;
+	if ((fd = connect_daemon_try()) < 0)
+		goto out;
+	close(fd);
+	control_path = dc;
+	if ((fd = connect_daemon_try()) < 0)
+		goto out;
+	close(fd);
+	if (set_ignore_shared(src, 1) < 0 || set_ignore_shared(dst, 1) < 0)
+		goto out;
+	ignoring = 1;
+
+	/* Switchover starts: the source vCPUs stop writing guest RAM. */
 	t_stop = now_s();
 	if (strcmp(st, "running") == 0) {
 		stopped_src = 1;
@@ -704,6 +724,7 @@ cmd_migrate_qemu(int argc, char **argv)
 	if (wait_for(id, timeout) != 0)
 		goto out;
 	t_done = now_s();
+	resident = 1;
 	say("every page resident %.3f s after switchover",
 	    t_done - (resume ? t_run : t_stop));
 	/* QEMU may hang up before it answers quit: what counts is its exit. */
@@ -724,9 +745,17 @@ out:
 	 * Until the destination guest has run, the source is still the guest:
 	 * a failure before then resumes it rather than leaving it stopped.
 	 */
-	if (rc != 0 && src != NULL && stopped_src && !dst_ran) {
+	if (rc != 0 && src != NULL && !dst_ran && !resident && ignoring)
+		/* A later migration of it must move its shared RAM again. */
+		set_ignore_shared(src, 0);
+	if (rc != 0 && src != NULL && stopped_src && !dst_ran && !resident) {
 		if (qmp_execute(src, "cont", NULL, NULL) == 0)
 			say("failed before switchover: source guest resumed");
+	} else if (rc != 0 && resident && !dst_ran) {
+		fprintf(stderr,
+			"uffd-client: the paused destination holds every page "
+			"(--no-resume): the source QEMU is left stopped, not "
+			"resumed\n");
 	} else if (rc != 0 && dst_ran) {
 		fprintf(stderr,
 			"uffd-client: the destination guest runs: migration "

@@ -27,16 +27,22 @@ runs_on a 2
 info "A: $(tail -n 1 "$T/a.serial")"
 
 qemu b -incoming defer
-# A failure after the source stopped (no destination daemon) resumes it.
+# No destination daemon: found out before the source stops, which runs on
+# and is left as it was (x-ignore-shared off).
 if "$CLIENT" migrate-qemu --src-qmp "$T/a.qmp" --dst-qmp "$T/b.qmp" \
 	--src-control "$src_SOCK" --dst-control "$T/no-such.sock" \
 	--src-peer "$src_ADDR:$src_PORT" >"$T/migrate-fail.out" 2>&1; then
 	fail "migrate-qemu succeeded without a destination daemon"
 fi
-grep -q 'source guest resumed' "$T/migrate-fail.out" ||
-	fail "source not resumed after a failed migration: $(cat "$T/migrate-fail.out")"
+grep -q 'uffdd is not running' "$T/migrate-fail.out" ||
+	fail "no word of the missing daemon: $(cat "$T/migrate-fail.out")"
+grep -q 'source vCPUs stopped' "$T/migrate-fail.out" &&
+	fail "the source was stopped before the daemons were checked: $(cat "$T/migrate-fail.out")"
+qmp a query-migrate-capabilities | tr -d ' \n' |
+	grep -q '"state":true,"capability":"x-ignore-shared"\|"capability":"x-ignore-shared","state":true' &&
+	fail "x-ignore-shared left on for A after the failure"
 runs_on a 2
-info "failed migration: the guest runs on, on A"
+info "failed migration: the guest runs on, on A, never stopped"
 
 info "A -> B, the guest running on B while its RAM arrives"
 migrate_qemu a b 2>&1 | tee "$T/migrate-ab.out" || fail "migrate-qemu A -> B failed"
