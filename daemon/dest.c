@@ -2455,6 +2455,37 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 				: "");
 		goto out;
 	}
+	/* With --map, two source regions could be put in one place. */
+	for (size_t i = 0; i < d->nregs; i++)
+		for (size_t k = i + 1; k < d->nregs; k++) {
+			const struct region *a = &d->regs[i].r;
+			const struct region *b = &d->regs[k].r;
+
+			if (a->start >= b->start + b->length ||
+			    b->start >= a->start + a->length)
+				continue;
+			conn_send_error(d->demand, ERR_NO_MATCH,
+					"attach failed");
+			attach_fail(
+				d, ERR_INVALID,
+				"source regions 0x%llx and 0x%llx would "
+				"both go to 0x%llx-0x%llx of process %d "
+				"(--map)",
+				(unsigned long long)d->regs[i].src_start,
+				(unsigned long long)d->regs[k].src_start,
+				(unsigned long long)(a->start > b->start
+							     ? a->start
+							     : b->start),
+				(unsigned long long)(a->start + a->length <
+								     b->start +
+									     b->length
+							     ? a->start +
+								       a->length
+							     : b->start +
+								       b->length),
+				(int)d->m->pid);
+			goto out;
+		}
 	if (setup_target(d, err, sizeof(err), &code) < 0) {
 		conn_send_error(d->demand, ERR_NO_MATCH, "attach failed");
 		attach_fail(d, code, "%s", err);

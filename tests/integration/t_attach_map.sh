@@ -30,3 +30,19 @@ for kind in tmpfs anon; do
 	info "$kind: source at $A, target at $B: byte-exact"
 	kill "$WD"
 done
+
+# Two source regions (a read-only page range splits one mapping) mapped
+# onto overlapping ranges of the target: refused, the target untouched.
+# (Taken, both were registered and installed into the same pages.)
+start_workload WS source --size 64M --threads 1 --base $A --ro-pages 256
+start_workload WD dest --size 64M --threads 1 --base $B
+ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500004000000)
+h_before=$("$MEMHASH" "$WD" $B $((B + (64 << 20))))
+if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" --id "$ID" \
+	--map 500000000000:5a0000000000 --map 500002100000:5a0000100000 >"$T/out" 2>&1; then
+	fail "attach with overlapping maps succeeded: $(cat "$T/out")"
+fi
+grep -q "would both go to" "$T/out" || fail "overlapping maps: $(cat "$T/out")"
+info "overlapping maps refused: $(cat "$T/out")"
+ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "refused attach left a userfaultfd in the target"
+[ "$("$MEMHASH" "$WD" $B $((B + (64 << 20))))" = "$h_before" ] || fail "refused attach changed the target"
