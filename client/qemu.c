@@ -353,6 +353,9 @@ free_port(void)
 
 static volatile sig_atomic_t holder_pid, holder_kept;
 
+/* How long QEMU may take to move the device state (it takes ms). */
+#define DEVSTATE_SECS 120
+
 /*
  * SIGINT, SIGTERM, SIGHUP: before the destination guest runs, the holder
  * is ours to remove (the source guest is still the guest); after, it is
@@ -458,7 +461,7 @@ cmd_migrate_qemu(int argc, char **argv)
 	Uffdd__RegionMap maps[MAX_BLOCKS], *mapp[MAX_BLOCKS];
 	Uffdd__Range ranges[MAX_BLOCKS], *rangep[MAX_BLOCKS];
 	char st[64], uri[64], id[64], *end;
-	double timeout = 0, t_stop, t_run = 0, t_done;
+	double timeout = 0, t_stop, t_run = 0, t_done, t_dev;
 	int ch, fd, resume = 1, port, rc = 1;
 	pid_t holder = -1;
 	uint64_t qemu_bytes = 0;
@@ -668,9 +671,22 @@ cmd_migrate_qemu(int argc, char **argv)
 	if (exec_uri(dst, "migrate-incoming", uri) < 0 ||
 	    exec_uri(src, "migrate", uri) < 0)
 		goto out;
-	/* Device state only: this takes milliseconds. */
+	/*
+	 * Device state only: this takes milliseconds. A source that never
+	 * gets there (a pause-before-switchover capability set earlier, a
+	 * QEMU wedged) must not keep the guest stopped for good.
+	 */
+	t_dev = now_s();
 	for (;;) {
 		json_object *r = NULL, *v, *ram;
+
+		if (now_s() - t_dev > DEVSTATE_SECS) {
+			fprintf(stderr,
+				"uffd-client: QEMU's device-state migration "
+				"is %s after %d s\n",
+				st, DEVSTATE_SECS);
+			goto out;
+		}
 
 		if (qmp_execute(src, "query-migrate", NULL, &r) < 0)
 			goto out;
@@ -699,10 +715,17 @@ cmd_migrate_qemu(int argc, char **argv)
 			goto out;
 		if (strcmp(st, "inmigrate") != 0)
 			break;
+		if (now_s() - t_dev > DEVSTATE_SECS) {
+			fprintf(stderr,
+				"uffd-client: the destination QEMU is still "
+				"inmigrate after %d s\n",
+				DEVSTATE_SECS);
+			goto out;
+		}
 		usleep(20000);
 	}
 	if (strcmp(st, "running") == 0)
-		dst_ran = 1; /* it started on its own */
+		dst_ran = holder_kept = 1; /* it started on its own */
 	say("device state moved to the destination (%s): %" PRIu64
 	    " bytes by QEMU",
 	    st, qemu_bytes);
