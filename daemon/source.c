@@ -66,6 +66,7 @@ struct source {
 	int pidfd;
 	int memfd; /* /proc/PID/mem, for demand reads (read_demand()) */
 	int keep_source;
+	int was_stopped;      /* before the export froze it */
 	struct range *ranges; /* as exported, for a restart */
 	size_t nranges;
 	int resume_pending; /* the demand lane is a destination's resume */
@@ -184,10 +185,10 @@ save_more(FILE *f, const struct migration *m)
 			(unsigned long long)s->ranges[i].end);
 }
 
-static void
+static int
 save(struct source *s)
 {
-	state_write(s->m, save_more);
+	return state_write(s->m, save_more);
 }
 
 /*
@@ -294,6 +295,7 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 
 	m = migration_new(ROLE_SOURCE, id);
 	s = xcalloc(1, sizeof(*s));
+	s->was_stopped = was_stopped;
 	m->impl = s;
 	m->impl_free = source_free;
 	m->pid = pid;
@@ -418,10 +420,25 @@ source_export(uint64_t serial, const Uffdd__ExportRequest *req)
 		control_reply_error(serial, code, "export: %s", err);
 		return;
 	}
+	/*
+	 * Without its state file a restart would forget the export and
+	 * leave the process frozen for good: refuse it instead.
+	 */
+	if (save(s) < 0) {
+		int e = errno;
+
+		if (!s->was_stopped)
+			kill(req->pid, SIGCONT);
+		migration_free(s->m);
+		control_reply_error(serial, ERR_INVALID,
+				    "export: cannot save its state in %s: %s; "
+				    "process %d left as it was",
+				    conf.state_dir, strerror(e), (int)req->pid);
+		return;
+	}
 	log_info("exported process %d as %s: %zu regions, %llu pages",
 		 (int)req->pid, log_id(s->m->id), s->nregs,
 		 (unsigned long long)s->m->pages_total);
-	save(s);
 	rep.id = s->m->id;
 	control_reply(serial, FRAME_CTL_EXPORT_REPLY, &rep.base);
 }

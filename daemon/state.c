@@ -16,11 +16,12 @@
 #include "daemon/log.h"
 #include "daemon/uffdd.h"
 
-void
+int
 state_write(const struct migration *m,
 	    void (*more)(FILE *, const struct migration *))
 {
 	char *path, *tmp;
+	int rc = 0, e;
 	FILE *f;
 
 	xasprintf(&path, "%s/%s.state", conf.state_dir, m->id);
@@ -35,11 +36,15 @@ state_write(const struct migration *m,
 		if (fclose(f) == 0 && rename(tmp, path) == 0)
 			goto out;
 	}
+	e = errno;
 	log_warn("state file %s", path);
 	unlink(tmp);
+	errno = e;
+	rc = -1;
 out:
 	free(tmp);
 	free(path);
+	return rc;
 }
 
 void

@@ -112,8 +112,8 @@ int source_restore(const char *path, FILE *f);
 
 /* state.c: one file per migration under --state-dir */
 /* Writes the common keys and calls `more` for the role's own. */
-void state_write(const struct migration *,
-		 void (*more)(FILE *, const struct migration *));
+int state_write(const struct migration *,
+		void (*more)(FILE *, const struct migration *));
 void state_remove(const struct migration *);
 /* Restores every migration found in the state directory. */
 void state_restore_all(void);
