@@ -171,6 +171,7 @@ attach_fail(struct dest *d, uint32_t code, const char *fmt, ...)
 		conn_finish(d->demand); /* what it queued still goes out */
 		d->demand = NULL;
 	}
+	state_remove(d->m);
 	migration_free(d->m);
 }
 
@@ -312,10 +313,10 @@ save_more(FILE *f, const struct migration *m)
 	}
 }
 
-static void
+static int
 save(struct dest *d)
 {
-	state_write(d->m, save_more);
+	return state_write(d->m, save_more);
 }
 
 /*
@@ -2486,6 +2487,20 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 				(int)d->m->pid);
 			goto out;
 		}
+	/*
+	 * Without a state file a restart would forget the target it holds
+	 * (its threads would wait for good): find out before touching it.
+	 */
+	if (save(d) < 0) {
+		int e = errno;
+
+		conn_send_error(d->demand, ERR_NO_MATCH, "attach failed");
+		attach_fail(d, ERR_INVALID,
+			    "cannot save its state in %s: %s; process %d left "
+			    "as it was",
+			    conf.state_dir, strerror(e), (int)d->m->pid);
+		goto out;
+	}
 	if (setup_target(d, err, sizeof(err), &code) < 0) {
 		conn_send_error(d->demand, ERR_NO_MATCH, "attach failed");
 		attach_fail(d, code, "%s", err);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The source daemon cannot write an export's state file (its state
-# directory is full): the export is refused, saying so, and the process
-# runs on. (Taken, the export was served with no state file: a restart of
-# the daemon would have forgotten it and left the process frozen for good.)
-# With room again, the same export goes through and its state file is there.
+# A daemon cannot write a migration's state file (its state directory is
+# full). The source refuses the export, saying so, and the process runs on.
+# (Taken, the export was served with no state file: a restart of the daemon
+# would have forgotten it and left the process frozen for good.) The
+# destination refuses the attach before it touches the target. With room
+# again both go through, and the migration is byte-exact.
 . "$SRC/tests/lib.sh"
 need_root
 mkdir -p "$T/full"
@@ -24,3 +25,29 @@ ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000
 	fail "export refused with room again"
 [ -f "$T/full/$ID.state" ] || fail "no state file for $ID"
 info "with room again: exported as $ID, state file written"
+
+# The destination side.
+mkdir -p "$T/full2"
+mount -t tmpfs -o size=64k uffdd-state-full2 "$T/full2" || skip "cannot mount a tmpfs"
+on_cleanup "umount -l $T/full2"
+start_daemon dst --state-dir "$T/full2"
+start_workload WD dest --size 16M --threads 2
+h_before=$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)
+dd if=/dev/zero of="$T/full2/fill" bs=4k count=1000 2>/dev/null || true
+if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" \
+	--range 500000000000-500001000000 >"$T/out" 2>&1; then
+	fail "attach succeeded with no room for its state: $(cat "$T/out")"
+fi
+grep -q "cannot save its state.*No space left on device" "$T/out" || fail "attach refusal does not say why: $(cat "$T/out")"
+info "attach refused: $(cat "$T/out")"
+ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "the refused attach left a userfaultfd in the target"
+[ "$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)" = "$h_before" ] || fail "the refused attach changed the target"
+rm -f "$T/full2/fill"
+H_SRC=$("$MEMHASH" "$WS" 0x500000000000 0x500001000000)
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" \
+	--range 500000000000-500001000000 >/dev/null || fail "attach refused with room again"
+kill -USR1 "$WD"
+"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 120 >/dev/null || fail "no completion"
+wait_verified WD >/dev/null
+[ "$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)" = "$H_SRC" ] || fail "destination differs from the source"
+info "with room again: attached, complete, byte-exact"
