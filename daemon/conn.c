@@ -137,10 +137,33 @@ conn_destroy(struct conn *c)
  * silent for real.
  */
 static int
+conn_frame_waiting(struct conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	size_t len = evbuffer_get_length(in);
+	uint8_t raw[FRAME_HDR_LEN];
+	struct frame_hdr h;
+	const char *why;
+
+	return len >= FRAME_HDR_LEN &&
+	       evbuffer_copyout(in, raw, FRAME_HDR_LEN) == FRAME_HDR_LEN &&
+	       frame_hdr_decode(raw, &h, &why) == 0 &&
+	       len >= FRAME_HDR_LEN + (size_t)h.msg_len + h.data_len;
+}
+
+static int
 conn_input_waiting(struct conn *c)
 {
 	int n = 0;
 
+	/*
+	 * Also a whole frame read but not handled yet: on waking, the read
+	 * of the same loop pass may have taken the bytes out of the socket
+	 * and OpenSSL before the timer's turn came. A partial frame does not
+	 * count: a peer that stops in the middle of one is silent.
+	 */
+	if (conn_frame_waiting(c))
+		return 1;
 	if (c->tls && tls_pending(c->bev) > 0)
 		return 1;
 	return ioctl(conn_fd(c), FIONREAD, &n) == 0 && n > 0;
