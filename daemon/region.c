@@ -300,8 +300,16 @@ region_build(pid_t pid, const struct range *ranges, size_t nranges,
 		if (region_denied(v, n, nranges ? ranges[j].start : 0,
 				  nranges ? ranges[j].end : UINT64_MAX, err,
 				  errlen)) {
+			int e = EPERM;
+
+			/* The first denied mapping's own error: EMFILE, EIO. */
+			for (size_t i = 0; i < n; i++)
+				if (v[i].denied) {
+					e = v[i].denied;
+					break;
+				}
 			free(v);
-			errno = EPERM;
+			errno = e;
 			return -1;
 		}
 	for (size_t i = 0; i < n; i++) {
