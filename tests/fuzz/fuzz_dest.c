@@ -130,7 +130,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	kill(target, SIGCONT);
 	held = fz_target_has_uffd(target);
 	if (held != 0) {
-		fprintf(stderr,
+		dprintf(fz_err,
 			"fuzz: target %d %s after the migration ended\n",
 			(int)target,
 			held < 0 ? "is gone" : "still holds a userfaultfd");

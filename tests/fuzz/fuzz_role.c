@@ -20,7 +20,10 @@
 #include "daemon/uffdd.h"
 #include "tests/fuzz/fuzz_role.h"
 
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
 struct uffdd_conf conf;
+int fz_err = 2;
 struct event_base *base;
 char fz_reply_id[64];
 char fz_reply_err[512];
@@ -47,6 +50,17 @@ control_reply_error(uint64_t serial, uint32_t code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(fz_reply_err, sizeof(fz_reply_err), fmt, ap);
 	va_end(ap);
+}
+
+/* libFuzzer calls this before it reads -close_fd_mask. */
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc, (void)argv;
+	fz_err = fcntl(2, F_DUPFD_CLOEXEC, 10);
+	if (fz_err < 0)
+		fz_err = 2;
+	return 0;
 }
 
 pid_t
@@ -100,7 +114,7 @@ fz_spawn_target(int fill)
 	}
 	close(ready[1]);
 	if (read(ready[0], &c, 1) != 1) {
-		fprintf(stderr,
+		dprintf(fz_err,
 			"fuzz: the target could not map its regions "
 			"at 0x%llx\n",
 			(unsigned long long)FZ_ANON_START);
@@ -202,7 +216,7 @@ lane_read(struct fz_lane *l)
 		moved = 1;
 		while (l->len >= FRAME_HDR_LEN) {
 			if (frame_hdr_decode(l->in, &h, &why) < 0) {
-				fprintf(stderr,
+				dprintf(fz_err,
 					"fuzz: daemon sent a bad "
 					"frame: %s\n",
 					why);
@@ -214,7 +228,7 @@ lane_read(struct fz_lane *l)
 			msg = frame_unpack(h.type, l->in + FRAME_HDR_LEN,
 					   h.msg_len);
 			if (msg == NULL) {
-				fprintf(stderr,
+				dprintf(fz_err,
 					"fuzz: daemon sent a %s that "
 					"does not decode\n",
 					frame_type_name(h.type));

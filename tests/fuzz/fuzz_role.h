@@ -53,6 +53,11 @@ fz_fill(uint32_t r, uint64_t p, uint8_t *page)
 pid_t fz_spawn_target(int fill);
 /* Whether pid still runs and holds a userfaultfd; -1 if it is gone. */
 int fz_target_has_uffd(pid_t pid);
+/*
+ * Where the targets' own reports go: the fuzzer's stderr as it was before
+ * -close_fd_mask=2 sent descriptor 2 to /dev/null.
+ */
+extern int fz_err;
 /* Logging off, configuration defaults, the event base, the kernel probe. */
 void fz_setup(void);
 

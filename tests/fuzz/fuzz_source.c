@@ -89,7 +89,7 @@ check_frame(const struct frame_hdr *h, ProtobufCMessage *msg,
 		if (t->n_regions != 2 ||
 		    t->regions[0]->start != FZ_ANON_START ||
 		    t->regions[1]->start != FZ_SHM_START) {
-			fprintf(stderr, "fuzz: region table changed\n");
+			dprintf(fz_err, "fuzz: region table changed\n");
 			abort();
 		}
 		return;
@@ -100,7 +100,7 @@ check_frame(const struct frame_hdr *h, ProtobufCMessage *msg,
 	if (pd->region > 1 || pd->npages == 0 || pd->page >= npages ||
 	    pd->npages > npages - pd->page ||
 	    h->data_len != (pd->zero ? 0 : (uint64_t)pd->npages * FZ_PAGE)) {
-		fprintf(stderr,
+		dprintf(fz_err,
 			"fuzz: source sent region %u pages %llu+%u (%u "
 			"bytes) outside its table\n",
 			pd->region, (unsigned long long)pd->page, pd->npages,
@@ -116,7 +116,7 @@ check_frame(const struct frame_hdr *h, ProtobufCMessage *msg,
 		else
 			memset(want, 0, sizeof(want));
 		if (memcmp(have, want, FZ_PAGE) != 0) {
-			fprintf(stderr,
+			dprintf(fz_err,
 				"fuzz: source sent wrong bytes for region %u "
 				"page %llu%s\n",
 				pd->region, (unsigned long long)p,
@@ -145,7 +145,7 @@ static void export(void)
 	fz_reply_id[0] = '\0';
 	source_export(1, &req);
 	if ((mig = migration_find(fz_reply_id, ROLE_SOURCE)) == NULL) {
-		fprintf(stderr, "fuzz: export failed: %s\n", fz_reply_err);
+		dprintf(fz_err, "fuzz: export failed: %s\n", fz_reply_err);
 		abort();
 	}
 }

@@ -48,6 +48,16 @@ for name in frame conn conffile control source dest; do
 		failed=$((failed + 1))
 		echo "FAIL fuzz_$name; last lines of $B/fuzz-$name.log:"
 		tail -n 40 "$B/fuzz-$name.log" | sed 's/^/    /'
+		# The test runner shows only lines that start with FAIL: the
+		# report's own lines (error, first frames, reproducer) go so.
+		grep -E '^==[0-9]+==|^ *#[0-9]+ 0x|^SUMMARY|Test unit written|^(artifact|MS:)|fuzz: ' \
+			"$B/fuzz-$name.log" | grep -vE 'fuzzer::|libc\.so|compiler-rt|__sanitizer' |
+			head -n 11 | sed "s/^/FAIL fuzz_$name: /"
+		# The reproducer itself, where the log is all there is to see.
+		art=$(ls -t "$ART/$name-"* 2>/dev/null | head -n 1)
+		if [ -n "$art" ] && [ "$(stat -c %s "$art")" -le 8192 ]; then
+			echo "FAIL fuzz_$name: reproducer $(basename "$art") in base64: $(base64 -w 0 "$art")"
+		fi
 	fi
 	rm -rf "$work"
 done
