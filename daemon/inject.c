@@ -32,6 +32,20 @@ seized(const struct inject *inj, pid_t tid)
 }
 
 /*
+ * Waits for a state change of a seized thread. A signal handled here (a
+ * timer, a reload) must not end the wait: the thread would stop later
+ * with nobody to wait for it, and could not be detached.
+ */
+static int
+wait_thread(pid_t tid, int *st)
+{
+	while (waitpid(tid, st, __WALL) < 0)
+		if (errno != EINTR)
+			return -1;
+	return 0;
+}
+
+/*
  * PTRACE_INTERRUPT makes a seized thread report a PTRACE_EVENT_STOP; a thread
  * that had a signal pending may report that first, so wait until the event
  * stop arrives and keep the signal for later.
@@ -44,7 +58,7 @@ event_stop(pid_t tid)
 	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0)
 		return -1;
 	for (;;) {
-		if (waitpid(tid, &st, __WALL) < 0)
+		if (wait_thread(tid, &st) < 0)
 			return -1;
 		if (!WIFSTOPPED(st)) {
 			errno = ESRCH;
@@ -213,7 +227,7 @@ inject_syscall(struct inject *inj, long nr, unsigned long a1, unsigned long a2,
 	if (ptrace(PTRACE_SINGLESTEP, inj->pid, 0, 0) < 0)
 		return -errno;
 	for (;;) {
-		if (waitpid(inj->pid, &st, __WALL) < 0)
+		if (wait_thread(inj->pid, &st) < 0)
 			return -errno;
 		if (!WIFSTOPPED(st))
 			return -ESRCH;
