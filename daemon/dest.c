@@ -562,6 +562,11 @@ schedule_retry(struct dest *d)
 static void
 lanes_down(struct dest *d, const char *why)
 {
+	/* Before the region table nothing waits to resume: the attach fails. */
+	if (d->m->state == MIG_CONNECTING) {
+		attach_fail(d, ERR_PROTOCOL, "source %s: %s", d->from, why);
+		return;
+	}
 	conn_free(d->demand);
 	conn_free(d->bulk);
 	d->demand = d->bulk = NULL;

@@ -5,8 +5,9 @@ fake-source.py PORTFILE CASE [CA CERT KEY]
 Listens on 127.0.0.1 (a free port, written to PORTFILE), with TLS and a
 required client certificate if CA CERT KEY are given. For each connection
 it reads the destination's HELLO, then sends HELLO and the region table
-named by CASE (overlap, dup-index, page-size, too-many, wrap), and keeps the
-connection until the destination closes it. Runs until killed.
+named by CASE (overlap, dup-index, page-size, too-many, wrap), or for CASE
+early-frame a HAVE frame where the table belongs, and keeps the connection
+until the destination closes it. Runs until killed.
 """
 import os
 import socket
@@ -90,8 +91,11 @@ while True:
         hdr = recv_exactly(conn, 12)
         _, _, mlen, dlen = struct.unpack(">HHII", hdr)
         recv_exactly(conn, mlen + dlen)
-        conn.sendall(frame(1, field_varint(1, 1) + field_varint(3, 1)) +
-                     frame(2, table(CASES[case])))
+        hello = frame(1, field_varint(1, 1) + field_varint(3, 1))
+        if case == "early-frame":
+            conn.sendall(hello + frame(7, b""))
+        else:
+            conn.sendall(hello + frame(2, table(CASES[case])))
         while conn.recv(4096):
             pass
     except (OSError, ssl.SSLError):

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A source (authenticated, but hostile or broken) that sends a bad region
 # table: overlapping regions, a repeated index, an impossible page size,
-# too many regions, a region that wraps around the address space. The
+# too many regions, a region that wraps around the address space; or a
+# frame other than the region table where the table belongs. The
 # destination must refuse each before it sizes or registers anything, and
-# leave the target process untouched.
+# leave the target process untouched; the attach must end, not wait.
 . "$SRC/tests/lib.sh"
 need_root
 command -v python3 >/dev/null || skip "python3 missing (for the hostile source)"
@@ -12,7 +13,7 @@ start_workload WD dest --size 16M --threads 1
 tls=()
 [ "${UFFDD_TEST_INSECURE:-0}" = 1 ] || tls=("$PKI/ca.crt" "$PKI/node.crt" "$PKI/node.key")
 
-for case in overlap dup-index page-size too-many wrap; do
+for case in overlap dup-index page-size too-many wrap early-frame; do
 	rm -f "$T/port"
 	python3 "$SRC/tests/fake-source.py" "$T/port" "$case" "${tls[@]}" 2>"$T/fake.log" &
 	PIDS+=($!)
@@ -22,11 +23,14 @@ for case in overlap dup-index page-size too-many wrap; do
 		sleep 0.05
 	done
 	[ -s "$T/port" ] || fail "fake source did not start: $(cat "$T/fake.log")"
-	if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$(cat "$T/port")" \
-		--id 0123456789abcdef0123456789abcdef >"$T/out" 2>&1; then
-		fail "$case: attach succeeded: $(cat "$T/out")"
-	fi
-	grep -q "bad region table" "$T/out" || fail "$case: $(cat "$T/out")"
+	rc=0
+	timeout 30 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$(cat "$T/port")" \
+		--id 0123456789abcdef0123456789abcdef >"$T/out" 2>&1 || rc=$?
+	[ "$rc" != 124 ] || fail "$case: attach still waiting after 30 s"
+	[ "$rc" != 0 ] || fail "$case: attach succeeded: $(cat "$T/out")"
+	want="bad region table"
+	[ "$case" != early-frame ] || want="unexpected frame on the demand lane"
+	grep -q "$want" "$T/out" || fail "$case: $(cat "$T/out")"
 	info "$case: $(cat "$T/out")"
 	ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "$case: target got a userfaultfd"
 	[ "$(proc_state "$WD")" != T ] || fail "$case: target left stopped"
