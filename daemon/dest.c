@@ -100,6 +100,12 @@ struct dest {
 	 */
 	uint64_t *zretry;
 	size_t nzretry;
+	/*
+	 * Messages read from the uffd while an injection waited for a thread
+	 * to stop (drain_uffd()), handled by the next read_faults().
+	 */
+	struct uffd_msg *backlog;
+	size_t nbacklog;
 	int read_err;	  /* a failed read of the uffd was logged */
 	size_t nrequests; /* waiters that sent their page's request */
 	int resuming;	  /* the demand lane is in a resume handshake */
@@ -145,6 +151,7 @@ struct dest {
 static void dest_free(struct migration *);
 static void fault_cb(evutil_socket_t, short, void *);
 static void read_faults(struct dest *);
+static void drain_uffd(void *);
 static void child_done(struct dest *);
 static void release_held(struct dest *);
 static uint64_t private_missing(const struct dest *);
@@ -197,6 +204,10 @@ dest_free(struct migration *m)
 	release_held(d);
 	free(d->seen);
 	free(d->zretry);
+	for (size_t i = 0; i < d->nbacklog; i++)
+		if (d->backlog[i].event == UFFD_EVENT_FORK)
+			close((int)d->backlog[i].arg.fork.ufd);
+	free(d->backlog);
 	if (d->uffd >= 0)
 		close(d->uffd);
 	if (d->pidfd >= 0)
@@ -239,7 +250,8 @@ close_target_fd(struct dest *d)
 		d->target_fd = -1;
 		return;
 	}
-	if (inject_begin(&inj, d->m->pid, 0) < 0) {
+	if (inject_begin_draining(&inj, d->m->pid, 0, d->uffd, drain_uffd, d) <
+	    0) {
 		log_warnx("migration %s: %s (target's uffd fd %d stays open)",
 			  log_id(d->m->id), inj.err, d->target_fd);
 		return;
@@ -947,6 +959,106 @@ settle(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 	bulk_hold(d);
 }
 
+/* One message read from a uffd: a fault, or an event of the target. */
+static void
+handle_msg(struct dest *d, const struct uffd_msg *msg)
+{
+	struct dst_region *dr;
+	uint64_t addr, page;
+
+	switch (msg->event) {
+	case UFFD_EVENT_PAGEFAULT:
+		break;
+	case UFFD_EVENT_REMOVE:
+	case UFFD_EVENT_UNMAP:
+		discard_range(d, msg->arg.remove.start, msg->arg.remove.end);
+		save(d); /* a restart must know */
+		return;
+	case UFFD_EVENT_REMAP:
+		remap_range(d, msg->arg.remap.from, msg->arg.remap.to,
+			    msg->arg.remap.len);
+		save(d); /* a restart must know */
+		return;
+	case UFFD_EVENT_FORK:
+		fork_child(d, (int)msg->arg.fork.ufd);
+		return;
+	default:
+		log_debug("uffd event %u ignored", msg->event);
+		return;
+	}
+	addr = msg->arg.pagefault.address;
+	if ((dr = locate(d, addr, &page)) == NULL) {
+		log_debug("migration %s: fault at 0x%llx outside every region",
+			  log_id(d->m->id), (unsigned long long)addr);
+		zero_outside(d, addr);
+		return;
+	}
+	if (d->failing)
+		return; /* it will be poisoned and woken */
+	d->m->demand_faults++;
+	switch (pagestate_get(&dr->ps, page)) {
+	case PAGE_MISSING:
+		add_waiter(d, dr, page, (pid_t)msg->arg.pagefault.feat.ptid, 1);
+		request_page(d, dr, page);
+		break;
+	case PAGE_REQUESTED:
+		/* Merged with the request in flight. */
+		add_waiter(d, dr, page, (pid_t)msg->arg.pagefault.feat.ptid, 0);
+		break;
+	case PAGE_PRESENT:
+		/*
+		 * Installed after the fault was queued. In a child the map
+		 * may be a parent's guess: ask, and an EEXIST will settle it.
+		 */
+		if (d->root) {
+			add_waiter(d, dr, page,
+				   (pid_t)msg->arg.pagefault.feat.ptid, 1);
+			request_page(d, dr, page);
+		} else {
+			/*
+			 * Or gone again with no event: a hole punched in
+			 * shared memory, a page MADV_FREE let go. A wake
+			 * alone would make the thread fault for good; a zero
+			 * page is what it reads without a migration (EEXIST:
+			 * it was a race, and the thread is woken).
+			 */
+			zero_discarded(d, dr, page);
+		}
+		break;
+	case PAGE_DISCARDED:
+		zero_discarded(d, dr, page);
+		break;
+	}
+}
+
+/*
+ * An injection into d's target waits for a thread that waits for one of
+ * d's uffd events to be read: read them now, handle them later (d may be
+ * half built), and have the loop come back to them.
+ */
+static void
+drain_uffd(void *arg)
+{
+	struct dest *d = arg;
+	struct uffd_msg msgs[64];
+	ssize_t r;
+
+	while ((r = read(d->uffd, msgs, sizeof(msgs))) > 0 ||
+	       (r < 0 && errno == EINTR)) {
+		size_t n = r > 0 ? (size_t)r / sizeof(msgs[0]) : 0;
+
+		d->backlog = realloc(d->backlog,
+				     (d->nbacklog + n) * sizeof(*d->backlog));
+		if (d->backlog == NULL)
+			fatal("uffd messages");
+		memcpy(d->backlog + d->nbacklog, msgs, n * sizeof(msgs[0]));
+		d->nbacklog += n;
+	}
+	if (d->uffd_ev && d->nbacklog && d->m->state != MIG_COMPLETE &&
+	    d->m->state != MIG_FAILED)
+		event_active(d->uffd_ev, EV_READ, 1);
+}
+
 /*
  * Reads every pending uffd message: page faults become requests, and the
  * target's own changes to its memory (DESIGN section 4, non-cooperative
@@ -956,6 +1068,18 @@ static void
 read_faults(struct dest *d)
 {
 	struct uffd_msg msgs[64];
+
+	/* First what an injection's wait read, in the order it came. */
+	if (d->nbacklog) {
+		struct uffd_msg *q = d->backlog;
+		size_t n = d->nbacklog;
+
+		d->backlog = NULL;
+		d->nbacklog = 0;
+		for (size_t i = 0; i < n; i++)
+			handle_msg(d, &q[i]);
+		free(q);
+	}
 
 	for (;;) {
 		ssize_t r =
@@ -975,88 +1099,8 @@ read_faults(struct dest *d)
 		}
 		if (r <= 0)
 			break;
-		for (size_t i = 0; i < (size_t)r / sizeof(msgs[0]); i++) {
-			const struct uffd_msg *msg = &msgs[i];
-			struct dst_region *dr;
-			uint64_t addr, page;
-
-			switch (msg->event) {
-			case UFFD_EVENT_PAGEFAULT:
-				break;
-			case UFFD_EVENT_REMOVE:
-			case UFFD_EVENT_UNMAP:
-				discard_range(d, msg->arg.remove.start,
-					      msg->arg.remove.end);
-				save(d); /* a restart must know */
-				continue;
-			case UFFD_EVENT_REMAP:
-				remap_range(d, msg->arg.remap.from,
-					    msg->arg.remap.to,
-					    msg->arg.remap.len);
-				save(d); /* a restart must know */
-				continue;
-			case UFFD_EVENT_FORK:
-				fork_child(d, (int)msg->arg.fork.ufd);
-				continue;
-			default:
-				log_debug("uffd event %u ignored", msg->event);
-				continue;
-			}
-			addr = msg->arg.pagefault.address;
-			if ((dr = locate(d, addr, &page)) == NULL) {
-				log_debug("migration %s: fault at 0x%llx "
-					  "outside every region",
-					  log_id(d->m->id),
-					  (unsigned long long)addr);
-				zero_outside(d, addr);
-				continue;
-			}
-			if (d->failing)
-				continue; /* it will be poisoned and woken */
-			d->m->demand_faults++;
-			switch (pagestate_get(&dr->ps, page)) {
-			case PAGE_MISSING:
-				add_waiter(d, dr, page,
-					   (pid_t)msg->arg.pagefault.feat.ptid,
-					   1);
-				request_page(d, dr, page);
-				break;
-			case PAGE_REQUESTED:
-				/* Merged with the request in flight. */
-				add_waiter(d, dr, page,
-					   (pid_t)msg->arg.pagefault.feat.ptid,
-					   0);
-				break;
-			case PAGE_PRESENT:
-				/*
-				 * Installed after the fault was queued. In a
-				 * child the map may be a parent's guess: ask,
-				 * and an EEXIST will settle it.
-				 */
-				if (d->root) {
-					add_waiter(d, dr, page,
-						   (pid_t)msg->arg.pagefault
-							   .feat.ptid,
-						   1);
-					request_page(d, dr, page);
-				} else {
-					/*
-					 * Or gone again with no event: a hole
-					 * punched in shared memory, a page
-					 * MADV_FREE let go. A wake alone would
-					 * make the thread fault for good;
-					 * a zero page is what it reads without
-					 * a migration (EEXIST: it was a race,
-					 * and the thread is woken).
-					 */
-					zero_discarded(d, dr, page);
-				}
-				break;
-			case PAGE_DISCARDED:
-				zero_discarded(d, dr, page);
-				break;
-			}
-		}
+		for (size_t i = 0; i < (size_t)r / sizeof(msgs[0]); i++)
+			handle_msg(d, &msgs[i]);
 		if ((size_t)r < sizeof(msgs))
 			break; /* a short read took every pending message */
 	}
@@ -1619,6 +1663,8 @@ child_start(struct dest *root, struct dest *k)
 		event_new(base, k->uffd, EV_READ | EV_PERSIST, fault_cb, k);
 	event_priority_set(k->uffd_ev, PRIO_FAULT);
 	event_add(k->uffd_ev, NULL);
+	if (k->nbacklog) /* read while it was given its uffd */
+		event_active(k->uffd_ev, EV_READ, 1);
 	if (k->pidfd >= 0) {
 		k->exit_ev = event_new(base, k->pidfd, EV_READ | EV_PERSIST,
 				       exit_cb, k);
@@ -1651,7 +1697,8 @@ give_uffd(struct dest *k)
 	struct stat st;
 
 	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
-	if (stat(path, &st) == 0 && inject_begin(&inj, pid, 1) == 0) {
+	if (stat(path, &st) == 0 &&
+	    inject_begin_draining(&inj, pid, 1, k->uffd, drain_uffd, k) == 0) {
 		k->target_fd =
 			inject_pass_fd(&inj, k->uffd, st.st_uid, st.st_gid);
 		inject_end(&inj);

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +36,33 @@ seized(const struct inject *inj, pid_t tid)
  * Waits for a state change of a seized thread. A signal handled here (a
  * timer, a reload) must not end the wait: the thread would stop later
  * with nobody to wait for it, and could not be detached.
+ *
+ * With a drain set, its descriptor is watched meanwhile: a thread that
+ * waits in the kernel for a userfaultfd event to be read (madvise, munmap,
+ * mremap, fork in registered memory) cannot stop until someone reads it.
  */
 static int
-wait_thread(pid_t tid, int *st)
+wait_thread(const struct inject *inj, pid_t tid, int *st)
 {
-	while (waitpid(tid, st, __WALL) < 0)
-		if (errno != EINTR)
+	const struct timespec tick = {0, 100000};
+	int flags = __WALL | (inj->drain ? WNOHANG : 0);
+	pid_t r;
+
+	for (;;) {
+		struct pollfd p = {.fd = inj->drain_fd, .events = POLLIN};
+
+		r = waitpid(tid, st, flags);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
 			return -1;
-	return 0;
+		if (r == 0 && ppoll(&p, 1, &tick, NULL) > 0) {
+			if (p.revents & (POLLERR | POLLNVAL | POLLHUP))
+				flags &= ~WNOHANG; /* nothing to drain */
+			else
+				inj->drain(inj->drain_arg);
+		}
+	}
 }
 
 /*
@@ -51,14 +71,14 @@ wait_thread(pid_t tid, int *st)
  * stop arrives and keep the signal for later.
  */
 static int
-event_stop(pid_t tid)
+event_stop(const struct inject *inj, pid_t tid)
 {
 	int st;
 
 	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0)
 		return -1;
 	for (;;) {
-		if (wait_thread(tid, &st) < 0)
+		if (wait_thread(inj, tid, &st) < 0)
 			return -1;
 		if (!WIFSTOPPED(st)) {
 			errno = ESRCH;
@@ -80,7 +100,7 @@ seize_one(struct inject *inj, pid_t tid)
 	if (ptrace(PTRACE_SEIZE, tid, 0, 0) < 0)
 		return errno == ESRCH ? 0 : -1; /* a thread that just exited */
 	inj->tids[inj->ntids++] = tid;
-	return event_stop(tid);
+	return event_stop(inj, tid);
 }
 
 /* Seizes every thread, re-reading the task list until it holds still. */
@@ -172,8 +192,18 @@ find_syscall_insn(struct inject *inj)
 int
 inject_begin(struct inject *inj, pid_t pid, int all_threads)
 {
+	return inject_begin_draining(inj, pid, all_threads, -1, NULL, NULL);
+}
+
+int
+inject_begin_draining(struct inject *inj, pid_t pid, int all_threads,
+		      int drain_fd, void (*drain)(void *), void *drain_arg)
+{
 	memset(inj, 0, sizeof(*inj));
 	inj->pid = pid;
+	inj->drain_fd = drain ? drain_fd : -1;
+	inj->drain = drain;
+	inj->drain_arg = drain_arg;
 	if (all_threads) {
 		if (seize_all(inj) < 0)
 			goto fail;
@@ -227,7 +257,7 @@ inject_syscall(struct inject *inj, long nr, unsigned long a1, unsigned long a2,
 	if (ptrace(PTRACE_SINGLESTEP, inj->pid, 0, 0) < 0)
 		return -errno;
 	for (;;) {
-		if (wait_thread(inj->pid, &st) < 0)
+		if (wait_thread(inj, inj->pid, &st) < 0)
 			return -errno;
 		if (!WIFSTOPPED(st))
 			return -ESRCH;
@@ -265,7 +295,7 @@ inject_restore(struct inject *inj)
 	if (ptrace(PTRACE_INTERRUPT, inj->pid, 0, 0) < 0 ||
 	    ptrace(PTRACE_CONT, inj->pid, 0, 0) < 0)
 		return -1;
-	return event_stop(inj->pid);
+	return event_stop(inj, inj->pid);
 }
 
 void

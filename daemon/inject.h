@@ -17,6 +17,10 @@ struct inject {
 	unsigned long syscall_ip; /* a `syscall` instruction in the vdso */
 	int have_regs;
 	char err[256];
+	/* While a thread is awaited: see inject_begin_draining(). */
+	int drain_fd;
+	void (*drain)(void *);
+	void *drain_arg;
 };
 
 /*
@@ -25,6 +29,15 @@ struct inject {
  * main thread. Returns 0, or -1 with inj->err and errno set.
  */
 int inject_begin(struct inject *inj, pid_t pid, int all_threads);
+/*
+ * The same for a target that holds a userfaultfd, drain_fd: whenever it is
+ * readable while a thread is awaited, drain(drain_arg) must read it. A
+ * thread blocked until an event of it is read (madvise, munmap, mremap,
+ * fork in registered memory) stops only then; waiting for it without
+ * reading would wait for ever.
+ */
+int inject_begin_draining(struct inject *inj, pid_t pid, int all_threads,
+			  int drain_fd, void (*drain)(void *), void *drain_arg);
 /* Runs one system call in the target; returns its result (-errno on error). */
 long inject_syscall(struct inject *inj, long nr, unsigned long a1,
 		    unsigned long a2, unsigned long a3, unsigned long a4,

@@ -73,9 +73,14 @@ static const char *kind = "anon", *file_path;
  * event reports; they must then read as zeros). "grow" (anon) is not about
  * those pages: the region grows in place by EV_PAGES (mremap, no event),
  * and the new pages must read as zeros at once ("grown" is printed then).
+ * "fork" forks a child that checks every page too; "fork-remove" as well,
+ * but the child first discards those pages (madvise, anon only), which
+ * must then read as zeros in the child alone, and waits 4 s before it
+ * checks (so that a destination restart finds them discarded, untouched).
  */
 static const char *event;
 static uint64_t ev0;
+static int in_child; /* the child of --event fork and fork-remove */
 static uint8_t *moved_at;
 #define EV_PAGES 256
 static int prefault, sigbus_ok;
@@ -436,6 +441,8 @@ check_page(uint64_t page)
 static int
 in_event(uint64_t page)
 {
+	if (event && strcmp(event, "fork-remove") == 0)
+		return in_child && page >= ev0 && page < ev0 + EV_PAGES;
 	return event && strcmp(event, "fork") != 0 &&
 	       strcmp(event, "grow") != 0 && page >= ev0 &&
 	       page < ev0 + EV_PAGES;
@@ -446,7 +453,8 @@ check_page_guarded(uint64_t page)
 {
 	volatile uint64_t *p = (volatile uint64_t *)(mem + page * PS);
 	int removed = in_event(page) && (strcmp(event, "remove") == 0 ||
-					 strcmp(event, "punch") == 0);
+					 strcmp(event, "punch") == 0 ||
+					 strcmp(event, "fork-remove") == 0);
 
 	if (in_event(page) && strcmp(event, "unmap") == 0) {
 		atomic_fetch_add(&checked, 1);
@@ -595,7 +603,7 @@ run_dest(void)
 		if (sig == SIGTERM)
 			return 2;
 	} while (sig != SIGUSR1);
-	if (event && strcmp(event, "fork") == 0) {
+	if (event && strncmp(event, "fork", 4) == 0) {
 		/*
 		 * The child checks every page too, with its own threads, while
 		 * most are still missing in both processes.
@@ -607,6 +615,15 @@ run_dest(void)
 			return 1;
 		}
 		if (c == 0) {
+			in_child = 1;
+			if (strcmp(event, "fork-remove") == 0) {
+				if (madvise(mem + ev0 * PS, EV_PAGES * PS,
+					    MADV_DONTNEED) < 0) {
+					perror("workload: child madvise");
+					_exit(1);
+				}
+				sleep(4);
+			}
 			ts = calloc(threads, sizeof(*ts));
 			for (unsigned i = 0; i < threads; i++)
 				pthread_create(&ts[i], NULL, checker,
@@ -711,7 +728,7 @@ usage(void)
 		"                 file-private --file PATH] [--zero-every K]\n"
 		"         [--ro-pages N]\n"
 		"         [--event "
-		"remove|unmap|remap|fork|protect|punch|grow]\n"
+		"remove|unmap|remap|fork|fork-remove|protect|punch|grow]\n"
 		"         [--touch N] [--idle-child]\n");
 	exit(2);
 }
@@ -795,6 +812,7 @@ main(int argc, char **argv)
 			event = optarg;
 			if (strcmp(event, "remove") && strcmp(event, "unmap") &&
 			    strcmp(event, "remap") && strcmp(event, "fork") &&
+			    strcmp(event, "fork-remove") &&
 			    strcmp(event, "protect") &&
 			    strcmp(event, "punch") && strcmp(event, "grow"))
 				usage();

@@ -4,7 +4,8 @@
 # one read-only (mprotect: the mapping splits off the bulk lane's frame
 # grid, and a frame across the split must still go in), or forks (the
 # child checks every page too, most of them still missing), also beside a
-# child it had before the migration, punches a hole in its shared memory
+# child it had before the migration, or with a child that discards pages
+# at once, punches a hole in its shared memory
 # file, or grows a region in place (no event at all for these two). The result
 # is what the target would have seen had all its memory been local: the
 # discarded pages read as zeros (never the source's stale bytes), the moved
@@ -41,7 +42,7 @@ one() {
 		fail "$kind $ev $*: $(cat "$T/wait.out")"
 	wait_verified WD >/dev/null
 	info "$kind, target does $ev $* while pages are missing: $(grep '^verified' "$T/WD.out")"
-	if [ "$ev" = fork ]; then
+	if [ "$ev" = fork ] || [ "$ev" = fork-remove ]; then
 		wait_child_verified WD "$kind $*"
 	fi
 	# Each fault is served once: a thread that faults again and again on
@@ -72,3 +73,9 @@ one anon grow
 # the old one, the new child's pages counted as present, its uffd was
 # closed at once, and its missing pages read as zeros.)
 one anon fork --idle-child
+# The child of a fork discards missing pages at once (madvise). It waits in
+# the kernel until its uffd's event is read, while the destination, handed
+# the child's uffd, stops the child to give it a copy. (The destination
+# waited for that stop without reading: both waited for good, and with
+# them every migration of the daemon.)
+one anon fork-remove
