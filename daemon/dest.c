@@ -268,6 +268,38 @@ close_target_fd(struct dest *d)
 	d->target_fd = -1;
 }
 
+/*
+ * Runs of pages of d the target discarded (or the source said are zero)
+ * and nobody touched since: a restart cannot tell them from missing ones
+ * in the pagemap, and must never fetch the source's bytes there. A forked
+ * child's lines name its pid first.
+ */
+static void
+save_discarded(FILE *f, const struct dest *d)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		const struct pagestate *ps = &d->regs[i].ps;
+
+		for (uint64_t p = 0; ps->discarded && p < ps->npages;) {
+			uint64_t q = p;
+
+			while (q < ps->npages &&
+			       pagestate_get(ps, q) == PAGE_DISCARDED)
+				q++;
+			if (q > p && d->root)
+				fprintf(f, "child_discarded=%d %zu %llx %llx\n",
+					(int)d->m->pid, i,
+					(unsigned long long)p,
+					(unsigned long long)q);
+			else if (q > p)
+				fprintf(f, "discarded=%zu %llx %llx\n", i,
+					(unsigned long long)p,
+					(unsigned long long)q);
+			p = q + 1;
+		}
+	}
+}
+
 static void
 save_more(FILE *f, const struct migration *m)
 {
@@ -302,32 +334,21 @@ save_more(FILE *f, const struct migration *m)
 				(unsigned long long)d->regs[i].moves[k].p0,
 				(unsigned long long)d->regs[i].moves[k].p1,
 				(unsigned long long)d->regs[i].moves[k].base);
-	/*
-	 * Runs of pages the target discarded (or the source said are zero)
-	 * and nobody touched since: a restart cannot tell them from missing
-	 * ones in the pagemap, and must never fetch the source's bytes there.
-	 */
-	for (size_t i = 0; i < d->nregs; i++) {
-		const struct pagestate *ps = &d->regs[i].ps;
-
-		for (uint64_t p = 0; ps->discarded && p < ps->npages;) {
-			uint64_t q = p;
-
-			while (q < ps->npages &&
-			       pagestate_get(ps, q) == PAGE_DISCARDED)
-				q++;
-			if (q > p)
-				fprintf(f, "discarded=%zu %llx %llx\n", i,
-					(unsigned long long)p,
-					(unsigned long long)q);
-			p = q + 1;
-		}
-	}
+	save_discarded(f, d);
+	for (size_t i = 0; i < d->nkids; i++)
+		if (d->kids[i]->m->pid > 0 && d->kids[i]->target_fd >= 0)
+			save_discarded(f, d->kids[i]);
 }
 
+/* The state file is the root's, children included, whoever changed. */
 static int
 save(struct dest *d)
 {
+	if (d->root)
+		d = d->root;
+	/* Ended: teardown removed the file, which must not come back. */
+	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
+		return 0;
 	return state_write(d->m, save_more);
 }
 
@@ -2885,8 +2906,29 @@ held_from_pagemap(pid_t pid, struct dst_region *dr)
  * (shared memory: what the root has), asks again for what the root has
  * and it lacks, and gets the rest from the root's frames.
  */
+/* A saved run of discarded pages: the root's (pid 0) or a child's. */
+struct gone {
+	int pid;
+	size_t reg;
+	uint64_t p0, p1;
+};
+
+/* Discarded and not touched since: still nothing to fetch. */
 static void
-restore_child(struct dest *root, const char *path, int pid, int tfd)
+mark_gone(struct dst_region *dr, size_t reg, const struct gone *gone,
+	  size_t ngone, int pid)
+{
+	for (size_t k = 0; k < ngone; k++)
+		for (uint64_t p = gone[k].p0;
+		     gone[k].reg == reg && gone[k].pid == pid && p < gone[k].p1;
+		     p++)
+			if (pagestate_get(&dr->ps, p) != PAGE_PRESENT)
+				pagestate_set(&dr->ps, p, PAGE_DISCARDED);
+}
+
+static void
+restore_child(struct dest *root, const char *path, int pid, int tfd,
+	      const struct gone *gone, size_t ngone)
 {
 	int pidfd = pid > 1 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 	int ufd = pidfd >= 0 ? take_uffd(pidfd, tfd) : -1;
@@ -2914,6 +2956,9 @@ restore_child(struct dest *root, const char *path, int pid, int tfd)
 					      pagestate_get(&rr->ps, p));
 		else if (held_from_pagemap(pid, kr) < 0)
 			log_warn("%s: pagemap of forked process %d", path, pid);
+		if (!region_kind_shmem(kr->r.kind) &&
+		    kr->r.kind != REGION_FILE_PRIVATE)
+			mark_gone(kr, i, gone, ngone, pid);
 		for (uint64_t p = 0;
 		     !region_kind_shmem(kr->r.kind) && p < kr->npages; p++)
 			if (pagestate_get(&kr->ps, p) == PAGE_MISSING &&
@@ -2946,10 +2991,7 @@ dest_restore(const char *path, FILE *f)
 		size_t reg;
 		struct move mv;
 	} *moves = NULL;
-	struct {
-		size_t reg;
-		uint64_t p0, p1;
-	} *gone = NULL;
+	struct gone *gone = NULL;
 	size_t nregs = 0, nranges = 0, nmoves = 0, ngone = 0;
 	int pid = -1, tfd = -1, was_held = 0;
 	struct {
@@ -3003,16 +3045,23 @@ dest_restore(const char *path, FILE *f)
 				goto bad;
 			moves[nmoves].reg = reg;
 			moves[nmoves++].mv = (struct move){p0, p1, at};
-		} else if (strcmp(key, "discarded") == 0) {
+		} else if (strcmp(key, "discarded") == 0 ||
+			   strcmp(key, "child_discarded") == 0) {
 			unsigned long long p0, p1;
+			int kpid = 0, pos = 0;
 			size_t reg;
 
 			gone = realloc(gone, (ngone + 1) * sizeof(*gone));
 			if (gone == NULL ||
-			    sscanf(val, "%zu %llx %llx", &reg, &p0, &p1) != 3 ||
+			    (key[0] == 'c' &&
+			     (sscanf(val, "%d %n", &kpid, &pos) < 1 ||
+			      kpid <= 1)) ||
+			    sscanf(val + pos, "%zu %llx %llx", &reg, &p0,
+				   &p1) != 3 ||
 			    reg >= nregs || p0 >= p1 ||
 			    p1 > regs[reg].length / regs[reg].page_size)
 				goto bad;
+			gone[ngone].pid = kpid;
 			gone[ngone].reg = reg;
 			gone[ngone].p0 = p0;
 			gone[ngone++].p1 = p1;
@@ -3133,17 +3182,9 @@ dest_restore(const char *path, FILE *f)
 			migration_free(m);
 			return -1;
 		}
-		/* Discarded and not touched since: still nothing to fetch. */
-		for (size_t k = 0; k < ngone; k++)
-			for (uint64_t p = gone[k].p0;
-			     gone[k].reg == i && p < gone[k].p1; p++)
-				if (pagestate_get(&dr->ps, p) != PAGE_PRESENT)
-					pagestate_set(&dr->ps, p,
-						      PAGE_DISCARDED);
+		mark_gone(dr, i, gone, ngone, 0);
 		m->pages_total += dr->npages;
 	}
-	free(gone);
-	gone = NULL;
 	free(regs);
 	free(moves);
 	m->pages_present = present_total(d);
@@ -3171,8 +3212,9 @@ dest_restore(const char *path, FILE *f)
 		 log_id(id), pid, (unsigned long long)m->pages_present,
 		 (unsigned long long)m->pages_total, from);
 	for (size_t i = 0; i < nkids; i++)
-		restore_child(d, path, kids[i].pid, kids[i].tfd);
+		restore_child(d, path, kids[i].pid, kids[i].tfd, gone, ngone);
 	free(kids);
+	free(gone);
 	/* As at attach: the children there are now are not forks to come. */
 	claim_child(d->m->pid, d, 1);
 	for (size_t i = 0; i < d->nkids; i++)
