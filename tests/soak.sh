@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The soak (make soak; not part of CI): repeated migrations for a bounded
 # time (SOAK_SECONDS, default 600) with random link cuts and daemon kills,
-# each migration checked byte for byte. Prints migrations done, faults
+# each migration checked byte for byte. One target in three forks during
+# its migration, and in every other such fork the child discards pages at
+# once; the child checks its own memory. Prints migrations done, faults
 # served, cuts and kills survived, and bytes lost, which must be 0.
 BUILDDIR=$(cd "${1:-_build}" && pwd)
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +22,12 @@ while [ "$(date +%s)" -lt "$t_end" ]; do
 	end=$((base + (128 << 20)))
 	range=$(printf '%x-%x' "$base" "$end")
 	start_workload WS source --size 128M --threads 2 --base "$base" --seed "$i"
-	start_workload WD dest --size 128M --threads 8 --pace-us 200 --base "$base" --seed "$i"
+	ev=()
+	case $((i % 6)) in
+	0) ev=(--event fork) ;;
+	3) ev=(--event fork-remove) ;;
+	esac
+	start_workload WD dest --size 128M --threads 8 --pace-us 200 --base "$base" --seed "$i" "${ev[@]}"
 	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
 	h_src=$("$MEMHASH" "$WS" "$base" "$end")
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
@@ -50,6 +57,7 @@ while [ "$(date +%s)" -lt "$t_end" ]; do
 	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 300 >/dev/null 2>&1 ||
 		fail "migration $i did not complete"
 	wait_verified WD >/dev/null
+	[ ${#ev[@]} = 0 ] || wait_child_verified WD "migration $i, forked child" >/dev/null
 	h_dst=$("$MEMHASH" "$WD" "$base" "$end")
 	if [ "$h_src" != "$h_dst" ]; then
 		lost=$((lost + (128 << 20)))
