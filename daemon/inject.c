@@ -6,7 +6,9 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/ptrace.h>
@@ -33,6 +35,30 @@ seized(const struct inject *inj, pid_t tid)
 }
 
 /*
+ * A thread that does not stop within this long after PTRACE_INTERRUPT is
+ * busy in the kernel where no signal reaches it (vfork() waiting for its
+ * child, a hung file system): the injection gives up on it rather than
+ * hold up the daemon.
+ */
+#define STOP_WAIT_MS 10000
+
+static uint64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Threads given up on, still seized: each is let go once it stops
+ * (inject_reap()), which it does when whatever held it lets go.
+ */
+static pid_t *pending;
+static size_t npending;
+
+/*
  * Waits for a state change of a seized thread. A signal handled here (a
  * timer, a reload) must not end the wait: the thread would stop later
  * with nobody to wait for it, and could not be detached.
@@ -42,23 +68,29 @@ seized(const struct inject *inj, pid_t tid)
  * mremap, fork in registered memory) cannot stop until someone reads it.
  */
 static int
-wait_thread(const struct inject *inj, pid_t tid, int *st)
+wait_thread(const struct inject *inj, pid_t tid, int *st, int bounded)
 {
 	const struct timespec tick = {0, 100000};
-	int flags = __WALL | (inj->drain ? WNOHANG : 0);
+	int flags = __WALL | (inj->drain || bounded ? WNOHANG : 0);
+	int fd = inj->drain ? inj->drain_fd : -1;
+	uint64_t deadline = now_ms() + STOP_WAIT_MS;
 	pid_t r;
 
 	for (;;) {
-		struct pollfd p = {.fd = inj->drain_fd, .events = POLLIN};
+		struct pollfd p = {.fd = fd, .events = POLLIN};
 
 		r = waitpid(tid, st, flags);
 		if (r > 0)
 			return 0;
 		if (r < 0 && errno != EINTR)
 			return -1;
+		if (r == 0 && bounded && now_ms() > deadline) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
 		if (r == 0 && ppoll(&p, 1, &tick, NULL) > 0) {
 			if (p.revents & (POLLERR | POLLNVAL | POLLHUP))
-				flags &= ~WNOHANG; /* nothing to drain */
+				fd = -1; /* nothing to drain */
 			else
 				inj->drain(inj->drain_arg);
 		}
@@ -71,15 +103,18 @@ wait_thread(const struct inject *inj, pid_t tid, int *st)
  * stop arrives and keep the signal for later.
  */
 static int
-event_stop(const struct inject *inj, pid_t tid)
+event_stop(struct inject *inj, pid_t tid)
 {
 	int st;
 
 	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0)
 		return -1;
 	for (;;) {
-		if (wait_thread(inj, tid, &st) < 0)
+		if (wait_thread(inj, tid, &st, 1) < 0) {
+			if (errno == ETIMEDOUT)
+				inj->stuck = tid;
 			return -1;
+		}
 		if (!WIFSTOPPED(st)) {
 			errno = ESRCH;
 			return -1;
@@ -223,8 +258,15 @@ inject_begin_draining(struct inject *inj, pid_t pid, int all_threads,
 	}
 	return 0;
 fail:
-	snprintf(inj->err, sizeof(inj->err), "ptrace %d: %s", (int)pid,
-		 strerror(errno));
+	if (inj->stuck)
+		snprintf(inj->err, sizeof(inj->err),
+			 "thread %d of process %d did not stop within %d s "
+			 "(it waits in the kernel where no signal reaches it: "
+			 "vfork, a hung file system)",
+			 (int)inj->stuck, (int)pid, STOP_WAIT_MS / 1000);
+	else
+		snprintf(inj->err, sizeof(inj->err), "ptrace %d: %s", (int)pid,
+			 strerror(errno));
 	{
 		int saved = errno;
 
@@ -257,7 +299,7 @@ inject_syscall(struct inject *inj, long nr, unsigned long a1, unsigned long a2,
 	if (ptrace(PTRACE_SINGLESTEP, inj->pid, 0, 0) < 0)
 		return -errno;
 	for (;;) {
-		if (wait_thread(inj, inj->pid, &st) < 0)
+		if (wait_thread(inj, inj->pid, &st, 0) < 0)
 			return -errno;
 		if (!WIFSTOPPED(st))
 			return -ESRCH;
@@ -303,8 +345,19 @@ inject_end(struct inject *inj)
 {
 	if (inj->have_regs)
 		ptrace(PTRACE_SETREGS, inj->pid, 0, &inj->saved);
-	for (size_t i = 0; i < inj->ntids; i++)
-		ptrace(PTRACE_DETACH, inj->tids[i], 0, 0);
+	for (size_t i = 0; i < inj->ntids; i++) {
+		pid_t *np;
+
+		if (ptrace(PTRACE_DETACH, inj->tids[i], 0, 0) == 0 ||
+		    errno != ESRCH || inj->tids[i] != inj->stuck)
+			continue;
+		/* Not stopped yet: let go of it when it is (inject_reap). */
+		np = realloc(pending, (npending + 1) * sizeof(*pending));
+		if (np != NULL) {
+			pending = np;
+			pending[npending++] = inj->tids[i];
+		}
+	}
 	free(inj->tids);
 	inj->tids = NULL;
 	inj->ntids = 0;
@@ -444,4 +497,30 @@ out:
 		snprintf(inj->err, sizeof(inj->err),
 			 "handing a descriptor to %d failed", (int)inj->pid);
 	return out;
+}
+
+size_t
+inject_reap(void)
+{
+	for (size_t i = 0; i < npending;) {
+		int st, sig;
+		pid_t r = waitpid(pending[i], &st, __WALL | WNOHANG);
+
+		if (r == 0 || (r < 0 && errno == EINTR)) {
+			i++;
+			continue;
+		}
+		if (r > 0 && WIFSTOPPED(st)) {
+			/* A signal it stopped to take goes with it. */
+			sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
+			if (ptrace(PTRACE_DETACH, pending[i], 0, sig) < 0 &&
+			    errno != ESRCH) {
+				i++;
+				continue;
+			}
+		}
+		/* Let go, exited, or no longer ours. */
+		pending[i] = pending[--npending];
+	}
+	return npending;
 }

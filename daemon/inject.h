@@ -17,6 +17,7 @@ struct inject {
 	unsigned long syscall_ip; /* a `syscall` instruction in the vdso */
 	int have_regs;
 	char err[256];
+	pid_t stuck; /* the thread that did not stop in time, or 0 */
 	/* While a thread is awaited: see inject_begin_draining(). */
 	int drain_fd;
 	void (*drain)(void *);
@@ -54,7 +55,13 @@ int inject_pass_fd(struct inject *inj, int fd, uid_t uid, gid_t gid);
  * an injected call nor with a SIGTRAP. Returns 0, or -1 with errno set.
  */
 int inject_restore(struct inject *inj);
-/* Restores the registers and lets every seized thread go. */
+/*
+ * Restores the registers and lets every seized thread go. A thread that
+ * did not stop in time (inject_begin() failed on it) is let go by
+ * inject_reap() once it stops.
+ */
 void inject_end(struct inject *inj);
+/* Lets go of such threads that have stopped since; returns how many wait. */
+size_t inject_reap(void);
 
 #endif

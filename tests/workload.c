@@ -91,6 +91,12 @@ static int prefault, sigbus_ok;
  * be taken for the one it forks during the migration (--event fork).
  */
 static int idle_child;
+/*
+ * dest --stuck-thread: a thread calls vfork() and its child sleeps, so
+ * the thread waits in the kernel where no signal (nor ptrace) reaches it
+ * until the child is killed.
+ */
+static int stuck_thread;
 static int map_fd = -1;
 static unsigned pace_us;
 static atomic_ulong lost;
@@ -559,6 +565,18 @@ touch_pages(void)
 	free(lat);
 }
 
+static void *
+stuck(void *arg)
+{
+	(void)arg;
+	if (vfork() == 0) {
+		/* Shares our memory: only system calls until it dies. */
+		for (;;)
+			syscall(SYS_pause);
+	}
+	return NULL;
+}
+
 static int
 run_dest(void)
 {
@@ -590,6 +608,11 @@ run_dest(void)
 			for (;;)
 				pause();
 		}
+	}
+	if (stuck_thread) {
+		pthread_t t;
+
+		pthread_create(&t, NULL, stuck, NULL);
 	}
 	protect_ro();
 	sigemptyset(&set);
@@ -729,7 +752,7 @@ usage(void)
 		"         [--ro-pages N]\n"
 		"         [--event "
 		"remove|unmap|remap|fork|fork-remove|protect|punch|grow]\n"
-		"         [--touch N] [--idle-child]\n");
+		"         [--touch N] [--idle-child] [--stuck-thread]\n");
 	exit(2);
 }
 
@@ -746,6 +769,7 @@ main(int argc, char **argv)
 		{"poke-every", required_argument, NULL, 'k'},
 		{"prefault", no_argument, NULL, 'P'},
 		{"idle-child", no_argument, NULL, 'I'},
+		{"stuck-thread", no_argument, NULL, 'V'},
 		{"sigbus-ok", no_argument, NULL, 'B'},
 		{"pace-us", required_argument, NULL, 'D'},
 		{"kind", required_argument, NULL, 'K'},
@@ -792,6 +816,9 @@ main(int argc, char **argv)
 			break;
 		case 'I':
 			idle_child = 1;
+			break;
+		case 'V':
+			stuck_thread = 1;
 			break;
 		case 'P':
 			prefault = 1;
