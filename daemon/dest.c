@@ -1698,6 +1698,17 @@ child_start(struct dest *root, struct dest *k)
 	if (root->kids == NULL)
 		fatal("children");
 	root->kids[root->nkids++] = k;
+	/*
+	 * What an injection read from its uffd while the child was built
+	 * (give_uffd()): the kernel let those events go on when they were
+	 * read, so the page map must follow before any frame goes in.
+	 */
+	if (k->nbacklog) {
+		read_faults(k);
+		if (m->state != MIG_RUNNING)
+			return;
+		m->pages_present = present_total(k);
+	}
 	if (m->pages_present == m->pages_total)
 		child_done(k);
 	else
@@ -1768,6 +1779,8 @@ find_cb(evutil_socket_t fd, short ev, void *arg)
 	log_info("migration %s: forked process of %d is %d",
 		 log_id(k->root->m->id), (int)k->parent_pid, (int)pid);
 	give_uffd(k);
+	if (k->nbacklog) /* as in child_start() */
+		read_faults(k);
 	save(k->root);
 }
 
