@@ -236,6 +236,30 @@ present_total(const struct dest *d)
 	return n;
 }
 
+/*
+ * A thread an injection gave up on (it did not stop in time) stays seized
+ * until it stops: looked for each second while there is one.
+ */
+static struct event *reap_ev;
+
+static void
+reap_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct timeval tv = {1, 0};
+
+	if (inject_reap() > 0)
+		evtimer_add(reap_ev, &tv);
+}
+
+/* After an injection that failed. */
+static void
+reap_later(void)
+{
+	if (reap_ev == NULL)
+		reap_ev = evtimer_new(base, reap_cb, NULL);
+	reap_cb(-1, 0, NULL);
+}
+
 /* Closes the target's own copy of the uffd, by injection. */
 static void
 close_target_fd(struct dest *d)
@@ -252,6 +276,7 @@ close_target_fd(struct dest *d)
 	}
 	if (inject_begin_draining(&inj, d->m->pid, 0, d->uffd, drain_uffd, d) <
 	    0) {
+		reap_later();
 		log_warnx("migration %s: %s (target's uffd fd %d stays open)",
 			  log_id(d->m->id), inj.err, d->target_fd);
 		return;
@@ -1054,8 +1079,8 @@ handle_msg(struct dest *d, const struct uffd_msg *msg)
 
 /*
  * An injection into d's target waits for a thread that waits for one of
- * d's uffd events to be read: read them now, handle them later (d may be
- * half built), and have the loop come back to them.
+ * d's uffd events to be read: read them now, handle them once d is built
+ * (child_start(), find_cb(); at teardown they are dropped).
  */
 static void
 drain_uffd(void *arg)
@@ -1075,9 +1100,6 @@ drain_uffd(void *arg)
 		memcpy(d->backlog + d->nbacklog, msgs, n * sizeof(msgs[0]));
 		d->nbacklog += n;
 	}
-	if (d->uffd_ev && d->nbacklog && d->m->state != MIG_COMPLETE &&
-	    d->m->state != MIG_FAILED)
-		event_active(d->uffd_ev, EV_READ, 1);
 }
 
 /*
@@ -1684,8 +1706,6 @@ child_start(struct dest *root, struct dest *k)
 		event_new(base, k->uffd, EV_READ | EV_PERSIST, fault_cb, k);
 	event_priority_set(k->uffd_ev, PRIO_FAULT);
 	event_add(k->uffd_ev, NULL);
-	if (k->nbacklog) /* read while it was given its uffd */
-		event_active(k->uffd_ev, EV_READ, 1);
 	if (k->pidfd >= 0) {
 		k->exit_ev = event_new(base, k->pidfd, EV_READ | EV_PERSIST,
 				       exit_cb, k);
@@ -1734,6 +1754,8 @@ give_uffd(struct dest *k)
 		k->target_fd =
 			inject_pass_fd(&inj, k->uffd, st.st_uid, st.st_gid);
 		inject_end(&inj);
+	} else {
+		reap_later();
 	}
 	if (k->target_fd < 0)
 		log_warnx("migration %s: forked process %d holds no copy of "
@@ -2193,6 +2215,7 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	if (inject_begin(&inj, d->m->pid, 1) < 0) {
 		*code = errno == EPERM ? ERR_PERMISSION : ERR_NO_PROCESS;
 		snprintf(err, errlen, "%s", inj.err);
+		reap_later();
 		return -1;
 	}
 	rc = inject_syscall(&inj, SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK, 0, 0,

@@ -14,7 +14,6 @@
 #include <event2/event.h>
 
 #include "daemon/conffile.h"
-#include "daemon/inject.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
 #include "daemon/pagemap.h"
@@ -132,13 +131,6 @@ status_line(char *buf, size_t len)
 	}
 	snprintf(buf, len, "%d migrations, %d active; peers on %s", n, active,
 		 conf.listen ? conf.listen : "(none)");
-}
-
-/* Threads of targets an injection gave up on are let go once they stop. */
-static void
-on_reap(evutil_socket_t fd, short ev, void *arg)
-{
-	inject_reap();
 }
 
 static void
@@ -357,7 +349,7 @@ parse_args(int argc, char **argv, int *check)
 int
 main(int argc, char **argv)
 {
-	struct event *sigterm, *sigint, *sighup, *reap;
+	struct event *sigterm, *sigint, *sighup;
 	char err[512];
 	int check = 0;
 
@@ -417,8 +409,6 @@ main(int argc, char **argv)
 	evsignal_add(sigterm, NULL);
 	evsignal_add(sigint, NULL);
 	evsignal_add(sighup, NULL);
-	reap = event_new(base, -1, EV_PERSIST, on_reap, NULL);
-	event_add(reap, &(struct timeval){1, 0});
 	state_restore_all();
 	log_info("ready: control %s", conf.control);
 	notify_send("READY=1\nSTATUS=ready; peers on %s, control %s",
@@ -433,7 +423,6 @@ main(int argc, char **argv)
 	event_free(sigterm);
 	event_free(sigint);
 	event_free(sighup);
-	event_free(reap);
 	notify_stop();
 	event_base_free(base);
 	tls_free();
