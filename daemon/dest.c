@@ -124,6 +124,12 @@ struct dest {
 	struct dest **kids; /* in the root */
 	size_t nkids;
 	/*
+	 * In the root: its target exited while children it forked were still
+	 * migrating (root_gone()). It stays for their sake, with no process,
+	 * no uffd, and every page counted as present.
+	 */
+	int gone;
+	/*
 	 * Private file mappings cannot be registered (userfaultfd has no
 	 * MISSING mode for a regular file mapped privately), so nothing would
 	 * stop a thread from reading the file's stale page where the source
@@ -136,6 +142,7 @@ struct dest {
 	struct event *find_ev; /* a child whose pid was not known yet */
 	pid_t parent_pid;      /* a child's parent, to find it by */
 	int find_tries;
+	unsigned long long fork_ticks; /* when its fork event came */
 	/*
 	 * In the root: the processes no fork event may be matched with,
 	 * by pid and start time (a pid is reused): children the target had
@@ -151,6 +158,7 @@ struct dest {
 static void dest_free(struct migration *);
 static void fault_cb(evutil_socket_t, short, void *);
 static void read_faults(struct dest *);
+static void bulk_hold(struct dest *);
 static void drain_uffd(void *);
 static void child_done(struct dest *);
 static void release_held(struct dest *);
@@ -331,6 +339,8 @@ save_more(FILE *f, const struct migration *m)
 	const struct dest *d = m->impl;
 
 	fprintf(f, "from=%s\ntarget_fd=%d\n", d->from, d->target_fd);
+	if (d->gone)
+		fprintf(f, "gone=1\n");
 	if (d->hold)
 		fprintf(f, "held=1\n");
 	/* Forked children that hold a copy of their uffd, for a restart. */
@@ -377,6 +387,19 @@ save(struct dest *d)
 	return state_write(d->m, save_more);
 }
 
+/* No more faults and events of the target, nor its exit: our uffd goes. */
+static void
+unwatch(struct dest *d)
+{
+	if (d->uffd_ev)
+		event_del(d->uffd_ev);
+	if (d->exit_ev)
+		event_del(d->exit_ev);
+	if (d->uffd >= 0)
+		close(d->uffd);
+	d->uffd = -1;
+}
+
 /*
  * The end of a migration, either way: lanes, registration and both copies
  * of the uffd go (the target's only when close_target is set), the state
@@ -403,15 +426,9 @@ teardown(struct dest *d, int close_target)
 					(unsigned long long)d->regs[i].r.start);
 		close_target_fd(d);
 	}
-	if (d->uffd_ev)
-		event_del(d->uffd_ev);
-	if (d->exit_ev)
-		event_del(d->exit_ev);
+	unwatch(d);
 	if (d->retry_ev)
 		event_del(d->retry_ev);
-	if (d->uffd >= 0)
-		close(d->uffd);
-	d->uffd = -1;
 	state_remove(d->m);
 	migration_release(d->m);
 }
@@ -642,11 +659,44 @@ lanes_down(struct dest *d, const char *why)
 		schedule_retry(d);
 }
 
+/*
+ * The target exited while processes it forked still migrate, as a daemon
+ * does when it detaches (it forks, and the parent exits): they go on, on
+ * the root's lanes. Nothing of the root's own is wanted any more, so its
+ * pages count as present; the migration completes with its last child.
+ */
+static void
+root_gone(struct dest *d)
+{
+	log_info("migration %s: target process %d exited; %zu process%s it "
+		 "forked go%s on migrating",
+		 log_id(d->m->id), (int)d->m->pid, d->nkids,
+		 d->nkids == 1 ? "" : "es", d->nkids == 1 ? "es" : "");
+	d->gone = 1;
+	unwatch(d);
+	d->target_fd = -1;
+	d->nwaiters = d->nrequests = d->nzretry = 0;
+	bulk_hold(d);
+	for (size_t i = 0; i < d->nregs; i++)
+		pagestate_set_present(&d->regs[i].ps, 0, d->regs[i].npages);
+	d->m->pages_present = present_total(d);
+	save(d);
+}
+
 static void
 target_exited(struct dest *d)
 {
 	if (d->root) {
 		child_done(d);
+		return;
+	}
+	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
+		return;
+	/* A fork's event it left unread, or one an injection read, first. */
+	read_faults(d);
+	if (d->nkids > 0 &&
+	    (d->m->state == MIG_RUNNING || d->m->state == MIG_PAUSED)) {
+		root_gone(d);
 		return;
 	}
 	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
@@ -1434,13 +1484,14 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 			}
 		}
 	}
-	if (t->root && region_kind_shmem(dr->r.kind)) {
+	if (t->root && !root->gone && region_kind_shmem(dr->r.kind)) {
 		/*
 		 * Shared memory has one page cache: what the root just
 		 * installed the child has too. Mark it, and wake the child's
 		 * threads, whose faults wait on the child's own uffd. A page
 		 * the root left none is one here too: a child's thread that
 		 * waits on it gets a zero page through the child's uffd.
+		 * Once the root's target is gone, the child installs itself.
 		 */
 		struct dst_region *rr = region_by_index(root, pd->region);
 
@@ -1532,15 +1583,9 @@ child_done(struct dest *k)
 	    migration_signal(k->pidfd, k->m->pid, 0) == 0 &&
 	    present_total(k) == k->m->pages_total)
 		close_target_fd(k);
-	if (k->uffd_ev)
-		event_del(k->uffd_ev);
-	if (k->exit_ev)
-		event_del(k->exit_ev);
+	unwatch(k);
 	if (k->find_ev)
 		event_del(k->find_ev);
-	if (k->uffd >= 0)
-		close(k->uffd);
-	k->uffd = -1;
 	migration_release(k->m);
 	if (root->m->state == MIG_RUNNING || root->m->state == MIG_PAUSED)
 		save(root); /* without the child */
@@ -1772,6 +1817,117 @@ give_uffd(struct dest *k)
  */
 #define FIND_TRIES 100
 
+/* Clock ticks since boot, as /proc/PID/stat counts a start time. */
+static unsigned long long
+boot_ticks(void)
+{
+	struct timespec ts;
+	long hz = sysconf(_SC_CLK_TCK);
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (unsigned long long)ts.tv_sec * (unsigned long long)hz +
+	       (unsigned long long)ts.tv_nsec /
+		       (1000000000ULL / (unsigned long long)hz);
+}
+
+/* A process that is gone or a zombie: its children went to another. */
+static int
+proc_gone(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	int gone = 1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return 1;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) && p[1])
+		gone = p[2] == 'Z' || p[2] == 'X';
+	fclose(f);
+	return gone;
+}
+
+/* Whether one of our destination migrations knows the process already. */
+static int
+proc_known(pid_t pid, unsigned long long start)
+{
+	struct migration *m;
+
+	TAILQ_FOREACH (m, &migrations, link) {
+		const struct dest *d = m->impl;
+
+		if (m->role != ROLE_DEST || d == NULL)
+			continue;
+		if (m->pid == pid ||
+		    (d->root == NULL && seen_has(d, pid, start)))
+			return 1;
+	}
+	return 0;
+}
+
+/* Whether the mapping at addr in process pid is registered with a uffd. */
+static int
+uffd_mapped(pid_t pid, uint64_t addr)
+{
+	char path[64], line[512];
+	unsigned long long s, e;
+	int in = 0, yes = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%llx-%llx ", &s, &e) == 2) {
+			in = addr >= s && addr < e;
+		} else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+			yes = strstr(line, " um") != NULL;
+			break;
+		}
+	}
+	fclose(f);
+	return yes;
+}
+
+/*
+ * The child of a parent that exited before the child was found (a daemon
+ * that detaches forks and exits at once): it went to another parent, so
+ * it is looked for by what it has. A process started since the fork event
+ * that none of our migrations knows, whose mapping of the first region is
+ * registered with a userfaultfd; the earliest such.
+ */
+static pid_t
+claim_orphan(struct dest *k)
+{
+	unsigned long long best_start = 0,
+			   hz = (unsigned long long)sysconf(_SC_CLK_TCK);
+	const struct dst_region *dr = NULL;
+	struct dirent *e;
+	pid_t best = 0;
+	DIR *dir;
+
+	for (size_t i = 0; dr == NULL && i < k->nregs; i++)
+		if (k->regs[i].r.kind != REGION_FILE_PRIVATE)
+			dr = &k->regs[i];
+	if (dr == NULL || (dir = opendir("/proc")) == NULL)
+		return 0;
+	while ((e = readdir(dir)) != NULL) {
+		pid_t pid = (pid_t)atoi(e->d_name);
+		unsigned long long st = pid > 1 ? proc_start(pid) : 0;
+
+		if (st == 0 || st + hz < k->fork_ticks || proc_known(pid, st) ||
+		    (best && st >= best_start) ||
+		    !uffd_mapped(pid, page_addr(dr, 0)))
+			continue;
+		best = pid;
+		best_start = st;
+	}
+	closedir(dir);
+	if (best > 0)
+		seen_add(k->root, best, best_start);
+	return best;
+}
+
 static void
 find_cb(evutil_socket_t fd, short ev, void *arg)
 {
@@ -1781,7 +1937,10 @@ find_cb(evutil_socket_t fd, short ev, void *arg)
 
 	if (k->m->state != MIG_RUNNING)
 		return;
-	if ((pid = claim_child(k->parent_pid, k->root, 0)) <= 0) {
+	if ((pid = claim_child(k->parent_pid, k->root, 0)) <= 0 &&
+	    proc_gone(k->parent_pid))
+		pid = claim_orphan(k);
+	if (pid <= 0) {
 		if (k->find_tries++ < FIND_TRIES)
 			evtimer_add(k->find_ev, &tv);
 		else
@@ -1831,6 +1990,7 @@ fork_child(struct dest *parent, int ufd)
 
 	k = child_new(root, parent, pid, ufd);
 	k->parent_pid = parent->m->pid;
+	k->fork_ticks = boot_ticks();
 	if (pid > 0)
 		give_uffd(k);
 	else
@@ -1875,9 +2035,13 @@ fork_child(struct dest *parent, int ufd)
 		}
 		free(held);
 	}
-	log_info("migration %s: process %d forked %d; %llu of its %llu pages "
+	char who[32] = "a process (pid not known yet)";
+
+	if (pid > 0)
+		snprintf(who, sizeof(who), "%d", (int)pid);
+	log_info("migration %s: process %d forked %s; %llu of its %llu pages "
 		 "still to come",
-		 log_id(root->m->id), (int)parent->m->pid, (int)pid,
+		 log_id(root->m->id), (int)parent->m->pid, who,
 		 (unsigned long long)(k->m->pages_total - present_total(k)),
 		 (unsigned long long)k->m->pages_total);
 	child_start(root, k);
@@ -2765,6 +2929,24 @@ dest_cancel(struct migration *m, const char *why)
 }
 
 /* Tells the source which pages of a region we hold, in bounded frames. */
+/*
+ * Whether every forked child needs nothing more of a page: the source
+ * sends no page again that HAVE names, and a child lacks what its parent
+ * got after the fork.
+ */
+static int
+kids_have(const struct dest *d, uint32_t idx, uint64_t page)
+{
+	for (size_t k = 0; k < d->nkids; k++) {
+		struct dst_region *kr = region_by_index(d->kids[k], idx);
+
+		if (kr && page < kr->npages &&
+		    pagestate_get(&kr->ps, page) < PAGE_PRESENT)
+			return 0;
+	}
+	return 1;
+}
+
 static void
 send_have(struct dest *d, const struct dst_region *dr)
 {
@@ -2777,7 +2959,8 @@ send_have(struct dest *d, const struct dst_region *dr)
 		uint8_t *bits = xcalloc((n + 7) / 8, 1);
 
 		for (uint64_t i = 0; i < n; i++)
-			if (pagestate_get(&dr->ps, first + i) == PAGE_PRESENT)
+			if (pagestate_get(&dr->ps, first + i) == PAGE_PRESENT &&
+			    kids_have(d, dr->r.index, first + i))
 				bits[i / 8] |= (uint8_t)(1u << (i % 8));
 		b.region = dr->r.index;
 		b.first_page = first;
@@ -2939,8 +3122,9 @@ held_from_pagemap(pid_t pid, struct dst_region *dr)
 /*
  * After a restart, a forked child of root's target that kept its copy of
  * its uffd: taken again like the root; it holds what its pagemap shows
- * (shared memory: what the root has), asks again for what the root has
- * and it lacks, and gets the rest from the root's frames.
+ * (shared memory: what the root has, while the root's target lives), and
+ * gets the rest from the root's frames: the resume's HAVE names only pages
+ * that the root and every child hold (kids_have()).
  */
 /* A saved run of discarded pages: the root's (pid 0) or a child's. */
 struct gone {
@@ -2986,7 +3170,7 @@ restore_child(struct dest *root, const char *path, int pid, int tfd,
 
 		if (kr->r.kind == REGION_FILE_PRIVATE)
 			pagestate_set_present(&kr->ps, 0, kr->npages);
-		else if (region_kind_shmem(kr->r.kind))
+		else if (region_kind_shmem(kr->r.kind) && !root->gone)
 			for (uint64_t p = 0; p < kr->npages; p++)
 				pagestate_set(&kr->ps, p,
 					      pagestate_get(&rr->ps, p));
@@ -2995,11 +3179,6 @@ restore_child(struct dest *root, const char *path, int pid, int tfd,
 		if (!region_kind_shmem(kr->r.kind) &&
 		    kr->r.kind != REGION_FILE_PRIVATE)
 			mark_gone(kr, i, gone, ngone, pid);
-		for (uint64_t p = 0;
-		     !region_kind_shmem(kr->r.kind) && p < kr->npages; p++)
-			if (pagestate_get(&kr->ps, p) == PAGE_MISSING &&
-			    pagestate_get(&rr->ps, p) == PAGE_PRESENT)
-				request_page(k, kr, p);
 		uffd_wake(ufd, kr->r.start, kr->r.length);
 	}
 	log_info("restored forked process %d of migration %s: %llu of %llu "
@@ -3029,7 +3208,7 @@ dest_restore(const char *path, FILE *f)
 	} *moves = NULL;
 	struct gone *gone = NULL;
 	size_t nregs = 0, nranges = 0, nmoves = 0, ngone = 0;
-	int pid = -1, tfd = -1, was_held = 0;
+	int pid = -1, tfd = -1, was_held = 0, was_gone = 0;
 	struct {
 		int pid, tfd;
 	} *kids = NULL;
@@ -3053,6 +3232,8 @@ dest_restore(const char *path, FILE *f)
 			tfd = atoi(val);
 		else if (strcmp(key, "held") == 0)
 			was_held = atoi(val);
+		else if (strcmp(key, "gone") == 0)
+			was_gone = atoi(val);
 		else if (strcmp(key, "child") == 0) {
 			kids = realloc(kids, (nkids + 1) * sizeof(*kids));
 			if (kids == NULL ||
@@ -3124,10 +3305,21 @@ dest_restore(const char *path, FILE *f)
 			regs[nregs++] = r;
 		}
 	}
-	if (strlen(id) != MIG_ID_LEN || pid <= 1 || tfd < 0 || !from[0] ||
-	    nregs == 0 ||
+	if (strlen(id) != MIG_ID_LEN || pid <= 1 || (tfd < 0 && !was_gone) ||
+	    !from[0] || nregs == 0 ||
 	    (strcmp(st, "running") != 0 && strcmp(st, "paused") != 0))
 		goto bad;
+
+	if (was_gone && nkids == 0) {
+		log_warnx("%s: process %d exited, and no process it forked "
+			  "holds a copy of its uffd: nothing to restore",
+			  path, pid);
+		free(regs);
+		free(moves);
+		free(gone);
+		free(ranges);
+		return -1;
+	}
 
 	m = migration_new(ROLE_DEST, id);
 	d = xcalloc(1, sizeof(*d));
@@ -3150,8 +3342,9 @@ dest_restore(const char *path, FILE *f)
 	d->have_poison = (kfeat.uffd_features & UFFD_FEATURE_POISON) != 0 &&
 			 poison_usable();
 	d->hints = kfeat.access_likely; /* dropped at the first EINVAL */
-	d->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (d->pidfd < 0) {
+	d->gone = was_gone;
+	d->pidfd = was_gone ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
+	if (d->pidfd < 0 && !was_gone) {
 		log_warnx("%s: target process %d is gone", path, pid);
 		migration_free(m);
 		free(regs);
@@ -3160,7 +3353,7 @@ dest_restore(const char *path, FILE *f)
 		free(kids);
 		return -1;
 	}
-	if ((d->uffd = take_uffd(d->pidfd, tfd)) < 0) {
+	if (!was_gone && (d->uffd = take_uffd(d->pidfd, tfd)) < 0) {
 		log_warnx("%s: fd %d of process %d is not its userfaultfd any "
 			  "more",
 			  path, tfd, pid);
@@ -3203,8 +3396,11 @@ dest_restore(const char *path, FILE *f)
 			if (moves[k].reg == i)
 				add_move(dr, moves[k].mv.p0, moves[k].mv.p1,
 					 moves[k].mv.base);
-		if (dr->r.kind == REGION_FILE_PRIVATE) {
-			/* Saved unheld: every page of it was written. */
+		if (dr->r.kind == REGION_FILE_PRIVATE || was_gone) {
+			/*
+			 * Saved unheld: every page of it was written. Or no
+			 * process is left (root_gone()).
+			 */
 			pagestate_set_present(&dr->ps, 0, dr->npages);
 			m->pages_total += dr->npages;
 			continue;
@@ -3224,15 +3420,17 @@ dest_restore(const char *path, FILE *f)
 	free(regs);
 	free(moves);
 	m->pages_present = present_total(d);
-	d->uffd_ev =
-		event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
-	event_priority_set(d->uffd_ev, PRIO_FAULT);
-	event_add(d->uffd_ev, NULL);
-	d->exit_ev =
-		event_new(base, d->pidfd, EV_READ | EV_PERSIST, exit_cb, d);
-	event_priority_set(d->exit_ev, PRIO_CONTROL);
-	event_add(d->exit_ev, NULL);
-	for (size_t i = 0; i < d->nregs; i++) {
+	if (!was_gone) {
+		d->uffd_ev = event_new(base, d->uffd, EV_READ | EV_PERSIST,
+				       fault_cb, d);
+		event_priority_set(d->uffd_ev, PRIO_FAULT);
+		event_add(d->uffd_ev, NULL);
+		d->exit_ev = event_new(base, d->pidfd, EV_READ | EV_PERSIST,
+				       exit_cb, d);
+		event_priority_set(d->exit_ev, PRIO_CONTROL);
+		event_add(d->exit_ev, NULL);
+	}
+	for (size_t i = 0; !was_gone && i < d->nregs; i++) {
 		const struct dst_region *dr = &d->regs[i];
 
 		uffd_wake(d->uffd, dr->r.start, dr->r.length);
@@ -3243,14 +3441,28 @@ dest_restore(const char *path, FILE *f)
 	}
 	migration_set_state(m, MIG_PAUSED);
 	d->t_pause = now_ns();
-	log_info("restored migration %s into process %d: %llu of %llu pages "
-		 "present; reconnecting to %s",
-		 log_id(id), pid, (unsigned long long)m->pages_present,
-		 (unsigned long long)m->pages_total, from);
+	if (was_gone)
+		log_info("restored migration %s for the processes that "
+			 "process %d forked before it exited; reconnecting to "
+			 "%s",
+			 log_id(id), pid, from);
+	else
+		log_info("restored migration %s into process %d: %llu of %llu "
+			 "pages present; reconnecting to %s",
+			 log_id(id), pid, (unsigned long long)m->pages_present,
+			 (unsigned long long)m->pages_total, from);
 	for (size_t i = 0; i < nkids; i++)
 		restore_child(d, path, kids[i].pid, kids[i].tfd, gone, ngone);
 	free(kids);
 	free(gone);
+	if (was_gone && d->nkids == 0) {
+		/* Completing would kill the source, which holds it all. */
+		log_warnx("%s: no process that process %d forked was "
+			  "restored; the source keeps its process",
+			  path, pid);
+		migration_free(m);
+		return -1;
+	}
 	/* As at attach: the children there are now are not forks to come. */
 	claim_child(d->m->pid, d, 1);
 	for (size_t i = 0; i < d->nkids; i++)

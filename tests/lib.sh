@@ -302,13 +302,15 @@ start_workload() {
 	fail "workload $var not ready"
 }
 
-# paced_migration SRC DST SIZE BASE: a migration from daemon SRC to daemon
-# DST that lasts seconds (the destination's 4 threads touch a page each
-# 1.5 ms), for tests that break something under it. Sets ID, RANGE, M_BASE,
-# M_END and H_SRC (the frozen source's hash); paced_finish checks the end.
+# paced_migration SRC DST SIZE BASE [DEST ARGS...]: a migration from
+# daemon SRC to daemon DST that lasts seconds (the destination's 4 threads
+# touch a page each 1.5 ms), for tests that break something under it. Sets
+# ID, RANGE, M_BASE, M_END and H_SRC (the frozen source's hash);
+# paced_finish checks the end.
 paced_migration() {
 	local s=$1 d=$2 size=$3 ssock dsock addr port
 	M_BASE=$4
+	shift 4
 	ssock=$(eval echo "\$${s}_SOCK")
 	dsock=$(eval echo "\$${d}_SOCK")
 	addr=$(eval echo "\${${s}_ADDR:-127.0.0.1}")
@@ -317,7 +319,7 @@ paced_migration() {
 	RANGE=$(printf '%x-%x' "$M_BASE" "$M_END")
 	start_workload WS source --size "$size" --threads 2 --base "$M_BASE"
 	start_workload WD dest --size "$size" --threads 4 --pace-us 1500 \
-		--prefault --base "$M_BASE"
+		--prefault --base "$M_BASE" "$@"
 	ID=$("$CLIENT" --control "$ssock" export "$WS" --range "$RANGE")
 	H_SRC=$("$MEMHASH" "$WS" "$M_BASE" "$M_END")
 	"$CLIENT" --control "$dsock" attach "$WD" --from "$addr:$port" \
@@ -380,6 +382,20 @@ wait_child_verified() {
 	grep -q '^child verified [0-9]* pages, 0 mismatches' "$T/$var.out" ||
 		fail "the forked child saw wrong bytes: $(cat "$T/$var.out" "$T/$var.log")"
 	info "$label: $(grep '^child verified' "$T/$var.out")"
+}
+
+# idle_child VAR: the pid of the child a --event fork-idle or fork-exit
+# destination workload forked (it waits for SIGUSR1 before it checks), in
+# CHILD; killed at cleanup.
+idle_child() {
+	local var=$1
+	for _ in $(seq 600); do
+		CHILD=$(sed -n 's/^child \([0-9]*\)$/\1/p' "$T/$var.out" 2>/dev/null)
+		[ -n "$CHILD" ] && break
+		sleep 0.05
+	done
+	[ -n "$CHILD" ] || fail "workload $var forked no child: $(cat "$T/$var.log")"
+	PIDS+=("$CHILD")
 }
 
 # set_up_zram_swap SIZE: a zram swap device, removed at exit.

@@ -77,6 +77,10 @@ static const char *kind = "anon", *file_path;
  * but the child first discards those pages (madvise, anon only), which
  * must then read as zeros in the child alone, and waits 4 s before it
  * checks (so that a destination restart finds them discarded, untouched).
+ * "fork-idle" forks a child that prints "child PID" and checks every page
+ * only once it gets SIGUSR1 (so the migration must complete while it
+ * idles); "fork-exit" as well, and the parent exits at once after the fork
+ * (as a daemon detaches), leaving its child to be migrated alone.
  */
 static const char *event;
 static uint64_t ev0;
@@ -449,7 +453,7 @@ in_event(uint64_t page)
 {
 	if (event && strcmp(event, "fork-remove") == 0)
 		return in_child && page >= ev0 && page < ev0 + EV_PAGES;
-	return event && strcmp(event, "fork") != 0 &&
+	return event && strncmp(event, "fork", 4) != 0 &&
 	       strcmp(event, "grow") != 0 && page >= ev0 &&
 	       page < ev0 + EV_PAGES;
 }
@@ -647,6 +651,16 @@ run_dest(void)
 				}
 				sleep(4);
 			}
+			if (strcmp(event, "fork-idle") == 0 ||
+			    strcmp(event, "fork-exit") == 0) {
+				printf("child %d\n", (int)getpid());
+				fflush(stdout);
+				do {
+					sigwait(&set, &sig);
+					if (sig == SIGTERM)
+						_exit(2);
+				} while (sig != SIGUSR1);
+			}
 			ts = calloc(threads, sizeof(*ts));
 			for (unsigned i = 0; i < threads; i++)
 				pthread_create(&ts[i], NULL, checker,
@@ -659,6 +673,8 @@ run_dest(void)
 			fflush(stdout);
 			_exit(atomic_load(&mismatches) ? 1 : 0);
 		}
+		if (strcmp(event, "fork-exit") == 0)
+			_exit(0);
 	} else if (event) {
 		uint8_t *at = mem + ev0 * PS;
 		int rc = 0;
@@ -751,7 +767,8 @@ usage(void)
 		"                 file-private --file PATH] [--zero-every K]\n"
 		"         [--ro-pages N]\n"
 		"         [--event "
-		"remove|unmap|remap|fork|fork-remove|protect|punch|grow]\n"
+		"remove|unmap|remap|fork|fork-remove|fork-idle|fork-exit|\n"
+		"                  protect|punch|grow]\n"
 		"         [--touch N] [--idle-child] [--stuck-thread]\n");
 	exit(2);
 }
@@ -840,6 +857,8 @@ main(int argc, char **argv)
 			if (strcmp(event, "remove") && strcmp(event, "unmap") &&
 			    strcmp(event, "remap") && strcmp(event, "fork") &&
 			    strcmp(event, "fork-remove") &&
+			    strcmp(event, "fork-idle") &&
+			    strcmp(event, "fork-exit") &&
 			    strcmp(event, "protect") &&
 			    strcmp(event, "punch") && strcmp(event, "grow"))
 				usage();

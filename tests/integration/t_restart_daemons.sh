@@ -11,7 +11,9 @@
 # that had not arrived (madvise): the restarted daemon still never puts the
 # source's bytes there (they read as zeros). And once after a forked child
 # alone discarded such pages: the same holds in the child, and the root's
-# migration survives a state file saved on the child's event.
+# migration survives a state file saved on the child's event. And once
+# after the target forked and exited: the restarted daemon serves the
+# child alone.
 . "$SRC/tests/lib.sh"
 need_root
 make_hosts
@@ -28,6 +30,8 @@ one() {
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$range" >/dev/null
 	kill -USR1 "$WD"
+	CHILD=
+	[ "$dargs" = "--event fork-exit" ] && idle_child WD
 	sleep 1.5
 	"$CLIENT" --control "$dst_SOCK" status "$id" --json | grep -q '"state":"running"' ||
 		fail "migration not running when the $victim daemon is killed"
@@ -52,22 +56,30 @@ one() {
 		grep -q "lost uffdd" "$T/bgwait.out" || fail "the wait did not say it lost the daemon: $(cat "$T/bgwait.out")"
 		info "a wait across the restart: $(grep 'lost uffdd' "$T/bgwait.out")"
 	fi
-	wait_verified WD
+	if [ -n "$CHILD" ]; then
+		# The target is gone: its child holds the migrated memory.
+		[ "$("$MEMHASH" "$CHILD" "$base" "$end")" = "$h_src" ] ||
+			fail "the forked child differs from the source ($victim restart)"
+		kill -USR1 "$CHILD"
+	else
+		wait_verified WD
+	fi
 	# A moved range is not where the source had it: the target's own
 	# check (wait_verified) covers it at its new address.
-	if [ "$dargs" != "--event remap" ] && [ "$dargs" != "--event remove" ]; then
+	if [ -z "$CHILD" ] && [ "$dargs" != "--event remap" ] &&
+		[ "$dargs" != "--event remove" ]; then
 		h_dst=$("$MEMHASH" "$WD" "$base" "$end")
 		[ "$h_src" = "$h_dst" ] || fail "destination differs from the source ($victim restart)"
 	fi
 	"$CLIENT" --control "$src_SOCK" wait "$id" --timeout 60 >/dev/null ||
 		fail "source side did not complete ($victim restart)"
 	info "$victim restart: complete, byte-exact"
-	if [ "$dargs" = "--event fork" ] || [ "$dargs" = "--event fork-remove" ]; then
+	if [ "${dargs#--event fork}" != "$dargs" ]; then
 		wait_child_verified WD "forked child"
 		grep -q "restored forked process" "$T/dst.log" ||
 			fail "the forked child was not restored"
 	fi
-	kill "$WD"
+	kill "$WD" 2>/dev/null || [ -n "$CHILD" ]
 }
 
 start_daemon src --bulk-rate 16M
@@ -78,5 +90,8 @@ one dst 0x520000000000 "--event fork"
 one dst 0x530000000000 "--event remap"
 one dst 0x540000000000 "--event remove"
 one dst 0x550000000000 "--event fork-remove"
+one dst 0x560000000000 "--event fork-exit"
+grep -q "restored migration .* for the processes that process [0-9]* forked" "$T/dst.log" ||
+	fail "the migration of the exited target's child was not restored as such"
 grep -q "restored migration" "$T/dst.log" || fail "destination did not restore"
 grep -q "restored export" "$T/src.log" || fail "source did not restore"

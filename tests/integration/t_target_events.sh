@@ -27,6 +27,7 @@ one() {
 	start_workload WS source --size 32M --threads 1 --base "$base" --kind "$kind"
 	start_workload WD dest --size 32M --threads 4 --base "$base" --kind "$kind" --event "$ev" "$@"
 	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
+	h_src=$("$MEMHASH" "$WS" "$base" "$end")
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$range" >/dev/null
 	kill -USR1 "$WD"
@@ -38,13 +39,23 @@ one() {
 		"$CLIENT" --control "$dst_SOCK" status "$id" --json | grep -q '"state":"running"' ||
 			fail "$kind grow: the new pages waited for the migration to end"
 	fi
+	case $ev in fork-idle | fork-exit) idle_child WD ;; *) CHILD= ;; esac
 	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout "${WAIT_SECS:-120}" >"$T/wait.out" 2>&1 ||
 		fail "$kind $ev $*: $(cat "$T/wait.out")"
-	wait_verified WD >/dev/null
-	info "$kind, target does $ev $* while pages are missing: $(grep '^verified' "$T/WD.out")"
-	if [ "$ev" = fork ] || [ "$ev" = fork-remove ]; then
-		wait_child_verified WD "$kind $*"
+	if [ -n "$CHILD" ]; then
+		# Complete while the child idled: it has every page already.
+		[ "$("$MEMHASH" "$CHILD" "$base" "$end")" = "$h_src" ] ||
+			fail "$kind $ev: the forked child differs from the source"
+		kill -USR1 "$CHILD"
 	fi
+	if [ "$ev" = fork-exit ]; then
+		grep -q "target process $WD exited; 1 process it forked goes on" "$T/dst.log" ||
+			fail "$kind $ev: the daemon did not say the target exited"
+	else
+		wait_verified WD >/dev/null
+		info "$kind, target does $ev $* while pages are missing: $(grep '^verified' "$T/WD.out")"
+	fi
+	case $ev in fork*) wait_child_verified WD "$kind $ev $*" ;; esac
 	# Each fault is served once: a thread that faults again and again on
 	# one page spins until the migration ends.
 	faults=$("$CLIENT" --control "$dst_SOCK" status "$id" --json |
@@ -52,7 +63,7 @@ one() {
 	[ "${faults:-0}" -le 16384 ] || fail "$kind $ev $*: $faults faults for 8192 pages"
 	info "$kind $ev $*: $faults demand faults"
 
-	kill "$WD"
+	kill "$WD" 2>/dev/null || [ "$ev" = fork-exit ]
 }
 for kind in ${KINDS-anon memfd}; do
 	for ev in ${EVENTS:-remove unmap remap protect fork}; do
@@ -79,3 +90,10 @@ one anon fork --idle-child
 # waited for that stop without reading: both waited for good, and with
 # them every migration of the daemon.)
 one anon fork-remove
+# The target forks and exits at once, as a daemon detaches: its child is
+# migrated alone, on the target's lanes, and the migration completes
+# while the child idles. (The target's exit ended the migration: its
+# children were left waiting on lanes that were gone.)
+for kind in ${KINDS-anon memfd}; do
+	one "$kind" fork-exit
+done
