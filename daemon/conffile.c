@@ -99,6 +99,8 @@ static const struct key {
 	{"max-output", T_SIZE, offsetof(struct uffdd_conf, max_output), 0,
 	 "unsent bytes a connection may queue before it stops reading",
 	 8u << 20, 1u << 30},
+	{"poll-us", T_COUNT, offsetof(struct uffdd_conf, poll_us), 0,
+	 "microseconds the loop polls after demand traffic, 0: never", 0, 1000},
 	{"zero-detect", T_BOOL, offsetof(struct uffdd_conf, zero_detect), 0,
 	 "source: send data pages whose bytes are all zero as ZERO", 0, 0},
 };
@@ -130,6 +132,7 @@ conffile_defaults(struct uffdd_conf *c)
 	c->max_pending = 64;
 	c->max_pending_per_addr = 8;
 	c->hello_timeout = 10;
+	c->poll_us = 100;
 	c->max_output = 32u << 20;
 }
 

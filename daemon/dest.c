@@ -803,6 +803,7 @@ request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	pr.npages = 1;
 	conn_send(lane, FRAME_PAGE_REQUEST, &pr.base);
 	bulk_hold(d);
+	loop_poll(); /* the answer is due in microseconds */
 }
 
 /* Pages of private file mappings that have not been written yet. */
@@ -2084,6 +2085,10 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		nv = 1;
 	}
 	d->m->bytes += h->data_len;
+	if (pd->demand)
+		loop_poll(); /* the thread's next fault may follow */
+	else
+		loop_bulk();
 	if (install_frame(d, d, pd, v, nv) < 0)
 		return;
 	for (size_t i = 0; i < d->nkids;) {

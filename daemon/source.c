@@ -733,6 +733,7 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 		page += n;
 	}
 	conn_flush(s->demand);
+	loop_poll(); /* the next request may follow */
 	s->m->demand_faults++;
 	s->m->demand_pages += pr->npages;
 	/* Spatial locality: the bulk lane goes on from just past the fault. */
@@ -878,6 +879,7 @@ bulk_produce(struct source *s)
 			return;
 		bytes += (uint64_t)got + 4096;
 		s->win_bytes += (uint64_t)got + 64;
+		loop_bulk();
 		if (s->hint_left) {
 			s->hint_page += n;
 			s->hint_left = s->hint_left > n ? s->hint_left - n : 0;

@@ -19,6 +19,7 @@
 #include "daemon/pagemap.h"
 #include "daemon/probe.h"
 #include "daemon/region.h"
+#include "daemon/stats.h"
 #include "daemon/tls.h"
 #include "daemon/uffdd.h"
 
@@ -46,8 +47,8 @@ usage(FILE *f)
 		"             [--max-regions N] [--max-request-pages N]\n"
 		"             [--max-pending N] [--max-pending-per-address N]\n"
 		"             [--hello-timeout SEC] [--max-output BYTES]\n"
-		"             [--zero-detect yes|no] [--log-level LEVEL] [-v] "
-		"[-h|--help]\n"
+		"             [--poll-us N] [--zero-detect yes|no]\n"
+		"             [--log-level LEVEL] [-v] [-h|--help]\n"
 		"\n"
 		"  --listen HOST:PORT  accept peer daemons there (source "
 		"role); a comma-\n"
@@ -107,6 +108,14 @@ usage(FILE *f)
 		"stops\n"
 		"                      reading requests (default 32M, 8M to "
 		"1G)\n"
+		"  --poll-us N         after a demand request or answer, look "
+		"for the\n"
+		"                      next event for N microseconds before "
+		"sleeping\n"
+		"                      (default 100, 0 to 1000; 0: never; only "
+		"with\n"
+		"                      more than one CPU, and not while bulk "
+		"data moves)\n"
 		"  --zero-detect yes|no  source: send prefetched data pages "
 		"whose bytes\n"
 		"                      are all zero as ZERO markers (default "
@@ -271,6 +280,7 @@ parse_args(int argc, char **argv, int *check)
 		{"max-pending-per-address", required_argument, NULL, 'K'},
 		{"hello-timeout", required_argument, NULL, 'K'},
 		{"max-output", required_argument, NULL, 'K'},
+		{"poll-us", required_argument, NULL, 'K'},
 		{"zero-detect", required_argument, NULL, 'K'},
 		{"config", required_argument, NULL, 'F'},
 		{"check", no_argument, NULL, 'n'},
@@ -415,7 +425,7 @@ main(int argc, char **argv)
 		    conf.listen ? conf.listen : "(none)", conf.control);
 	notify_watchdog_start(base, status_line);
 
-	event_base_dispatch(base);
+	run_loop();
 
 	control_close();
 	peer_close_listeners();

@@ -3,6 +3,7 @@
 #define UFFDD_UFFDD_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -12,6 +13,15 @@
 #include "daemon/conn.h"
 #include "daemon/migration.h"
 #include "proto/range.h"
+
+/*
+ * After demand traffic: the loop polls for --poll-us instead of sleeping
+ * (uffdd.c). loop_bulk() says bulk data moved, which stops it.
+ */
+void loop_poll(void);
+void loop_bulk(void);
+/* Runs the event loop until it is told to exit. */
+void run_loop(void);
 
 /* Event priorities: faults first, bulk work last (STYLE.md point 3). */
 enum { PRIO_FAULT = 0, PRIO_CONTROL = 1, PRIO_BULK = 2, PRIO_COUNT = 3 };
@@ -55,6 +65,7 @@ struct uffdd_conf {
 	int max_pending_per_addr; /* the same, from one address */
 	int hello_timeout;	  /* seconds a new peer has to say HELLO */
 	uint64_t max_output;	  /* unsent bytes before a conn stops reading */
+	int poll_us;		  /* busy polling after demand traffic, us */
 	int zero_detect;	  /* source: all-zero data pages go as ZERO */
 	/* TLS: CA that signs every peer, our certificate and key. */
 	char *ca;

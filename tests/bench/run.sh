@@ -10,8 +10,9 @@
 # per-round ratios. BENCH_ROUNDS (default 7) sets the number of rounds,
 # BENCH_FAULTS (2000) the faults timed per latency case, BENCH_SIZE (1G)
 # the bulk size, BENCH_IDLE_ONLY=1 runs the idle fault case alone,
-# BENCH_DST_ARGS adds arguments to the plaintext destination daemons (A/B
-# runs of a daemon option). BENCH_PIN=CPU runs both idle-fault cases (the floor's
+# BENCH_DST_ARGS adds arguments to the plaintext destination daemons and
+# BENCH_ARGS to every daemon (A/B runs of a daemon option, e.g.
+# BENCH_ARGS="--poll-us 0"). BENCH_PIN=CPU runs both idle-fault cases (the floor's
 # three processes; the two daemons and the workloads of the uffdd case)
 # on that one CPU, identically: placement across vCPUs (a wakeup on the
 # other vCPU costs 60-70 us here) then stops deciding the figure, and what
@@ -96,20 +97,24 @@ rec() { echo "$ROUND $1 $2" >>"$OUT"; }
 
 # Plaintext daemons (--insecure, loopback) for every row but the TLS one,
 # which has its own pair with the test PKI of tests/lib.sh.
-start_daemon src --insecure
 # shellcheck disable=SC2086
-start_daemon dst --insecure ${BENCH_DST_ARGS:-}
-start_daemon srct
-start_daemon dstt
+start_daemon src --insecure ${BENCH_ARGS:-}
+# shellcheck disable=SC2086
+start_daemon dst --insecure ${BENCH_DST_ARGS:-} ${BENCH_ARGS:-}
+# shellcheck disable=SC2086
+start_daemon srct ${BENCH_ARGS:-}
+# shellcheck disable=SC2086
+start_daemon dstt ${BENCH_ARGS:-}
 # The idle case: the bulk lane opens 4 s after attach, long after the
 # toucher is done (see daemon/dest.c open_bulk()).
 export UFFDD_BENCH_BULK_DELAY_MS=4000
 # shellcheck disable=SC2086
-start_daemon dsti --insecure ${BENCH_DST_ARGS:-}
+start_daemon dsti --insecure ${BENCH_DST_ARGS:-} ${BENCH_ARGS:-}
 unset UFFDD_BENCH_BULK_DELAY_MS
 # The idle case has its own source daemon, so that pinning it (BENCH_PIN)
 # leaves the bulk cases alone.
-start_daemon srci --insecure
+# shellcheck disable=SC2086
+start_daemon srci --insecure ${BENCH_ARGS:-}
 PIN=${BENCH_PIN:-}
 PINCMD=()
 if [ -n "$PIN" ]; then

@@ -71,6 +71,7 @@ bad "limit too high" "bad.conf:1: max-regions: want a number from 1 to 4096" "ma
 # file mappings): a source allowing fewer would break those migrations.
 bad "request limit too low" "bad.conf:1: max-request-pages: want a number from 256 to 1024" "max-request-pages 64"
 bad "limit not a number" "bad.conf:2: hello-timeout: want a number from 1 to 300" "# c" "hello-timeout 5s"
+bad "poll too long" "bad.conf:1: poll-us: want a number from 0 to 1000" "poll-us 5000"
 bad "size too small" "bad.conf:1: max-output: want bytes (suffix K, M or G) from 8M" "max-output 1M"
 # TLS and plaintext: within the file, or among the flags, they exclude
 # each other; across the two the flags win, as for every key.
