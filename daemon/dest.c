@@ -3347,8 +3347,20 @@ dest_restore(const char *path, FILE *f)
 	d->have_poison = (kfeat.uffd_features & UFFD_FEATURE_POISON) != 0 &&
 			 poison_usable();
 	d->hints = kfeat.access_likely; /* dropped at the first EINVAL */
-	d->gone = was_gone;
 	d->pidfd = was_gone ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
+	if (d->pidfd >= 0)
+		d->uffd = take_uffd(d->pidfd, tfd);
+	if (!was_gone && d->uffd < 0 && nkids > 0 && proc_gone(pid)) {
+		/* It exited while no daemon ran: as root_gone(). */
+		log_info("%s: process %d exited; taking up the processes it "
+			 "forked",
+			 path, pid);
+		if (d->pidfd >= 0)
+			close(d->pidfd);
+		d->pidfd = -1;
+		was_gone = 1;
+	}
+	d->gone = was_gone;
 	if (d->pidfd < 0 && !was_gone) {
 		log_warnx("%s: target process %d is gone", path, pid);
 		migration_free(m);
@@ -3358,7 +3370,7 @@ dest_restore(const char *path, FILE *f)
 		free(kids);
 		return -1;
 	}
-	if (!was_gone && (d->uffd = take_uffd(d->pidfd, tfd)) < 0) {
+	if (!was_gone && d->uffd < 0) {
 		log_warnx("%s: fd %d of process %d is not its userfaultfd any "
 			  "more",
 			  path, tfd, pid);

@@ -2,8 +2,9 @@
 # The soak (make soak; not part of CI): repeated migrations for a bounded
 # time (SOAK_SECONDS, default 600) with random link cuts and daemon kills,
 # each migration checked byte for byte. One target in three forks during
-# its migration, and in every other such fork the child discards pages at
-# once; the child checks its own memory. Prints migrations done, faults
+# its migration: the child discards pages at once, or the parent exits at
+# once (a daemon detaching, its child then migrated alone), or neither; the
+# child checks its own memory. Prints migrations done, faults
 # served, cuts and kills survived, and bytes lost, which must be 0.
 BUILDDIR=$(cd "${1:-_build}" && pwd)
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,6 +27,7 @@ while [ "$(date +%s)" -lt "$t_end" ]; do
 	case $((i % 6)) in
 	0) ev=(--event fork) ;;
 	3) ev=(--event fork-remove) ;;
+	5) ev=(--event fork-exit) ;;
 	esac
 	start_workload WD dest --size 128M --threads 8 --pace-us 200 --base "$base" --seed "$i" "${ev[@]}"
 	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
@@ -33,6 +35,8 @@ while [ "$(date +%s)" -lt "$t_end" ]; do
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$range" >/dev/null
 	kill -USR1 "$WD"
+	CHILD=
+	[ "${ev[1]:-}" = fork-exit ] && idle_child WD
 	sleep "0.$((RANDOM % 9 + 1))"
 	case $((RANDOM % 4)) in
 	0)
@@ -56,9 +60,15 @@ while [ "$(date +%s)" -lt "$t_end" ]; do
 	esac
 	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 300 >/dev/null 2>&1 ||
 		fail "migration $i did not complete"
-	wait_verified WD >/dev/null
+	if [ -n "$CHILD" ]; then
+		# The target exited: its child holds the migrated memory.
+		h_dst=$("$MEMHASH" "$CHILD" "$base" "$end")
+		kill -USR1 "$CHILD"
+	else
+		wait_verified WD >/dev/null
+		h_dst=$("$MEMHASH" "$WD" "$base" "$end")
+	fi
 	[ ${#ev[@]} = 0 ] || wait_child_verified WD "migration $i, forked child" >/dev/null
-	h_dst=$("$MEMHASH" "$WD" "$base" "$end")
 	if [ "$h_src" != "$h_dst" ]; then
 		lost=$((lost + (128 << 20)))
 		echo "migration $i: destination differs from the source"

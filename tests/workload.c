@@ -80,7 +80,8 @@ static const char *kind = "anon", *file_path;
  * "fork-idle" forks a child that prints "child PID" and checks every page
  * only once it gets SIGUSR1 (so the migration must complete while it
  * idles); "fork-exit" as well, and the parent exits at once after the fork
- * (as a daemon detaches), leaving its child to be migrated alone.
+ * (as a daemon detaches), leaving its child to be migrated alone;
+ * "fork-exit-late" as well, but the parent exits only at SIGUSR2.
  */
 static const char *event;
 static uint64_t ev0;
@@ -621,6 +622,7 @@ run_dest(void)
 	protect_ro();
 	sigemptyset(&set);
 	sigaddset(&set, SIGUSR1);
+	sigaddset(&set, SIGUSR2);
 	sigaddset(&set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	printf("ready 0x%" PRIx64 " 0x%" PRIx64 "\n", base, base + size);
@@ -652,7 +654,7 @@ run_dest(void)
 				sleep(4);
 			}
 			if (strcmp(event, "fork-idle") == 0 ||
-			    strcmp(event, "fork-exit") == 0) {
+			    strncmp(event, "fork-exit", 9) == 0) {
 				printf("child %d\n", (int)getpid());
 				fflush(stdout);
 				do {
@@ -673,7 +675,11 @@ run_dest(void)
 			fflush(stdout);
 			_exit(atomic_load(&mismatches) ? 1 : 0);
 		}
-		if (strcmp(event, "fork-exit") == 0)
+		if (strcmp(event, "fork-exit-late") == 0)
+			do
+				sigwait(&set, &sig);
+			while (sig != SIGUSR2 && sig != SIGTERM);
+		if (strncmp(event, "fork-exit", 9) == 0)
 			_exit(0);
 	} else if (event) {
 		uint8_t *at = mem + ev0 * PS;
@@ -768,7 +774,7 @@ usage(void)
 		"         [--ro-pages N]\n"
 		"         [--event "
 		"remove|unmap|remap|fork|fork-remove|fork-idle|fork-exit|\n"
-		"                  protect|punch|grow]\n"
+		"                  fork-exit-late|protect|punch|grow]\n"
 		"         [--touch N] [--idle-child] [--stuck-thread]\n");
 	exit(2);
 }
@@ -859,6 +865,7 @@ main(int argc, char **argv)
 			    strcmp(event, "fork-remove") &&
 			    strcmp(event, "fork-idle") &&
 			    strcmp(event, "fork-exit") &&
+			    strcmp(event, "fork-exit-late") &&
 			    strcmp(event, "protect") &&
 			    strcmp(event, "punch") && strcmp(event, "grow"))
 				usage();

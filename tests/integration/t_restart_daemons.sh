@@ -13,7 +13,8 @@
 # alone discarded such pages: the same holds in the child, and the root's
 # migration survives a state file saved on the child's event. And once
 # after the target forked and exited: the restarted daemon serves the
-# child alone.
+# child alone. And once with a target that exits while the destination
+# daemon is down: the restarted daemon finds it gone and serves its child.
 . "$SRC/tests/lib.sh"
 need_root
 make_hosts
@@ -31,7 +32,7 @@ one() {
 		--id "$id" --range "$range" >/dev/null
 	kill -USR1 "$WD"
 	CHILD=
-	[ "$dargs" = "--event fork-exit" ] && idle_child WD
+	case $dargs in *fork-exit*) idle_child WD ;; esac
 	sleep 1.5
 	"$CLIENT" --control "$dst_SOCK" status "$id" --json | grep -q '"state":"running"' ||
 		fail "migration not running when the $victim daemon is killed"
@@ -44,6 +45,15 @@ one() {
 	fi
 	info "killing the $victim daemon"
 	kill_daemon "$victim"
+	if [ "$dargs" = "--event fork-exit-late" ]; then
+		# The target exits while no destination daemon runs.
+		kill -USR2 "$WD"
+		for _ in $(seq 100); do
+			[ "$(proc_state "$WD" 2>/dev/null)" = "" ] ||
+				[ "$(proc_state "$WD")" = Z ] && break
+			sleep 0.1
+		done
+	fi
 	sleep 1
 	restart_daemon "$victim"
 	info "$victim daemon restarted"
@@ -93,5 +103,8 @@ one dst 0x550000000000 "--event fork-remove"
 one dst 0x560000000000 "--event fork-exit"
 grep -q "restored migration .* for the processes that process [0-9]* forked" "$T/dst.log" ||
 	fail "the migration of the exited target's child was not restored as such"
+one dst 0x570000000000 "--event fork-exit-late"
+grep -q "process [0-9]* exited; taking up the processes it forked" "$T/dst.log" ||
+	fail "the target that exited while the daemon was down was not seen as gone"
 grep -q "restored migration" "$T/dst.log" || fail "destination did not restore"
 grep -q "restored export" "$T/src.log" || fail "source did not restore"
