@@ -665,6 +665,16 @@ lanes_down(struct dest *d, const char *why)
  * the root's lanes. Nothing of the root's own is wanted any more, so its
  * pages count as present; the migration completes with its last child.
  */
+/* What status says of a root whose target exited (root_gone()). */
+static void
+gone_reason(struct dest *d)
+{
+	snprintf(d->m->reason, sizeof(d->m->reason),
+		 "target process %d exited; the processes it forked migrate "
+		 "on",
+		 (int)d->m->pid);
+}
+
 static void
 root_gone(struct dest *d)
 {
@@ -673,6 +683,7 @@ root_gone(struct dest *d)
 		 log_id(d->m->id), (int)d->m->pid, d->nkids,
 		 d->nkids == 1 ? "" : "es", d->nkids == 1 ? "es" : "");
 	d->gone = 1;
+	gone_reason(d);
 	unwatch(d);
 	d->target_fd = -1;
 	d->nwaiters = d->nrequests = d->nzretry = 0;
@@ -3361,6 +3372,8 @@ dest_restore(const char *path, FILE *f)
 		was_gone = 1;
 	}
 	d->gone = was_gone;
+	if (was_gone)
+		gone_reason(d);
 	if (d->pidfd < 0 && !was_gone) {
 		log_warnx("%s: target process %d is gone", path, pid);
 		migration_free(m);

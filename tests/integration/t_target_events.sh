@@ -51,6 +51,8 @@ one() {
 	if [ "$ev" = fork-exit ]; then
 		grep -q "target process $WD exited; 1 process it forked goes on" "$T/dst.log" ||
 			fail "$kind $ev: the daemon did not say the target exited"
+		"$CLIENT" --control "$dst_SOCK" status "$id" | grep -q "target process $WD exited; the processes it forked migrate on" ||
+			fail "$kind $ev: status does not say the target exited"
 	else
 		wait_verified WD >/dev/null
 		info "$kind, target does $ev $* while pages are missing: $(grep '^verified' "$T/WD.out")"
