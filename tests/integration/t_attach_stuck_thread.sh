@@ -37,8 +37,9 @@ ok=
 for _ in $(seq 50); do
 	ok=1
 	for task in /proc/"$WD"/task/*; do
-		st=$(sed -n 's/^State:\t\(.\).*/\1/p' "$task/status")
-		tr=$(sed -n 's/^TracerPid:\t//p' "$task/status")
+		# The thread back from vfork() may end meanwhile: skip it.
+		st=$(sed -n 's/^State:\t\(.\).*/\1/p' "$task/status" 2>/dev/null) || continue
+		tr=$(sed -n 's/^TracerPid:\t//p' "$task/status" 2>/dev/null) || continue
 		{ [ "$tr" = 0 ] && [ "$st" != t ] && [ "$st" != T ]; } || ok=
 	done
 	[ -n "$ok" ] && break
