@@ -3326,17 +3326,6 @@ dest_restore(const char *path, FILE *f)
 	    (strcmp(st, "running") != 0 && strcmp(st, "paused") != 0))
 		goto bad;
 
-	if (was_gone && nkids == 0) {
-		log_warnx("%s: process %d exited, and no process it forked "
-			  "holds a copy of its uffd: nothing to restore",
-			  path, pid);
-		free(regs);
-		free(moves);
-		free(gone);
-		free(ranges);
-		return -1;
-	}
-
 	m = migration_new(ROLE_DEST, id);
 	d = xcalloc(1, sizeof(*d));
 	m->impl = d;
