@@ -10,6 +10,7 @@
 # per-round ratios. BENCH_ROUNDS (default 7) sets the number of rounds,
 # BENCH_FAULTS (2000) the faults timed per latency case, BENCH_SIZE (1G)
 # the bulk size, BENCH_IDLE_ONLY=1 runs the idle fault case alone,
+# BENCH_LATENCY_ONLY=1 the idle and the during-bulk fault cases alone,
 # BENCH_DST_ARGS adds arguments to the plaintext destination daemons and
 # BENCH_ARGS to every daemon (A/B runs of a daemon option, e.g.
 # BENCH_ARGS="--poll-us 0"). BENCH_PIN=CPU runs both idle-fault cases (the floor's
@@ -147,29 +148,32 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 		continue
 	fi
 	# Bulk: floor, then uffdd with nothing touched, then uffdd while the
-	# destination faults (the busy-lane latency case).
-	read -r secs cpu scpu rcpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
-		tr '=' ' ' | awk '{print $5, $9, $13, $15}')
-	rec floor_bulk_s "$secs"
-	rec floor_bulk_cpu "$cpu"
-	rec floor_send_cpu "$scpu"
-	rec floor_recv_cpu "$rcpu"
-	# Shared memory: installing with UFFDIO_COPY against receiving into
-	# the page cache and mapping with UFFDIO_CONTINUE (issue 6's zero-copy
-	# path), both in the floor program, receiver CPU per GiB.
-	for how in copy continue; do
-		read -r secs rcpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" "shmem-$how" |
-			tr '=' ' ' | awk '{print $5, $15}')
-		rec "shmem_${how}_s" "$secs"
-		rec "shmem_${how}_cpu" "$rcpu"
-	done
-	migrate_once "$BIG" dst 0
-	rec bulk_s "$M_SECS"
-	rec src_cpu "$(echo "$M_SCPU / $GIB" | bc -l)"
-	rec dst_cpu "$(echo "$M_DCPU / $GIB" | bc -l)"
-	rec both_cpu "$(echo "($M_SCPU + $M_DCPU) / $GIB" | bc -l)"
-	migrate_once "$BIG" dstt 0 srct
-	rec tls_bulk_s "$M_SECS"
+	# destination faults (the busy-lane latency case). BENCH_LATENCY_ONLY=1
+	# skips to the last (quick A/B of the two latency rows).
+	if [ -z "${BENCH_LATENCY_ONLY:-}" ]; then
+		read -r secs cpu scpu rcpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
+			tr '=' ' ' | awk '{print $5, $9, $13, $15}')
+		rec floor_bulk_s "$secs"
+		rec floor_bulk_cpu "$cpu"
+		rec floor_send_cpu "$scpu"
+		rec floor_recv_cpu "$rcpu"
+		# Shared memory: installing with UFFDIO_COPY against receiving into
+		# the page cache and mapping with UFFDIO_CONTINUE (issue 6's zero-copy
+		# path), both in the floor program, receiver CPU per GiB.
+		for how in copy continue; do
+			read -r secs rcpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" "shmem-$how" |
+				tr '=' ' ' | awk '{print $5, $15}')
+			rec "shmem_${how}_s" "$secs"
+			rec "shmem_${how}_cpu" "$rcpu"
+		done
+		migrate_once "$BIG" dst 0
+		rec bulk_s "$M_SECS"
+		rec src_cpu "$(echo "$M_SCPU / $GIB" | bc -l)"
+		rec dst_cpu "$(echo "$M_DCPU / $GIB" | bc -l)"
+		rec both_cpu "$(echo "($M_SCPU + $M_DCPU) / $GIB" | bc -l)"
+		migrate_once "$BIG" dstt 0 srct
+		rec tls_bulk_s "$M_SECS"
+	fi
 	migrate_once "$BIG" dst "$NFAULT"
 	rec busy_p50 "$M_P50"
 	rec busy_p99 "$M_P99"
@@ -194,8 +198,8 @@ medratio() {
 # row METRIC UFFDD FLOOR RATIO TARGET
 row() {
 	local verdict=-
-	# Not measured in this run (BENCH_IDLE_ONLY): no row, no verdict.
-	[ "$2" = nan ] && return
+	# Not measured in this run (BENCH_IDLE_ONLY, BENCH_LATENCY_ONLY): no row.
+	[ "$2" = nan ] || [ "$3" = nan ] && return
 	if [ "$5" != - ] && [ "$4" != n/a ]; then
 		verdict=$(awk -v r="$4" -v t="$5" 'BEGIN {print (r <= t) ? "pass" : "MISS"}')
 	fi
