@@ -260,18 +260,24 @@ print_status_text(const Uffdd__MigrationStatus *s)
 }
 
 static void
-json_str(const char *k, const char *v, int comma)
+json_str(const char *k, const char *text, int comma)
 {
+	char *copy = strdup(text), *v = copy;
+
+	if (copy == NULL) {
+		perror("uffd-client");
+		exit(1);
+	}
+	/* JSON text is UTF-8 without controls: what is not goes as '?'. */
+	text_clean(copy);
 	printf("\"%s\":\"", k);
 	for (; *v; v++) {
 		if (*v == '"' || *v == '\\')
-			printf("\\%c", *v);
-		else if ((unsigned char)*v < 0x20)
-			printf("\\u%04x", *v);
-		else
-			putchar(*v);
+			putchar('\\');
+		putchar(*v);
 	}
 	printf("\"%s", comma ? "," : "");
+	free(copy);
 }
 
 static void

@@ -237,6 +237,9 @@ conn_process(struct conn *c)
 			conn_fail(c, "malformed message");
 			break;
 		}
+		/* A peer's words reach logs, status and the client's terminal. */
+		if (h.type == FRAME_ERROR)
+			text_clean(((Uffdd__Error *)msg)->message);
 		c->data_left = h.data_len;
 		if (c->on_frame)
 			c->on_frame(c, &h, msg, c->arg);

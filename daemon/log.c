@@ -8,6 +8,7 @@
 #include <syslog.h>
 
 #include "daemon/log.h"
+#include "proto/frame.h"
 
 static int log_to_stderr = 1;
 static int log_verbose;
@@ -28,6 +29,12 @@ vlog(int pri, const char *fmt, va_list ap, int with_errno)
 	int saved = errno;
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	/*
+	 * One line of printable text, whatever a peer or a target put in
+	 * it: a newline in a file name must not forge a log line, nor an
+	 * escape sequence reach the operator's terminal.
+	 */
+	text_clean(msg);
 	if (log_to_stderr) {
 		if (with_errno)
 			fprintf(stderr, "uffdd: %s: %s\n", msg,

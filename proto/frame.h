@@ -71,6 +71,12 @@ uint8_t *frame_pack(uint16_t type, const ProtobufCMessage *msg,
  */
 ProtobufCMessage *frame_unpack(uint16_t type, const uint8_t *buf, size_t len);
 void frame_free(ProtobufCMessage *msg);
+/*
+ * Makes text from elsewhere (a peer's error message, a log line) safe to
+ * print: in place, every control character, DEL and byte that is not part
+ * of valid UTF-8 becomes '?'. Valid UTF-8 stays as it is.
+ */
+void text_clean(char *s);
 
 /* Blocking helpers for the client (and tests): whole frames over a socket. */
 int frame_send_fd(int fd, uint16_t type, const ProtobufCMessage *msg);

@@ -5,8 +5,9 @@ fake-source.py PORTFILE CASE [CA CERT KEY]
 Listens on 127.0.0.1 (a free port, written to PORTFILE), with TLS and a
 required client certificate if CA CERT KEY are given. For each connection
 it reads the destination's HELLO, then sends HELLO and the region table
-named by CASE (overlap, dup-index, page-size, too-many, wrap), or for CASE
-early-frame a HAVE frame where the table belongs, and keeps the connection
+named by CASE (overlap, dup-index, page-size, too-many, wrap), for CASE
+early-frame a HAVE frame where the table belongs, or for error-bytes an
+ERROR whose text is not UTF-8, and keeps the connection
 until the destination closes it. Runs until killed.
 """
 import os
@@ -94,6 +95,10 @@ while True:
         hello = frame(1, field_varint(1, 1) + field_varint(3, 1))
         if case == "early-frame":
             conn.sendall(hello + frame(7, b""))
+        elif case == "error-bytes":
+            # An ERROR whose text is not UTF-8 (protobuf-c does not check).
+            conn.sendall(hello + frame(6, field_varint(1, 5) + field_bytes(
+                2, b"no migration \xff\xfe\x80 here \x1b[31m")))
         else:
             conn.sendall(hello + frame(2, table(CASES[case])))
         while conn.recv(4096):

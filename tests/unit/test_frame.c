@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -156,9 +157,38 @@ test_range(void)
 	CHECK(range_parse("0x1000-0x3000x", &r) < 0);
 }
 
+static void
+clean(const char *in, const char *want)
+{
+	char buf[64];
+
+	snprintf(buf, sizeof(buf), "%s", in);
+	text_clean(buf);
+	CHECK(strcmp(buf, want) == 0);
+}
+
+static void
+test_text_clean(void)
+{
+	clean("plain text: 0x1000 (ok)", "plain text: 0x1000 (ok)");
+	/* Valid UTF-8 of 2, 3 and 4 bytes stays. */
+	clean("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+	      "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+	/* Controls: a forged log line, a terminal escape, DEL. */
+	clean("a\nuffdd: b\r\t\x1b[31m\x7f", "a?uffdd: b???[31m?");
+	/* Stray, truncated, overlong, surrogate, past U+10FFFF. */
+	clean("\xff\xfe\x80", "???");
+	clean("x\xc3", "x?");
+	clean("\xe2\x82x", "??x");
+	clean("\xc0\xaf \xe0\x80\xaf", "?? ???");
+	clean("\xed\xa0\x80", "???");
+	clean("\xf4\x90\x80\x80", "????");
+}
+
 int
 main(void)
 {
+	test_text_clean();
 	test_header();
 	test_roundtrip();
 	test_fd_io();
