@@ -1155,12 +1155,21 @@ drain_uffd(void *arg)
 	       (r < 0 && errno == EINTR)) {
 		size_t n = r > 0 ? (size_t)r / sizeof(msgs[0]) : 0;
 
+		if (r < 0)
+			continue; /* EINTR */
 		d->backlog = realloc(d->backlog,
 				     (d->nbacklog + n) * sizeof(*d->backlog));
 		if (d->backlog == NULL)
 			fatal("uffd messages");
 		memcpy(d->backlog + d->nbacklog, msgs, n * sizeof(msgs[0]));
 		d->nbacklog += n;
+	}
+	/* As read_faults() says it: a fork event left unread waits. */
+	if (r < 0 && errno != EAGAIN && !d->read_err) {
+		d->read_err = 1;
+		log_warn("migration %s: reading the userfaultfd during an "
+			 "injection",
+			 log_id(d->m->id));
 	}
 }
 
