@@ -28,6 +28,7 @@ struct qmp {
 	size_t len, cap;
 	json_object **events; /* events not yet asked for */
 	size_t nevents;
+	unsigned long next_id; /* of the next command */
 };
 
 static long
@@ -254,10 +255,18 @@ qmp_execute(struct qmp *q, const char *cmd, json_object *args,
 	    json_object **result)
 {
 	json_object *msg = json_object_new_object(), *o, *v;
+	char id[32];
 
+	/*
+	 * Tagged, and a reply tagged otherwise is not ours: the late answer
+	 * to a command given up on (no answer within 60 s) must not be
+	 * taken for the answer to the next one.
+	 */
+	snprintf(id, sizeof(id), "uffd-client-%lu", ++q->next_id);
 	json_object_object_add(msg, "execute", json_object_new_string(cmd));
 	if (args != NULL)
 		json_object_object_add(msg, "arguments", args);
+	json_object_object_add(msg, "id", json_object_new_string(id));
 	if (qmp_send(q, msg) < 0) {
 		json_object_put(msg);
 		return -1;
@@ -273,6 +282,11 @@ qmp_execute(struct qmp *q, const char *cmd, json_object *args,
 		}
 		if (json_object_object_get_ex(o, "event", NULL)) {
 			keep_event(q, o);
+			continue;
+		}
+		if (json_object_object_get_ex(o, "id", &v) &&
+		    strcmp(json_object_get_string(v), id) != 0) {
+			json_object_put(o); /* an earlier command's */
 			continue;
 		}
 		if (json_object_object_get_ex(o, "error", &v)) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # uffd-client's QMP client against a scripted QMP server (no QEMU needed):
 # greeting and capabilities negotiation, a return that arrives in pieces
-# after an event, a QMP error reported with its description, arguments
-# passed as JSON, and a server that hangs up.
+# after an event, answers tagged with another command's id passed over, a
+# QMP error reported with its description, arguments passed as JSON, and a
+# server that hangs up.
 . "$SRC/tests/lib.sh"
 command -v python3 >/dev/null || skip "python3 missing"
 S=$T/qmp.sock
@@ -36,6 +37,11 @@ while True:
             send(c, {"return": {"status": "paused", "running": False}}, pieces=5)
         elif cmd == "echo":
             send(c, {"return": m.get("arguments", {})})
+        elif cmd == "late":
+            # The late answer to an earlier command, then this one's.
+            send(c, {"return": {"which": "earlier"}, "id": "uffd-client-0"})
+            send(c, {"error": {"class": "GenericError", "desc": "earlier"}, "id": "x"})
+            send(c, {"return": {"which": "this"}, "id": m.get("id")})
         elif cmd == "hangup":
             break
         else:
@@ -54,6 +60,8 @@ out=$("$CLIENT" qmp "$S" query-status) || fail "query-status failed"
 [ "$out" = '{"status":"paused","running":false}' ] || fail "query-status returned $out"
 out=$("$CLIENT" qmp "$S" echo '{"uri":"tcp:127.0.0.1:1","n":[1,2]}') || fail "echo failed"
 [ "$out" = '{"uri":"tcp:127.0.0.1:1","n":[1,2]}' ] || fail "arguments came back as $out"
+out=$("$CLIENT" qmp "$S" late) || fail "late failed"
+[ "$out" = '{"which":"this"}' ] || fail "an earlier command's answer taken: $out"
 if "$CLIENT" qmp "$S" no-such-command >"$T/err" 2>&1; then
 	fail "a QMP error exited 0"
 fi
@@ -69,4 +77,4 @@ if "$CLIENT" qmp "$T/none.sock" query-status >"$T/err" 2>&1; then
 	fail "no QMP socket gave success"
 fi
 grep -q 'is QEMU running with -qmp' "$T/err" || fail "missing socket: $(cat "$T/err")"
-info "QMP client: returns, events in between, errors, arguments, hang-ups"
+info "QMP client: returns, events in between, other ids, errors, arguments, hang-ups"
