@@ -54,8 +54,15 @@ for how in reset stall; do
 			[ "${q:-0}" -gt 0 ] && break
 		done
 		info "source's send queue on it: $q bytes"
-		ip netns exec "$NETNS" ss -K state established \
-			"( dport = :$src_PORT and sport = :$port )" >/dev/null
+		# SOCK_DESTROY can fail with EINVAL while the socket is busy
+		# (seen once in CI): again until the connection is gone.
+		for _ in $(seq 50); do
+			ip netns exec "$NETNS" ss -K state established \
+				"( dport = :$src_PORT and sport = :$port )" >/dev/null 2>&1 || true
+			[ -z "$(ip netns exec "$NETNS" ss -tnH state established \
+				"( dport = :$src_PORT and sport = :$port )")" ] && break
+			sleep 0.01
+		done
 	else
 		ip netns exec "$NETNS" nft -f - <<NFT
 table inet uffdd_cut {
