@@ -1144,6 +1144,20 @@ handle_msg(struct dest *d, const struct uffd_msg *msg)
  * d's uffd events to be read: read them now, handle them once d is built
  * (child_start(), find_cb(); at teardown they are dropped).
  */
+/*
+ * A failed read of the uffd other than "nothing pending" is worth a line,
+ * once: a fork event needs a descriptor, and without one (EMFILE) the
+ * kernel keeps it, and the forking thread, waiting.
+ */
+static void
+uffd_read_failed(struct dest *d)
+{
+	if (errno == EAGAIN || d->read_err)
+		return;
+	d->read_err = 1;
+	log_warn("migration %s: reading the userfaultfd", log_id(d->m->id));
+}
+
 static void
 drain_uffd(void *arg)
 {
@@ -1153,10 +1167,11 @@ drain_uffd(void *arg)
 
 	while ((r = read(d->uffd, msgs, sizeof(msgs))) > 0 ||
 	       (r < 0 && errno == EINTR)) {
-		size_t n = r > 0 ? (size_t)r / sizeof(msgs[0]) : 0;
+		size_t n;
 
 		if (r < 0)
 			continue; /* EINTR */
+		n = (size_t)r / sizeof(msgs[0]);
 		d->backlog = realloc(d->backlog,
 				     (d->nbacklog + n) * sizeof(*d->backlog));
 		if (d->backlog == NULL)
@@ -1164,13 +1179,8 @@ drain_uffd(void *arg)
 		memcpy(d->backlog + d->nbacklog, msgs, n * sizeof(msgs[0]));
 		d->nbacklog += n;
 	}
-	/* As read_faults() says it: a fork event left unread waits. */
-	if (r < 0 && errno != EAGAIN && !d->read_err) {
-		d->read_err = 1;
-		log_warn("migration %s: reading the userfaultfd during an "
-			 "injection",
-			 log_id(d->m->id));
-	}
+	if (r < 0)
+		uffd_read_failed(d);
 }
 
 /*
@@ -1201,16 +1211,8 @@ read_faults(struct dest *d)
 
 		if (r < 0 && errno == EINTR)
 			continue;
-		/*
-		 * Anything but "nothing pending" is worth a line: a fork
-		 * event needs a descriptor, and without one (EMFILE) the
-		 * kernel keeps it, and the forking thread, waiting.
-		 */
-		if (r < 0 && errno != EAGAIN && !d->read_err) {
-			d->read_err = 1;
-			log_warn("migration %s: reading the userfaultfd",
-				 log_id(d->m->id));
-		}
+		if (r < 0)
+			uffd_read_failed(d);
 		if (r <= 0)
 			break;
 		for (size_t i = 0; i < (size_t)r / sizeof(msgs[0]); i++)
