@@ -109,7 +109,39 @@ qom_get(struct qmp *q, const char *path, const char *prop)
 	return r;
 }
 
-/* Where PID maps the file PATH with LENGTH bytes; 0 when it does not. */
+/*
+ * The file offset a memory-backend-file maps its mem-path from (QEMU 8.1
+ * added the "offset" property; before, always 0). 0 and *off set, or -1.
+ */
+static int
+backend_offset(struct qmp *q, const char *obj, uint64_t *off)
+{
+	json_object *a = json_object_new_object(), *props = NULL, *v;
+	int has = 0;
+
+	*off = 0;
+	json_object_object_add(a, "path", json_object_new_string(obj));
+	if (qmp_execute(q, "qom-list", a, &props) < 0)
+		return -1;
+	for (size_t i = 0; i < json_object_array_length(props); i++)
+		if (json_object_object_get_ex(
+			    json_object_array_get_idx(props, i), "name", &v) &&
+		    strcmp(json_object_get_string(v), "offset") == 0)
+			has = 1;
+	json_object_put(props);
+	if (!has)
+		return 0;
+	if ((v = qom_get(q, obj, "offset")) == NULL)
+		return -1;
+	*off = (uint64_t)json_object_get_int64(v);
+	json_object_put(v);
+	return 0;
+}
+
+/*
+ * Where PID maps the file PATH from its start with LENGTH bytes; 0 when it
+ * does not.
+ */
 static uint64_t
 find_mapping(pid_t pid, const char *path, uint64_t length)
 {
@@ -122,17 +154,17 @@ find_mapping(pid_t pid, const char *path, uint64_t length)
 	if (f == NULL)
 		return 0;
 	while (fgets(line, sizeof(line), f) != NULL) {
-		unsigned long long s, e;
+		unsigned long long s, e, fo;
 		char *p;
 		int off = 0;
 
 		line[strcspn(line, "\n")] = '\0';
-		if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &s, &e, &off) <
-			    2 ||
+		if (sscanf(line, "%llx-%llx %*s %llx %*s %*s %n", &s, &e, &fo,
+			   &off) < 3 ||
 		    off == 0)
 			continue;
 		p = line + off;
-		if (strcmp(p, path) == 0 && e - s == length) {
+		if (strcmp(p, path) == 0 && e - s == length && fo == 0) {
 			found = s;
 			break;
 		}
@@ -214,6 +246,7 @@ ramblocks(struct qmp *q, struct ramblock *b, size_t *n)
 		json_object *e = json_object_array_get_idx(list, i), *t, *nm;
 		json_object *mp, *sz, *sh;
 		char obj[256], real[PATH_MAX];
+		uint64_t off;
 
 		if (!json_object_object_get_ex(e, "type", &t) ||
 		    !json_object_object_get_ex(e, "name", &nm))
@@ -264,6 +297,20 @@ ramblocks(struct qmp *q, struct ramblock *b, size_t *n)
 		json_object_put(mp);
 		json_object_put(sz);
 		json_object_put(sh);
+		/*
+		 * The holder maps each file from its start: a block that
+		 * starts further in would be served the wrong bytes.
+		 */
+		if (backend_offset(q, obj, &off) < 0)
+			goto fail;
+		if (off != 0) {
+			fprintf(stderr,
+				"uffd-client: %s: RAM block %s maps %s from "
+				"offset %" PRIu64 ": uffdd serves only RAM "
+				"files mapped from their start (offset=0)\n",
+				qmp_path(q), b[*n].id, b[*n].path, off);
+			goto fail;
+		}
 		if (check_ram_file(q, &b[*n]) < 0)
 			goto fail;
 		b[*n].addr = find_mapping(qmp_pid(q), b[*n].path, b[*n].size);
