@@ -14,27 +14,22 @@
  * event is due in microseconds, and waking a daemon that sleeps on another
  * CPU costs far more (~65 us on these VMs). Until poll_until the loop
  * looks for events without sleeping, yielding to anything else runnable.
- * Only where the daemon may run on more than one CPU (on one, polling only
- * takes the CPU from the peer it waits for), and never while bulk data
- * moves: then the daemon is busy anyway, and the target's woken thread
- * needs the CPU that polling would hold.
+ * Also on one CPU: a daemon pinned there polls for a peer on another CPU
+ * or host (without, each fault during bulk waited ~70 us instead of 14 in
+ * the bench's two-host placement), and a peer on the same CPU gets it at
+ * each yield (pinned idle faults were no slower: FINDINGS.md). Never while
+ * bulk data moves: then the daemon is busy anyway, and the target's woken
+ * thread needs the CPU that polling would hold.
  */
 #define BULK_QUIET_NS 1000000
 static uint64_t poll_until, bulk_at;
-static int multi_cpu = -1;
 
 void
 loop_poll(void)
 {
 	uint64_t now;
 
-	if (multi_cpu < 0) {
-		cpu_set_t set;
-
-		multi_cpu = sched_getaffinity(0, sizeof(set), &set) == 0 &&
-			    CPU_COUNT(&set) > 1;
-	}
-	if (conf.poll_us == 0 || !multi_cpu)
+	if (conf.poll_us == 0)
 		return;
 	now = now_ns();
 	if (now - bulk_at >= BULK_QUIET_NS)
