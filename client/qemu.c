@@ -123,6 +123,12 @@ backend_offset(struct qmp *q, const char *obj, uint64_t *off)
 	json_object_object_add(a, "path", json_object_new_string(obj));
 	if (qmp_execute(q, "qom-list", a, &props) < 0)
 		return -1;
+	if (!json_object_is_type(props, json_type_array)) {
+		fprintf(stderr, "uffd-client: %s: qom-list %s: not a list\n",
+			qmp_path(q), obj);
+		json_object_put(props);
+		return -1;
+	}
 	for (size_t i = 0; i < json_object_array_length(props); i++)
 		if (json_object_object_get_ex(
 			    json_object_array_get_idx(props, i), "name", &v) &&
@@ -242,6 +248,12 @@ ramblocks(struct qmp *q, struct ramblock *b, size_t *n)
 	json_object_object_add(a, "path", json_object_new_string("/objects"));
 	if (qmp_execute(q, "qom-list", a, &list) < 0)
 		return -1;
+	if (!json_object_is_type(list, json_type_array)) {
+		fprintf(stderr,
+			"uffd-client: %s: qom-list /objects: not a list\n",
+			qmp_path(q));
+		goto fail;
+	}
 	for (size_t i = 0; i < json_object_array_length(list); i++) {
 		json_object *e = json_object_array_get_idx(list, i), *t, *nm;
 		json_object *mp, *sz, *sh;

@@ -6,7 +6,8 @@
 # server that hangs up. And migrate-qemu against a QEMU whose RAM file is
 # mapped from an offset (QEMU 8.1's memory-backend-file offset=; Debian 12
 # has 7.2): refused before anything is stopped, as the holder would serve
-# the file from its start, the wrong bytes.
+# the file from its start, the wrong bytes; and a qom-list answer that is
+# no list, reported (json-c asserted on it before).
 . "$SRC/tests/lib.sh"
 command -v python3 >/dev/null || skip "python3 missing"
 S=$T/qmp.sock
@@ -23,6 +24,7 @@ fd = os.open(ram, os.O_RDWR | os.O_CREAT, 0o600)
 os.ftruncate(fd, 4096 + (1 << 20))
 ram_map = mmap.mmap(fd, 1 << 20, mmap.MAP_SHARED, offset=4096)
 OBJ = {"mem-path": ram, "size": 1 << 20, "share": True, "offset": 4096}
+ODD = []
 def send(c, o, pieces=1):
     b = (json.dumps(o) + "\r\n").encode()
     step = max(1, len(b) // pieces)
@@ -53,6 +55,11 @@ def serve(c):
             send(c, {"return": {"which": "earlier"}, "id": "uffd-client-0"})
             send(c, {"error": {"class": "GenericError", "desc": "earlier"}, "id": "x"})
             send(c, {"return": {"which": "this"}, "id": m.get("id")})
+        elif cmd == "odd-objects":
+            ODD.append(1)
+            send(c, {"return": {}, "id": m.get("id")})
+        elif cmd == "qom-list" and args.get("path") == "/objects" and ODD:
+            send(c, {"return": {"ram0": "not a list"}, "id": m.get("id")})
         elif cmd == "qom-list" and args.get("path") == "/objects":
             send(c, {"return": [{"name": "ram0", "type": "child<memory-backend-file>"},
                                 {"name": "other", "type": "child<secret>"}], "id": m.get("id")})
@@ -110,3 +117,12 @@ grep -q "RAM block ram0 maps $RAM from offset 4096" "$T/err" ||
 tail -n +$((before + 1)) "$T/server.log" | grep -v '^\(qmp_capabilities\|qom-list\|qom-get\) ' &&
 	fail "more than queries before the refusal: $(cat "$T/server.log")"
 info "migrate-qemu: a RAM file mapped from an offset refused, nothing but queries sent"
+
+# A qom-list answer that is no list: an error, not a crash.
+"$CLIENT" qmp "$S" odd-objects >/dev/null || fail "odd-objects failed"
+if "$CLIENT" migrate-qemu --src-qmp "$S" --dst-qmp "$S" --src-control "$T/none.sock" \
+	--dst-control "$T/none.sock" --src-peer 127.0.0.1:1 >"$T/err" 2>&1; then
+	fail "migrate-qemu took an /objects that is no list"
+fi
+grep -q 'qom-list /objects: not a list' "$T/err" || fail "odd qom-list: $(cat "$T/err")"
+info "migrate-qemu: a qom-list answer that is no list is reported"
