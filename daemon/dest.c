@@ -129,6 +129,7 @@ struct dest {
 	 * no uffd, and every page counted as present.
 	 */
 	int gone;
+	int saved; /* the state file on disk is up to date */
 	/*
 	 * Private file mappings cannot be registered (userfaultfd has no
 	 * MISSING mode for a regular file mapped privately), so nothing would
@@ -384,7 +385,26 @@ save(struct dest *d)
 	/* Ended: teardown removed the file, which must not come back. */
 	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
 		return 0;
-	return state_write(d->m, save_more);
+	if (state_write(d->m, save_more) == 0) {
+		d->saved = 1;
+		return 0;
+	}
+	if (d->saved) {
+		/*
+		 * The file left is older than what the target has done since
+		 * (moves, discards, forks): restored, it would put the
+		 * source's bytes where the target has none, or pages at
+		 * addresses it left. None is better. The next save that
+		 * succeeds writes all of it again.
+		 */
+		state_remove(d->m);
+		d->saved = 0;
+		log_warnx("migration %s: its state file could not be brought "
+			  "up to date and is removed: a restart of this "
+			  "daemon would not take the migration up",
+			  log_id(d->m->id));
+	}
+	return -1;
 }
 
 /* No more faults and events of the target, nor its exit: our uffd goes. */
