@@ -67,6 +67,7 @@ struct source {
 	int memfd; /* /proc/PID/mem, for demand reads (read_demand()) */
 	int keep_source;
 	int was_stopped;      /* before the export froze it */
+	long long switches;   /* switch_count() once frozen; -1: unknown */
 	struct range *ranges; /* as exported, for a restart */
 	size_t nranges;
 	int resume_pending; /* the demand lane is a destination's resume */
@@ -113,6 +114,54 @@ all_stopped(pid_t pid)
 	}
 	closedir(d);
 	return stopped;
+}
+
+/*
+ * How many times the threads of pid have been switched out, in all. A
+ * stopped thread never is, so a count that moves after the freeze means
+ * the process ran, if only for a moment: a SIGCONT and a SIGSTOP between
+ * two looks at all_stopped() leave nothing else behind. -1 when unknown,
+ * or when a thread is dying (its exit is reported on its own).
+ */
+static long long
+switch_count(pid_t pid)
+{
+	char path[320], line[256];
+	struct dirent *e;
+	long long n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if ((d = opendir(path)) == NULL)
+		return -1;
+	while (n >= 0 && (e = readdir(d)) != NULL) {
+		long long v;
+		char st;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/status",
+			 (int)pid, e->d_name);
+		if ((f = fopen(path, "re")) == NULL) {
+			n = -1;
+			break;
+		}
+		while (n >= 0 && fgets(line, sizeof(line), f) != NULL) {
+			if (sscanf(line, "State: %c", &st) == 1 &&
+			    strchr("ZX", st) != NULL)
+				n = -1;
+			else if (sscanf(line, "voluntary_ctxt_switches: %lld",
+					&v) == 1 ||
+				 sscanf(line,
+					"nonvoluntary_ctxt_switches: %lld",
+					&v) == 1)
+				n += v;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return n;
 }
 
 /*
@@ -179,6 +228,8 @@ save_more(FILE *f, const struct migration *m)
 	const struct source *s = m->impl;
 
 	fprintf(f, "keep_source=%d\n", s->keep_source);
+	if (s->switches >= 0)
+		fprintf(f, "switches=%lld\n", s->switches);
 	for (size_t i = 0; i < s->nranges; i++)
 		fprintf(f, "range=%llx-%llx\n",
 			(unsigned long long)s->ranges[i].start,
@@ -199,7 +250,15 @@ save(struct source *s)
 static int
 continued(const struct source *s)
 {
-	return all_stopped(s->m->pid) == 0;
+	int st = all_stopped(s->m->pid);
+	long long n;
+
+	if (st == 0)
+		return 1;
+	if (st < 0 || s->switches < 0)
+		return 0; /* gone: exit_cb() says so */
+	n = switch_count(s->m->pid);
+	return n >= 0 && n != s->switches;
 }
 
 #define CONTINUED_WHY                                                          \
@@ -216,6 +275,13 @@ ping_cb(evutil_socket_t fd, short ev, void *arg)
 		source_fail(s, CONTINUED_WHY, (int)s->m->pid);
 		return;
 	}
+	/*
+	 * The count to hold the process to, taken a ping after the freeze:
+	 * a thread shows as stopped a moment before its last switch is
+	 * counted. Saved, so that a restart can tell whether it ran between.
+	 */
+	if (s->switches < 0 && (s->switches = switch_count(s->m->pid)) >= 0)
+		save(s);
 	if (s->demand)
 		conn_send(s->demand, FRAME_PING, &p.base);
 	if (s->bulk && conn_output_len(s->bulk) == 0)
@@ -296,6 +362,7 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 	m = migration_new(ROLE_SOURCE, id);
 	s = xcalloc(1, sizeof(*s));
 	s->was_stopped = was_stopped;
+	s->switches = -1; /* at the first ping (ping_cb()) */
 	m->impl = s;
 	m->impl_free = source_free;
 	m->pid = pid;
@@ -454,6 +521,7 @@ source_restore(const char *path, FILE *f)
 	struct range *ranges = NULL;
 	size_t nranges = 0;
 	int pid = -1, keep = 0;
+	long long switches = -1, now;
 	struct source *s;
 	uint32_t code;
 
@@ -466,6 +534,8 @@ source_restore(const char *path, FILE *f)
 			snprintf(st, sizeof(st), "%s", val);
 		else if (strcmp(key, "keep_source") == 0)
 			keep = atoi(val);
+		else if (strcmp(key, "switches") == 0)
+			switches = atoll(val);
 		else if (strcmp(key, "range") == 0) {
 			ranges = realloc(ranges,
 					 (nranges + 1) * sizeof(*ranges));
@@ -490,6 +560,26 @@ source_restore(const char *path, FILE *f)
 		log_warnx("%s: %s", path, err);
 		return -1;
 	}
+	/*
+	 * It ran while no daemon watched (found running, or switched since
+	 * the count saved): pages already sent may have changed since, and
+	 * taken up, the migration would end with the old ones. The process
+	 * holds the newest bytes: it is left as it was found.
+	 */
+	now = switch_count(pid);
+	if (!s->was_stopped || (switches >= 0 && now >= 0 && now != switches)) {
+		log_warnx(
+			"%s: source process %d ran while no daemon watched it "
+			"(continued from elsewhere): export %s not taken up; "
+			"the process is left %s",
+			path, pid, log_id(id),
+			s->was_stopped ? "stopped" : "running");
+		if (!s->was_stopped)
+			kill(pid, SIGCONT);
+		migration_free(s->m);
+		return -1;
+	}
+	s->switches = now; /* stopped all along: no last switch to come */
 	if (strcmp(st, "waiting") != 0)
 		migration_set_state(s->m, MIG_PAUSED);
 	log_info("restored export %s of process %d (%s)", log_id(id), pid,

@@ -4,7 +4,11 @@
 # migration must not end as if nothing happened: the source fails it,
 # saying why, the destination learns it, and the source process (which now
 # holds the newest bytes) is not killed. Once during a migration, once
-# between export and attach.
+# between export and attach, once continued and stopped again at once
+# (SIGCONT then SIGSTOP: the threads ran, though they are all stopped at
+# every later look; the count of their context switches tells), and once
+# while the source daemon was down (the restarted daemon does not take
+# the export up).
 . "$SRC/tests/lib.sh"
 need_root
 start_daemon src --bulk-rate 4M
@@ -54,3 +58,39 @@ info "attach refused: $(cat "$T/out")"
 ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "refused attach left a userfaultfd in the target"
 [ "$("$MEMHASH" "$WD" 0x500000000000 0x500002000000)" = "$h_dst" ] || fail "refused attach changed the target"
 kill -0 "$src_PID" && kill -0 "$dst_PID" || fail "a daemon died"
+kill -9 "$WS" "$WD" 2>/dev/null || true
+
+# migrate_for_a_while: an export and attach, running for over a ping.
+migrate_for_a_while() {
+	start_workload WS source --size 32M --threads 2
+	start_workload WD dest --size 32M --touch 0
+	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+		--id "$ID" --range "$RANGE" >/dev/null
+	sleep 1.5
+	[ "$(state "$dst_SOCK" "$ID")" = running ] || fail "migration not running after 1.5 s"
+}
+
+info "continued and stopped again at once, during the migration"
+migrate_for_a_while
+kill -CONT "$WS"
+kill -STOP "$WS"
+wait_state "$src_SOCK" "$ID" failed "source, CONT and STOP"
+reason "$src_SOCK" "$ID" | grep -q "continued" || fail "source reason: $(reason "$src_SOCK" "$ID")"
+wait_state "$dst_SOCK" "$ID" failed "destination, CONT and STOP"
+info "source: $(reason "$src_SOCK" "$ID")"
+kill -0 "$WS" 2>/dev/null && [ "$(proc_state "$WS")" != Z ] || fail "the continued source process was killed"
+kill -9 "$WS" "$WD"
+
+info "continued and stopped again while the source daemon was down"
+migrate_for_a_while
+kill_daemon src
+kill -CONT "$WS"
+kill -STOP "$WS"
+restart_daemon src
+grep -q "source process $WS ran while no daemon watched it.*export ${ID:0:8}.* not taken up; the process is left stopped" "$T/src.log" ||
+	fail "the restarted source took the export up: $(tail -n 5 "$T/src.log")"
+"$CLIENT" --control "$src_SOCK" status "$ID" >/dev/null 2>&1 && fail "the export is still listed after the restart"
+[ "$(proc_state "$WS")" = T ] || fail "source process not left stopped: $(proc_state "$WS")"
+info "restart: $(grep 'ran while no daemon' "$T/src.log")"
+kill -9 "$WS" "$WD"
