@@ -29,13 +29,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include "client/client.h"
@@ -393,21 +390,37 @@ exec_uri(struct qmp *q, const char *cmd, const char *uri)
 	return qmp_execute(q, cmd, a, NULL);
 }
 
-/* A free TCP port on 127.0.0.1 for QEMU's device-state stream. */
+/*
+ * The destination QEMU listens for the device state on a port of
+ * 127.0.0.1 that it picks itself (port 0), and says which in query-migrate
+ * (socket-address, QEMU 4.0 on): no port picked here beforehand that
+ * something else could take in between. The port, or -1.
+ */
 static int
-free_port(void)
+incoming_port(struct qmp *q)
 {
-	struct sockaddr_in sin = {.sin_family = AF_INET};
-	socklen_t len = sizeof(sin);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+	json_object *r = NULL, *addrs, *port;
+	int p = -1;
 
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&sin, &len) == 0)
-		port = ntohs(sin.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
+	if (exec_uri(q, "migrate-incoming", "tcp:127.0.0.1:0") < 0 ||
+	    qmp_execute(q, "query-migrate", NULL, &r) < 0)
+		return -1;
+	if (json_object_object_get_ex(r, "socket-address", &addrs) &&
+	    json_object_is_type(addrs, json_type_array) &&
+	    json_object_array_length(addrs) > 0 &&
+	    json_object_object_get_ex(json_object_array_get_idx(addrs, 0),
+				      "port", &port))
+		p = atoi(json_object_get_string(port));
+	json_object_put(r);
+	if (p <= 0 || p > 65535) {
+		fprintf(stderr,
+			"uffd-client: %s: the destination QEMU does not say "
+			"which port it listens on for the device state "
+			"(query-migrate socket-address, QEMU 4.0 or later)\n",
+			qmp_path(q));
+		return -1;
+	}
+	return p;
 }
 
 static volatile sig_atomic_t holder_pid, holder_kept;
@@ -721,14 +734,10 @@ cmd_migrate_qemu(int argc, char **argv)
 	close(fd);
 	say("destination QEMU attached: guest RAM arrives post-copy");
 
-	port = free_port();
-	if (port < 0) {
-		fprintf(stderr, "uffd-client: no free port on 127.0.0.1\n");
+	if ((port = incoming_port(dst)) < 0)
 		goto out;
-	}
 	snprintf(uri, sizeof(uri), "tcp:127.0.0.1:%d", port);
-	if (exec_uri(dst, "migrate-incoming", uri) < 0 ||
-	    exec_uri(src, "migrate", uri) < 0)
+	if (exec_uri(src, "migrate", uri) < 0)
 		goto out;
 	/*
 	 * Device state only: this takes milliseconds. A source that never
