@@ -17,6 +17,13 @@
  *                   memfd (the page cache) and mapped with UFFDIO_CONTINUE,
  *                   the zero-copy install DESIGN section 3 describes.
  *
+ * With BENCH_WARM=BYTES in the environment, the receiver touches and frees
+ * that much anonymous memory once the sender is ready, just before the
+ * clock starts (run.sh does the same before each uffdd migration): this VM's
+ * host discards free memory that the guest reports, and the first write
+ * to such a page costs it 5-10 us, so fresh memory would otherwise be fast
+ * or slow by chance (tests/bench/FINDINGS.md, "Warm memory").
+ *
  * Prints: "bulk_floor bytes=N secs=S gib_s=R cpu_s_per_gib=C bad=0
  * send_cpu=X recv_cpu=Y mode=M": C is user+sys CPU seconds of sender and
  * receiver together per GiB, X and Y the same for each side.
@@ -165,6 +172,15 @@ main(int argc, char **argv)
 		die("userfaultfd setup");
 	if (read(fd, &rdy, 1) != 1)
 		die("sender not ready");
+	if (getenv("BENCH_WARM")) {
+		uint64_t w = strtoull(getenv("BENCH_WARM"), NULL, 0);
+		void *p = mmap(NULL, w, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+
+		if (p == MAP_FAILED)
+			die("warm");
+		munmap(p, w);
+	}
 
 	c0 = cpu_s(RUSAGE_SELF);
 	t0 = now_s();

@@ -74,6 +74,11 @@ migrate_once() {
 		taskset -a -p -c 0 "$WD" >/dev/null
 	fi
 	id=$("$CLIENT" --control "$s_sock" export "$WS" --range "$range")
+	# Warm memory for the target's pages, as the bulk floor has it
+	# (BENCH_WARM, bench_bulk_floor.c): touched and freed just before.
+	if [ "$size" = "$BIG" ]; then
+		dd if=/dev/zero of=/dev/null bs="$WARM" count=1 2>/dev/null
+	fi
 	sc0=$(cpu_s "$s_pid")
 	dc0=$(cpu_s "${!pid}")
 	"$CLIENT" --control "${!sock}" attach "$WD" --from "127.0.0.1:$s_port" \
@@ -131,6 +136,9 @@ if [ -n "$PIN" ]; then
 	PINCMD=(taskset -c "$PIN")
 fi
 GIB=$(echo "$(numfmt --from=iec "$BIG") / 1073741824" | bc -l)
+# Memory touched and freed right before each bulk run, floor or uffdd.
+WARM=$(($(numfmt --from=iec "$BIG") * 5 / 4))
+export BENCH_WARM=$WARM
 
 # The two-host placement: a source and a destination never share a CPU in
 # production, and on these 2 vCPUs, unpinned, they often do (FINDINGS.md,
