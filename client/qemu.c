@@ -106,6 +106,24 @@ qom_get(struct qmp *q, const char *path, const char *prop)
 	return r;
 }
 
+/* The children of a QOM path, an array (json-c asserts on anything else). */
+static json_object *
+qom_list(struct qmp *q, const char *path)
+{
+	json_object *a = json_object_new_object(), *r = NULL;
+
+	json_object_object_add(a, "path", json_object_new_string(path));
+	if (qmp_execute(q, "qom-list", a, &r) < 0)
+		return NULL;
+	if (!json_object_is_type(r, json_type_array)) {
+		fprintf(stderr, "uffd-client: %s: qom-list %s: not a list\n",
+			qmp_path(q), path);
+		json_object_put(r);
+		return NULL;
+	}
+	return r;
+}
+
 /*
  * The file offset a memory-backend-file maps its mem-path from (QEMU 8.1
  * added the "offset" property; before, always 0). 0 and *off set, or -1.
@@ -113,19 +131,12 @@ qom_get(struct qmp *q, const char *path, const char *prop)
 static int
 backend_offset(struct qmp *q, const char *obj, uint64_t *off)
 {
-	json_object *a = json_object_new_object(), *props = NULL, *v;
+	json_object *props, *v;
 	int has = 0;
 
 	*off = 0;
-	json_object_object_add(a, "path", json_object_new_string(obj));
-	if (qmp_execute(q, "qom-list", a, &props) < 0)
+	if ((props = qom_list(q, obj)) == NULL)
 		return -1;
-	if (!json_object_is_type(props, json_type_array)) {
-		fprintf(stderr, "uffd-client: %s: qom-list %s: not a list\n",
-			qmp_path(q), obj);
-		json_object_put(props);
-		return -1;
-	}
 	for (size_t i = 0; i < json_object_array_length(props); i++)
 		if (json_object_object_get_ex(
 			    json_object_array_get_idx(props, i), "name", &v) &&
@@ -239,18 +250,11 @@ other_shared_backend(struct qmp *q, const char *type, const char *name)
 static int
 ramblocks(struct qmp *q, struct ramblock *b, size_t *n)
 {
-	json_object *a = json_object_new_object(), *list = NULL;
+	json_object *list;
 
 	*n = 0;
-	json_object_object_add(a, "path", json_object_new_string("/objects"));
-	if (qmp_execute(q, "qom-list", a, &list) < 0)
+	if ((list = qom_list(q, "/objects")) == NULL)
 		return -1;
-	if (!json_object_is_type(list, json_type_array)) {
-		fprintf(stderr,
-			"uffd-client: %s: qom-list /objects: not a list\n",
-			qmp_path(q));
-		goto fail;
-	}
 	for (size_t i = 0; i < json_object_array_length(list); i++) {
 		json_object *e = json_object_array_get_idx(list, i), *t, *nm;
 		json_object *mp, *sz, *sh;

@@ -174,8 +174,9 @@ main(int argc, char **argv)
 		die("sender not ready");
 	if (getenv("BENCH_WARM")) {
 		uint64_t w = strtoull(getenv("BENCH_WARM"), NULL, 0);
-		void *p = mmap(NULL, w, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+		void *p =
+			mmap(NULL, w, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 
 		if (p == MAP_FAILED)
 			die("warm");
