@@ -120,11 +120,12 @@ all_stopped(pid_t pid)
  * How many times the threads of pid have been switched out, in all. A
  * stopped thread never is, so a count that moves after the freeze means
  * the process ran, if only for a moment: a SIGCONT and a SIGSTOP between
- * two looks at all_stopped() leave nothing else behind. -1 when unknown,
- * or when a thread is dying (its exit is reported on its own).
+ * two looks at the threads' states leave nothing else behind. -1 when unknown,
+ * or when a thread is dying (its exit is reported on its own). *running
+ * (when not NULL) is set when a thread it read is not stopped.
  */
 static long long
-switch_count(pid_t pid)
+switch_count(pid_t pid, int *running)
 {
 	char path[320], line[256];
 	struct dirent *e;
@@ -148,14 +149,16 @@ switch_count(pid_t pid)
 			break;
 		}
 		while (n >= 0 && fgets(line, sizeof(line), f) != NULL) {
-			if (sscanf(line, "State: %c", &st) == 1 &&
-			    strchr("ZX", st) != NULL)
-				n = -1;
-			else if (sscanf(line, "voluntary_ctxt_switches: %lld",
-					&v) == 1 ||
-				 sscanf(line,
-					"nonvoluntary_ctxt_switches: %lld",
-					&v) == 1)
+			if (sscanf(line, "State: %c", &st) == 1) {
+				if (strchr("ZX", st) != NULL)
+					n = -1;
+				else if (strchr("Tt", st) == NULL && running)
+					*running = 1;
+			} else if (sscanf(line, "voluntary_ctxt_switches: %lld",
+					  &v) == 1 ||
+				   sscanf(line,
+					  "nonvoluntary_ctxt_switches: %lld",
+					  &v) == 1)
 				n += v;
 		}
 		fclose(f);
@@ -250,15 +253,13 @@ save(struct source *s)
 static int
 continued(const struct source *s)
 {
-	int st = all_stopped(s->m->pid);
-	long long n;
+	int running = 0;
+	long long n = switch_count(s->m->pid, &running);
 
-	if (st == 0)
+	if (running)
 		return 1;
-	if (st < 0 || s->switches < 0)
-		return 0; /* gone: exit_cb() says so */
-	n = switch_count(s->m->pid);
-	return n >= 0 && n != s->switches;
+	/* Gone or dying (exit_cb() says so), or no count taken yet. */
+	return n >= 0 && s->switches >= 0 && n != s->switches;
 }
 
 #define CONTINUED_WHY                                                          \
@@ -280,7 +281,8 @@ ping_cb(evutil_socket_t fd, short ev, void *arg)
 	 * a thread shows as stopped a moment before its last switch is
 	 * counted. Saved, so that a restart can tell whether it ran between.
 	 */
-	if (s->switches < 0 && (s->switches = switch_count(s->m->pid)) >= 0)
+	if (s->switches < 0 &&
+	    (s->switches = switch_count(s->m->pid, NULL)) >= 0)
 		save(s);
 	if (s->demand)
 		conn_send(s->demand, FRAME_PING, &p.base);
@@ -566,7 +568,7 @@ source_restore(const char *path, FILE *f)
 	 * taken up, the migration would end with the old ones. The process
 	 * holds the newest bytes: it is left as it was found.
 	 */
-	now = switch_count(pid);
+	now = switch_count(pid, NULL);
 	if (!s->was_stopped || (switches >= 0 && now >= 0 && now != switches)) {
 		log_warnx(
 			"%s: source process %d ran while no daemon watched it "

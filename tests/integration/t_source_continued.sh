@@ -24,14 +24,19 @@ wait_state() {
 	fail "$4: state $(state "$1" "$2"), not $3, 10 s after the SIGCONT"
 }
 
+# migrate_for_a_while: an export and attach, running for over a ping.
+migrate_for_a_while() {
+	start_workload WS source --size 32M --threads 2
+	start_workload WD dest --size 32M --touch 0
+	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+		--id "$ID" --range "$RANGE" >/dev/null
+	sleep 1.5
+	[ "$(state "$dst_SOCK" "$ID")" = running ] || fail "migration not running after 1.5 s"
+}
+
 info "continued during the migration"
-start_workload WS source --size 32M --threads 2
-start_workload WD dest --size 32M --touch 0
-ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
-	--id "$ID" --range "$RANGE" >/dev/null
-sleep 1
-[ "$(state "$dst_SOCK" "$ID")" = running ] || fail "migration not running before the SIGCONT"
+migrate_for_a_while
 kill -CONT "$WS"
 wait_state "$src_SOCK" "$ID" failed "source"
 reason "$src_SOCK" "$ID" | grep -q "continued" || fail "source reason: $(reason "$src_SOCK" "$ID")"
@@ -60,16 +65,6 @@ ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "refused attach left a userfa
 kill -0 "$src_PID" && kill -0 "$dst_PID" || fail "a daemon died"
 kill -9 "$WS" "$WD" 2>/dev/null || true
 
-# migrate_for_a_while: an export and attach, running for over a ping.
-migrate_for_a_while() {
-	start_workload WS source --size 32M --threads 2
-	start_workload WD dest --size 32M --touch 0
-	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
-		--id "$ID" --range "$RANGE" >/dev/null
-	sleep 1.5
-	[ "$(state "$dst_SOCK" "$ID")" = running ] || fail "migration not running after 1.5 s"
-}
 
 info "continued and stopped again at once, during the migration"
 migrate_for_a_while
