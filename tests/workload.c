@@ -35,6 +35,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -546,6 +547,7 @@ touch_pages(void)
 {
 	uint64_t npages = size / PS, nlat = 0, r = mix(seed + 7);
 	uint64_t *lat = calloc(touch_n ? touch_n : 1, sizeof(*lat));
+	uint64_t *at = calloc(touch_n ? touch_n : 1, sizeof(*at));
 
 	for (uint64_t i = 0; i < touch_n; i++) {
 		volatile uint64_t *p;
@@ -559,7 +561,26 @@ touch_pages(void)
 			continue; /* already installed: no fault to time */
 		t0 = now_ns();
 		(void)*p;
+		at[nlat] = t0;
 		lat[nlat++] = now_ns() - t0;
+	}
+	if (getenv("WORKLOAD_LAT_DIR")) {
+		/* Every latency, for looking into the tail (bench). */
+		cpu_set_t cs;
+		char path[512];
+		FILE *f;
+
+		sched_getaffinity(0, sizeof(cs), &cs);
+		snprintf(path, sizeof(path), "%s/%s-%" PRIu64 "M.lat",
+			 getenv("WORKLOAD_LAT_DIR"),
+			 CPU_COUNT(&cs) == 1 ? "pinned" : "free", size >> 20);
+		if ((f = fopen(path, "a")) != NULL) {
+			for (uint64_t i = 0; i < nlat; i++)
+				fprintf(f, "%" PRIu64 " %" PRIu64 "\n", lat[i],
+					at[i]);
+			fprintf(f, "-\n");
+			fclose(f);
+		}
 	}
 	qsort(lat, nlat, sizeof(*lat), cmp_u64);
 	printf("touched %" PRIu64 " faults %" PRIu64
@@ -568,6 +589,7 @@ touch_pages(void)
 	       nlat ? (double)lat[nlat * 99 / 100] / 1e3 : 0.0);
 	fflush(stdout);
 	free(lat);
+	free(at);
 }
 
 static void *
