@@ -68,6 +68,8 @@ struct conn {
 	char fail_why[128];
 	int direct;
 	int paused;
+	int stalled; /* the owner is not done with the last frame (conn_stall) */
+	size_t fill_max; /* conn_set_io_max(): bytes a read round takes */
 	/*
 	 * The socket carries TLS records: nothing may read or write it but
 	 * the bufferevent, so the plaintext shortcuts below stay off.
@@ -198,7 +200,7 @@ conn_process(struct conn *c)
 		return;
 	}
 	c->in_cb++;
-	while (!c->dead && !c->finishing && !c->paused) {
+	while (!c->dead && !c->finishing && !c->paused && !c->stalled) {
 		uint8_t raw[FRAME_HDR_LEN];
 		struct frame_hdr h;
 		ProtobufCMessage *msg;
@@ -251,6 +253,8 @@ conn_process(struct conn *c)
 		n++;
 	}
 	/* Every whole frame that came before the break is handled: now say. */
+	if (c->stalled)
+		more = 1;
 	if (c->failing && !more && !c->dead)
 		conn_fail(c, c->fail_why);
 	c->in_cb--;
@@ -350,10 +354,12 @@ conn_fill(struct conn *c)
 		ssize_t r;
 		int n, used;
 
-		if (have < CONN_READ_HIGH && taken < CONN_FILL_MAX) {
+		size_t fill = c->fill_max ? c->fill_max : CONN_FILL_MAX;
+
+		if (have < CONN_READ_HIGH && taken < fill) {
 			want = CONN_READ_HIGH - have;
-			if (want > CONN_FILL_MAX - taken)
-				want = CONN_FILL_MAX - taken;
+			if (want > fill - taken)
+				want = fill - taken;
 		}
 		if (want < held)
 			want = held;
@@ -623,6 +629,25 @@ conn_pause(struct conn *c, int on)
 		conn_reading(c, 1);
 		event_active(c->resume, EV_TIMEOUT, 0); /* frames already in */
 	}
+}
+
+void
+conn_set_io_max(struct conn *c, size_t n)
+{
+	if (c->fill_max == n)
+		return;
+	c->fill_max = n;
+	bufferevent_set_max_single_write(c->bev, n ? n : CONN_WRITE_MAX);
+}
+
+void
+conn_stall(struct conn *c, int on)
+{
+	if (c->dead || c->stalled == on)
+		return;
+	c->stalled = on;
+	if (!on && !c->paused)
+		event_active(c->resume, EV_TIMEOUT, 0); /* frames already in */
 }
 
 void

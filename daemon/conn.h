@@ -45,6 +45,14 @@ void conn_set_priority(struct conn *, int prio);
 void conn_set_budget(struct conn *, int n);
 /* Stops handing frames to the owner (on: 1) or starts again (on: 0). */
 void conn_pause(struct conn *, int on);
+/*
+ * The owner goes on with the frame it was just handed after other events
+ * (on: 1): no frame after it is handed over until conn_stall(c, 0). The
+ * socket is still read meanwhile; conn_pause() holds either way.
+ */
+void conn_stall(struct conn *, int on);
+/* Bytes one write or one read round may take (0: the default, 256 KiB). */
+void conn_set_io_max(struct conn *, size_t n);
 void conn_set_drain(struct conn *, conn_drain_cb, size_t lowmark);
 /* Read timeout in seconds (0: none): a silent peer is a broken one. */
 void conn_set_timeout(struct conn *, int secs);

@@ -131,6 +131,16 @@ struct dest {
 	int gone;
 	int saved; /* the state file on disk is up to date */
 	/*
+	 * A bulk frame being installed in pieces (bulk_pieces()): its pages
+	 * [pend.page + pdone, pend.page + pend.npages) are still to go in,
+	 * from pbuf + pdone pages; the bulk lane hands no frame meanwhile.
+	 */
+	Uffdd__PageData pend;
+	uint64_t pdone;
+	int pending;
+	uint8_t *pbuf;
+	struct event *piece_ev;
+	/*
 	 * Private file mappings cannot be registered (userfaultfd has no
 	 * MISSING mode for a regular file mapped privately), so nothing would
 	 * stop a thread from reading the file's stale page where the source
@@ -210,6 +220,9 @@ dest_free(struct migration *m)
 		event_free(d->bulk_delay);
 	if (d->find_ev)
 		event_free(d->find_ev);
+	if (d->piece_ev)
+		event_free(d->piece_ev);
+	free(d->pbuf);
 	release_held(d);
 	free(d->seen);
 	free(d->zretry);
@@ -666,6 +679,7 @@ lanes_down(struct dest *d, const char *why)
 	conn_free(d->bulk);
 	d->demand = d->bulk = NULL;
 	d->resuming = 0;
+	d->pending = 0;
 	if (d->m->state == MIG_RUNNING) {
 		log_warnx("migration %s: source lost (%s); faulting threads "
 			  "wait",
@@ -815,6 +829,8 @@ bulk_hold(struct dest *d)
 {
 	if (d->bulk)
 		conn_pause(d->bulk, d->nrequests == 1);
+	if (d->pending && d->nrequests != 1)
+		event_active(d->piece_ev, EV_TIMEOUT, 0);
 }
 
 static uint64_t frame_pages(struct dest *, const struct evbuffer_iovec *, int,
@@ -834,7 +850,11 @@ request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	pr.npages = 1;
 	conn_send(lane, FRAME_PAGE_REQUEST, &pr.base);
 	bulk_hold(d);
-	loop_poll(); /* the answer is due in microseconds */
+	/* The answer is due in microseconds; for one, nothing else moves. */
+	if (d->nrequests == 1)
+		loop_poll_now();
+	else
+		loop_poll();
 }
 
 /* Pages of private file mappings that have not been written yet. */
@@ -2090,6 +2110,79 @@ fork_child(struct dest *parent, int ufd)
 	child_start(root, k);
 }
 
+static void page_done(struct dest *, const Uffdd__PageData *,
+		      const struct evbuffer_iovec *, int);
+
+/* Pages of a bulk frame installed before looking at faults again. */
+#define PIECE_BYTES (64u << 10)
+
+/*
+ * Installs the pending bulk frame a piece at a time, reading the uffd in
+ * between: a fault that comes meanwhile is requested at once, and its
+ * answer goes in before the rest of the frame (the loop serves the demand
+ * lane and the uffd first; bulk_hold() brings us back). A whole 256 KiB
+ * frame takes tens of microseconds to install, which a fault would
+ * otherwise wait out twice: before its request and before its answer.
+ */
+static void
+pieces_stop(struct dest *d)
+{
+	d->pending = 0;
+	if (d->bulk)
+		conn_stall(d->bulk, 0);
+}
+
+static void
+bulk_pieces(struct dest *d)
+{
+	while (d->pending) {
+		struct dst_region *dr = region_by_index(d, d->pend.region);
+		Uffdd__PageData sub = d->pend;
+		struct evbuffer_iovec v;
+		uint64_t ps, piece;
+
+		if (d->m->state != MIG_RUNNING || d->bulk == NULL ||
+		    dr == NULL) {
+			pieces_stop(d); /* send_holdings() will say */
+			return;
+		}
+		ps = dr->r.page_size;
+		piece = PIECE_BYTES / ps ? PIECE_BYTES / ps : 1;
+		if (d->nrequests == 1)
+			return; /* bulk_hold() lets it go on */
+		sub.page += d->pdone;
+		sub.npages = (uint32_t)(d->pend.npages - d->pdone < piece
+						? d->pend.npages - d->pdone
+						: piece);
+		v.iov_base = d->pbuf + d->pdone * ps;
+		v.iov_len = sub.npages * ps;
+		d->pdone += sub.npages;
+		if (install_frame(d, d, &sub, &v, 1) < 0) {
+			pieces_stop(d); /* as page_data() gives up a frame */
+			return;
+		}
+		if (d->pdone == d->pend.npages) {
+			v.iov_base = d->pbuf;
+			v.iov_len = d->pend.npages * ps;
+			pieces_stop(d);
+			page_done(d, &d->pend, &v, 1);
+			return;
+		}
+		read_faults(d);
+		if (d->nrequests > 0 && d->nrequests != 1) {
+			/* Several wait: their answers first, then on. */
+			event_active(d->piece_ev, EV_TIMEOUT, 0);
+			return;
+		}
+	}
+}
+
+static void
+piece_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	bulk_pieces(arg);
+}
+
 static void
 page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	  const Uffdd__PageData *pd)
@@ -2117,6 +2210,32 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	 * lane read or write, and an evbuffer that grows can move the bytes
 	 * we pointed into (seen with TLS and plaintext lanes alike).
 	 */
+	if (c == d->bulk && h->data_len && !pd->demand &&
+	    dr->r.kind != REGION_FILE_PRIVATE) {
+		if (d->pbuf == NULL) {
+			if (posix_memalign((void **)&d->pbuf, 4096,
+					   FRAME_DATA_MAX) != 0)
+				fatal("page buffer");
+			d->piece_ev = event_new(base, -1, 0, piece_cb, d);
+			if (d->piece_ev == NULL)
+				fatalx("event_new");
+			event_priority_set(d->piece_ev, PRIO_BULK);
+		}
+		if (conn_take_data(c, d->pbuf, h->data_len) < 0) {
+			lanes_down(d, "short PAGE_DATA");
+			return;
+		}
+		d->m->bytes += h->data_len;
+		/* Reads in small steps too while faults come (source.c). */
+		conn_set_io_max(c, loop_demand_recent() ? PIECE_BYTES : 0);
+		loop_bulk();
+		d->pend = *pd;
+		d->pdone = 0;
+		d->pending = 1;
+		conn_stall(c, 1);
+		bulk_pieces(d);
+		return;
+	}
 	if (h->data_len) {
 		if (conn_take_data(c, d->buf, h->data_len) < 0) {
 			lanes_down(d, "short PAGE_DATA");
@@ -2133,6 +2252,17 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		loop_bulk();
 	if (install_frame(d, d, pd, v, nv) < 0)
 		return;
+	page_done(d, pd, v, nv);
+}
+
+/*
+ * The root has what frame pd brings: its children take their part, and
+ * the migration completes once every page is in.
+ */
+static void
+page_done(struct dest *d, const Uffdd__PageData *pd,
+	  const struct evbuffer_iovec *v, int nv)
+{
 	for (size_t i = 0; i < d->nkids;) {
 		struct dest *k = d->kids[i];
 
@@ -2187,6 +2317,7 @@ bulk_close(struct conn *c, const char *why, void *arg)
 
 	conn_free(d->bulk);
 	d->bulk = NULL;
+	d->pending = 0; /* its pages are not ours: send_holdings() says so */
 	if (d->demand && d->m->state == MIG_RUNNING) {
 		log_warnx("migration %s: bulk lane lost (%s); %llu of %llu "
 			  "pages present, the source sends the rest again",

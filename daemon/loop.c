@@ -3,6 +3,7 @@
 
 #include <sched.h>
 #include <stdint.h>
+#include <sys/resource.h>
 
 #include <event2/event.h>
 
@@ -16,31 +17,72 @@
  * looks for events without sleeping, yielding to anything else runnable.
  * Also on one CPU: a daemon pinned there polls for a peer on another CPU
  * or host (without, each fault during bulk waited ~70 us instead of 14 in
- * the bench's two-host placement), and a peer on the same CPU gets it at
- * each yield (pinned idle faults were no slower: FINDINGS.md). Never while
- * bulk data moves: then the daemon is busy anyway, and the target's woken
- * thread needs the CPU that polling would hold.
+ * the bench's two-host placement). A poll ends at the first yield that
+ * let another task run, or at a preemption: the CPU is wanted, and a peer
+ * sharing it runs as soon as we sleep (FINDINGS.md, "Faults during bulk:
+ * pieces and polls").
+ *
+ * loop_poll() does not start while bulk data moves: the daemon is busy
+ * then. loop_poll_now() does, for an answer that is due while nothing else
+ * moves: the destination's one request holds its bulk lane, and a source
+ * whose bulk output waits on the destination would otherwise sleep and be
+ * woken for the next request.
  */
 #define BULK_QUIET_NS 1000000
-static uint64_t poll_until, bulk_at;
+/* Demand traffic this recent makes bulk work go in small steps. */
+#define DEMAND_RECENT_NS 5000000
+static uint64_t poll_until, bulk_at, demand_at;
+static int poll_forced; /* by loop_poll_now(): bulk data does not end it */
+static long poll_switches;
+
+static long
+switches(void)
+{
+	struct rusage ru;
+
+	return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : -1;
+}
+
+static void
+poll_start(uint64_t now, int forced)
+{
+	poll_until = now + (uint64_t)conf.poll_us * 1000;
+	poll_forced = forced;
+	poll_switches = switches();
+}
 
 void
 loop_poll(void)
 {
-	uint64_t now;
+	uint64_t now = now_ns();
 
-	if (conf.poll_us == 0)
-		return;
-	now = now_ns();
-	if (now - bulk_at >= BULK_QUIET_NS)
-		poll_until = now + (uint64_t)conf.poll_us * 1000;
+	demand_at = now;
+	if (conf.poll_us && now - bulk_at >= BULK_QUIET_NS)
+		poll_start(now, 0);
+}
+
+void
+loop_poll_now(void)
+{
+	uint64_t now = now_ns();
+
+	demand_at = now;
+	if (conf.poll_us)
+		poll_start(now, 1);
+}
+
+int
+loop_demand_recent(void)
+{
+	return demand_at && now_ns() - demand_at < DEMAND_RECENT_NS;
 }
 
 void
 loop_bulk(void)
 {
 	bulk_at = now_ns();
-	poll_until = 0;
+	if (!poll_forced)
+		poll_until = 0;
 }
 
 void
@@ -52,6 +94,8 @@ run_loop(void)
 		if (poll_until && now_ns() < poll_until) {
 			rc = event_base_loop(base, EVLOOP_NONBLOCK);
 			sched_yield();
+			if (switches() != poll_switches)
+				poll_until = 0; /* the CPU is wanted */
 		} else {
 			poll_until = 0;
 			rc = event_base_loop(base, EVLOOP_ONCE);

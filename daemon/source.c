@@ -29,6 +29,7 @@
  * go in runs of up to 2 MiB. The bulk socket is kept 1-4 MiB full.
  */
 #define BULK_DATA_PAGES 64
+#define BULK_SMALL_PAGES 16
 #define BULK_ZERO_PAGES 512
 #define BULK_ROUND_BYTES (256u << 10)
 #define BULK_HIGH (4u << 20)
@@ -825,7 +826,7 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 		page += n;
 	}
 	conn_flush(s->demand);
-	loop_poll(); /* the next request may follow */
+	loop_poll_now(); /* the next request may follow */
 	s->m->demand_faults++;
 	s->m->demand_pages += pr->npages;
 	/* Spatial locality: the bulk lane goes on from just past the fault. */
@@ -927,9 +928,23 @@ zero_checked(const struct src_region *sr)
 static void
 bulk_produce(struct source *s)
 {
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, round = BULK_ROUND_BYTES, frame = BULK_DATA_PAGES;
 
-	while (s->bulk && bytes < BULK_ROUND_BYTES &&
+	/*
+	 * While demand traffic is recent, one small frame a loop pass, and
+	 * small writes: a request that comes meanwhile waits for at most
+	 * one of each (tens of microseconds for the large ones).
+	 */
+	if (s->bulk) {
+		int small = loop_demand_recent();
+
+		if (small) {
+			round = 1;
+			frame = BULK_SMALL_PAGES;
+		}
+		conn_set_io_max(s->bulk, small ? BULK_SMALL_PAGES * 4096 : 0);
+	}
+	while (s->bulk && bytes < round &&
 	       conn_output_len(s->bulk) < BULK_HIGH) {
 		if (conf.bulk_rate) {
 			uint64_t now = now_ns();
@@ -957,8 +972,8 @@ bulk_produce(struct source *s)
 		if (!next_unsent(s, &ri, &page, &max))
 			return; /* everything sent */
 		zero = !bit_test(s->regs[ri].data, page);
-		if (max > (zero ? BULK_ZERO_PAGES : BULK_DATA_PAGES))
-			max = zero ? BULK_ZERO_PAGES : BULK_DATA_PAGES;
+		if (max > (zero ? BULK_ZERO_PAGES : frame))
+			max = zero ? BULK_ZERO_PAGES : frame;
 		/* Huge pages: as many as one frame holds, whole ones. */
 		if (max > FRAME_DATA_MAX / s->regs[ri].r.page_size)
 			max = FRAME_DATA_MAX / s->regs[ri].r.page_size;

@@ -19,6 +19,8 @@
  * (uffdd.c). loop_bulk() says bulk data moved, which stops it.
  */
 void loop_poll(void);
+void loop_poll_now(void);
+int loop_demand_recent(void);
 void loop_bulk(void);
 /* Runs the event loop until it is told to exit. */
 void run_loop(void);
