@@ -17,10 +17,11 @@
  * looks for events without sleeping, yielding to anything else runnable.
  * Also on one CPU: a daemon pinned there polls for a peer on another CPU
  * or host (without, each fault during bulk waited ~70 us instead of 14 in
- * the bench's two-host placement). A poll ends at the first yield that
- * let another task run, or at a preemption: the CPU is wanted, and a peer
- * sharing it runs as soon as we sleep (FINDINGS.md, "Faults during bulk:
- * pieces and polls").
+ * the bench's two-host placement). Where the daemon may run on several
+ * CPUs, a poll ends at the first yield that let another task run, or at
+ * a preemption: the CPU is wanted, and polling on would hold two busy
+ * daemons on one CPU while the target's thread waits for a wakeup on
+ * another (FINDINGS.md, "Faults during bulk: pieces and polls").
  *
  * loop_poll() does not start while bulk data moves: the daemon is busy
  * then. loop_poll_now() does, for an answer that is due while nothing else
@@ -31,6 +32,7 @@
 #define BULK_QUIET_NS 1000000
 /* Demand traffic this recent makes bulk work go in small steps. */
 #define DEMAND_RECENT_NS 5000000
+#define AFFINITY_NS 100000000
 static uint64_t poll_until, bulk_at, demand_at;
 static int poll_forced; /* by loop_poll_now(): bulk data does not end it */
 static long poll_switches;
@@ -43,12 +45,28 @@ switches(void)
 	return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : -1;
 }
 
+/*
+ * Where the daemon may run on one CPU only, a yield is all polling can do
+ * for a task that shares it (a peer pinned there with it gets the CPU at
+ * once): the poll goes on. Elsewhere it ends once the CPU is wanted.
+ */
 static void
 poll_start(uint64_t now, int forced)
 {
+	static uint64_t looked;
+	static int one_cpu;
+
+	/* Looked at again now and then: affinity can change (taskset). */
+	if (now - looked > AFFINITY_NS) {
+		cpu_set_t cpus;
+
+		one_cpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
+			  CPU_COUNT(&cpus) == 1;
+		looked = now;
+	}
 	poll_until = now + (uint64_t)conf.poll_us * 1000;
 	poll_forced = forced;
-	poll_switches = switches();
+	poll_switches = one_cpu ? -1 : switches();
 }
 
 void
@@ -94,7 +112,7 @@ run_loop(void)
 		if (poll_until && now_ns() < poll_until) {
 			rc = event_base_loop(base, EVLOOP_NONBLOCK);
 			sched_yield();
-			if (switches() != poll_switches)
+			if (poll_switches >= 0 && switches() != poll_switches)
 				poll_until = 0; /* the CPU is wanted */
 		} else {
 			poll_until = 0;
