@@ -2252,6 +2252,8 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		loop_bulk();
 	if (install_frame(d, d, pd, v, nv) < 0)
 		return;
+	if (pd->demand && d->bulk)
+		loop_yield_woken(); /* before the bulk work goes on */
 	page_done(d, pd, v, nv);
 }
 

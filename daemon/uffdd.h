@@ -20,6 +20,7 @@
  */
 void loop_poll(void);
 void loop_poll_now(void);
+void loop_yield_woken(void);
 int loop_demand_recent(void);
 void loop_bulk(void);
 /* Runs the event loop until it is told to exit. */
