@@ -25,9 +25,9 @@
  *
  * loop_poll() does not start while bulk data moves: the daemon is busy
  * then. loop_poll_now() does, for an answer that is due while nothing else
- * moves: the destination's one request holds its bulk lane, and a source
- * whose bulk output waits on the destination would otherwise sleep and be
- * woken for the next request.
+ * moves: the destination's one request holds its bulk lane. (The source
+ * polling so after each answer gained little once loop_yield_woken() was
+ * in, and kept both daemons on one vCPU unpinned: FINDINGS.md.)
  */
 #define BULK_QUIET_NS 1000000
 /* Demand traffic this recent makes bulk work go in small steps. */

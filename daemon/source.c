@@ -826,7 +826,7 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 		page += n;
 	}
 	conn_flush(s->demand);
-	loop_poll_now(); /* the next request may follow */
+	loop_poll(); /* the next request may follow */
 	s->m->demand_faults++;
 	s->m->demand_pages += pr->npages;
 	/* Spatial locality: the bulk lane goes on from just past the fault. */
