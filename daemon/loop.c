@@ -46,11 +46,11 @@ switches(void)
 }
 
 /*
- * Where the daemon may run on one CPU only, a yield is all polling can do
- * for a task that shares it (a peer pinned there with it gets the CPU at
- * once): the poll goes on. Elsewhere it ends once the CPU is wanted.
+ * Whether the daemon may run on one CPU only, as of at most 100 ms ago.
+ * There a yield is all polling can do for a task that shares the CPU (a
+ * peer pinned there with it gets the CPU at once), so the poll goes on;
+ * elsewhere it ends once the CPU is wanted.
  */
-/* Whether the daemon may run on one CPU only, as of at most 100 ms ago. */
 static int
 one_cpu(uint64_t now)
 {
