@@ -2113,8 +2113,16 @@ fork_child(struct dest *parent, int ufd)
 static void page_done(struct dest *, const Uffdd__PageData *,
 		      const struct evbuffer_iovec *, int);
 
-/* Pages of a bulk frame installed before looking at faults again. */
-#define PIECE_BYTES (64u << 10)
+/* Bulk bytes installed before looking at faults again. */
+#define PIECE_BYTES DEMAND_STEP_BYTES
+
+static void
+pieces_stop(struct dest *d)
+{
+	d->pending = 0;
+	if (d->bulk)
+		conn_stall(d->bulk, 0);
+}
 
 /*
  * Installs the pending bulk frame a piece at a time, reading the uffd in
@@ -2124,14 +2132,6 @@ static void page_done(struct dest *, const Uffdd__PageData *,
  * frame takes tens of microseconds to install, which a fault would
  * otherwise wait out twice: before its request and before its answer.
  */
-static void
-pieces_stop(struct dest *d)
-{
-	d->pending = 0;
-	if (d->bulk)
-		conn_stall(d->bulk, 0);
-}
-
 static void
 bulk_pieces(struct dest *d)
 {
@@ -2226,10 +2226,15 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 			return;
 		}
 		d->m->bytes += h->data_len;
-		/* Reads in small steps too while faults come (source.c). */
-		conn_set_io_max(c, loop_demand_recent() ? PIECE_BYTES : 0);
+		/* Reads in small steps too while faults come. */
+		conn_set_io_max(c,
+				loop_demand_recent() ? DEMAND_STEP_BYTES : 0);
 		loop_bulk();
-		d->pend = *pd;
+		/* The fields alone: msg and what it points to go after us. */
+		d->pend = (Uffdd__PageData)UFFDD__PAGE_DATA__INIT;
+		d->pend.region = pd->region;
+		d->pend.page = pd->page;
+		d->pend.npages = pd->npages;
 		d->pdone = 0;
 		d->pending = 1;
 		conn_stall(c, 1);

@@ -29,7 +29,7 @@
  * go in runs of up to 2 MiB. The bulk socket is kept 1-4 MiB full.
  */
 #define BULK_DATA_PAGES 64
-#define BULK_SMALL_PAGES 16
+#define BULK_SMALL_PAGES (DEMAND_STEP_BYTES / 4096)
 #define BULK_ZERO_PAGES 512
 #define BULK_ROUND_BYTES (256u << 10)
 #define BULK_HIGH (4u << 20)
@@ -942,7 +942,7 @@ bulk_produce(struct source *s)
 			round = 1;
 			frame = BULK_SMALL_PAGES;
 		}
-		conn_set_io_max(s->bulk, small ? BULK_SMALL_PAGES * 4096 : 0);
+		conn_set_io_max(s->bulk, small ? DEMAND_STEP_BYTES : 0);
 	}
 	while (s->bulk && bytes < round &&
 	       conn_output_len(s->bulk) < BULK_HIGH) {

@@ -21,7 +21,13 @@
 void loop_poll(void);
 void loop_poll_now(void);
 void loop_yield_woken(void);
+/*
+ * Demand traffic within the last 5 ms: bulk work then goes in steps of
+ * DEMAND_STEP_BYTES (frames sent, installed, read and written), so that a
+ * request waits for at most one of them.
+ */
 int loop_demand_recent(void);
+#define DEMAND_STEP_BYTES (64u << 10)
 void loop_bulk(void);
 /* Runs the event loop until it is told to exit. */
 void run_loop(void);
