@@ -12,9 +12,10 @@
  *     request over loopback TCP (TCP_NODELAY), receives 4 KiB and installs
  *     it with UFFDIO_COPY, which wakes the toucher;
  *   - the server answers each 16-byte request with 4 KiB.
- * No thread is pinned, as no uffdd process is pinned: FACTS.md ("Costs")
- * says a wakeup across vCPUs costs 60-70 us here, so pinning one side and
- * not the other would make the comparison meaningless.
+ * The program pins nothing itself. tests/bench/run.sh runs it, as it runs
+ * uffdd's idle case, once under taskset on one CPU and once unpinned: a
+ * wakeup across vCPUs costs 20-70 us here (FACTS.md, "Costs"), so pinning
+ * one side and not the other would make the comparison meaningless.
  *
  * With --remote the server reads each page from another process through
  * /proc/PID/mem, as a source daemon must (its pages are the frozen
