@@ -26,6 +26,12 @@ gives_up() {
 			fail "migrate-qemu finished within 2 s: the test proves nothing"
 		fi
 	else
+		# Emptied before the client starts: the shell opens the client's
+		# output only once the background job runs, and the loop below
+		# must not find the last run's "guest running" there (it then
+		# sent the SIGINT before the client handled it, and the client,
+		# a background job, ignored it and finished).
+		: >"$T/m.out"
 		"$CLIENT" migrate-qemu --src-qmp "$T/$from.qmp" --dst-qmp "$T/$to.qmp" \
 			--src-control "$src_SOCK" --dst-control "$dst_SOCK" \
 			--src-peer "$src_ADDR:$src_PORT" --timeout 300 >"$T/m.out" 2>&1 &
