@@ -567,13 +567,18 @@ touch_pages(void)
 	if (getenv("WORKLOAD_LAT_DIR")) {
 		/* Every latency, for looking into the tail (bench). */
 		cpu_set_t cs;
-		char path[512];
+		char path[512], name[16] = "free";
 		FILE *f;
 
-		sched_getaffinity(0, sizeof(cs), &cs);
+		/* Named by placement: cpuN where pinned to CPU N, else free. */
+		if (sched_getaffinity(0, sizeof(cs), &cs) == 0 &&
+		    CPU_COUNT(&cs) == 1)
+			for (int c = 0; c < CPU_SETSIZE; c++)
+				if (CPU_ISSET(c, &cs))
+					snprintf(name, sizeof(name), "cpu%d",
+						 c);
 		snprintf(path, sizeof(path), "%s/%s-%" PRIu64 "M.lat",
-			 getenv("WORKLOAD_LAT_DIR"),
-			 CPU_COUNT(&cs) == 1 ? "pinned" : "free", size >> 20);
+			 getenv("WORKLOAD_LAT_DIR"), name, size >> 20);
 		if ((f = fopen(path, "a")) != NULL) {
 			for (uint64_t i = 0; i < nlat; i++)
 				fprintf(f, "%" PRIu64 " %" PRIu64 "\n", lat[i],
