@@ -2113,9 +2113,6 @@ fork_child(struct dest *parent, int ufd)
 static void page_done(struct dest *, const Uffdd__PageData *,
 		      const struct evbuffer_iovec *, int);
 
-/* Bulk bytes installed before looking at faults again. */
-#define PIECE_BYTES DEMAND_STEP_BYTES
-
 static void
 pieces_stop(struct dest *d)
 {
@@ -2146,10 +2143,10 @@ bulk_pieces(struct dest *d)
 			pieces_stop(d); /* send_holdings() will say */
 			return;
 		}
-		ps = dr->r.page_size;
-		piece = PIECE_BYTES / ps ? PIECE_BYTES / ps : 1;
 		if (d->nrequests == 1)
 			return; /* bulk_hold() lets it go on */
+		ps = dr->r.page_size;
+		piece = DEMAND_STEP_BYTES / ps ? DEMAND_STEP_BYTES / ps : 1;
 		sub.page += d->pdone;
 		sub.npages = (uint32_t)(d->pend.npages - d->pdone < piece
 						? d->pend.npages - d->pdone
