@@ -69,13 +69,9 @@ migrate_once() {
 	range=$(printf '%x-%x' $((BASE)) $((end)))
 	start_workload WS source --size "$size" --threads 1 --untouched-every 0
 	start_workload WD dest --size "$size" --touch "$touch"
-	if [ -n "$ONECPU" ]; then
-		taskset -a -p -c "$PIN" "$WS" >/dev/null
-		taskset -a -p -c "$PIN" "$WD" >/dev/null
-	fi
-	if [ -n "$TWOHOST" ]; then
-		taskset -a -p -c 1 "$WS" >/dev/null
-		taskset -a -p -c 0 "$WD" >/dev/null
+	if [ -n "$PLACE_S" ]; then
+		taskset -a -p -c "$PLACE_S" "$WS" >/dev/null
+		taskset -a -p -c "$PLACE_D" "$WD" >/dev/null
 	fi
 	id=$("$CLIENT" --control "$s_sock" export "$WS" --range "$range")
 	# Warm memory for the target's pages, as the bulk floor has it
@@ -133,29 +129,40 @@ unset UFFDD_BENCH_BULK_DELAY_MS
 # shellcheck disable=SC2086
 start_daemon srci --insecure ${BENCH_ARGS:-}
 PIN=${BENCH_PIN:-$(($(nproc) > 1 ? 1 : 0))}
-ONECPU=
 GIB=$(echo "$(numfmt --from=iec "$BIG") / 1073741824" | bc -l)
 # Memory touched and freed right before each bulk run, floor or uffdd.
 WARM=$(($(numfmt --from=iec "$BIG") * 5 / 4))
 export BENCH_WARM=$WARM
 
-# The two-host placement: a source and a destination never share a CPU in
-# production, and on these 2 vCPUs, unpinned, they often do (FINDINGS.md,
-# "Fault during bulk: two placements"). hosts_pin SRC DST puts daemon SRC
-# and the source workload on CPU 1, daemon DST and the target on CPU 0,
-# as on two one-CPU hosts; hosts_unpin SRC DST gives them back what they
-# had.
-TWOHOST=
-hosts_pin() {
-	taskset -a -p -c 1 "$(eval echo "\$${1}_PID")" >/dev/null
-	taskset -a -p -c 0 "$(eval echo "\$${2}_PID")" >/dev/null
-	TWOHOST=1
+# place HOW SRC DST: the CPUs of daemons SRC and DST and of the workloads
+# that migrate_once starts beside them. "hosts" is the two-host placement:
+# SRC and the source workload on CPU 1, DST and the target on CPU 0, as on
+# two one-CPU hosts (a source and a destination never share a CPU in
+# production, and on these 2 vCPUs, unpinned, they often do: FINDINGS.md,
+# "Fault during bulk: two placements"). "one" puts them all on CPU $PIN.
+# "free" gives them every CPU back.
+PLACE_S='' PLACE_D=''
+place() {
+	local all=0-$(($(nproc) - 1))
+	case $1 in
+	hosts) PLACE_S=1 PLACE_D=0 ;;
+	one) PLACE_S=$PIN PLACE_D=$PIN ;;
+	*) PLACE_S=$all PLACE_D=$all ;;
+	esac
+	taskset -a -p -c "$PLACE_S" "$(eval echo "\$${2}_PID")" >/dev/null
+	taskset -a -p -c "$PLACE_D" "$(eval echo "\$${3}_PID")" >/dev/null
+	[ "$1" = free ] && PLACE_S='' PLACE_D=''
+	return 0
 }
-hosts_unpin() {
-	local cpus=0-$(($(nproc) - 1))
-	taskset -a -p -c "$cpus" "$(eval echo "\$${1}_PID")" >/dev/null
-	taskset -a -p -c "$cpus" "$(eval echo "\$${2}_PID")" >/dev/null
-	TWOHOST=
+
+# floor_fault CPU [ARGS...]: the demand-fault floor on CPU (unpinned if
+# CPU is empty); sets F_P50 and F_P99.
+floor_fault() {
+	local pre=()
+	[ -n "$1" ] && pre=(taskset -c "$1")
+	shift
+	read -r F_P50 F_P99 < <("${pre[@]}" "$FFLOOR" "$NFAULT" "$@" |
+		tr '=' ' ' | awk '{print $5, $7}')
 }
 
 for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
@@ -165,32 +172,25 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	# sides wait in epoll_wait() (what a daemon with an event loop cannot
 	# avoid: a diagnosis, not the target), then uffdd with the bulk lane
 	# held back.
-	read -r _ n p50 p99 _ < <(taskset -c "$PIN" "$FFLOOR" "$NFAULT" |
-		tr '=' ' ' | awk '{print $1, $3, $5, $7, $9}')
-	rec one_floor_p50 "$p50"
-	rec one_floor_p99 "$p99"
-	read -r _ n p50 p99 _ < <(taskset -c "$PIN" "$FFLOOR" "$NFAULT" --remote \
-		--epoll | tr '=' ' ' | awk '{print $1, $3, $5, $7, $9}')
-	rec one_floor_rel_p50 "$p50"
-	taskset -a -p -c "$PIN" "$srci_PID" >/dev/null
-	taskset -a -p -c "$PIN" "$dsti_PID" >/dev/null
-	ONECPU=1
+	floor_fault "$PIN"
+	rec one_floor_p50 "$F_P50"
+	rec one_floor_p99 "$F_P99"
+	floor_fault "$PIN" --remote --epoll
+	rec one_floor_rel_p50 "$F_P50"
+	place one srci dsti
 	migrate_once "$IDLE_SIZE" dsti "$NFAULT" srci
-	ONECPU=
-	hosts_unpin srci dsti
+	place free srci dsti
 	rec one_idle_p50 "$M_P50"
 	rec one_idle_p99 "$M_P99"
 	# The same unpinned.
-	read -r _ n p50 p99 _ < <("$FFLOOR" "$NFAULT" | tr '=' ' ' |
-		awk '{print $1, $3, $5, $7, $9}')
-	rec floor_fault_p50 "$p50"
-	rec floor_fault_p99 "$p99"
+	floor_fault ""
+	rec floor_fault_p50 "$F_P50"
+	rec floor_fault_p99 "$F_P99"
 	# The same floor whose server reads each page from another process
 	# (/proc/PID/mem), as a source daemon must: it shows how much of the
 	# gap that one read is (a diagnosis; the target stays the floor).
-	read -r _ n p50 p99 _ < <("$FFLOOR" "$NFAULT" --remote |
-		tr '=' ' ' | awk '{print $1, $3, $5, $7, $9}')
-	rec floor_remote_p50 "$p50"
+	floor_fault "" --remote
+	rec floor_remote_p50 "$F_P50"
 	migrate_once "$IDLE_SIZE" dsti "$NFAULT" srci
 	rec idle_p50 "$M_P50"
 	rec idle_p99 "$M_P99"
@@ -239,35 +239,41 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	rec busy_bulk_s "$M_SECS"
 	# The same two latency cases in the two-host placement.
 	if [ "$(nproc)" -ge 2 ]; then
-		hosts_pin srci dsti
+		place hosts srci dsti
 		migrate_once "$IDLE_SIZE" dsti "$NFAULT" srci
-		hosts_unpin srci dsti
+		place free srci dsti
 		rec hosts_idle_p50 "$M_P50"
 		rec hosts_idle_p99 "$M_P99"
-		hosts_pin src dst
+		place hosts src dst
 		migrate_once "$BIG" dst "$NFAULT"
-		hosts_unpin src dst
+		place free src dst
 		rec hosts_busy_p50 "$M_P50"
 		rec hosts_busy_p99 "$M_P99"
 	fi
 	tail -n 40 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
 done
 
-# med NAME: median over rounds 1.. of a figure.
-med() {
-	awk -v k="$1" '$1 > 0 && $2 == k {print $3}' "$OUT" | sort -g |
+# median: the median of the numbers on standard input, or nan.
+median() {
+	sort -g |
 		awk '{a[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'
 }
 
+# med NAME: median over rounds 1.. of a figure.
+med() {
+	awk -v k="$1" '$1 > 0 && $2 == k {print $3}' "$OUT" | median
+}
+
 # medratio A B: median over rounds 1.. of A/B taken within each round.
+# shellcheck disable=SC2317 # called through fig
 medratio() {
 	awk -v a="$1" -v b="$2" '$1 > 0 && $2 == a {x[$1] = $3} $1 > 0 && $2 == b {y[$1] = $3}
-		END {for (r in x) if (y[r] > 0) print x[r] / y[r]}' "$OUT" | sort -g |
-		awk '{a[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+		END {for (r in x) if (y[r] > 0) print x[r] / y[r]}' "$OUT" | median
 }
 
 # best NAME[,NAME2]: the least value over rounds 1.. of a figure (or of
 # either of two figures of the same thing).
+# shellcheck disable=SC2317 # called through fig
 best() {
 	awk -v k="$1" 'BEGIN {n = split(k, ks, ","); for (i = 1; i <= n; i++) want[ks[i]] = 1}
 		$1 > 0 && ($2 in want) {print $3}' "$OUT" | sort -g | head -n 1 |
@@ -275,6 +281,7 @@ best() {
 }
 
 # bestratio A B: best A over best B (both nan-safe).
+# shellcheck disable=SC2317 # called through fig
 bestratio() {
 	awk -v a="$(best "$1")" -v b="$(best "$2")" \
 		'BEGIN {print (a == "nan" || b == "nan" || b <= 0) ? "nan" : a / b}'
@@ -291,61 +298,46 @@ row() {
 	printf '%-40s %10s %10s %7s %7s  %s\n' "$1" "$2" "$3" "$4" "$5" "$verdict"
 }
 fmt() { printf '%.*f' "$1" "$2"; }
+# fig med|best DIGITS METRIC UFFDD FLOOR TARGET: the row of two figures
+# (their medians and the median of their per-round ratios, or each side's
+# best round and the ratio of the two), to DIGITS decimals.
+fig() {
+	row "$3" "$(fmt "$2" "$("$1" "$4")")" "$(fmt "$2" "$("$1" "$5")")" \
+		"$(fmt 2 "$("${1}ratio" "$4" "$5")")" "$6"
+}
 
 echo
 echo "uffdd benchmarks, $((ROUNDS - 1)) rounds after a dropped first one; $(nproc) CPUs, $(uname -r)"
 echo "$NFAULT faults per latency case; bulk $BIG; one-CPU rows on CPU $PIN; raw figures in $OUT"
 printf '%-40s %10s %10s %7s %7s  %s\n' metric uffdd floor ratio target result
-row "demand fault idle p50, one CPU (us)" "$(fmt 1 "$(med one_idle_p50)")" \
-	"$(fmt 1 "$(med one_floor_p50)")" "$(fmt 2 "$(medratio one_idle_p50 one_floor_p50)")" 1.25
-row "demand fault idle p99, one CPU (us)" "$(fmt 1 "$(med one_idle_p99)")" \
-	"$(fmt 1 "$(med one_floor_p99)")" "$(fmt 2 "$(medratio one_idle_p99 one_floor_p99)")" -
-row "idle p50, one CPU (floor: read+epoll)" "$(fmt 1 "$(med one_idle_p50)")" \
-	"$(fmt 1 "$(med one_floor_rel_p50)")" "$(fmt 2 "$(medratio one_idle_p50 one_floor_rel_p50)")" -
-row "demand fault idle p50, unpinned (us)" "$(fmt 1 "$(med idle_p50)")" \
-	"$(fmt 1 "$(med floor_fault_p50)")" "$(fmt 2 "$(medratio idle_p50 floor_fault_p50)")" -
-row "demand fault idle p99, unpinned (us)" "$(fmt 1 "$(med idle_p99)")" \
-	"$(fmt 1 "$(med floor_fault_p99)")" "$(fmt 2 "$(medratio idle_p99 floor_fault_p99)")" -
-row "idle p50, unpinned (floor: remote read)" "$(fmt 1 "$(med idle_p50)")" \
-	"$(fmt 1 "$(med floor_remote_p50)")" "$(fmt 2 "$(medratio idle_p50 floor_remote_p50)")" -
-row "fault during bulk p99 (us; floor: idle)" "$(fmt 1 "$(med busy_p99)")" \
-	"$(fmt 1 "$(med idle_p99)")" "$(fmt 2 "$(medratio busy_p99 idle_p99)")" 3
-row "fault during bulk p50 (us; floor: idle)" "$(fmt 1 "$(med busy_p50)")" \
-	"$(fmt 1 "$(med idle_p50)")" "$(fmt 2 "$(medratio busy_p50 idle_p50)")" -
-row "fault during bulk p99, two hosts (us)" "$(fmt 1 "$(med hosts_busy_p99)")" \
-	"$(fmt 1 "$(med hosts_idle_p99)")" "$(fmt 2 "$(medratio hosts_busy_p99 hosts_idle_p99)")" 3
-row "fault during bulk p50, two hosts (us)" "$(fmt 1 "$(med hosts_busy_p50)")" \
-	"$(fmt 1 "$(med hosts_idle_p50)")" "$(fmt 2 "$(medratio hosts_busy_p50 hosts_idle_p50)")" -
-row "$BIG attach to resident (s)" "$(fmt 3 "$(med bulk_s)")" \
-	"$(fmt 3 "$(med floor_bulk_s)")" "$(fmt 2 "$(medratio bulk_s floor_bulk_s)")" 1.3
-row "$BIG attach to resident, TLS (s)" "$(fmt 3 "$(med tls_bulk_s)")" \
-	"$(fmt 3 "$(med floor_bulk_s)")" "$(fmt 2 "$(medratio tls_bulk_s floor_bulk_s)")" 1.6
-row "$BIG resident, $NFAULT faults too (s)" "$(fmt 3 "$(med busy_bulk_s)")" \
-	"$(fmt 3 "$(med floor_bulk_s)")" "$(fmt 2 "$(medratio busy_bulk_s floor_bulk_s)")" -
-row "CPU s/GiB, source (floor: sender)" "$(fmt 3 "$(med src_cpu)")" \
-	"$(fmt 3 "$(med floor_send_cpu)")" "$(fmt 2 "$(medratio src_cpu floor_send_cpu)")" -
-row "CPU s/GiB, destination (floor: receiver)" "$(fmt 3 "$(med dst_cpu)")" \
-	"$(fmt 3 "$(med floor_recv_cpu)")" "$(fmt 2 "$(medratio dst_cpu floor_recv_cpu)")" -
-row "CPU s/GiB, both daemons (floor: both)" "$(fmt 3 "$(med both_cpu)")" \
-	"$(fmt 3 "$(med floor_bulk_cpu)")" "$(fmt 2 "$(medratio both_cpu floor_bulk_cpu)")" -
-row "shmem install CPU/GiB, CONTINUE v COPY" "$(fmt 3 "$(med shmem_continue_cpu)")" \
-	"$(fmt 3 "$(med shmem_copy_cpu)")" "$(fmt 2 "$(medratio shmem_continue_cpu shmem_copy_cpu)")" -
+fig med 1 "demand fault idle p50, one CPU (us)" one_idle_p50 one_floor_p50 1.25
+fig med 1 "demand fault idle p99, one CPU (us)" one_idle_p99 one_floor_p99 -
+fig med 1 "idle p50, one CPU (floor: read+epoll)" one_idle_p50 one_floor_rel_p50 -
+fig med 1 "demand fault idle p50, unpinned (us)" idle_p50 floor_fault_p50 -
+fig med 1 "demand fault idle p99, unpinned (us)" idle_p99 floor_fault_p99 -
+fig med 1 "idle p50, unpinned (floor: remote read)" idle_p50 floor_remote_p50 -
+fig med 1 "fault during bulk p99 (us; floor: idle)" busy_p99 idle_p99 3
+fig med 1 "fault during bulk p50 (us; floor: idle)" busy_p50 idle_p50 -
+fig med 1 "fault during bulk p99, two hosts (us)" hosts_busy_p99 hosts_idle_p99 3
+fig med 1 "fault during bulk p50, two hosts (us)" hosts_busy_p50 hosts_idle_p50 -
+fig med 3 "$BIG attach to resident (s)" bulk_s floor_bulk_s 1.3
+fig med 3 "$BIG attach to resident, TLS (s)" tls_bulk_s floor_bulk_s 1.6
+fig med 3 "$BIG resident, $NFAULT faults too (s)" busy_bulk_s floor_bulk_s -
+fig med 3 "CPU s/GiB, source (floor: sender)" src_cpu floor_send_cpu -
+fig med 3 "CPU s/GiB, destination (floor: receiver)" dst_cpu floor_recv_cpu -
+fig med 3 "CPU s/GiB, both daemons (floor: both)" both_cpu floor_bulk_cpu -
+fig med 3 "shmem install CPU/GiB, CONTINUE v COPY" shmem_continue_cpu shmem_copy_cpu -
 # Best rounds: each side's least figure over the rounds, and their ratio.
 # Where the noise of this machine only adds time, the floor's as often as
 # uffdd's, a round's ratio says more of the noise than of the code
 # (FINDINGS.md, "Best rounds"): a slow floor round reads as a pass.
 echo "best rounds (each side's least figure; the bulk floor runs twice a round):"
-row "demand fault idle p50, one CPU (us)" "$(fmt 1 "$(best one_idle_p50)")" \
-	"$(fmt 1 "$(best one_floor_p50)")" "$(fmt 2 "$(bestratio one_idle_p50 one_floor_p50)")" 1.25
-row "fault during bulk p99 (us; floor: idle)" "$(fmt 1 "$(best busy_p99)")" \
-	"$(fmt 1 "$(best idle_p99)")" "$(fmt 2 "$(bestratio busy_p99 idle_p99)")" 3
-row "fault during bulk p99, two hosts (us)" "$(fmt 1 "$(best hosts_busy_p99)")" \
-	"$(fmt 1 "$(best hosts_idle_p99)")" "$(fmt 2 "$(bestratio hosts_busy_p99 hosts_idle_p99)")" 3
+fig best 1 "demand fault idle p50, one CPU (us)" one_idle_p50 one_floor_p50 1.25
+fig best 1 "fault during bulk p99 (us; floor: idle)" busy_p99 idle_p99 3
+fig best 1 "fault during bulk p99, two hosts (us)" hosts_busy_p99 hosts_idle_p99 3
 FB=floor_bulk_s,floor_bulk_again_s
-row "$BIG attach to resident (s)" "$(fmt 3 "$(best bulk_s)")" \
-	"$(fmt 3 "$(best $FB)")" "$(fmt 2 "$(bestratio bulk_s $FB)")" 1.3
-row "$BIG attach to resident, TLS (s)" "$(fmt 3 "$(best tls_bulk_s)")" \
-	"$(fmt 3 "$(best $FB)")" "$(fmt 2 "$(bestratio tls_bulk_s $FB)")" 1.6
+fig best 3 "$BIG attach to resident (s)" bulk_s "$FB" 1.3
+fig best 3 "$BIG attach to resident, TLS (s)" tls_bulk_s "$FB" 1.6
 echo "(unpinned, a fault's three processes land on one vCPU or on two, the floor's as
  uffdd's, and a wakeup across vCPUs costs 20-70 us here: the unpinned idle
  rows say where the scheduler put them, the one-CPU rows what the code costs)"
