@@ -154,6 +154,7 @@ allowed(struct client *cl, const char *what, pid_t pid, struct procref *t)
 	uint32_t code = ERR_INVALID;
 	char err[256];
 
+	*t = (struct procref)PROCREF_NONE;
 	if (pid <= 1 || pid == getpid())
 		snprintf(err, sizeof(err),
 			 "%d is not a process uffdd can migrate", (int)pid);
