@@ -3,8 +3,9 @@
  * root with CAP_SYS_PTRACE; without this check any user who can reach the
  * socket could read or replace the memory of any process. The rule mirrors
  * the kernel's ptrace access check (PTRACE_MODE_REALCREDS): the caller's
- * uid and gid must equal the target's real, effective and saved ids, or
- * the caller must hold CAP_SYS_PTRACE.
+ * uid and gid must equal the target's real, effective and saved ids, the
+ * target may hold no capability the caller lacks and must be dumpable, or
+ * the caller must be privileged in the daemon's user namespace.
  */
 #include "config.h"
 
@@ -13,21 +14,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "daemon/authz.h"
+#include "daemon/compat.h"
 #include "daemon/log.h"
 #include "daemon/migration.h"
+#include "daemon/procref.h"
 #include "daemon/uffdd.h"
 
 #define CAP_SYS_PTRACE_BIT 19
 
-/*
- * Reads the "Uid:"/"Gid:" triples (real, effective, saved) and CapEff from
- * /proc/PID/status. Returns -1 with errno set if the process is gone.
- */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* 6.5+ */
+#endif
+
+/* What /proc/PID/status says about a process's credentials. */
+struct creds {
+	unsigned long uid[3], gid[3]; /* real, effective, saved */
+	uint64_t capeff, capprm;
+};
+
+/* Reads the Uid/Gid triples and capabilities; -1 if the process is gone. */
 static int
-read_status(pid_t pid, unsigned long uid[3], unsigned long gid[3],
-	    uint64_t *capeff)
+read_creds(pid_t pid, struct creds *c)
 {
 	char path[64], line[256];
 	int have = 0;
@@ -37,83 +49,164 @@ read_status(pid_t pid, unsigned long uid[3], unsigned long gid[3],
 	if ((f = fopen(path, "re")) == NULL)
 		return -1;
 	while (fgets(line, sizeof(line), f) != NULL) {
-		if (sscanf(line, "Uid: %lu %lu %lu", &uid[0], &uid[1],
-			   &uid[2]) == 3)
+		if (sscanf(line, "Uid: %lu %lu %lu", &c->uid[0], &c->uid[1],
+			   &c->uid[2]) == 3)
 			have |= 1;
-		else if (sscanf(line, "Gid: %lu %lu %lu", &gid[0], &gid[1],
-				&gid[2]) == 3)
+		else if (sscanf(line, "Gid: %lu %lu %lu", &c->gid[0],
+				&c->gid[1], &c->gid[2]) == 3)
 			have |= 2;
-		else if (sscanf(line, "CapEff: %" SCNx64, capeff) == 1)
+		else if (sscanf(line, "CapEff: %" SCNx64, &c->capeff) == 1)
 			have |= 4;
+		else if (sscanf(line, "CapPrm: %" SCNx64, &c->capprm) == 1)
+			have |= 8;
 	}
 	fclose(f);
-	if (have != 7) {
+	if (have != 15) {
 		errno = ESRCH;
 		return -1;
 	}
 	return 0;
 }
 
-void
-authz_caller_init(struct authz_caller *c, pid_t pid, uid_t uid, gid_t gid)
+/* Whether process pid is in the daemon's own user namespace. */
+static int
+same_userns(pid_t pid)
 {
-	unsigned long u[3], g[3];
-	uint64_t capeff = 0;
+	struct stat ours, theirs;
+	char path[64];
 
-	c->pid = pid;
-	c->uid = uid;
-	c->gid = gid;
-	/*
-	 * Read once, at connect time, while the caller is certainly the
-	 * process SO_PEERCRED named: later its PID could be reused.
-	 */
-	c->cap_sys_ptrace = read_status(pid, u, g, &capeff) == 0 &&
-			    (capeff & (UINT64_C(1) << CAP_SYS_PTRACE_BIT)) != 0;
+	snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+	return stat("/proc/self/ns/user", &ours) == 0 &&
+	       stat(path, &theirs) == 0 && ours.st_dev == theirs.st_dev &&
+	       ours.st_ino == theirs.st_ino;
 }
 
-/* 0: allowed; -1: no such process; -2: denied (*owner: its uid). */
-static int
-check(const struct authz_caller *c, pid_t pid, unsigned long *owner)
+/*
+ * The caller's capabilities, read through the pidfd the socket gave: the
+ * process it names is the one that connected, and while it is alive after
+ * the reads, they were of it (its pid was not given to another).
+ */
+static void
+caller_caps(struct authz_caller *c, int fd)
 {
-	unsigned long u[3], g[3];
-	uint64_t capeff;
+	socklen_t len = sizeof(int);
+	struct creds cr;
+	int pidfd = -1, ok;
 
-	if (pid <= 0 || read_status(pid, u, g, &capeff) < 0)
-		return -1;
-	*owner = u[0];
-	if (c->cap_sys_ptrace)
-		return 0;
-	for (int i = 0; i < 3; i++)
-		if (u[i] != c->uid || g[i] != c->gid)
-			return -2;
-	return 0;
+	if (c->pid <= 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0 ||
+	    pidfd < 0)
+		return;
+	ok = read_creds(c->pid, &cr) == 0 && same_userns(c->pid) &&
+	     syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
+	close(pidfd);
+	if (!ok)
+		return;
+	c->capprm = cr.capprm;
+	if (cr.capeff & (UINT64_C(1) << CAP_SYS_PTRACE_BIT))
+		c->privileged = 1;
 }
 
 int
-authz_may_ptrace(const struct authz_caller *c, pid_t pid, uint32_t *code,
-		 char *err, size_t errlen)
+authz_caller_from_socket(struct authz_caller *c, int fd)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	memset(c, 0, sizeof(*c));
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -1;
+	/*
+	 * Recorded by the kernel at connect() and mapped into our user
+	 * namespace: uid 0 of a namespace the caller made is not 0 here.
+	 */
+	c->pid = cred.pid;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	c->privileged = cred.uid == 0;
+	caller_caps(c, fd);
+	return 0;
+}
+
+/*
+ * Why an unprivileged caller may not act on a process with credentials cr
+ * whose /proc entry belongs to owner; NULL if it may.
+ */
+static const char *
+refusal(const struct authz_caller *c, const struct creds *cr, uid_t owner)
+{
+	for (int i = 0; i < 3; i++)
+		if (cr->uid[i] != c->uid || cr->gid[i] != c->gid)
+			return "same uid and gid, or CAP_SYS_PTRACE";
+	if ((cr->capprm & ~c->capprm) != 0)
+		return "it holds capabilities the caller does not";
+	/* A process that is not dumpable has its /proc entry owned by root. */
+	if (owner != c->uid)
+		return "it is not dumpable (setuid, or it said so)";
+	return NULL;
+}
+
+/*
+ * 0: allowed; -1: the process is gone or not the one t names any more;
+ * -2: denied, *why says why and *owner whose it is.
+ */
+static int
+check(const struct authz_caller *c, const struct procref *t, const char **why,
+      unsigned long *owner)
+{
+	struct creds cr;
+	struct stat st;
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d", (int)t->pid);
+	if (read_creds(t->pid, &cr) < 0 || stat(path, &st) < 0)
+		return -1;
+	*why = c->privileged ? NULL : refusal(c, &cr, st.st_uid);
+	*owner = cr.uid[0];
+	/* Read by pid: they were t's only if t is still itself now. */
+	if (!procref_same(t))
+		return -1;
+	return *why ? -2 : 0;
+}
+
+int
+authz_may_ptrace(const struct authz_caller *c, const struct procref *t,
+		 uint32_t *code, char *err, size_t errlen)
 {
 	unsigned long owner = 0;
+	const char *why = NULL;
 
-	switch (check(c, pid, &owner)) {
+	switch (check(c, t, &why, &owner)) {
 	case 0:
 		return 0;
 	case -1:
 		*code = ERR_NO_PROCESS;
-		snprintf(err, errlen, "process %d: no such process", (int)pid);
+		snprintf(err, errlen,
+			 "process %d: no such process (it exited, or runs "
+			 "another program, since it was named)",
+			 (int)t->pid);
 		return -1;
 	default:
 		*code = ERR_PERMISSION;
 		snprintf(err, errlen,
-			 "process %d: permission denied: uid %lu may "
-			 "only migrate processes it could ptrace "
-			 "(same uid and gid, or CAP_SYS_PTRACE)",
-			 (int)pid, (unsigned long)c->uid);
-		log_warnx("control: uid %lu (pid %d) refused on "
-			  "process %d of uid %lu",
-			  (unsigned long)c->uid, (int)c->pid, (int)pid, owner);
+			 "process %d: permission denied: uid %lu may only "
+			 "migrate processes it could ptrace (%s)",
+			 (int)t->pid, (unsigned long)c->uid, why);
+		log_warnx("control: uid %lu (pid %d) refused on process %d "
+			  "of uid %lu: %s",
+			  (unsigned long)c->uid, (int)c->pid, (int)t->pid,
+			  owner, why);
 		return -1;
 	}
+}
+
+int
+authz_allows(const struct authz_caller *c, const struct procref *t)
+{
+	unsigned long owner;
+	const char *why;
+
+	return check(c, t, &why, &owner) == 0;
 }
 
 void
@@ -127,11 +220,18 @@ authz_set_owner(const struct authz_caller *c, struct migration *m)
 int
 authz_may_see(const struct authz_caller *c, const struct migration *m)
 {
-	unsigned long owner;
+	struct procref t;
+	char err[128];
+	int ok;
 
 	/* The owner still sees it after completion killed the process. */
-	if (c->cap_sys_ptrace ||
+	if (c->privileged ||
 	    (m->owned && m->owner_uid == c->uid && m->owner_gid == c->gid))
 		return 1;
-	return check(c, m->pid, &owner) == 0;
+	if (procref_open(&t, m->pid, err, sizeof(err)) < 0)
+		return 0;
+	/* The pid of the migration's process, not of one that took it. */
+	ok = t.start == m->start && authz_allows(c, &t);
+	procref_close(&t);
+	return ok;
 }

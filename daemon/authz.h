@@ -1,6 +1,9 @@
 /*
  * Who may ask for what on the control socket: a caller may export or attach
- * only a process it could ptrace itself.
+ * only a process it could ptrace itself. Only what the kernel vouches for
+ * counts: the credentials the socket recorded when the client connected,
+ * capabilities only in the daemon's own user namespace, and the target named
+ * by a procref opened for the check (procref.h).
  */
 #ifndef UFFDD_AUTHZ_H
 #define UFFDD_AUTHZ_H
@@ -9,22 +12,39 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* The caller, as SO_PEERCRED and its /proc entry saw it at connect time. */
+struct procref;
+
+/* The caller, as the kernel saw it when it connected. */
 struct authz_caller {
-	pid_t pid;
+	pid_t pid; /* for logs only: a pid is never trusted again */
 	uid_t uid;
 	gid_t gid;
-	int cap_sys_ptrace;
+	/*
+	 * uid 0, or CAP_SYS_PTRACE in the daemon's own user namespace: may
+	 * act on any process. A capability held in a user namespace of the
+	 * caller's own making gives nothing here.
+	 */
+	int privileged;
+	/* Permitted capabilities in our user namespace (0: none or unknown). */
+	uint64_t capprm;
 };
 
-/* Fills in cap_sys_ptrace from the caller's CapEff (0 if unreadable). */
-void authz_caller_init(struct authz_caller *, pid_t, uid_t, gid_t);
 /*
- * 0 if the caller may operate on process pid; else -1 with a reason for
- * the caller in err and *code set to an ERR_* value.
+ * Fills in the caller of the connected unix socket fd: SO_PEERCRED, and
+ * its capabilities through SO_PEERPIDFD where the kernel has it (6.5+;
+ * without it only uid 0 is privileged). Returns -1 if fd has no peer.
  */
-int authz_may_ptrace(const struct authz_caller *, pid_t pid, uint32_t *code,
-		     char *err, size_t errlen);
+int authz_caller_from_socket(struct authz_caller *, int fd);
+/*
+ * 0 if the caller may operate on the process t; else -1 with a reason for
+ * the caller in err and *code set to an ERR_* value. The target must still
+ * be the process t was opened on (procref_same()).
+ */
+int authz_may_ptrace(const struct authz_caller *, const struct procref *t,
+		     uint32_t *code, char *err, size_t errlen);
+
+/* The same, silent: 1 if allowed. */
+int authz_allows(const struct authz_caller *, const struct procref *t);
 
 struct migration;
 /* Records the caller as the owner of the migration its request made. */

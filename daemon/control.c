@@ -19,6 +19,7 @@
 
 #include "daemon/authz.h"
 #include "daemon/log.h"
+#include "daemon/procref.h"
 #include "daemon/uffdd.h"
 
 struct client {
@@ -142,15 +143,26 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 	free(st);
 }
 
-/* Export and attach only for a caller that could ptrace the process. */
+/*
+ * Export and attach only for a caller that could ptrace the process: t is
+ * opened for the check and handed to the role, which does every later step
+ * through it (procref.h). 0 when allowed; else the caller is told.
+ */
 static int
-allowed(struct client *cl, const char *what, pid_t pid)
+allowed(struct client *cl, const char *what, pid_t pid, struct procref *t)
 {
-	uint32_t code;
+	uint32_t code = ERR_INVALID;
 	char err[256];
 
-	if (authz_may_ptrace(&cl->who, pid, &code, err, sizeof(err)) == 0)
+	*t = (struct procref)PROCREF_NONE;
+	if (pid <= 1 || pid == getpid())
+		snprintf(err, sizeof(err),
+			 "%d is not a process uffdd can migrate", (int)pid);
+	else if (procref_open(t, pid, err, sizeof(err)) < 0)
+		code = errno == ESRCH ? ERR_NO_PROCESS : ERR_PERMISSION;
+	else if (authz_may_ptrace(&cl->who, t, &code, err, sizeof(err)) == 0)
 		return 1;
+	procref_close(t);
 	conn_send_error(cl->conn, code, "%s: %s", what, err);
 	return 0;
 }
@@ -160,20 +172,21 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	     void *arg)
 {
 	struct client *cl = arg;
+	struct procref t;
 
 	switch (h->type) {
 	case FRAME_CTL_EXPORT: {
 		const Uffdd__ExportRequest *r = (const void *)msg;
 
-		if (allowed(cl, "export", r->pid))
-			source_export(cl->serial, r);
+		if (allowed(cl, "export", r->pid, &t))
+			source_export(cl->serial, &cl->who, &t, r);
 		break;
 	}
 	case FRAME_CTL_ATTACH: {
 		const Uffdd__AttachRequest *r = (const void *)msg;
 
-		if (allowed(cl, "attach", r->pid))
-			dest_attach(cl->serial, r);
+		if (allowed(cl, "attach", r->pid, &t))
+			dest_attach(cl->serial, &cl->who, &t, r);
 		break;
 	}
 	case FRAME_CTL_STATUS:
@@ -201,13 +214,13 @@ static void
 accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	  int sl, void *arg)
 {
-	struct ucred cred;
-	socklen_t cl_len = sizeof(cred);
+	struct authz_caller who;
 	struct bufferevent *bev;
 	struct client *cl;
 	char name[64];
 
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl_len) < 0) {
+	/* Who connected, as the kernel recorded it then (authz.h). */
+	if (authz_caller_from_socket(&who, fd) < 0) {
 		log_warn("control: SO_PEERCRED");
 		evutil_closesocket(fd);
 		return;
@@ -219,8 +232,8 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	}
 	cl = xcalloc(1, sizeof(*cl));
 	cl->serial = next_serial++;
-	authz_caller_init(&cl->who, cred.pid, cred.uid, cred.gid);
-	snprintf(name, sizeof(name), "control client pid %d", (int)cred.pid);
+	cl->who = who;
+	snprintf(name, sizeof(name), "control client pid %d", (int)who.pid);
 	cl->conn = conn_new(base, bev, name, client_frame, client_close, cl);
 	conn_set_priority(cl->conn, PRIO_CONTROL);
 	TAILQ_INSERT_TAIL(&clients, cl, link);

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,12 +17,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "daemon/authz.h"
 #include "daemon/compat.h"
 #include "daemon/inject.h"
 #include "daemon/log.h"
 #include "daemon/pagemap.h"
 #include "daemon/pagestate.h"
 #include "daemon/probe.h"
+#include "daemon/procref.h"
 #include "daemon/region.h"
 #include "daemon/tls.h"
 #include "daemon/uffd.h"
@@ -87,7 +90,19 @@ struct dest {
 	struct dst_region *regs;
 	size_t nregs;
 	struct conn *demand, *bulk;
-	int uffd, target_fd, pidfd;
+	int uffd, target_fd;
+	/*
+	 * The target as checked (procref.h): its pidfd for signals, events
+	 * and pidfd_getfd; procref_same() before each injection.
+	 */
+	struct procref t;
+	/*
+	 * Who asked for the attach: every process the migration acts on
+	 * (the target after it is stopped, a forked child before it gets a
+	 * copy of its uffd) must be one this caller could ptrace. In the
+	 * root; a child's is unused.
+	 */
+	struct authz_caller owner;
 	struct event *uffd_ev, *exit_ev;
 	struct event *bulk_delay; /* UFFDD_BENCH_BULK_DELAY_MS */
 	uint8_t *buf;
@@ -232,8 +247,7 @@ dest_free(struct migration *m)
 	free(d->backlog);
 	if (d->uffd >= 0)
 		close(d->uffd);
-	if (d->pidfd >= 0)
-		close(d->pidfd);
+	procref_close(&d->t);
 	for (size_t i = 0; i < d->nregs; i++) {
 		pagestate_free(&d->regs[i].ps);
 		free(d->regs[i].moves);
@@ -291,8 +305,12 @@ close_target_fd(struct dest *d)
 
 	if (d->target_fd < 0)
 		return;
-	/* Never inject into a process that merely inherited the pid. */
-	if (d->pidfd >= 0 && migration_signal(d->pidfd, d->m->pid, 0) < 0) {
+	/*
+	 * Never inject into a process that merely inherited the pid, nor
+	 * into another program the target ran since (its copy of the uffd
+	 * closed with the exec anyway: it is O_CLOEXEC).
+	 */
+	if (!procref_same(&d->t)) {
 		d->target_fd = -1;
 		return;
 	}
@@ -352,7 +370,11 @@ save_more(FILE *f, const struct migration *m)
 {
 	const struct dest *d = m->impl;
 
-	fprintf(f, "from=%s\ntarget_fd=%d\n", d->from, d->target_fd);
+	fprintf(f, "from=%s\ntarget_fd=%d\nstart=%llu\n", d->from, d->target_fd,
+		m->start);
+	fprintf(f, "owner=%lu %lu %d %" PRIx64 "\n",
+		(unsigned long)d->owner.uid, (unsigned long)d->owner.gid,
+		d->owner.privileged, d->owner.capprm);
 	if (d->gone)
 		fprintf(f, "gone=1\n");
 	if (d->hold)
@@ -627,7 +649,7 @@ dest_fail(struct dest *d, const char *fmt, ...)
 			       why, (unsigned long long)d->m->pages_lost,
 			       (int)d->m->pid);
 	} else if (!poisoned) {
-		migration_signal(d->pidfd, d->m->pid, SIGSTOP);
+		procref_signal(&d->t, SIGSTOP);
 		migration_fail(d->m,
 			       "%s; %llu pages lost; target %d stopped (this "
 			       "kernel has no UFFDIO_POISON)",
@@ -919,7 +941,7 @@ release_held(struct dest *d)
 	if (d->hold == NULL)
 		return;
 	missing = private_missing(d);
-	if (missing > 0 && migration_signal(d->pidfd, d->m->pid, SIGSTOP) == 0)
+	if (missing > 0 && procref_signal(&d->t, SIGSTOP) == 0)
 		log_warnx("migration %s: process %d left stopped: %llu pages "
 			  "of its private file mappings never arrived",
 			  log_id(d->m->id), (int)d->m->pid,
@@ -1642,8 +1664,7 @@ child_done(struct dest *k)
 		}
 	}
 	/* Its ranges unregister when both copies of its uffd are closed. */
-	if (k->target_fd >= 0 && k->pidfd >= 0 &&
-	    migration_signal(k->pidfd, k->m->pid, 0) == 0 &&
+	if (k->target_fd >= 0 && procref_alive(&k->t) &&
 	    present_total(k) == k->m->pages_total)
 		close_target_fd(k);
 	unwatch(k);
@@ -1757,6 +1778,33 @@ claim_child(pid_t parent, struct dest *root, int mark)
 }
 
 /*
+ * A child found by pid is the process claimed only if its start time says
+ * so (claim_child(), claim_orphan() marked it seen): the pid may have gone
+ * to another process since. Else k has no process to act on.
+ */
+static void
+child_open(struct dest *k, pid_t pid)
+{
+	char err[128];
+
+	if (pid > 0 && procref_open(&k->t, pid, err, sizeof(err)) == 0 &&
+	    !seen_has(k->root, pid, k->t.start))
+		procref_close(&k->t);
+}
+
+/* A child's exit is an event, when its process is known. */
+static void
+child_watch(struct dest *k)
+{
+	if (k->t.pidfd < 0 || k->exit_ev != NULL)
+		return;
+	k->exit_ev =
+		event_new(base, k->t.pidfd, EV_READ | EV_PERSIST, exit_cb, k);
+	event_priority_set(k->exit_ev, PRIO_CONTROL);
+	event_add(k->exit_ev, NULL);
+}
+
+/*
  * A forked child of root's target (pid, its uffd ufd): regions copied from
  * its parent, every page missing; the caller fills in what it holds and
  * then calls child_start().
@@ -1775,7 +1823,7 @@ child_new(struct dest *root, const struct dest *parent, pid_t pid, int ufd)
 	k->root = root;
 	k->uffd = ufd;
 	k->target_fd = -1;
-	k->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	k->t = (struct procref)PROCREF_NONE;
 	k->have_poison = parent->have_poison;
 	k->hints = parent->hints;
 	snprintf(k->from, sizeof(k->from), "%s", root->from);
@@ -1814,12 +1862,7 @@ child_start(struct dest *root, struct dest *k)
 		event_new(base, k->uffd, EV_READ | EV_PERSIST, fault_cb, k);
 	event_priority_set(k->uffd_ev, PRIO_FAULT);
 	event_add(k->uffd_ev, NULL);
-	if (k->pidfd >= 0) {
-		k->exit_ev = event_new(base, k->pidfd, EV_READ | EV_PERSIST,
-				       exit_cb, k);
-		event_priority_set(k->exit_ev, PRIO_CONTROL);
-		event_add(k->exit_ev, NULL);
-	}
+	child_watch(k);
 	migration_set_state(m, MIG_RUNNING);
 	root->kids =
 		realloc(root->kids, (root->nkids + 1) * sizeof(*root->kids));
@@ -1853,14 +1896,22 @@ give_uffd(struct dest *k)
 {
 	struct inject inj = {.err = "no such process"};
 	pid_t pid = k->m->pid;
+	uint32_t code;
 	char path[64];
 	struct stat st;
 
 	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
-	if (stat(path, &st) == 0 &&
+	if (procref_same(&k->t) && stat(path, &st) == 0 &&
 	    inject_begin_draining(&inj, pid, 1, k->uffd, drain_uffd, k) == 0) {
-		k->target_fd =
-			inject_pass_fd(&inj, k->uffd, st.st_uid, st.st_gid);
+		/*
+		 * Stopped, it can change no more: only a process the caller
+		 * of the attach could ptrace gets anything from us (a child
+		 * that ran a setuid program since the fork does not).
+		 */
+		if (authz_may_ptrace(&k->root->owner, &k->t, &code, inj.err,
+				     sizeof(inj.err)) == 0)
+			k->target_fd = inject_pass_fd(&inj, k->uffd, st.st_uid,
+						      st.st_gid);
 		inject_end(&inj);
 	} else {
 		reap_later();
@@ -1953,6 +2004,25 @@ uffd_mapped(pid_t pid, uint64_t addr)
 }
 
 /*
+ * Only a process the attach's caller could ptrace may be taken for its
+ * target's child: /proc holds every user's processes, and one of them may
+ * have a uffd at the same address.
+ */
+static int
+may_claim(const struct dest *root, pid_t pid, unsigned long long start)
+{
+	struct procref t;
+	char err[128];
+	int ok;
+
+	if (procref_open(&t, pid, err, sizeof(err)) < 0)
+		return 0;
+	ok = t.start == start && authz_allows(&root->owner, &t);
+	procref_close(&t);
+	return ok;
+}
+
+/*
  * The child of a parent that exited before the child was found (a daemon
  * that detaches forks and exits at once): it went to another parent, so
  * it is looked for by what it has. A process started since the fork event
@@ -1980,7 +2050,8 @@ claim_orphan(struct dest *k)
 
 		if (st == 0 || st + hz < k->fork_ticks || proc_known(pid, st) ||
 		    (best && st >= best_start) ||
-		    !uffd_mapped(pid, page_addr(dr, 0)))
+		    !uffd_mapped(pid, page_addr(dr, 0)) ||
+		    !may_claim(k->root, pid, st))
 			continue;
 		best = pid;
 		best_start = st;
@@ -2013,13 +2084,8 @@ find_cb(evutil_socket_t fd, short ev, void *arg)
 		return;
 	}
 	k->m->pid = pid;
-	k->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (k->pidfd >= 0) {
-		k->exit_ev = event_new(base, k->pidfd, EV_READ | EV_PERSIST,
-				       exit_cb, k);
-		event_priority_set(k->exit_ev, PRIO_CONTROL);
-		event_add(k->exit_ev, NULL);
-	}
+	child_open(k, pid);
+	child_watch(k);
 	log_info("migration %s: forked process of %d is %d",
 		 log_id(k->root->m->id), (int)k->parent_pid, (int)pid);
 	give_uffd(k);
@@ -2052,6 +2118,7 @@ fork_child(struct dest *parent, int ufd)
 	pid_t pid = claim_child(parent->m->pid, root, 0);
 
 	k = child_new(root, parent, pid, ufd);
+	child_open(k, pid);
 	k->parent_pid = parent->m->pid;
 	k->fork_ticks = boot_ticks();
 	if (pid > 0)
@@ -2564,6 +2631,16 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		reap_later();
 		return -1;
 	}
+	/*
+	 * Every thread stopped: the target can neither exec nor exit now.
+	 * It must still be the process checked when the attach came, and
+	 * one its caller may act on (it may have run a setuid program
+	 * since, or exited and left its pid to another).
+	 */
+	if (authz_may_ptrace(&d->owner, &d->t, code, err, errlen) < 0) {
+		inject_end(&inj);
+		return -1;
+	}
 	rc = inject_syscall(&inj, SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK, 0, 0,
 			    0, 0, 0);
 	if (rc == -EPERM && kfeat.dev_userfaultfd)
@@ -2588,7 +2665,7 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		return -1;
 	}
 	d->target_fd = (int)rc;
-	d->uffd = (int)syscall(SYS_pidfd_getfd, d->pidfd, d->target_fd, 0);
+	d->uffd = (int)syscall(SYS_pidfd_getfd, d->t.pidfd, d->target_fd, 0);
 	if (d->uffd < 0) {
 		snprintf(err, errlen, "pidfd_getfd: %s", strerror(errno));
 		goto undo;
@@ -2972,7 +3049,7 @@ match_and_attach(struct dest *d, const Uffdd__RegionTable *t)
 	event_priority_set(d->uffd_ev, PRIO_FAULT);
 	event_add(d->uffd_ev, NULL);
 	d->exit_ev =
-		event_new(base, d->pidfd, EV_READ | EV_PERSIST, exit_cb, d);
+		event_new(base, d->t.pidfd, EV_READ | EV_PERSIST, exit_cb, d);
 	event_priority_set(d->exit_ev, PRIO_CONTROL);
 	event_add(d->exit_ev, NULL);
 	conn_set_timeout(d->demand, LANE_TIMEOUT);
@@ -3007,29 +3084,15 @@ out:
 }
 
 void
-dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
+dest_attach(uint64_t serial, const struct authz_caller *who, struct procref *t,
+	    const Uffdd__AttachRequest *req)
 {
 	struct migration *m;
 	struct dest *d;
 	char err[256];
 	unsigned char fp[32];
-	pid_t pid = req->pid;
+	pid_t pid = t->pid;
 
-	if (pid <= 1 || pid == getpid()) {
-		control_reply_error(serial, ERR_INVALID,
-				    "attach: %d is not a "
-				    "process uffdd can attach to",
-				    (int)pid);
-		return;
-	}
-	if (kill(pid, 0) < 0) {
-		control_reply_error(
-			serial,
-			errno == ESRCH ? ERR_NO_PROCESS : ERR_PERMISSION,
-			"attach: process %d: %s", (int)pid,
-			errno == ESRCH ? "no such process" : strerror(errno));
-		return;
-	}
 	if (strlen(req->id) != MIG_ID_LEN ||
 	    strspn(req->id, "0123456789abcdef") != MIG_ID_LEN) {
 		control_reply_error(serial, ERR_UNKNOWN_ID,
@@ -3037,6 +3100,7 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 				    "migration ID (want the %d hex digits that "
 				    "export printed)",
 				    MIG_ID_LEN);
+		procref_close(t);
 		return;
 	}
 	/* A pin replaces the name check, so it must be one, and TLS on. */
@@ -3046,12 +3110,14 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 				    "attach: --pin: want the 64 hex digits of "
 				    "the source certificate's SHA-256 "
 				    "fingerprint");
+		procref_close(t);
 		return;
 	}
 	if (req->pin[0] && !tls_enabled()) {
 		control_reply_error(serial, ERR_INVALID,
 				    "attach: --pin needs TLS, and this daemon "
 				    "runs plaintext (insecure)");
+		procref_close(t);
 		return;
 	}
 	TAILQ_FOREACH (m, &migrations, link) {
@@ -3061,6 +3127,7 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 					    "attach: process "
 					    "%d is already a migration target",
 					    (int)pid);
+			procref_close(t);
 			return;
 		}
 	}
@@ -3069,7 +3136,10 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 	m->impl = d;
 	m->impl_free = dest_free;
 	m->pid = pid;
+	m->start = t->start;
 	d->m = m;
+	procref_move(&d->t, t);
+	d->owner = *who;
 	d->serial = serial;
 	d->uffd = d->target_fd = -1;
 	snprintf(d->from, sizeof(d->from), "%s", req->from);
@@ -3091,12 +3161,6 @@ dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
 	d->retry_ev = evtimer_new(base, retry_cb, d);
 	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
 		fatal("page buffer");
-	d->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (d->pidfd < 0) {
-		attach_fail(d, ERR_NO_PROCESS, "pidfd_open(%d): %s", (int)pid,
-			    strerror(errno));
-		return;
-	}
 	if (connect_demand(d, 0, err, sizeof(err)) < 0) {
 		attach_fail(d, ERR_UNREACHABLE, "%s", err);
 		return;
@@ -3332,19 +3396,22 @@ static void
 restore_child(struct dest *root, const char *path, int pid, int tfd,
 	      const struct gone *gone, size_t ngone)
 {
-	int pidfd = pid > 1 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
-	int ufd = pidfd >= 0 ? take_uffd(pidfd, tfd) : -1;
+	struct procref t;
+	char err[128];
+	int ufd = procref_open(&t, pid, err, sizeof(err)) == 0
+			  ? take_uffd(t.pidfd, tfd)
+			  : -1;
 	struct dest *k;
 
-	if (pidfd >= 0)
-		close(pidfd);
 	if (ufd < 0) {
+		procref_close(&t);
 		log_warnx("%s: forked process %d is gone or holds no uffd at "
 			  "fd %d; not restored",
 			  path, pid, tfd);
 		return;
 	}
 	k = child_new(root, root, pid, ufd);
+	procref_move(&k->t, &t);
 	k->target_fd = tfd;
 	for (size_t i = 0; i < k->nregs; i++) {
 		struct dst_region *kr = &k->regs[i];
@@ -3391,6 +3458,9 @@ dest_restore(const char *path, FILE *f)
 	struct gone *gone = NULL;
 	size_t nregs = 0, nranges = 0, nmoves = 0, ngone = 0;
 	int pid = -1, tfd = -1, was_held = 0, was_gone = 0;
+	unsigned long long start = 0;
+	struct authz_caller owner = {0};
+	char err[128];
 	struct {
 		int pid, tfd;
 	} *kids = NULL;
@@ -3412,7 +3482,17 @@ dest_restore(const char *path, FILE *f)
 			snprintf(st, sizeof(st), "%s", val);
 		else if (strcmp(key, "target_fd") == 0)
 			tfd = atoi(val);
-		else if (strcmp(key, "held") == 0)
+		else if (strcmp(key, "start") == 0)
+			start = strtoull(val, NULL, 10);
+		else if (strcmp(key, "owner") == 0) {
+			unsigned long u, g;
+
+			if (sscanf(val, "%lu %lu %d %" SCNx64, &u, &g,
+				   &owner.privileged, &owner.capprm) != 4)
+				goto bad;
+			owner.uid = (uid_t)u;
+			owner.gid = (gid_t)g;
+		} else if (strcmp(key, "held") == 0)
 			was_held = atoi(val);
 		else if (strcmp(key, "gone") == 0)
 			was_gone = atoi(val);
@@ -3497,7 +3577,10 @@ dest_restore(const char *path, FILE *f)
 	m->impl = d;
 	m->impl_free = dest_free;
 	m->pid = pid;
+	m->start = start;
 	d->m = m;
+	d->owner = owner;
+	d->t = (struct procref)PROCREF_NONE;
 	d->uffd = -1;
 	d->target_fd = tfd;
 	snprintf(d->from, sizeof(d->from), "%s", from);
@@ -3513,24 +3596,34 @@ dest_restore(const char *path, FILE *f)
 	d->have_poison = (kfeat.uffd_features & UFFD_FEATURE_POISON) != 0 &&
 			 poison_usable();
 	d->hints = kfeat.access_likely; /* dropped at the first EINVAL */
-	d->pidfd = was_gone ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
-	if (d->pidfd >= 0)
-		d->uffd = take_uffd(d->pidfd, tfd);
+	/* The pid names the target only if its start time is the same. */
+	if (!was_gone && procref_open(&d->t, pid, err, sizeof(err)) == 0 &&
+	    d->t.start != start)
+		procref_close(&d->t);
+	/* Nor may it have become what the attach's caller may not touch. */
+	if (d->t.pidfd >= 0 && !authz_allows(&d->owner, &d->t)) {
+		log_warnx("%s: process %d changed credentials or program "
+			  "while no daemon watched it",
+			  path, pid);
+		procref_close(&d->t);
+	}
+	if (d->t.pidfd >= 0)
+		d->uffd = take_uffd(d->t.pidfd, tfd);
 	if (!was_gone && d->uffd < 0 && nkids > 0 && proc_gone(pid)) {
 		/* It exited while no daemon ran: as root_gone(). */
 		log_info("%s: process %d exited; taking up the processes it "
 			 "forked",
 			 path, pid);
-		if (d->pidfd >= 0)
-			close(d->pidfd);
-		d->pidfd = -1;
+		procref_close(&d->t);
 		was_gone = 1;
 	}
 	d->gone = was_gone;
 	if (was_gone)
 		gone_reason(d);
-	if (d->pidfd < 0 && !was_gone) {
-		log_warnx("%s: target process %d is gone", path, pid);
+	if (d->t.pidfd < 0 && !was_gone) {
+		log_warnx("%s: target process %d is gone (or another process "
+			  "has its pid)",
+			  path, pid);
 		migration_free(m);
 		free(regs);
 		free(moves);
@@ -3556,7 +3649,7 @@ dest_restore(const char *path, FILE *f)
 		 * file's stale pages there. That cannot be made right: stop
 		 * the target and say so.
 		 */
-		migration_signal(d->pidfd, pid, SIGSTOP);
+		procref_signal(&d->t, SIGSTOP);
 		log_warnx("%s: process %d was let go before the pages it wrote "
 			  "in private file mappings arrived (the daemon died); "
 			  "migration %s failed, process stopped",
@@ -3610,7 +3703,7 @@ dest_restore(const char *path, FILE *f)
 				       fault_cb, d);
 		event_priority_set(d->uffd_ev, PRIO_FAULT);
 		event_add(d->uffd_ev, NULL);
-		d->exit_ev = event_new(base, d->pidfd, EV_READ | EV_PERSIST,
+		d->exit_ev = event_new(base, d->t.pidfd, EV_READ | EV_PERSIST,
 				       exit_cb, d);
 		event_priority_set(d->exit_ev, PRIO_CONTROL);
 		event_add(d->exit_ev, NULL);

@@ -30,6 +30,7 @@ struct migration {
 	enum mig_state state;
 	char reason[256];
 	pid_t pid;
+	unsigned long long start; /* pid's start time: tells a reused pid */
 	char peer[128];
 	uint64_t pages_total;
 	uint64_t pages_present; /* source: pages sent */

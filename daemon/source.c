@@ -20,6 +20,8 @@
 #include "daemon/log.h"
 #include "daemon/pagemap.h"
 #include "daemon/probe.h"
+#include "daemon/procref.h"
+#include "daemon/authz.h"
 #include "daemon/region.h"
 #include "daemon/uffdd.h"
 
@@ -64,8 +66,11 @@ struct source {
 	size_t nregs;
 	struct conn *demand, *bulk;
 	struct event *bulk_ev, *exit_ev, *ping_ev, *rate_ev;
-	int pidfd;
-	int memfd; /* /proc/PID/mem, for demand reads (read_demand()) */
+	/*
+	 * The process, as checked (procref.h): signals go through its pidfd,
+	 * demand reads through its memory file (read_demand()).
+	 */
+	struct procref t;
 	int keep_source;
 	int was_stopped;      /* before the export froze it */
 	long long switches;   /* switch_count() once frozen; -1: unknown */
@@ -174,21 +179,58 @@ switch_count(pid_t pid, int *running)
  * to 2 s, and is the one place the source blocks the loop.
  */
 static int
-freeze(pid_t pid)
+freeze(const struct procref *t)
 {
 	struct timespec ts = {0, 200000};
 
-	if (kill(pid, SIGSTOP) < 0)
+	if (procref_signal(t, SIGSTOP) < 0)
 		return -1;
 	for (int i = 0; i < 10000; i++) {
-		int st = all_stopped(pid);
+		int st = all_stopped(t->pid);
 
 		if (st != 0)
 			return st < 0 ? -1 : 0;
 		nanosleep(&ts, NULL);
 	}
-	kill(pid, SIGCONT);
+	procref_signal(t, SIGCONT);
 	errno = ETIMEDOUT;
+	return -1;
+}
+
+/* Lets a process we froze go again, unless it was stopped before. */
+static void
+thaw(const struct procref *t, int was_stopped)
+{
+	if (!was_stopped)
+		procref_signal(t, SIGCONT);
+}
+
+/*
+ * Freezes t and checks again, now that it can change no more, that it is
+ * the process that was checked and that the caller who (NULL: a restore)
+ * may still export it: between the first check and the freeze it could
+ * have run a setuid program, or exited and left its pid to another.
+ */
+static int
+freeze_checked(const struct procref *t, const struct authz_caller *who,
+	       int *was_stopped, uint32_t *code, char *err, size_t errlen)
+{
+	*was_stopped = all_stopped(t->pid) == 1;
+	if (freeze(t) < 0) {
+		*code = ERR_NO_PROCESS;
+		snprintf(err, errlen, "cannot stop process %d: %s", (int)t->pid,
+			 strerror(errno));
+		return -1;
+	}
+	if (who != NULL ? authz_may_ptrace(who, t, code, err, errlen) == 0
+			: procref_same(t))
+		return 0;
+	if (who == NULL) {
+		*code = ERR_NO_PROCESS;
+		snprintf(err, errlen, "process %d: no longer the process named",
+			 (int)t->pid);
+	}
+	thaw(t, *was_stopped);
 	return -1;
 }
 
@@ -231,7 +273,7 @@ save_more(FILE *f, const struct migration *m)
 {
 	const struct source *s = m->impl;
 
-	fprintf(f, "keep_source=%d\n", s->keep_source);
+	fprintf(f, "keep_source=%d\nstart=%llu\n", s->keep_source, s->m->start);
 	if (s->switches >= 0)
 		fprintf(f, "switches=%lld\n", s->switches);
 	for (size_t i = 0; i < s->nranges; i++)
@@ -294,35 +336,59 @@ ping_cb(evutil_socket_t fd, short ev, void *arg)
 static void bulk_cb(evutil_socket_t, short, void *);
 
 /*
- * Freezes pid, builds and classifies its regions and registers the export
- * under id (a fresh one when NULL). Returns NULL with *code and err set;
- * a process that ran before is running again then.
+ * Which pages of region sr hold data, by its kind (DESIGN section 4):
+ * anonymous memory from pagemap, shared memory from its backing file (a
+ * swapped-out shmem page looks untouched in pagemap), shared hugetlb all
+ * data (struct src_region). Returns the data pages, or -1.
  */
-static struct source *
-source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
-	      const char *id, uint32_t *code, char *err, size_t errlen)
+static int64_t
+classify(pid_t pid, struct src_region *sr)
 {
-	struct region *regs = NULL;
-	struct migration *m;
-	struct source *s;
-	char why[512];
-	int n, was_stopped;
+	int64_t data;
+	int fd;
 
-	if (pid <= 1 || pid == getpid()) {
-		*code = ERR_INVALID;
-		snprintf(err, errlen, "%d is not a process uffdd can export",
-			 (int)pid);
-		return NULL;
+	if (sr->r.kind == REGION_HUGETLB && sr->r.shared) {
+		sr->cache_fd = region_open_backing(pid, sr->r.vma_start,
+						   sr->r.vma_end);
+		if (sr->cache_fd < 0)
+			return -1;
+		for (uint64_t p = 0; p < sr->npages; p++)
+			bit_set(sr->data, p);
+		return (int64_t)sr->npages;
 	}
-	if (kill(pid, 0) < 0) {
-		*code = errno == ESRCH ? ERR_NO_PROCESS : ERR_PERMISSION;
-		snprintf(err, errlen, "process %d: %s", (int)pid,
-			 errno == ESRCH ? "no such process" : strerror(errno));
-		return NULL;
-	}
-	/* Check before freezing: a bad request must leave the process be. */
-	n = region_build(pid, ranges, nranges, &regs, why, sizeof(why));
-	free(regs);
+	if (sr->r.kind == REGION_FILE_PRIVATE)
+		return pagemap_classify_cow(pid, sr->r.start, sr->npages,
+					    sr->data, pagemap_method());
+	if (!region_kind_shmem(sr->r.kind))
+		return pagemap_classify(pid, sr->r.start, sr->npages,
+					sr->r.page_size, sr->data,
+					pagemap_method());
+	if ((fd = region_open_backing(pid, sr->r.vma_start, sr->r.vma_end)) < 0)
+		return -1;
+	if (kfeat.shmem_pm_swap &&
+	    sr->r.page_size == (uint64_t)sysconf(_SC_PAGESIZE))
+		data = pagemap_classify_shmem(pid, sr->r.start, fd,
+					      sr->r.file_off, sr->npages,
+					      sr->r.page_size, sr->data);
+	else
+		data = pagemap_classify_file(fd, sr->r.file_off, sr->npages,
+					     sr->r.page_size, sr->data);
+	close(fd);
+	return data;
+}
+
+/*
+ * The regions of process pid in the ranges asked for, checked against what
+ * a destination accepts. Returns their number (> 0), or 0 with *code and
+ * err set.
+ */
+static int
+build_regions(pid_t pid, const struct range *ranges, size_t nranges,
+	      struct region **regs, uint32_t *code, char *err, size_t errlen)
+{
+	char why[512];
+	int n = region_build(pid, ranges, nranges, regs, why, sizeof(why));
+
 	if (n <= 0) {
 		*code = n == 0		 ? ERR_NO_MATCH
 			: errno == EPERM ? ERR_PERMISSION
@@ -331,57 +397,45 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 			 n < 0 ? why
 			       : "no memory uffdd migrates in the ranges "
 				 "given");
-		return NULL;
-	}
-	was_stopped = all_stopped(pid) == 1;
-	if (freeze(pid) < 0) {
-		*code = ERR_NO_PROCESS;
-		snprintf(err, errlen, "cannot stop process %d: %s", (int)pid,
-			 strerror(errno));
-		return NULL;
-	}
-	n = region_build(pid, ranges, nranges, &regs, why, sizeof(why));
-	if (n <= 0) {
-		if (!was_stopped)
-			kill(pid, SIGCONT);
-		*code = ERR_NO_PROCESS;
-		snprintf(err, errlen, "process %d changed under us", (int)pid);
-		free(regs);
-		return NULL;
+		free(*regs);
+		*regs = NULL;
+		return 0;
 	}
 	/* A destination would refuse the table: say so before serving. */
 	if ((unsigned)n > region_table_max) {
-		if (!was_stopped)
-			kill(pid, SIGCONT);
 		*code = ERR_INVALID;
 		snprintf(err, errlen,
 			 "process %d has %d regions, more than max-regions "
 			 "%u: narrow it with --range, or raise max-regions",
 			 (int)pid, n, region_table_max);
-		free(regs);
-		return NULL;
+		free(*regs);
+		*regs = NULL;
+		return 0;
 	}
+	return n;
+}
 
-	m = migration_new(ROLE_SOURCE, id);
-	s = xcalloc(1, sizeof(*s));
-	s->was_stopped = was_stopped;
-	s->switches = -1; /* at the first ping (ping_cb()) */
+/* The export's record and its regions, classified; NULL on failure. */
+static struct source *
+source_new(struct procref *t, const struct region *regs, size_t nregs,
+	   const struct range *ranges, size_t nranges, const char *id,
+	   uint32_t *code, char *err, size_t errlen)
+{
+	struct migration *m = migration_new(ROLE_SOURCE, id);
+	struct source *s = xcalloc(1, sizeof(*s));
+
 	m->impl = s;
 	m->impl_free = source_free;
-	m->pid = pid;
+	m->pid = t->pid;
+	m->start = t->start;
 	s->m = m;
-	s->pidfd = -1;
-	s->memfd = -1;
-	s->keep_source = keep;
+	procref_move(&s->t, t);
+	s->switches = -1; /* at the first ping (ping_cb()) */
 	s->nranges = nranges;
 	s->ranges = xcalloc(nranges, sizeof(*s->ranges));
 	memcpy(s->ranges, ranges, nranges * sizeof(*ranges));
-	s->nregs = (size_t)n;
+	s->nregs = nregs;
 	s->regs = xcalloc(s->nregs, sizeof(*s->regs));
-	s->bulk_ev = event_new(base, -1, 0, bulk_cb, s);
-	event_priority_set(s->bulk_ev, PRIO_BULK);
-	s->rate_ev = evtimer_new(base, bulk_cb, s);
-	event_priority_set(s->rate_ev, PRIO_BULK);
 	for (size_t i = 0; i < s->nregs; i++) {
 		struct src_region *sr = &s->regs[i];
 		int64_t data;
@@ -391,47 +445,12 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->cache_fd = -1;
-		if (sr->r.kind == REGION_HUGETLB && sr->r.shared) {
-			sr->cache_fd = region_open_backing(pid, sr->r.vma_start,
-							   sr->r.vma_end);
-			data = sr->cache_fd < 0 ? -1 : (int64_t)sr->npages;
-			for (uint64_t p = 0; data > 0 && p < sr->npages; p++)
-				bit_set(sr->data, p);
-		} else if (region_kind_shmem(sr->r.kind)) {
-			int fd = region_open_backing(pid, sr->r.vma_start,
-						     sr->r.vma_end);
-
-			if (fd < 0)
-				data = -1;
-			else if (kfeat.shmem_pm_swap &&
-				 sr->r.page_size ==
-					 (uint64_t)sysconf(_SC_PAGESIZE))
-				data = pagemap_classify_shmem(
-					pid, sr->r.start, fd, sr->r.file_off,
-					sr->npages, sr->r.page_size, sr->data);
-			else
-				data = pagemap_classify_file(
-					fd, sr->r.file_off, sr->npages,
-					sr->r.page_size, sr->data);
-			if (fd >= 0)
-				close(fd);
-		} else if (sr->r.kind == REGION_FILE_PRIVATE) {
-			data = pagemap_classify_cow(pid, sr->r.start,
-						    sr->npages, sr->data,
-						    pagemap_method());
-		} else {
-			data = pagemap_classify(pid, sr->r.start, sr->npages,
-						sr->r.page_size, sr->data,
-						pagemap_method());
-		}
-		if (data < 0) {
+		if ((data = classify(s->t.pid, sr)) < 0) {
 			*code = ERR_KERNEL;
 			snprintf(err, errlen, "classifying 0x%llx of %d: %s",
-				 (unsigned long long)sr->r.start, (int)pid,
+				 (unsigned long long)sr->r.start, (int)s->t.pid,
 				 strerror(errno));
-			if (!was_stopped)
-				kill(pid, SIGCONT);
-			free(regs);
+			procref_move(t, &s->t);
 			migration_free(m);
 			return NULL;
 		}
@@ -439,33 +458,72 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 		sr->r.zero_pages = sr->npages - (uint64_t)data;
 		m->pages_total += sr->npages;
 	}
-	free(regs);
+	return s;
+}
+
+/* The events of a live export: its process's exit, the pings, bulk work. */
+static void
+source_start(struct source *s)
+{
+	struct timeval tv = {PING_SECS, 0};
+
+	s->bulk_ev = event_new(base, -1, 0, bulk_cb, s);
+	event_priority_set(s->bulk_ev, PRIO_BULK);
+	s->rate_ev = evtimer_new(base, bulk_cb, s);
+	event_priority_set(s->rate_ev, PRIO_BULK);
 	/* One demand answer at most: a frame's worth of page bytes. */
 	s->scratch = xmalloc(FRAME_DATA_MAX);
-	{
-		char path[64];
-
-		snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
-		s->memfd = open(path, O_RDONLY | O_CLOEXEC);
-	}
-	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (s->pidfd >= 0) {
-		s->exit_ev = event_new(base, s->pidfd, EV_READ | EV_PERSIST,
-				       exit_cb, s);
-		event_priority_set(s->exit_ev, PRIO_CONTROL);
-		event_add(s->exit_ev, NULL);
-	}
+	s->exit_ev =
+		event_new(base, s->t.pidfd, EV_READ | EV_PERSIST, exit_cb, s);
+	event_priority_set(s->exit_ev, PRIO_CONTROL);
+	event_add(s->exit_ev, NULL);
 	s->ping_ev = event_new(base, -1, EV_PERSIST, ping_cb, s);
-	{
-		struct timeval tv = {PING_SECS, 0};
+	event_add(s->ping_ev, &tv);
+}
 
-		event_add(s->ping_ev, &tv);
+/*
+ * Freezes process t (for the caller who; NULL on a restore), builds and
+ * classifies its regions and registers the export under id (a fresh one
+ * when NULL). Takes t over. Returns NULL with *code and err set; a process
+ * that ran before is running again then.
+ */
+static struct source *
+source_create(struct procref *t, const struct authz_caller *who,
+	      const struct range *ranges, size_t nranges, int keep,
+	      const char *id, uint32_t *code, char *err, size_t errlen)
+{
+	struct region *regs = NULL;
+	struct source *s = NULL;
+	int n, was_stopped;
+
+	/* Check before freezing: a bad request must leave the process be. */
+	if (build_regions(t->pid, ranges, nranges, &regs, code, err, errlen) ==
+	    0)
+		goto out;
+	free(regs);
+	regs = NULL;
+	if (freeze_checked(t, who, &was_stopped, code, err, errlen) < 0)
+		goto out;
+	n = build_regions(t->pid, ranges, nranges, &regs, code, err, errlen);
+	if (n > 0)
+		s = source_new(t, regs, (size_t)n, ranges, nranges, id, code,
+			       err, errlen);
+	if (s == NULL) {
+		thaw(t, was_stopped);
+		goto out;
 	}
+	s->was_stopped = was_stopped;
+	s->keep_source = keep;
+	source_start(s);
+out:
+	free(regs);
+	procref_close(t);
 	return s;
 }
 
 void
-source_export(uint64_t serial, const Uffdd__ExportRequest *req)
+source_export(uint64_t serial, const struct authz_caller *who,
+	      struct procref *t, const Uffdd__ExportRequest *req)
 {
 	Uffdd__ExportReply rep = UFFDD__EXPORT_REPLY__INIT;
 	struct range *ranges = xcalloc(req->n_ranges, sizeof(*ranges));
@@ -480,11 +538,12 @@ source_export(uint64_t serial, const Uffdd__ExportRequest *req)
 			control_reply_error(serial, ERR_INVALID,
 					    "export: empty range");
 			free(ranges);
+			procref_close(t);
 			return;
 		}
 	}
-	s = source_create(req->pid, ranges, req->n_ranges, req->keep_source,
-			  NULL, &code, err, sizeof(err));
+	s = source_create(t, who, ranges, req->n_ranges, req->keep_source, NULL,
+			  &code, err, sizeof(err));
 	free(ranges);
 	if (s == NULL) {
 		control_reply_error(serial, code, "export: %s", err);
@@ -497,8 +556,7 @@ source_export(uint64_t serial, const Uffdd__ExportRequest *req)
 	if (save(s) < 0) {
 		int e = errno;
 
-		if (!s->was_stopped)
-			kill(req->pid, SIGCONT);
+		thaw(&s->t, s->was_stopped);
 		migration_free(s->m);
 		control_reply_error(serial, ERR_INVALID,
 				    "export: cannot save its state in %s: %s; "
@@ -525,6 +583,8 @@ source_restore(const char *path, FILE *f)
 	size_t nranges = 0;
 	int pid = -1, keep = 0;
 	long long switches = -1, now;
+	unsigned long long start = 0;
+	struct procref t;
 	struct source *s;
 	uint32_t code;
 
@@ -539,6 +599,8 @@ source_restore(const char *path, FILE *f)
 			keep = atoi(val);
 		else if (strcmp(key, "switches") == 0)
 			switches = atoll(val);
+		else if (strcmp(key, "start") == 0)
+			start = strtoull(val, NULL, 10);
 		else if (strcmp(key, "range") == 0) {
 			ranges = realloc(ranges,
 					 (nranges + 1) * sizeof(*ranges));
@@ -556,7 +618,18 @@ source_restore(const char *path, FILE *f)
 		free(ranges);
 		return -1;
 	}
-	s = source_create(pid, ranges, nranges, keep, id, &code, err,
+	/* The pid is the export's only if its start time is too. */
+	if (procref_open(&t, pid, err, sizeof(err)) < 0 || t.start != start) {
+		log_warnx("%s: source process %d is gone%s; export %s not "
+			  "taken up",
+			  path, pid,
+			  t.pidfd >= 0 ? " (another process has its pid)" : "",
+			  log_id(id));
+		procref_close(&t);
+		free(ranges);
+		return -1;
+	}
+	s = source_create(&t, NULL, ranges, nranges, keep, id, &code, err,
 			  sizeof(err));
 	free(ranges);
 	if (s == NULL) {
@@ -577,8 +650,7 @@ source_restore(const char *path, FILE *f)
 			"the process is left %s",
 			path, pid, log_id(id),
 			s->was_stopped ? "stopped" : "running");
-		if (!s->was_stopped)
-			kill(pid, SIGCONT);
+		thaw(&s->t, s->was_stopped);
 		migration_free(s->m);
 		return -1;
 	}
@@ -608,11 +680,8 @@ source_free(struct migration *m)
 		event_free(s->ping_ev);
 	if (s->rate_ev)
 		event_free(s->rate_ev);
-	if (s->pidfd >= 0)
-		close(s->pidfd);
+	procref_close(&s->t);
 	free(s->ranges);
-	if (s->memfd >= 0)
-		close(s->memfd);
 	for (size_t i = 0; i < s->nregs; i++) {
 		free(s->regs[i].data);
 		free(s->regs[i].sent);
@@ -646,7 +715,11 @@ read_cache(const struct src_region *sr, uint64_t page, uint8_t *dst,
 	return (ssize_t)done;
 }
 
-/* Reads len bytes of the frozen process from page on into dst. */
+/*
+ * Reads len bytes of the frozen process from page on into dst. The read
+ * names the process by pid: it read the process checked only if that is
+ * still itself afterwards (procref.h).
+ */
 static int
 read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 	   uint64_t len)
@@ -657,10 +730,13 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 			      ? read_cache(sr, page, dst, len)
 			      : process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
 
-	if (got == (ssize_t)len)
+	if (got == (ssize_t)len && procref_same(&s->t))
 		return 0;
-	if (got < 0 && errno == ESRCH)
-		source_fail(s, "source process %d exited", (int)s->m->pid);
+	if ((got < 0 && errno == ESRCH) || !procref_same(&s->t))
+		source_fail(s,
+			    "source process %d exited, or runs another "
+			    "program",
+			    (int)s->m->pid);
 	else
 		source_fail(s, "reading %llu bytes of process %d at 0x%llx: %s",
 			    (unsigned long long)len, (int)s->m->pid,
@@ -681,8 +757,8 @@ read_demand(struct source *s, struct src_region *sr, uint64_t page,
 {
 	uint64_t addr = sr->r.start + page * sr->r.page_size;
 
-	if (s->memfd >= 0 && sr->cache_fd < 0 &&
-	    pread(s->memfd, dst, len, (off_t)addr) == (ssize_t)len)
+	if (sr->cache_fd < 0 &&
+	    pread(s->t.memfd, dst, len, (off_t)addr) == (ssize_t)len)
 		return 0;
 	return read_pages(s, sr, page, dst, len);
 }
@@ -1067,7 +1143,7 @@ complete(struct source *s)
 	} else {
 		log_info("migration %s complete; killing source process %d",
 			 log_id(s->m->id), (int)s->m->pid);
-		migration_signal(s->pidfd, s->m->pid, SIGKILL);
+		procref_signal(&s->t, SIGKILL);
 	}
 	teardown(s);
 }

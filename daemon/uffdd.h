@@ -113,13 +113,23 @@ void control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *);
 void control_reply_error(uint64_t serial, uint32_t code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+struct authz_caller;
+struct procref;
+
 /* source.c */
-void source_export(uint64_t serial, const Uffdd__ExportRequest *);
+/*
+ * Exports process t for the caller who (both checked by control.c); takes
+ * t over, and checks the caller's right again once the process is frozen.
+ */
+void source_export(uint64_t serial, const struct authz_caller *who,
+		   struct procref *t, const Uffdd__ExportRequest *);
 /* A peer connection's first frame was a Hello for the source role. */
 void source_hello(struct conn *, const Uffdd__Hello *);
 
 /* dest.c */
-void dest_attach(uint64_t serial, const Uffdd__AttachRequest *);
+/* The same for an attach: checked again once the target is stopped. */
+void dest_attach(uint64_t serial, const struct authz_caller *who,
+		 struct procref *t, const Uffdd__AttachRequest *);
 /* Re-takes a migration from its state file after a daemon restart. */
 int dest_restore(const char *path, FILE *f);
 /*

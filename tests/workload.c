@@ -29,6 +29,11 @@
  * file's pattern on the destination. The file itself is never written.
  * --ro-pages N makes N pages from the middle read-only once written (on
  * the destination: before attach), as a loader does with RELRO.
+ *
+ * dest --exec-on-usr2 PATH: on SIGUSR2 before SIGUSR1, runs PATH (a copy
+ * of this program, perhaps setuid) with the same arguments: the same
+ * mapping in another program, for tests of a target that execs after the
+ * daemon checked it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -62,7 +67,8 @@ static uint64_t base = 0x500000000000ULL, size = 64ULL << 20, seed = 1;
 static unsigned threads = 4, untouched = 16, pageout_every, poke_every;
 static unsigned zero_every;
 static uint64_t ro_pages;
-static const char *kind = "anon", *file_path;
+static const char *kind = "anon", *file_path, *exec_path;
+static char **saved_argv;
 /*
  * dest --event: what the target does to pages [ev0, ev0 + EV_PAGES) right
  * after it starts, while they are still missing: "remove" (madvise; they
@@ -658,6 +664,12 @@ run_dest(void)
 		sigwait(&set, &sig);
 		if (sig == SIGTERM)
 			return 2;
+		if (sig == SIGUSR2 && exec_path) {
+			pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+			execv(exec_path, saved_argv);
+			perror("workload: execv");
+			return 1;
+		}
 	} while (sig != SIGUSR1);
 	if (event && strncmp(event, "fork", 4) == 0) {
 		/*
@@ -802,7 +814,8 @@ usage(void)
 		"         [--event "
 		"remove|unmap|remap|fork|fork-remove|fork-idle|fork-exit|\n"
 		"                  fork-exit-late|protect|punch|grow]\n"
-		"         [--touch N] [--idle-child] [--stuck-thread]\n");
+		"         [--touch N] [--idle-child] [--stuck-thread]\n"
+		"         [--exec-on-usr2 PATH]\n");
 	exit(2);
 }
 
@@ -828,9 +841,11 @@ main(int argc, char **argv)
 		{"touch", required_argument, NULL, 'T'},
 		{"file", required_argument, NULL, 'F'},
 		{"ro-pages", required_argument, NULL, 'R'},
+		{"exec-on-usr2", required_argument, NULL, 'X'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
+	saved_argv = argv;
 	if (argc < 2)
 		usage();
 	optind = 2;
@@ -902,6 +917,9 @@ main(int argc, char **argv)
 			break;
 		case 'R':
 			ro_pages = strtoull(optarg, NULL, 0);
+			break;
+		case 'X':
+			exec_path = optarg;
 			break;
 		case 'T':
 			touch_n = strtoull(optarg, NULL, 0);

@@ -17,6 +17,7 @@
 
 #include "daemon/log.h"
 #include "daemon/probe.h"
+#include "daemon/procref.h"
 #include "daemon/uffdd.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -26,15 +27,19 @@ struct event_base *base;
 
 /* The roles, answered as a role would answer a process it cannot use. */
 void
-source_export(uint64_t serial, const Uffdd__ExportRequest *req)
+source_export(uint64_t serial, const struct authz_caller *who,
+	      struct procref *t, const Uffdd__ExportRequest *req)
 {
+	procref_close(t);
 	control_reply_error(serial, ERR_NO_PROCESS, "export: process %d: stub",
 			    (int)req->pid);
 }
 
 void
-dest_attach(uint64_t serial, const Uffdd__AttachRequest *req)
+dest_attach(uint64_t serial, const struct authz_caller *who, struct procref *t,
+	    const Uffdd__AttachRequest *req)
 {
+	procref_close(t);
 	control_reply_error(serial, ERR_NO_PROCESS, "attach: process %d: stub",
 			    (int)req->pid);
 }

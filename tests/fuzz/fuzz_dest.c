@@ -116,7 +116,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	req.id = FZ_ID;
 	req.n_ranges = 1;
 	req.ranges = &rp;
-	dest_attach(1, &req);
+	fz_attach(&req);
 	fz_pump(ls.l, 2, accept_lanes, &ls);
 	fz_lane_close(&ls.l[0]);
 	fz_lane_close(&ls.l[1]);

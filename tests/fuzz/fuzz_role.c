@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include "daemon/conffile.h"
+#include "daemon/authz.h"
 #include "daemon/log.h"
+#include "daemon/procref.h"
 #include "daemon/probe.h"
 #include "daemon/uffdd.h"
 #include "tests/fuzz/fuzz_role.h"
@@ -122,6 +124,35 @@ fz_spawn_target(int fill)
 	}
 	close(ready[0]);
 	return pid;
+}
+
+/* A root caller, as control.c would make of uid 0. */
+static const struct authz_caller fz_root = {.privileged = 1};
+
+void
+fz_export(const Uffdd__ExportRequest *req)
+{
+	struct procref t;
+	char err[128];
+
+	if (procref_open(&t, req->pid, err, sizeof(err)) < 0) {
+		snprintf(fz_reply_err, sizeof(fz_reply_err), "%s", err);
+		return;
+	}
+	source_export(1, &fz_root, &t, req);
+}
+
+void
+fz_attach(const Uffdd__AttachRequest *req)
+{
+	struct procref t;
+	char err[128];
+
+	if (procref_open(&t, req->pid, err, sizeof(err)) < 0) {
+		snprintf(fz_reply_err, sizeof(fz_reply_err), "%s", err);
+		return;
+	}
+	dest_attach(1, &fz_root, &t, req);
 }
 
 int

@@ -61,6 +61,13 @@ extern int fz_err;
 /* Logging off, configuration defaults, the event base, the kernel probe. */
 void fz_setup(void);
 
+/*
+ * Export and attach as control.c hands them to the roles: the process
+ * opened and the caller root.
+ */
+void fz_export(const Uffdd__ExportRequest *);
+void fz_attach(const Uffdd__AttachRequest *);
+
 /* The last control reply of the roles (export and attach replies). */
 extern char fz_reply_id[64];
 extern char fz_reply_err[512];

@@ -143,7 +143,7 @@ static void export(void)
 	req.ranges = &rp;
 	req.keep_source = 1; /* the same process serves the next export */
 	fz_reply_id[0] = '\0';
-	source_export(1, &req);
+	fz_export(&req);
 	if ((mig = migration_find(fz_reply_id, ROLE_SOURCE)) == NULL) {
 		dprintf(fz_err, "fuzz: export failed: %s\n", fz_reply_err);
 		abort();

@@ -1,0 +1,144 @@
+/* Process references that survive pid reuse and notice an exec (procref.h). */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/compat.h"
+#include "daemon/procref.h"
+
+/*
+ * Fields of /proc/PID/stat by their number in proc(5) (3 and up: the ones
+ * after the command name, which may hold blanks and parentheses). Returns
+ * 0, or -1 when the process is gone or the line is short.
+ */
+static int
+stat_fields(pid_t pid, const int *want, unsigned long long *out, int n)
+{
+	char path[64], buf[1024], *p, *save = NULL;
+	int field = 3, got = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return -1;
+	p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+	fclose(f);
+	if (p == NULL)
+		return -1;
+	for (char *tok = strtok_r(p + 1, " \n", &save); tok && got < n;
+	     tok = strtok_r(NULL, " \n", &save), field++)
+		for (int i = 0; i < n; i++)
+			if (want[i] == field) {
+				out[i] = strtoull(tok, NULL, 10);
+				got++;
+			}
+	return got == n ? 0 : -1;
+}
+
+unsigned long long
+proc_start_time(pid_t pid)
+{
+	static const int want[] = {22};
+	unsigned long long v[1];
+
+	return pid > 0 && stat_fields(pid, want, v, 1) == 0 ? v[0] : 0;
+}
+
+int
+procref_open(struct procref *r, pid_t pid, char *err, size_t errlen)
+{
+	static const int want[] = {22, 28}; /* starttime, startstack */
+	unsigned long long v[2];
+	char path[64];
+	int e;
+
+	*r = (struct procref)PROCREF_NONE;
+	r->pid = pid;
+	if (pid <= 0) {
+		errno = ESRCH;
+		goto fail;
+	}
+	r->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (r->pidfd < 0)
+		goto fail;
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+	if ((r->memfd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		goto fail;
+	if (stat_fields(pid, want, v, 2) < 0) {
+		errno = ESRCH;
+		goto fail;
+	}
+	r->start = v[0];
+	r->probe = v[1];
+	/*
+	 * Opened in that order, the pidfd first: if the process is still the
+	 * same now, the memory file and the fields read are its own.
+	 */
+	if (!procref_same(r)) {
+		errno = ESRCH;
+		goto fail;
+	}
+	return 0;
+fail:
+	e = errno;
+	snprintf(err, errlen, "process %d: %s", (int)pid,
+		 e == ESRCH ? "no such process" : strerror(e));
+	procref_close(r);
+	r->pid = pid;
+	errno = e;
+	return -1;
+}
+
+int
+procref_alive(const struct procref *r)
+{
+	return r->pidfd >= 0 &&
+	       syscall(SYS_pidfd_send_signal, r->pidfd, 0, NULL, 0) == 0;
+}
+
+int
+procref_same(const struct procref *r)
+{
+	unsigned char b;
+
+	/*
+	 * A read through the memory file opened at the check: 0 bytes once
+	 * that address space has no users any more (exec, exit), kernel
+	 * threads have none to begin with.
+	 */
+	return procref_alive(r) && r->memfd >= 0 && r->probe != 0 &&
+	       pread(r->memfd, &b, 1, (off_t)r->probe) == 1;
+}
+
+int
+procref_signal(const struct procref *r, int sig)
+{
+	if (r->pidfd < 0) {
+		errno = ESRCH;
+		return -1;
+	}
+	return (int)syscall(SYS_pidfd_send_signal, r->pidfd, sig, NULL, 0);
+}
+
+void
+procref_move(struct procref *dst, struct procref *src)
+{
+	*dst = *src;
+	src->pidfd = src->memfd = -1;
+}
+
+void
+procref_close(struct procref *r)
+{
+	if (r->pidfd >= 0)
+		close(r->pidfd);
+	if (r->memfd >= 0)
+		close(r->memfd);
+	r->pidfd = r->memfd = -1;
+}

@@ -1,0 +1,54 @@
+/*
+ * A process named by what the kernel vouches for, not by a pid number: a
+ * pid may be given to another process once its owner exits, and an exec may
+ * change who the process is (a setuid program). A procref is opened when a
+ * process is checked; every later step on it is bracketed by procref_same():
+ * if the process is still the same after a step that named it by pid, that
+ * step acted on it and on nothing else.
+ */
+#ifndef UFFDD_PROCREF_H
+#define UFFDD_PROCREF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct procref {
+	pid_t pid;
+	int pidfd; /* -1: none (closed, or never opened) */
+	/*
+	 * /proc/PID/mem, bound to the address space the process had when it
+	 * was opened: after an exec (or exit) that address space is gone,
+	 * and a read through it returns nothing.
+	 */
+	int memfd;
+	uint64_t probe;		  /* an address mapped then (its stack) */
+	unsigned long long start; /* start time, clock ticks after boot */
+};
+
+#define PROCREF_NONE                               \
+	{                                          \
+		.pid = 0, .pidfd = -1, .memfd = -1 \
+	}
+
+/*
+ * Opens a reference to process pid. Returns 0, or -1 with errno set
+ * (ESRCH: no such process; EPERM/EACCES: not ours to open) and err filled.
+ */
+int procref_open(struct procref *, pid_t pid, char *err, size_t errlen);
+/*
+ * 1 while the process is the one opened: alive (or a zombie not yet
+ * reaped, which still holds its pid) and running the program it ran then.
+ */
+int procref_same(const struct procref *);
+/* 1 while the pid still names the process opened (exec or not). */
+int procref_alive(const struct procref *);
+/* Sends sig through the pidfd: never to a process that took the pid. */
+int procref_signal(const struct procref *, int sig);
+/* Moves the reference out of src (which is left closed). */
+void procref_move(struct procref *dst, struct procref *src);
+void procref_close(struct procref *);
+/* The start time of process pid (clock ticks after boot), 0 if gone. */
+unsigned long long proc_start_time(pid_t pid);
+
+#endif
