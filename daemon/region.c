@@ -418,10 +418,21 @@ region_table_check(Uffdd__Region *const *r, size_t n, char *err, size_t errlen)
 				 r[i]->index);
 			return -1;
 		}
-		/* 4 KiB to 1 GiB, a power of two: what the kernel has. */
-		if (ps < 4096 || ps > (1u << 30) || (ps & (ps - 1)) != 0) {
+		/*
+		 * A power of two the kernel has, from 4 KiB; and no larger
+		 * than one frame covers, or the frames that bring its pages
+		 * would not fit where they are read and installed from.
+		 */
+		if (ps < 4096 || (ps & (ps - 1)) != 0) {
 			snprintf(err, errlen, "region %u: page size %u",
 				 r[i]->index, ps);
+			return -1;
+		}
+		if (frame_pages_fit(ps, 1) == 0) {
+			snprintf(err, errlen,
+				 "region %u: page size %u, larger than one "
+				 "frame covers (%u bytes)",
+				 r[i]->index, ps, FRAME_DATA_MAX);
 			return -1;
 		}
 	}

@@ -103,8 +103,9 @@ int region_in_ranges(const struct range *r, size_t n, uint64_t start,
 
 /*
  * Checks a region table from a source before anything is sized or
- * registered from it: count, lengths without overflow, page sizes, unique
- * indices, no overlaps. Returns 0, or -1 with err filled.
+ * registered from it: count, lengths without overflow, page sizes (at
+ * most FRAME_DATA_MAX: frame_pages_fit()), unique indices, no overlaps.
+ * Returns 0, or -1 with err filled.
  */
 int region_table_check(Uffdd__Region *const *r, size_t n, char *err,
 		       size_t errlen);
