@@ -82,7 +82,8 @@ int region_read_maps(pid_t pid, struct vma **out, size_t *n);
 /*
  * The migratable regions of pid, clipped to ranges when nranges > 0.
  * Returns the count (0: none), or -1 with errno set and err filled; EPERM
- * when a mapping in the ranges could not be told (region_denied()).
+ * when a mapping in the ranges could not be told (region_denied()),
+ * EINVAL when one holds huge pages larger than a frame (FRAME_DATA_MAX).
  */
 int region_build(pid_t pid, const struct range *ranges, size_t nranges,
 		 struct region **out, char *err, size_t errlen);

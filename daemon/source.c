@@ -324,9 +324,10 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 	n = region_build(pid, ranges, nranges, &regs, why, sizeof(why));
 	free(regs);
 	if (n <= 0) {
-		*code = n == 0		 ? ERR_NO_MATCH
-			: errno == EPERM ? ERR_PERMISSION
-					 : ERR_NO_PROCESS;
+		*code = n == 0		  ? ERR_NO_MATCH
+			: errno == EPERM  ? ERR_PERMISSION
+			: errno == EINVAL ? ERR_INVALID
+					  : ERR_NO_PROCESS;
 		snprintf(err, errlen, "process %d: %.200s", (int)pid,
 			 n < 0 ? why
 			       : "no memory uffdd migrates in the ranges "
