@@ -40,6 +40,8 @@
 #define PING_SECS 1
 /* The --bulk-rate budget is counted over windows this long. */
 #define RATE_WINDOW_NS 100000000ULL
+/* s->scratch: one frame's page bytes (a demand answer, a zero-check). */
+#define SCRATCH_LEN FRAME_DATA_MAX
 
 struct src_region {
 	struct region r;
@@ -77,7 +79,7 @@ struct source {
 	uint64_t cur_page;
 	uint32_t hint_reg;
 	uint64_t hint_page, hint_left;
-	uint8_t *scratch; /* one demand answer's pages */
+	uint8_t *scratch; /* SCRATCH_LEN bytes */
 };
 
 static void source_free(struct migration *);
@@ -442,7 +444,7 @@ source_create(pid_t pid, const struct range *ranges, size_t nranges, int keep,
 	}
 	free(regs);
 	/* One demand answer at most: a frame's worth of page bytes. */
-	s->scratch = xmalloc(FRAME_DATA_MAX);
+	s->scratch = xmalloc(SCRATCH_LEN);
 	{
 		char path[64];
 
@@ -647,17 +649,41 @@ read_cache(const struct src_region *sr, uint64_t page, uint8_t *dst,
 	return (ssize_t)done;
 }
 
-/* Reads len bytes of the frozen process from page on into dst. */
+/*
+ * Whether len bytes fit the room at a buffer of ours. The bytes come from
+ * the exported process, whose owner chooses them: a read past the end
+ * would write them over the daemon's heap. A larger read is a bug in the
+ * sizing before it, and the migration fails instead.
+ */
+static int
+room_for(struct source *s, uint64_t len, uint64_t room)
+{
+	if (len <= room)
+		return 1;
+	source_fail(s,
+		    "refused to read %llu bytes of process %d into a buffer "
+		    "of %llu (a bug in uffdd: please report it)",
+		    (unsigned long long)len, (int)s->m->pid,
+		    (unsigned long long)room);
+	return 0;
+}
+
+/*
+ * Reads len bytes of the frozen process from page on into dst, which has
+ * room for that many.
+ */
 static int
 read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
-	   uint64_t len)
+	   uint64_t len, uint64_t room)
 {
 	struct iovec l = {dst, len};
 	struct iovec r = {(void *)(sr->r.start + page * sr->r.page_size), len};
-	ssize_t got = sr->cache_fd >= 0
-			      ? read_cache(sr, page, dst, len)
-			      : process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
+	ssize_t got;
 
+	if (!room_for(s, len, room))
+		return -1;
+	got = sr->cache_fd >= 0 ? read_cache(sr, page, dst, len)
+				: process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
 	if (got == (ssize_t)len)
 		return 0;
 	if (got < 0 && errno == ESRCH)
@@ -678,14 +704,16 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
  */
 static int
 read_demand(struct source *s, struct src_region *sr, uint64_t page,
-	    uint8_t *dst, uint64_t len)
+	    uint8_t *dst, uint64_t len, uint64_t room)
 {
 	uint64_t addr = sr->r.start + page * sr->r.page_size;
 
+	if (!room_for(s, len, room))
+		return -1;
 	if (s->memfd >= 0 && sr->cache_fd < 0 &&
 	    pread(s->memfd, dst, len, (off_t)addr) == (ssize_t)len)
 		return 0;
-	return read_pages(s, sr, page, dst, len);
+	return read_pages(s, sr, page, dst, len, room);
 }
 
 /*
@@ -706,6 +734,16 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	uint8_t *hdr;
 	size_t hlen;
 
+	/* What a destination refuses, and more than our buffers hold. */
+	if (frame_pages_fit(sr->r.page_size, n) != n) {
+		source_fail(s,
+			    "a frame of %llu pages of %u bytes, more than one "
+			    "frame covers (%u bytes; a bug in uffdd: please "
+			    "report it)",
+			    (unsigned long long)n, sr->r.page_size,
+			    FRAME_DATA_MAX);
+		return -1;
+	}
 	pd.region = sr->r.index;
 	pd.page = page;
 	pd.npages = (uint32_t)n;
@@ -723,7 +761,8 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 				       {have ? (void *)have : s->scratch, len}};
 
 		if (len && have == NULL &&
-		    read_demand(s, sr, page, s->scratch, len) < 0) {
+		    read_demand(s, sr, page, s->scratch, len, SCRATCH_LEN) <
+			    0) {
 			free(hdr);
 			return -1;
 		}
@@ -743,8 +782,8 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	free(hdr);
 	if (len && have)
 		memcpy((uint8_t *)v.iov_base + hlen, have, len);
-	else if (len &&
-		 read_pages(s, sr, page, (uint8_t *)v.iov_base + hlen, len) < 0)
+	else if (len && read_pages(s, sr, page, (uint8_t *)v.iov_base + hlen,
+				   len, v.iov_len - hlen) < 0)
 		return -1;
 	v.iov_len = hlen + len;
 	evbuffer_commit_space(conn_output(c), &v, 1);
@@ -815,8 +854,8 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 		 */
 		if (!zero && sr->cache_fd >= 0) {
 			n = 1;
-			if (read_pages(s, sr, page, s->scratch,
-				       sr->r.page_size) < 0)
+			if (read_pages(s, sr, page, s->scratch, sr->r.page_size,
+				       SCRATCH_LEN) < 0)
 				return;
 			zero = page_is_zero(s->scratch, sr->r.page_size);
 			have = s->scratch;
@@ -900,7 +939,7 @@ send_zero_detected(struct source *s, uint32_t ri, uint64_t page, uint64_t *n)
 	uint64_t ps = sr->r.page_size, k = 1;
 	int zero;
 
-	if (read_pages(s, sr, page, s->scratch, *n * ps) < 0)
+	if (read_pages(s, sr, page, s->scratch, *n * ps, SCRATCH_LEN) < 0)
 		return -1;
 	zero = page_is_zero(s->scratch, ps);
 	while (k < *n && page_is_zero(s->scratch + k * ps, ps) == zero)
@@ -975,9 +1014,20 @@ bulk_produce(struct source *s)
 		zero = !bit_test(s->regs[ri].data, page);
 		if (max > (zero ? BULK_ZERO_PAGES : frame))
 			max = zero ? BULK_ZERO_PAGES : frame;
-		/* Huge pages: as many as one frame holds, whole ones. */
-		if (max > FRAME_DATA_MAX / s->regs[ri].r.page_size)
-			max = FRAME_DATA_MAX / s->regs[ri].r.page_size;
+		/*
+		 * Huge pages: as many as one frame holds, whole ones. None
+		 * (pages over FRAME_DATA_MAX) is refused at export; were it
+		 * not, class_run() would still make a run of one.
+		 */
+		max = frame_pages_fit(s->regs[ri].r.page_size, max);
+		if (max == 0) {
+			source_fail(s,
+				    "region at 0x%llx: pages of %u bytes do "
+				    "not fit in a frame",
+				    (unsigned long long)s->regs[ri].r.start,
+				    s->regs[ri].r.page_size);
+			return;
+		}
 		n = class_run(&s->regs[ri], page, max, 1);
 		if (!zero && zero_checked(&s->regs[ri])) {
 			if ((got = send_zero_detected(s, ri, page, &n)) < 0)
