@@ -1296,15 +1296,18 @@ fault_cb(evutil_socket_t fd, short ev, void *arg)
 
 /*
  * hugetlb has no UFFDIO_ZEROPAGE: a zero huge page is copied from here,
- * an untouched mapping that reads as zeros.
+ * an untouched mapping that reads as zeros, ZERO_SOURCE_LEN bytes long
+ * (a whole number of every page size a region may have: frame.h).
  */
+#define ZERO_SOURCE_LEN FRAME_DATA_MAX
+
 static const uint8_t *
 zero_source(void)
 {
 	static void *z;
 
 	if (z == NULL) {
-		z = mmap(NULL, FRAME_DATA_MAX, PROT_READ,
+		z = mmap(NULL, ZERO_SOURCE_LEN, PROT_READ,
 			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (z == MAP_FAILED)
 			fatal("zero buffer");
@@ -1312,14 +1315,34 @@ zero_source(void)
 	return z;
 }
 
-/* Installs zeros at addr, the way the region's kind allows. */
+/*
+ * Installs zeros at addr, the way the region's kind allows. hugetlb copies
+ * them from the zero source, at most its length at a time: a longer copy
+ * would put the daemon's own memory past its end into the target.
+ */
 static enum uffd_res
 install_zero(struct dest *d, const struct dst_region *dr, uint64_t addr,
 	     uint64_t len, uint64_t mode, uint64_t *done)
 {
-	if (dr->r.kind == REGION_HUGETLB)
-		return uffd_copy(d->uffd, addr, zero_source(), len, mode, done);
-	return uffd_zeropage(d->uffd, addr, len, mode, done);
+	enum uffd_res res = UFFD_OK;
+
+	if (dr->r.kind != REGION_HUGETLB)
+		return uffd_zeropage(d->uffd, addr, len, mode, done);
+	if (dr->r.page_size > ZERO_SOURCE_LEN)
+		fatalx("zero huge page of %u bytes at 0x%llx: larger than "
+		       "the zero source (region_table_check() lets none in)",
+		       dr->r.page_size, (unsigned long long)addr);
+	*done = 0;
+	while (res == UFFD_OK && *done < len) {
+		uint64_t want = len - *done, got;
+
+		if (want > ZERO_SOURCE_LEN)
+			want = ZERO_SOURCE_LEN;
+		res = uffd_copy(d->uffd, addr + *done, zero_source(), want,
+				mode, &got);
+		*done += got;
+	}
+	return res;
 }
 
 /*
@@ -2265,6 +2288,20 @@ page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 			  (unsigned long long)pd->page, pd->npages,
 			  h->data_len);
 		lanes_down(d, "malformed PAGE_DATA");
+		return;
+	}
+	/*
+	 * No source sends more (frame.h): the data would not fit our
+	 * buffers, nor a ZERO run of huge pages the zero source.
+	 */
+	if (frame_pages_fit(dr->r.page_size, pd->npages) != pd->npages) {
+		log_warnx("%s: PAGE_DATA of %u pages of %u bytes (region %u "
+			  "page %llu%s): more than one frame covers (%u "
+			  "bytes); closing the lane",
+			  conn_name(c), pd->npages, dr->r.page_size, pd->region,
+			  (unsigned long long)pd->page,
+			  pd->zero ? ", ZERO" : "", FRAME_DATA_MAX);
+		lanes_down(d, "PAGE_DATA larger than a frame");
 		return;
 	}
 	/*

@@ -236,6 +236,18 @@ region_in_ranges(const struct range *r, size_t n, uint64_t start, uint64_t end)
 	return 0;
 }
 
+/* Whether [start, end) overlaps one of the ranges (or nranges is 0). */
+static int
+region_overlaps(const struct range *r, size_t n, uint64_t start, uint64_t end)
+{
+	if (n == 0)
+		return 1;
+	for (size_t i = 0; i < n; i++)
+		if (start < r[i].end && end > r[i].start)
+			return 1;
+	return 0;
+}
+
 static int
 add_region(struct region **out, size_t *cnt, const struct vma *v,
 	   uint64_t start, uint64_t end)
@@ -284,6 +296,45 @@ region_denied(const struct vma *v, size_t n, uint64_t start, uint64_t end,
 	return 0;
 }
 
+/* A size in bytes as people write it: "1 GiB", "2 MiB", "4 KiB". */
+static const char *
+size_text(uint64_t n, char *buf, size_t len)
+{
+	static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+	size_t u = 0;
+
+	while (u + 1 < sizeof(unit) / sizeof(unit[0]) && n >= 1024 &&
+	       n % 1024 == 0) {
+		n /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%llu %s", (unsigned long long)n, unit[u]);
+	return buf;
+}
+
+/*
+ * A frame carries whole pages, at most FRAME_DATA_MAX bytes of them: a
+ * hugetlb mapping of larger pages (default_hugepagesz=1G) cannot migrate,
+ * and is refused rather than left behind. Returns 1 with err filled.
+ */
+static int
+page_too_big(const struct vma *v, char *err, size_t errlen)
+{
+	uint64_t hp = region_huge_page_size();
+	char have[32], most[32];
+
+	if (v->kind != REGION_HUGETLB || frame_pages_fit(hp, 1) == 1)
+		return 0;
+	snprintf(err, errlen,
+		 "%s huge pages at 0x%llx-0x%llx (%s): uffdd migrates pages "
+		 "of at most %s; boot with default_hugepagesz=2M, or leave "
+		 "the mapping out with --range",
+		 size_text(hp, have, sizeof(have)),
+		 (unsigned long long)v->start, (unsigned long long)v->end,
+		 v->name, size_text(FRAME_DATA_MAX, most, sizeof(most)));
+	return 1;
+}
+
 int
 region_build(pid_t pid, const struct range *ranges, size_t nranges,
 	     struct region **out, char *err, size_t errlen)
@@ -315,6 +366,14 @@ region_build(pid_t pid, const struct range *ranges, size_t nranges,
 	for (size_t i = 0; i < n; i++) {
 		if (v[i].kind == REGION_UNKNOWN)
 			continue;
+		if (region_overlaps(ranges, nranges, v[i].start, v[i].end) &&
+		    page_too_big(&v[i], err, errlen)) {
+			free(v);
+			free(*out);
+			*out = NULL;
+			errno = EINVAL;
+			return -1;
+		}
 		if (nranges == 0) {
 			if (add_region(out, &cnt, &v[i], v[i].start, v[i].end) <
 			    0)
@@ -418,10 +477,21 @@ region_table_check(Uffdd__Region *const *r, size_t n, char *err, size_t errlen)
 				 r[i]->index);
 			return -1;
 		}
-		/* 4 KiB to 1 GiB, a power of two: what the kernel has. */
-		if (ps < 4096 || ps > (1u << 30) || (ps & (ps - 1)) != 0) {
+		/*
+		 * A power of two the kernel has, from 4 KiB; and no larger
+		 * than one frame covers, or the frames that bring its pages
+		 * would not fit where they are read and installed from.
+		 */
+		if (ps < 4096 || (ps & (ps - 1)) != 0) {
 			snprintf(err, errlen, "region %u: page size %u",
 				 r[i]->index, ps);
+			return -1;
+		}
+		if (frame_pages_fit(ps, 1) == 0) {
+			snprintf(err, errlen,
+				 "region %u: page size %u, larger than one "
+				 "frame covers (%u bytes)",
+				 r[i]->index, ps, FRAME_DATA_MAX);
 			return -1;
 		}
 	}

@@ -82,7 +82,8 @@ int region_read_maps(pid_t pid, struct vma **out, size_t *n);
 /*
  * The migratable regions of pid, clipped to ranges when nranges > 0.
  * Returns the count (0: none), or -1 with errno set and err filled; EPERM
- * when a mapping in the ranges could not be told (region_denied()).
+ * when a mapping in the ranges could not be told (region_denied()),
+ * EINVAL when one holds huge pages larger than a frame (FRAME_DATA_MAX).
  */
 int region_build(pid_t pid, const struct range *ranges, size_t nranges,
 		 struct region **out, char *err, size_t errlen);
@@ -103,8 +104,9 @@ int region_in_ranges(const struct range *r, size_t n, uint64_t start,
 
 /*
  * Checks a region table from a source before anything is sized or
- * registered from it: count, lengths without overflow, page sizes, unique
- * indices, no overlaps. Returns 0, or -1 with err filled.
+ * registered from it: count, lengths without overflow, page sizes (at
+ * most FRAME_DATA_MAX: frame_pages_fit()), unique indices, no overlaps.
+ * Returns 0, or -1 with err filled.
  */
 int region_table_check(Uffdd__Region *const *r, size_t n, char *err,
 		       size_t errlen);

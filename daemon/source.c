@@ -42,6 +42,8 @@
 #define PING_SECS 1
 /* The --bulk-rate budget is counted over windows this long. */
 #define RATE_WINDOW_NS 100000000ULL
+/* s->scratch: one frame's page bytes (a demand answer, a zero-check). */
+#define SCRATCH_LEN FRAME_DATA_MAX
 
 struct src_region {
 	struct region r;
@@ -82,7 +84,7 @@ struct source {
 	uint64_t cur_page;
 	uint32_t hint_reg;
 	uint64_t hint_page, hint_left;
-	uint8_t *scratch; /* one demand answer's pages */
+	uint8_t *scratch; /* SCRATCH_LEN bytes */
 };
 
 static void source_free(struct migration *);
@@ -390,9 +392,10 @@ build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 	int n = region_build(pid, ranges, nranges, regs, why, sizeof(why));
 
 	if (n <= 0) {
-		*code = n == 0		 ? ERR_NO_MATCH
-			: errno == EPERM ? ERR_PERMISSION
-					 : ERR_NO_PROCESS;
+		*code = n == 0		  ? ERR_NO_MATCH
+			: errno == EPERM  ? ERR_PERMISSION
+			: errno == EINVAL ? ERR_INVALID
+					  : ERR_NO_PROCESS;
 		snprintf(err, errlen, "process %d: %.200s", (int)pid,
 			 n < 0 ? why
 			       : "no memory uffdd migrates in the ranges "
@@ -472,7 +475,7 @@ source_start(struct source *s)
 	s->rate_ev = evtimer_new(base, bulk_cb, s);
 	event_priority_set(s->rate_ev, PRIO_BULK);
 	/* One demand answer at most: a frame's worth of page bytes. */
-	s->scratch = xmalloc(FRAME_DATA_MAX);
+	s->scratch = xmalloc(SCRATCH_LEN);
 	s->exit_ev =
 		event_new(base, s->t.pidfd, EV_READ | EV_PERSIST, exit_cb, s);
 	event_priority_set(s->exit_ev, PRIO_CONTROL);
@@ -716,20 +719,41 @@ read_cache(const struct src_region *sr, uint64_t page, uint8_t *dst,
 }
 
 /*
- * Reads len bytes of the frozen process from page on into dst. The read
- * names the process by pid: it read the process checked only if that is
- * still itself afterwards (procref.h).
+ * Whether len bytes fit the room at a buffer of ours. The bytes come from
+ * the exported process, whose owner chooses them: a read past the end
+ * would write them over the daemon's heap. A larger read is a bug in the
+ * sizing before it, and the migration fails instead.
+ */
+static int
+room_for(struct source *s, uint64_t len, uint64_t room)
+{
+	if (len <= room)
+		return 1;
+	source_fail(s,
+		    "refused to read %llu bytes of process %d into a buffer "
+		    "of %llu (a bug in uffdd: please report it)",
+		    (unsigned long long)len, (int)s->m->pid,
+		    (unsigned long long)room);
+	return 0;
+}
+
+/*
+ * Reads len bytes of the frozen process from page on into dst, which has
+ * room for that many. The read names the process by pid: it read the
+ * process checked only if that is still itself afterwards (procref.h).
  */
 static int
 read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
-	   uint64_t len)
+	   uint64_t len, uint64_t room)
 {
 	struct iovec l = {dst, len};
 	struct iovec r = {(void *)(sr->r.start + page * sr->r.page_size), len};
-	ssize_t got = sr->cache_fd >= 0
-			      ? read_cache(sr, page, dst, len)
-			      : process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
+	ssize_t got;
 
+	if (!room_for(s, len, room))
+		return -1;
+	got = sr->cache_fd >= 0 ? read_cache(sr, page, dst, len)
+				: process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
 	if (got == (ssize_t)len && procref_same(&s->t))
 		return 0;
 	if ((got < 0 && errno == ESRCH) || !procref_same(&s->t))
@@ -753,14 +777,16 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
  */
 static int
 read_demand(struct source *s, struct src_region *sr, uint64_t page,
-	    uint8_t *dst, uint64_t len)
+	    uint8_t *dst, uint64_t len, uint64_t room)
 {
 	uint64_t addr = sr->r.start + page * sr->r.page_size;
 
+	if (!room_for(s, len, room))
+		return -1;
 	if (sr->cache_fd < 0 &&
 	    pread(s->t.memfd, dst, len, (off_t)addr) == (ssize_t)len)
 		return 0;
-	return read_pages(s, sr, page, dst, len);
+	return read_pages(s, sr, page, dst, len, room);
 }
 
 /*
@@ -781,6 +807,16 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	uint8_t *hdr;
 	size_t hlen;
 
+	/* What a destination refuses, and more than our buffers hold. */
+	if (frame_pages_fit(sr->r.page_size, n) != n) {
+		source_fail(s,
+			    "a frame of %llu pages of %u bytes, more than one "
+			    "frame covers (%u bytes; a bug in uffdd: please "
+			    "report it)",
+			    (unsigned long long)n, sr->r.page_size,
+			    FRAME_DATA_MAX);
+		return -1;
+	}
 	pd.region = sr->r.index;
 	pd.page = page;
 	pd.npages = (uint32_t)n;
@@ -798,7 +834,8 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 				       {have ? (void *)have : s->scratch, len}};
 
 		if (len && have == NULL &&
-		    read_demand(s, sr, page, s->scratch, len) < 0) {
+		    read_demand(s, sr, page, s->scratch, len, SCRATCH_LEN) <
+			    0) {
 			free(hdr);
 			return -1;
 		}
@@ -818,8 +855,8 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	free(hdr);
 	if (len && have)
 		memcpy((uint8_t *)v.iov_base + hlen, have, len);
-	else if (len &&
-		 read_pages(s, sr, page, (uint8_t *)v.iov_base + hlen, len) < 0)
+	else if (len && read_pages(s, sr, page, (uint8_t *)v.iov_base + hlen,
+				   len, v.iov_len - hlen) < 0)
 		return -1;
 	v.iov_len = hlen + len;
 	evbuffer_commit_space(conn_output(c), &v, 1);
@@ -890,8 +927,8 @@ demand_request(struct source *s, const Uffdd__PageRequest *pr)
 		 */
 		if (!zero && sr->cache_fd >= 0) {
 			n = 1;
-			if (read_pages(s, sr, page, s->scratch,
-				       sr->r.page_size) < 0)
+			if (read_pages(s, sr, page, s->scratch, sr->r.page_size,
+				       SCRATCH_LEN) < 0)
 				return;
 			zero = page_is_zero(s->scratch, sr->r.page_size);
 			have = s->scratch;
@@ -975,7 +1012,7 @@ send_zero_detected(struct source *s, uint32_t ri, uint64_t page, uint64_t *n)
 	uint64_t ps = sr->r.page_size, k = 1;
 	int zero;
 
-	if (read_pages(s, sr, page, s->scratch, *n * ps) < 0)
+	if (read_pages(s, sr, page, s->scratch, *n * ps, SCRATCH_LEN) < 0)
 		return -1;
 	zero = page_is_zero(s->scratch, ps);
 	while (k < *n && page_is_zero(s->scratch + k * ps, ps) == zero)
@@ -1050,9 +1087,20 @@ bulk_produce(struct source *s)
 		zero = !bit_test(s->regs[ri].data, page);
 		if (max > (zero ? BULK_ZERO_PAGES : frame))
 			max = zero ? BULK_ZERO_PAGES : frame;
-		/* Huge pages: as many as one frame holds, whole ones. */
-		if (max > FRAME_DATA_MAX / s->regs[ri].r.page_size)
-			max = FRAME_DATA_MAX / s->regs[ri].r.page_size;
+		/*
+		 * Huge pages: as many as one frame holds, whole ones. None
+		 * (pages over FRAME_DATA_MAX) is refused at export; were it
+		 * not, class_run() would still make a run of one.
+		 */
+		max = frame_pages_fit(s->regs[ri].r.page_size, max);
+		if (max == 0) {
+			source_fail(s,
+				    "region at 0x%llx: pages of %u bytes do "
+				    "not fit in a frame",
+				    (unsigned long long)s->regs[ri].r.start,
+				    s->regs[ri].r.page_size);
+			return;
+		}
 		n = class_run(&s->regs[ri], page, max, 1);
 		if (!zero && zero_checked(&s->regs[ri])) {
 			if ((got = send_zero_detected(s, ri, page, &n)) < 0)

@@ -21,6 +21,20 @@
 #define FRAME_MSG_MAX (1u << 20)  /* region tables of a few thousand regions */
 #define FRAME_DATA_MAX (4u << 20) /* two 2 MiB huge pages at most */
 /*
+ * A PAGE_DATA frame covers at most FRAME_DATA_MAX bytes of whole pages, a
+ * ZERO frame too (hugetlb zeros are copied from a zero source that size).
+ * How many pages of page_size one frame covers, at most max: 0 when not
+ * even one does (regions of such pages are refused at export).
+ */
+static inline uint64_t
+frame_pages_fit(uint64_t page_size, uint64_t max)
+{
+	uint64_t fit = FRAME_DATA_MAX / page_size;
+
+	return fit < max ? fit : max;
+}
+
+/*
  * Pages a destination asks for in one request at most (runs of a private
  * file mapping's written pages); a source serves at least this many.
  */

@@ -9,6 +9,12 @@ named by CASE (overlap, dup-index, page-size, too-many, wrap), for CASE
 early-frame a HAVE frame where the table belongs, or for error-bytes an
 ERROR whose text is not UTF-8, and keeps the connection
 until the destination closes it. Runs until killed.
+
+CASE huge-zero sends a valid table (one hugetlb region of 2 MiB pages,
+HUGE_PAGES of them at BASE: the destination workload's --kind hugetlb
+--size 32M) and, once the destination has accepted it, a demand ZERO
+frame for every page of it: eight times what one frame may cover, and
+eight times the destination's zero source. A bulk lane gets HELLO only.
 """
 import os
 import socket
@@ -60,6 +66,36 @@ def frame(ftype, msg):
     return struct.pack(">HHII", ftype, 0, len(msg), 0) + msg
 
 
+def recv_frame(conn):
+    """The next frame from the destination: (type, message bytes)."""
+    ftype, _, mlen, dlen = struct.unpack(">HHII", recv_exactly(conn, 12))
+    return ftype, recv_exactly(conn, mlen + dlen)[:mlen]
+
+
+def lane(hello):
+    """The lane field (3) of a HELLO message: 1 demand, 2 bulk."""
+    i = 0
+    while i < len(hello):
+        key, i = hello[i], i + 1
+        if key & 7 == 0:
+            v = 0
+            shift = 0
+            while True:
+                b, i = hello[i], i + 1
+                v |= (b & 0x7F) << shift
+                shift += 7
+                if not b & 0x80:
+                    break
+            if key >> 3 == 3:
+                return v
+        elif key & 7 == 2:
+            n, i = hello[i], i + 1  # short fields only (the ID: 32)
+            i += n
+        else:
+            return 0
+    return 0
+
+
 BASE = 0x500000000000
 CASES = {
     "overlap": [region(0, BASE, 1 << 20), region(1, BASE + 4096, 1 << 20)],
@@ -68,6 +104,17 @@ CASES = {
     "too-many": [region(i, BASE + i * 8192, 4096) for i in range(5000)],
     "wrap": [region(0, 0xFFFFFFFFFFFFF000, 1 << 20)],
 }
+HUGE_PAGE = 2 << 20
+HUGE_PAGES = 16
+HUGE_REGION = (field_varint(1, 0) + field_varint(3, BASE) +
+               field_varint(4, HUGE_PAGES * HUGE_PAGE) +
+               field_varint(5, HUGE_PAGE) + field_varint(6, 5) +
+               field_varint(8, HUGE_PAGES))
+CASES["huge-zero"] = [HUGE_REGION]
+# PageData: region 0, page 0, npages, zero, demand.
+HUGE_ZERO = frame(4, field_varint(1, 0) + field_varint(2, 0) +
+                  field_varint(3, HUGE_PAGES) + field_varint(4, 1) +
+                  field_varint(5, 1))
 
 portfile, case = sys.argv[1], sys.argv[2]
 srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -89,11 +136,16 @@ while True:
     try:
         if ctx:
             conn = ctx.wrap_socket(conn, server_side=True)
-        hdr = recv_exactly(conn, 12)
-        _, _, mlen, dlen = struct.unpack(">HHII", hdr)
-        recv_exactly(conn, mlen + dlen)
+        _, msg = recv_frame(conn)
         hello = frame(1, field_varint(1, 1) + field_varint(3, 1))
-        if case == "early-frame":
+        if lane(msg) == 2:
+            conn.sendall(frame(1, field_varint(1, 1) + field_varint(3, 2)))
+        elif case == "huge-zero":
+            conn.sendall(hello + frame(2, table(CASES[case])))
+            while recv_frame(conn)[0] != 2:  # the accepted regions
+                pass
+            conn.sendall(HUGE_ZERO)
+        elif case == "early-frame":
             conn.sendall(hello + frame(7, b""))
         elif case == "error-bytes":
             # An ERROR whose text is not UTF-8 (protobuf-c does not check).

@@ -185,9 +185,31 @@ test_text_clean(void)
 	clean("\xf4\x90\x80\x80", "????");
 }
 
+/*
+ * How many pages one frame covers, the bulk lane's sizing: a page larger
+ * than a frame (1 GiB, with default_hugepagesz=1G) gives none, never one
+ * that would not fit the frame and the buffers sized for it.
+ */
+static void
+test_frame_pages(void)
+{
+	CHECK(frame_pages_fit(4096, 64) == 64);
+	CHECK(frame_pages_fit(4096, 512) == 512);
+	CHECK(frame_pages_fit(4096, 1 << 20) == FRAME_DATA_MAX / 4096);
+	CHECK(frame_pages_fit(2u << 20, 512) == 2);
+	CHECK(frame_pages_fit(2u << 20, 1) == 1);
+	CHECK(frame_pages_fit(FRAME_DATA_MAX, 64) == 1);
+	CHECK(frame_pages_fit(2 * (uint64_t)FRAME_DATA_MAX, 64) == 0);
+	CHECK(frame_pages_fit(1u << 30, 512) == 0);
+	CHECK(frame_pages_fit(16ULL << 30, 512) == 0);
+	for (uint64_t ps = 4096; ps <= (16ULL << 30); ps *= 2)
+		CHECK(frame_pages_fit(ps, 512) * ps <= FRAME_DATA_MAX);
+}
+
 int
 main(void)
 {
+	test_frame_pages();
 	test_text_clean();
 	test_header();
 	test_roundtrip();

@@ -67,7 +67,11 @@ main(void)
 	r[1]->start = b + (1 << 20);
 	r[1]->length = 4096;
 
-	/* Page sizes: powers of two from 4 KiB to 1 GiB only. */
+	/*
+	 * Page sizes: powers of two from 4 KiB, and at most what one frame
+	 * covers (FRAME_DATA_MAX): 1 GiB pages (default_hugepagesz=1G) would
+	 * come in frames larger than the buffers and the zero source.
+	 */
 	r[0]->page_size = 0;
 	CHECK(check(r, 3) < 0);
 	r[0]->page_size = 2048;
@@ -77,7 +81,12 @@ main(void)
 	r[0]->page_size = 2u << 30;
 	CHECK(check(r, 3) < 0);
 	r[0]->page_size = 1u << 30;
+	CHECK(check(r, 3) < 0);
+	r[0]->page_size = 2 * FRAME_DATA_MAX;
+	CHECK(check(r, 3) < 0);
+	r[0]->page_size = FRAME_DATA_MAX;
 	CHECK(check(r, 3) == 0);
+	r[0]->page_size = 4096;
 	CHECK(check(r, 3) == 0);
 
 	/* Count. */
