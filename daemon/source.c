@@ -1297,7 +1297,7 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 	}
 	s->demand = c;
 	s->resume_pending = hello->resume;
-	snprintf(m->peer, sizeof(m->peer), "%s", conn_name(c));
+	migration_set_peer(m, conn_name(c));
 	conn_set_owner(c, demand_frame, lane_close, s);
 	conn_set_priority(c, PRIO_FAULT);
 	peer_set_nodelay(c);
