@@ -87,7 +87,10 @@ connect_daemon(void)
 
 /*
  * Sends a request and waits for its reply. An Error reply is printed and
- * returns NULL; so does a broken connection.
+ * returns NULL; so does a broken connection. Every string of the reply
+ * (reasons, region names, peers: some a peer's words) is made printable
+ * UTF-8 first, control characters and invalid bytes '?' (text_clean()),
+ * as the daemon's log has them: nothing reaches the terminal raw.
  */
 ProtobufCMessage *
 call_try(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
@@ -102,6 +105,7 @@ call_try(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 					    : strerror(errno));
 		return NULL;
 	}
+	frame_clean_strings(rep);
 	if (got == FRAME_ERROR) {
 		fprintf(stderr, "uffd-client: %s\n",
 			((Uffdd__Error *)rep)->message);

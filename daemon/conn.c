@@ -55,6 +55,8 @@ struct conn {
 	conn_close_cb on_close;
 	conn_drain_cb on_drain;
 	void *arg;
+	conn_closed_cb on_closed; /* conn_on_closed() */
+	void *closed_arg;
 	char name[96];
 	int budget;
 	int in_cb;
@@ -121,6 +123,9 @@ conn_reading(struct conn *c, int on)
 static void
 conn_destroy(struct conn *c)
 {
+	conn_closed_cb cb = c->on_closed;
+	void *arg = c->closed_arg;
+
 	if (c->rd)
 		event_free(c->rd);
 	if (c->deadline)
@@ -129,6 +134,8 @@ conn_destroy(struct conn *c)
 		event_free(c->resume);
 	bufferevent_free(c->bev);
 	free(c);
+	if (cb)
+		cb(arg);
 }
 
 /*
@@ -596,6 +603,13 @@ conn_set_owner(struct conn *c, conn_frame_cb fcb, conn_close_cb ccb, void *arg)
 	c->on_frame = fcb;
 	c->on_close = ccb;
 	c->arg = arg;
+}
+
+void
+conn_on_closed(struct conn *c, conn_closed_cb cb, void *arg)
+{
+	c->on_closed = cb;
+	c->closed_arg = arg;
 }
 
 void

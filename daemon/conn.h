@@ -31,6 +31,8 @@ typedef void (*conn_frame_cb)(struct conn *, const struct frame_hdr *,
 typedef void (*conn_close_cb)(struct conn *, const char *why, void *arg);
 /* The output buffer drained below the mark set with conn_set_drain(). */
 typedef void (*conn_drain_cb)(struct conn *, void *arg);
+/* The connection's socket is closed (see conn_on_closed()). */
+typedef void (*conn_closed_cb)(void *arg);
 
 struct conn *conn_new(struct event_base *base, struct bufferevent *bev,
 		      const char *name, conn_frame_cb, conn_close_cb,
@@ -40,6 +42,12 @@ void conn_free(struct conn *);
 /* Sends what is queued, then frees itself; the owner hears nothing more. */
 void conn_finish(struct conn *);
 void conn_set_owner(struct conn *, conn_frame_cb, conn_close_cb, void *arg);
+/*
+ * Calls cb(arg) once, when the socket is closed, whoever closes it: also
+ * after conn_finish(), when the owner hears nothing else (cb NULL: none).
+ * Whoever counts connections counts them until then.
+ */
+void conn_on_closed(struct conn *, conn_closed_cb cb, void *arg);
 void conn_set_priority(struct conn *, int prio);
 /* At most n frames a callback, the rest after other events (0: no limit). */
 void conn_set_budget(struct conn *, int n);

@@ -3181,7 +3181,7 @@ dest_attach(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	d->uffd = d->target_fd = -1;
 	snprintf(d->from, sizeof(d->from), "%s", req->from);
 	snprintf(d->pin, sizeof(d->pin), "%s", req->pin);
-	snprintf(m->peer, sizeof(m->peer), "%s", req->from);
+	migration_set_peer(m, req->from);
 	d->nranges = req->n_ranges;
 	d->ranges = xcalloc(req->n_ranges, sizeof(*d->ranges));
 	for (size_t i = 0; i < req->n_ranges; i++) {
@@ -3622,7 +3622,7 @@ dest_restore(const char *path, FILE *f)
 	d->target_fd = tfd;
 	snprintf(d->from, sizeof(d->from), "%s", from);
 	snprintf(d->pin, sizeof(d->pin), "%s", pin);
-	snprintf(m->peer, sizeof(m->peer), "%s", from);
+	migration_set_peer(m, from);
 	d->ranges = ranges;
 	d->nranges = nranges;
 	ranges = NULL;

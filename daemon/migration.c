@@ -220,8 +220,20 @@ migration_fail(struct migration *m, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(m->reason, sizeof(m->reason), fmt, ap);
 	va_end(ap);
+	/*
+	 * A reason may quote a peer (its ERROR, a region name) and goes to
+	 * status and the state file; a cut may also split a character.
+	 */
+	text_clean(m->reason);
 	log_warnx("migration %s failed: %s", log_id(m->id), m->reason);
 	migration_set_state(m, MIG_FAILED);
+}
+
+void
+migration_set_peer(struct migration *m, const char *peer)
+{
+	snprintf(m->peer, sizeof(m->peer), "%s", peer);
+	text_clean(m->peer);
 }
 
 void

@@ -74,6 +74,11 @@ void migration_set_state(struct migration *, enum mig_state);
 /* Marks the migration failed with a reason, logged once. */
 void migration_fail(struct migration *, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/*
+ * Sets the peer shown in status and saved in the state file (an address,
+ * or what a control client gave as --from), as printable text.
+ */
+void migration_set_peer(struct migration *, const char *peer);
 /* Fills a status message; strings point into m. */
 void migration_status(const struct migration *, Uffdd__MigrationStatus *);
 void migration_free_all(void);

@@ -33,11 +33,23 @@ static int nlisteners;
  * Past HELLO the source role allows one demand and one bulk lane per
  * migration. Without these, anyone who can reach the port could hold file
  * descriptors and handshakes open at no cost.
+ *
+ * The deadline runs from accept and traffic never moves it: a peer that
+ * trickles a byte at a time would keep a read timeout from ever firing.
+ * A connection counts until its socket is closed, also one refused after
+ * its HELLO (unknown ID, version, busy lane) while its ERROR goes out;
+ * such a one has what is left of its deadline for that, at most
+ * PEER_REFUSED_SECS.
  */
+#define PEER_REFUSED_SECS 2
 
 struct pending {
 	TAILQ_ENTRY(pending) link;
 	struct conn *conn;
+	struct event *deadline;
+	uint64_t due_ns; /* now_ns() when the deadline fires */
+	int secs;	 /* hello-timeout when it was accepted */
+	int refused;	 /* answered with an ERROR, finishing */
 	struct sockaddr_storage addr;
 };
 static TAILQ_HEAD(, pending) pendings = TAILQ_HEAD_INITIALIZER(pendings);
@@ -62,13 +74,66 @@ same_host(const struct sockaddr_storage *a, const struct sockaddr *b)
 	return 0;
 }
 
-/* The connection got its HELLO or closed: it no longer counts. */
+/* The connection became a lane or its socket closed: it no longer counts. */
 static void
 pending_done(struct pending *p)
 {
 	TAILQ_REMOVE(&pendings, p, link);
 	npending--;
+	event_free(p->deadline);
 	free(p);
+}
+
+/* conn_on_closed(): however the connection ended. */
+static void
+pending_closed(void *arg)
+{
+	pending_done(arg);
+}
+
+/* Closes the connection now and stops counting it. */
+static void
+pending_close(struct pending *p)
+{
+	conn_on_closed(p->conn, NULL, NULL);
+	conn_free(p->conn);
+	pending_done(p);
+}
+
+static void
+pending_deadline(evutil_socket_t fd, short ev, void *arg)
+{
+	struct pending *p = arg;
+
+	if (p->refused)
+		log_debug("%s: closed; it was refused and had %d s at most "
+			  "to take its ERROR",
+			  conn_name(p->conn), PEER_REFUSED_SECS);
+	else
+		log_warnx("peer %s refused: no HELLO within %d s of "
+			  "connecting, TLS handshake included (hello-timeout)",
+			  conn_name(p->conn), p->secs);
+	pending_close(p);
+}
+
+/*
+ * Refused after its first frame, the connection is finishing (its ERROR
+ * goes out, conn_finish()): it keeps counting until it closes, and closes
+ * at its deadline or PEER_REFUSED_SECS from now, whichever comes first.
+ */
+static void
+pending_refused(struct pending *p)
+{
+	uint64_t now = now_ns(), left;
+	struct timeval tv;
+
+	p->refused = 1;
+	left = p->due_ns > now ? p->due_ns - now : 0;
+	if (left > (uint64_t)PEER_REFUSED_SECS * 1000000000u)
+		left = (uint64_t)PEER_REFUSED_SECS * 1000000000u;
+	tv.tv_sec = (time_t)(left / 1000000000u);
+	tv.tv_usec = (suseconds_t)(left % 1000000000u / 1000);
+	evtimer_add(p->deadline, &tv);
 }
 
 /* Plaintext is allowed only where nobody else can listen in: loopback. */
@@ -155,25 +220,33 @@ static void
 accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	       void *arg)
 {
-	pending_done(arg);
+	struct pending *p = arg;
+
 	if (h->type != FRAME_HELLO) {
 		log_warnx("%s: %s before HELLO", conn_name(c),
 			  frame_type_name(h->type));
 		conn_send_error(c, ERR_PROTOCOL, "expected HELLO");
 		conn_finish(c);
+		pending_refused(p);
 		return;
 	}
-	/* The deadline was for HELLO; the role sets its own. */
-	conn_set_timeout(c, 0);
-	source_hello(c, (const Uffdd__Hello *)msg);
+	if (source_hello(c, (const Uffdd__Hello *)msg) < 0) {
+		pending_refused(p);
+		return;
+	}
+	/* A lane now: its migration limits it, and the role its silence. */
+	conn_on_closed(c, NULL, NULL);
+	pending_done(p);
 }
 
-/* Before HELLO nobody owns the connection: TLS refusals end up here. */
+/*
+ * Before HELLO nobody owns the connection: TLS refusals end up here (its
+ * conn_on_closed() callback stops counting it).
+ */
 static void
 accepted_close(struct conn *c, const char *why, void *arg)
 {
 	log_warnx("peer %s refused: %s", conn_name(c), why);
-	pending_done(arg);
 	conn_free(c);
 }
 
@@ -182,6 +255,7 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	  int sl, void *arg)
 {
 	char host[INET6_ADDRSTRLEN + 8] = "?", name[96];
+	struct timeval tv = {0, 0};
 	struct bufferevent *bev;
 	struct pending *p;
 	int port = 0, same = 0;
@@ -203,11 +277,12 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	TAILQ_FOREACH (p, &pendings, link)
 		same += same_host(&p->addr, sa);
 	if (same >= conf.max_pending_per_addr || npending >= conf.max_pending) {
-		log_warnx("peer %s refused: %d connections from it and %d in "
-			  "all are still before HELLO (max-pending-per-address "
-			  "%d, max-pending %d)",
-			  host, same, npending, conf.max_pending_per_addr,
-			  conf.max_pending);
+		log_warnx(
+			"peer %s refused: %d connections from it and %d in "
+			"all are pending, before HELLO or closing after a "
+			"refusal (max-pending-per-address %d, max-pending %d)",
+			host, same, npending, conf.max_pending_per_addr,
+			conf.max_pending);
 		evutil_closesocket(fd);
 		return;
 	}
@@ -227,7 +302,15 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	       (size_t)sl < sizeof(p->addr) ? (size_t)sl : sizeof(p->addr));
 	p->conn = conn_new(base, bev, name, accepted_frame, accepted_close, p);
 	conn_set_priority(p->conn, PRIO_CONTROL);
-	conn_set_timeout(p->conn, conf.hello_timeout);
+	conn_on_closed(p->conn, pending_closed, p);
+	p->deadline = evtimer_new(base, pending_deadline, p);
+	if (p->deadline == NULL)
+		fatalx("evtimer_new");
+	event_priority_set(p->deadline, PRIO_CONTROL);
+	p->secs = conf.hello_timeout;
+	p->due_ns = now_ns() + (uint64_t)p->secs * 1000000000u;
+	tv.tv_sec = p->secs;
+	evtimer_add(p->deadline, &tv);
 	TAILQ_INSERT_TAIL(&pendings, p, link);
 	npending++;
 }
@@ -284,10 +367,8 @@ peer_close_listeners(void)
 {
 	struct pending *p;
 
-	while ((p = TAILQ_FIRST(&pendings)) != NULL) {
-		conn_free(p->conn);
-		pending_done(p);
-	}
+	while ((p = TAILQ_FIRST(&pendings)) != NULL)
+		pending_close(p);
 	while (nlisteners > 0)
 		evconnlistener_free(listeners[--nlisteners]);
 }

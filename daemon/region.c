@@ -178,6 +178,44 @@ vma_kind(pid_t pid, struct vma *v)
 	return REGION_SHMEM_FILE;
 }
 
+/*
+ * /proc/PID/maps shows a path as its bytes but for a newline, which the
+ * kernel writes as \012 (a file named with those four characters looks the
+ * same). A name travels to the destination, which refuses one that is not
+ * printable text (region_table_check()), and reaches logs, status and
+ * state files: every other control character and byte that is not valid
+ * UTF-8 is written the kernel's way too. The destination reads its own
+ * maps the same way, so both sides name one file alike.
+ */
+int
+region_name_escape(char dst[REGION_NAME_MAX], const char *src)
+{
+	size_t o = 0, max = REGION_NAME_MAX - 1;
+
+	while (*src) {
+		size_t n = text_char_len(src), len = n;
+		char esc[8];
+		const char *piece = src;
+
+		if (n == 0) {
+			len = (size_t)snprintf(esc, sizeof(esc), "\\%03o",
+					       (unsigned char)*src);
+			piece = esc;
+			n = 1;
+		}
+		if (o + len > max) {
+			memset(dst + o, '?', max - o);
+			dst[max] = '\0';
+			return 1;
+		}
+		memcpy(dst + o, piece, len);
+		o += len;
+		src += n;
+	}
+	dst[o] = '\0';
+	return 0;
+}
+
 int
 region_read_maps(pid_t pid, struct vma **out, size_t *n)
 {
@@ -203,8 +241,7 @@ region_read_maps(pid_t pid, struct vma **out, size_t *n)
 		e.end = en;
 		e.offset = off;
 		memcpy(e.perms, perms, 4);
-		snprintf(e.name, sizeof(e.name), "%s", name);
-		e.name_cut = strlen(name) >= sizeof(e.name);
+		e.name_cut = region_name_escape(e.name, name);
 		e.kind = vma_kind(pid, &e);
 		if (cnt == cap) {
 			struct vma *nv;
@@ -455,6 +492,30 @@ by_index(const void *a, const void *b)
 
 unsigned region_table_max = REGION_TABLE_MAX;
 
+/* A name as region_name_escape() makes them. 0, or -1 with err filled. */
+static int
+name_check(const Uffdd__Region *r, char *err, size_t errlen)
+{
+	const char *name = r->name ? r->name : "";
+	size_t len = strlen(name);
+	long bad = text_bad_at(name);
+
+	if (len >= REGION_NAME_MAX) {
+		snprintf(err, errlen,
+			 "region %u: name of %zu bytes, at most %d", r->index,
+			 len, REGION_NAME_MAX - 1);
+		return -1;
+	}
+	if (bad >= 0) {
+		snprintf(err, errlen,
+			 "region %u: name holds a control character or a byte "
+			 "that is not UTF-8 (0x%02x at byte %ld)",
+			 r->index, (unsigned char)name[bad], bad);
+		return -1;
+	}
+	return 0;
+}
+
 int
 region_table_check(Uffdd__Region *const *r, size_t n, char *err, size_t errlen)
 {
@@ -494,6 +555,8 @@ region_table_check(Uffdd__Region *const *r, size_t n, char *err, size_t errlen)
 				 r[i]->index, ps, FRAME_DATA_MAX);
 			return -1;
 		}
+		if (name_check(r[i], err, errlen) < 0)
+			return -1;
 	}
 	if (n < 2)
 		return 0;

@@ -39,7 +39,11 @@ region_kind_shmem(enum region_kind k)
 	       k == REGION_SHMEM_FILE;
 }
 
-/* Paths longer than this are cut, and a cut path never matches. */
+/*
+ * Paths longer than this are cut, and a cut path never matches. A name
+ * on the wire is at most REGION_NAME_MAX - 1 bytes of printable UTF-8
+ * (text_char_len()); one of exactly that length may have been cut.
+ */
 #define REGION_NAME_MAX 256
 
 struct vma {
@@ -77,7 +81,18 @@ struct region {
 const char *region_kind_name(enum region_kind);
 /* Opens the file behind a VMA of pid through /proc/PID/map_files. */
 int region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end);
-/* Reads /proc/PID/maps. Returns 0, or -1 with errno set. */
+/*
+ * Writes a mapping's name as /proc/PID/maps shows it into dst as a name
+ * that may travel: every byte that is not printable text becomes \ooo,
+ * as the kernel writes a newline in a path. Returns 1 when it did not
+ * fit: then dst holds REGION_NAME_MAX - 1 bytes, a character cut in two
+ * padded with '?'.
+ */
+int region_name_escape(char dst[REGION_NAME_MAX], const char *src);
+/*
+ * Reads /proc/PID/maps, names escaped (region_name_escape()). Returns 0,
+ * or -1 with errno set.
+ */
 int region_read_maps(pid_t pid, struct vma **out, size_t *n);
 /*
  * The migratable regions of pid, clipped to ranges when nranges > 0.
@@ -105,8 +120,9 @@ int region_in_ranges(const struct range *r, size_t n, uint64_t start,
 /*
  * Checks a region table from a source before anything is sized or
  * registered from it: count, lengths without overflow, page sizes (at
- * most FRAME_DATA_MAX: frame_pages_fit()), unique indices, no overlaps.
- * Returns 0, or -1 with err filled.
+ * most FRAME_DATA_MAX: frame_pages_fit()), names (printable UTF-8 of at
+ * most REGION_NAME_MAX - 1 bytes: they reach logs, status, the state
+ * file), unique indices, no overlaps. Returns 0, or -1 with err filled.
  */
 int region_table_check(Uffdd__Region *const *r, size_t n, char *err,
 		       size_t errlen);

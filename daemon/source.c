@@ -1351,7 +1351,7 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	lanes_down(arg, "protocol error");
 }
 
-void
+int
 source_hello(struct conn *c, const Uffdd__Hello *hello)
 {
 	Uffdd__Hello me = UFFDD__HELLO__INIT;
@@ -1365,7 +1365,7 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 				"protocol version %u, this source speaks %u",
 				hello->version, UFFDD_PROTO_VERSION);
 		conn_finish(c);
-		return;
+		return -1;
 	}
 	m = migration_find(hello->migration_id, ROLE_SOURCE);
 	if (m == NULL) {
@@ -1373,7 +1373,7 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 			  log_id(hello->migration_id));
 		conn_send_error(c, ERR_UNKNOWN_ID, "unknown migration ID");
 		conn_finish(c);
-		return;
+		return -1;
 	}
 	s = m->impl;
 	if (m->state == MIG_COMPLETE || m->state == MIG_FAILED) {
@@ -1381,7 +1381,7 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 				migration_state_name(m->state),
 				m->reason[0] ? ": " : "", m->reason);
 		conn_finish(c);
-		return;
+		return -1;
 	}
 	if (hello->lane == UFFDD__LANE__LANE_BULK) {
 		if (s->demand == NULL || m->state != MIG_RUNNING || s->bulk) {
@@ -1390,7 +1390,7 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 						: "bulk lane before the demand "
 						  "lane");
 			conn_finish(c);
-			return;
+			return -1;
 		}
 		s->bulk = c;
 		conn_set_owner(c, bulk_frame, bulk_close, s);
@@ -1398,7 +1398,7 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 		conn_set_drain(c, bulk_drain, BULK_LOW);
 		conn_send(c, FRAME_HELLO, &me.base);
 		bulk_produce(s);
-		return;
+		return 0;
 	}
 	if (hello->lane == UFFDD__LANE__LANE_DEMAND && hello->resume &&
 	    s->demand) {
@@ -1417,11 +1417,11 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 					? "migration already has a destination"
 					: "unknown lane");
 		conn_finish(c);
-		return;
+		return -1;
 	}
 	s->demand = c;
 	s->resume_pending = hello->resume;
-	snprintf(m->peer, sizeof(m->peer), "%s", conn_name(c));
+	migration_set_peer(m, conn_name(c));
 	conn_set_owner(c, demand_frame, lane_close, s);
 	conn_set_priority(c, PRIO_FAULT);
 	peer_set_nodelay(c);
@@ -1452,4 +1452,5 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 	conn_send(c, FRAME_REGIONS, &t.base);
 	free(pp);
 	free(rp);
+	return 0;
 }

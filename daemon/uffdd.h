@@ -72,7 +72,7 @@ struct uffdd_conf {
 	int max_request_pages;	  /* pages one demand request may ask */
 	int max_pending;	  /* peer connections before HELLO, in all */
 	int max_pending_per_addr; /* the same, from one address */
-	int hello_timeout;	  /* seconds a new peer has to say HELLO */
+	int hello_timeout;	  /* seconds from accept to HELLO */
 	uint64_t max_output;	  /* unsent bytes before a conn stops reading */
 	int poll_us;		  /* busy polling after demand traffic, us */
 	int zero_detect;	  /* source: all-zero data pages go as ZERO */
@@ -123,8 +123,12 @@ struct procref;
  */
 void source_export(uint64_t serial, const struct authz_caller *who,
 		   struct procref *t, const Uffdd__ExportRequest *);
-/* A peer connection's first frame was a Hello for the source role. */
-void source_hello(struct conn *, const Uffdd__Hello *);
+/*
+ * A peer connection's first frame was a Hello for the source role. Returns
+ * 0 when the connection is now a lane of a migration, -1 when it was
+ * refused: an ERROR is queued and the connection is finishing.
+ */
+int source_hello(struct conn *, const Uffdd__Hello *);
 
 /* dest.c */
 /* The same for an attach: checked again once the target is stopped. */

@@ -182,19 +182,87 @@ utf8_len(const unsigned char *s)
 	return n;
 }
 
+size_t
+text_char_len(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n = utf8_len(p);
+
+	if (n == 1 && (*p < 0x20 || *p == 0x7f))
+		return 0;
+	/* C1 controls: some terminals take U+009B as an escape (CSI). */
+	if (n == 2 && p[0] == 0xc2 && p[1] < 0xa0)
+		return 0;
+	return n;
+}
+
+long
+text_bad_at(const char *s)
+{
+	for (const char *p = s; *p;) {
+		size_t n = text_char_len(p);
+
+		if (n == 0)
+			return (long)(p - s);
+		p += n;
+	}
+	return -1;
+}
+
 void
 text_clean(char *s)
 {
-	unsigned char *p = (unsigned char *)s;
+	while (*s) {
+		size_t n = text_char_len(s);
 
-	while (*p) {
-		size_t n = utf8_len(p);
+		if (n == 0)
+			*s++ = '?';
+		else
+			s += n;
+	}
+}
 
-		if (n == 0 || (n == 1 && (*p < 0x20 || *p == 0x7f))) {
-			*p++ = '?';
+/* The i-th string or submessage of field f in msg (n: how many). */
+static void **
+field_items(ProtobufCMessage *msg, const ProtobufCFieldDescriptor *f, size_t *n)
+{
+	char *base = (char *)msg;
+
+	if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF &&
+	    *(uint32_t *)(void *)(base + f->quantifier_offset) != f->id) {
+		*n = 0;
+		return NULL;
+	}
+	if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+		*n = *(size_t *)(void *)(base + f->quantifier_offset);
+		return *(void ***)(void *)(base + f->offset);
+	}
+	*n = 1;
+	return (void **)(void *)(base + f->offset);
+}
+
+void
+frame_clean_strings(ProtobufCMessage *msg)
+{
+	if (msg == NULL)
+		return;
+	for (unsigned i = 0; i < msg->descriptor->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &msg->descriptor->fields[i];
+		void **items;
+		size_t n;
+
+		if (f->type != PROTOBUF_C_TYPE_STRING &&
+		    f->type != PROTOBUF_C_TYPE_MESSAGE)
 			continue;
+		items = field_items(msg, f, &n);
+		for (size_t k = 0; k < n; k++) {
+			if (items[k] == NULL)
+				continue;
+			if (f->type == PROTOBUF_C_TYPE_STRING)
+				text_clean(items[k]);
+			else
+				frame_clean_strings(items[k]);
 		}
-		p += n;
 	}
 }
 

@@ -86,11 +86,24 @@ uint8_t *frame_pack(uint16_t type, const ProtobufCMessage *msg,
 ProtobufCMessage *frame_unpack(uint16_t type, const uint8_t *buf, size_t len);
 void frame_free(ProtobufCMessage *msg);
 /*
- * Makes text from elsewhere (a peer's error message, a log line) safe to
- * print: in place, every control character, DEL and byte that is not part
- * of valid UTF-8 becomes '?'. Valid UTF-8 stays as it is.
+ * Text from elsewhere (a peer's error message or region name, a log line)
+ * is printed only as printable UTF-8: no control character (C0, DEL or
+ * C1, U+0080 to U+009F: a forged line, a terminal escape) and no byte that
+ * is not part of valid UTF-8.
+ *
+ * text_char_len(): the length of the printable character that starts at
+ * s (not at its end), 0 when none does.
  */
+size_t text_char_len(const char *s);
+/* The offset of the first byte that is not printable text, -1 if none. */
+long text_bad_at(const char *s);
+/* In place, every byte that is not printable text becomes '?'. */
 void text_clean(char *s);
+/*
+ * text_clean()s every string of msg, in nested messages and repeated
+ * fields too: for a reply whose text goes to a terminal.
+ */
+void frame_clean_strings(ProtobufCMessage *msg);
 
 /* Blocking helpers for the client (and tests): whole frames over a socket. */
 int frame_send_fd(int fd, uint16_t type, const ProtobufCMessage *msg);

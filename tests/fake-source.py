@@ -5,10 +5,13 @@ fake-source.py PORTFILE CASE [CA CERT KEY]
 Listens on 127.0.0.1 (a free port, written to PORTFILE), with TLS and a
 required client certificate if CA CERT KEY are given. For each connection
 it reads the destination's HELLO, then sends HELLO and the region table
-named by CASE (overlap, dup-index, page-size, too-many, wrap), for CASE
-early-frame a HAVE frame where the table belongs, or for error-bytes an
-ERROR whose text is not UTF-8, and keeps the connection
-until the destination closes it. Runs until killed.
+named by CASE (overlap, dup-index, page-size, too-many, wrap; or one
+region that matches a 16 MiB destination workload but for its name:
+name-inject, lines for a state file and a terminal escape, name-bytes,
+not UTF-8, name-long, 300 bytes), for CASE early-frame a HAVE frame
+where the table belongs, or for error-bytes an ERROR whose text is not
+UTF-8, and keeps the connection until the destination closes it. Runs
+until killed.
 
 CASE huge-zero sends a valid table (one hugetlb region of 2 MiB pages,
 HUGE_PAGES of them at BASE: the destination workload's --kind hugetlb
@@ -42,10 +45,11 @@ def field_bytes(num, b):
     return varint(num << 3 | 2) + varint(len(b)) + b
 
 
-def region(index, start, length, page_size=4096):
-    return (field_varint(1, index) + field_varint(3, start) +
-            field_varint(4, length) + field_varint(5, page_size) +
-            field_varint(6, 1) + field_varint(7, length // page_size))
+def region(index, start, length, page_size=4096, name=b""):
+    return (field_varint(1, index) + field_bytes(2, name) +
+            field_varint(3, start) + field_varint(4, length) +
+            field_varint(5, page_size) + field_varint(6, 1) +
+            field_varint(7, length // page_size))
 
 
 def table(regions):
@@ -103,6 +107,12 @@ CASES = {
     "page-size": [region(0, BASE, 1 << 20, 12345)],
     "too-many": [region(i, BASE + i * 8192, 4096) for i in range(5000)],
     "wrap": [region(0, 0xFFFFFFFFFFFFF000, 1 << 20)],
+    # A name that would add lines to the destination's state file (a
+    # process to restore into, a descriptor) and colour a terminal.
+    "name-inject": [region(0, BASE, 16 << 20, name=b"x\npid=1\ntarget_fd=3"
+                           b"\n\x1b[31mred\x1b]0;title\x07")],
+    "name-bytes": [region(0, BASE, 16 << 20, name=b"/tmp/\xff\xfe\xc2\x9b")],
+    "name-long": [region(0, BASE, 16 << 20, name=b"/" + b"a" * 299)],
 }
 HUGE_PAGE = 2 << 20
 HUGE_PAGES = 16

@@ -183,6 +183,41 @@ test_text_clean(void)
 	clean("\xc0\xaf \xe0\x80\xaf", "?? ???");
 	clean("\xed\xa0\x80", "???");
 	clean("\xf4\x90\x80\x80", "????");
+	/* C1 controls (U+009B is CSI to some terminals); U+00A0 is text. */
+	clean("a\xc2\x9b"
+	      "31m\xc2\x80 \xc2\xa0",
+	      "a??31m?? \xc2\xa0");
+	CHECK(text_bad_at("caf\xc3\xa9") == -1);
+	CHECK(text_bad_at("") == -1);
+	CHECK(text_bad_at("x\npid=1") == 1);
+	CHECK(text_bad_at("caf\xc3\xa9\x1b[31m") == 5);
+	CHECK(text_bad_at("ab\xc3") == 2);
+}
+
+/* Every string of a reply, nested and repeated ones too, is cleaned. */
+static void
+test_clean_strings(void)
+{
+	Uffdd__AttachReply rep = UFFDD__ATTACH_REPLY__INIT;
+	Uffdd__Region r[2], *rp[2] = {&r[0], &r[1]};
+	char id[] = "id\x1b]0;x\x07", n0[] = "/a\nb", n1[] = "ok \xc3\xa9";
+
+	uffdd__region__init(&r[0]);
+	uffdd__region__init(&r[1]);
+	r[0].name = n0;
+	r[1].name = n1;
+	rep.id = id;
+	rep.n_unmatched = 2;
+	rep.unmatched = rp;
+	frame_clean_strings(&rep.base);
+	CHECK(strcmp(id, "id?]0;x?") == 0);
+	CHECK(strcmp(n0, "/a?b") == 0);
+	CHECK(strcmp(n1, "ok \xc3\xa9") == 0);
+	/* Empty strings (protobuf-c's shared "") and no message at all. */
+	frame_clean_strings(&r[0].base);
+	uffdd__region__init(&r[0]);
+	frame_clean_strings(&r[0].base);
+	frame_clean_strings(NULL);
 }
 
 /*
@@ -211,6 +246,7 @@ main(void)
 {
 	test_frame_pages();
 	test_text_clean();
+	test_clean_strings();
 	test_header();
 	test_roundtrip();
 	test_fd_io();

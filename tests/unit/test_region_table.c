@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "daemon/region.h"
 #include "tests/unit/unit.h"
@@ -28,6 +29,69 @@ check(Uffdd__Region **r, size_t n)
 	if (rc < 0)
 		printf("refused: %s\n", err);
 	return rc;
+}
+
+/* A name in a one-region table: accepted (0) or refused (-1). */
+static int
+name_ok(const char *name)
+{
+	Uffdd__Region *r = mk(3, 0x500000000000, 4096, 4096);
+	int rc;
+
+	r->name = (char *)name;
+	rc = check(&r, 1);
+	free(r);
+	return rc;
+}
+
+/*
+ * A peer's name reaches logs, status and the state file: only printable
+ * UTF-8, at most REGION_NAME_MAX - 1 bytes; what a source reads from
+ * /proc/PID/maps (region_name_escape()) always passes.
+ */
+static void
+names(void)
+{
+	char big[REGION_NAME_MAX + 8], out[REGION_NAME_MAX];
+
+	CHECK(name_ok("/usr/lib/x86_64-linux-gnu/libc.so.6") == 0);
+	CHECK(name_ok("/tmp/caf\xc3\xa9 (deleted)") == 0);
+	CHECK(name_ok("[anon:guest ram]") == 0);
+	CHECK(name_ok("x\npid=1\ntarget_fd=3") < 0);
+	CHECK(name_ok("a\x1b[31m") < 0);
+	CHECK(name_ok("a\x7f") < 0);
+	CHECK(name_ok("a\xc2\x9b") < 0);
+	CHECK(name_ok("a\xff") < 0);
+	memset(big, 'a', sizeof(big));
+	big[REGION_NAME_MAX - 1] = '\0';
+	CHECK(name_ok(big) == 0);
+	big[REGION_NAME_MAX - 1] = 'a';
+	big[REGION_NAME_MAX] = '\0';
+	CHECK(name_ok(big) < 0);
+
+	/* Escaped as the kernel writes a newline; printable text stays. */
+	CHECK(region_name_escape(out, "/d/x\x1b[31m\ty\xff\xc3\xa9") == 0);
+	CHECK(strcmp(out, "/d/x\\033[31m\\011y\\377\xc3\xa9") == 0);
+	CHECK(name_ok(out) == 0);
+	CHECK(region_name_escape(out, "/d/a\\012b") == 0);
+	CHECK(strcmp(out, "/d/a\\012b") == 0);
+	/* Too long: cut to REGION_NAME_MAX - 1, never mid-character. */
+	memset(big, 'a', sizeof(big));
+	big[REGION_NAME_MAX] = '\0';
+	CHECK(region_name_escape(out, big) == 1);
+	CHECK(strlen(out) == REGION_NAME_MAX - 1 && name_ok(out) == 0);
+	big[REGION_NAME_MAX - 1] = '\0';
+	CHECK(region_name_escape(out, big) == 0 && name_ok(out) == 0);
+	big[REGION_NAME_MAX - 3] = '\xe2'; /* a euro sign over the edge */
+	big[REGION_NAME_MAX - 2] = '\x82';
+	big[REGION_NAME_MAX - 1] = '\xac';
+	big[REGION_NAME_MAX] = '\0';
+	CHECK(region_name_escape(out, big) == 1);
+	CHECK(strlen(out) == REGION_NAME_MAX - 1 && name_ok(out) == 0);
+	CHECK(strcmp(out + REGION_NAME_MAX - 3, "??") == 0);
+	big[REGION_NAME_MAX - 3] = '\n';
+	CHECK(region_name_escape(out, big) == 1);
+	CHECK(strlen(out) == REGION_NAME_MAX - 1 && name_ok(out) == 0);
 }
 
 int
@@ -100,5 +164,6 @@ main(void)
 	free(many);
 	for (int i = 0; i < 3; i++)
 		free(r[i]);
+	names();
 	return UNIT_DONE();
 }
