@@ -22,6 +22,7 @@
 #include "daemon/pagemap.h"
 #include "daemon/pagestate.h"
 #include "daemon/probe.h"
+#include "daemon/proc.h"
 #include "daemon/region.h"
 #include "daemon/tls.h"
 #include "daemon/uffd.h"
@@ -1655,28 +1656,6 @@ child_done(struct dest *k)
 	if (root->m->state == MIG_RUNNING &&
 	    present_total(root) == root->m->pages_total && root->nkids == 0)
 		dest_complete(root);
-}
-
-/* A process's start time (clock ticks after boot), 0 when it is gone. */
-static unsigned long long
-proc_start(pid_t pid)
-{
-	char path[64], buf[1024], *p;
-	unsigned long long start = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if ((f = fopen(path, "re")) == NULL)
-		return 0;
-	/* Field 22; the name (field 2) may hold blanks: count after it. */
-	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) &&
-	    sscanf(p + 2,
-		   "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
-		   "%*d %*d %*d %*d %*d %*d %llu",
-		   &start) != 1)
-		start = 0;
-	fclose(f);
-	return start;
 }
 
 static int
