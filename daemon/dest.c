@@ -3834,8 +3834,14 @@ restore_regions(struct dest *d, struct saved *sv, const char *file)
 		dr->r = sv->regs[i];
 		dr->src_start = sv->regs[i].vma_start;
 		dr->npages = dr->r.length / dr->r.page_size;
-		if (pagestate_init(&dr->ps, dr->npages) < 0)
-			fatal("page state");
+		/* The file's sizes: no memory for them is no reason to die. */
+		if (pagestate_init(&dr->ps, dr->npages) < 0) {
+			d->nregs--;
+			log_warnx("%s: region %zu: no memory for the states of "
+				  "its %llu pages",
+				  file, i, (unsigned long long)dr->npages);
+			return -1;
+		}
 		for (size_t k = 0; k < sv->nmoves; k++)
 			if (sv->moves[k].reg == i)
 				add_move(dr, sv->moves[k].mv.p0,
