@@ -8,7 +8,10 @@ it reads the destination's HELLO, then sends HELLO and the region table
 named by CASE (overlap, dup-index, page-size, too-many, wrap), for CASE
 early-frame a HAVE frame where the table belongs, or for error-bytes an
 ERROR whose text is not UTF-8, and keeps the connection
-until the destination closes it. Runs until killed.
+until the destination closes it. For CASE name, a valid table of one
+region (16 MiB of private anonymous memory at 0x500000000000) named
+$FAKE_REGION_NAME, on the first connection only: the later ones (the bulk
+lane, reconnects) get HELLO alone. Runs until killed.
 """
 import os
 import socket
@@ -36,8 +39,9 @@ def field_bytes(num, b):
     return varint(num << 3 | 2) + varint(len(b)) + b
 
 
-def region(index, start, length, page_size=4096):
-    return (field_varint(1, index) + field_varint(3, start) +
+def region(index, start, length, page_size=4096, name=b""):
+    return (field_varint(1, index) +
+            (field_bytes(2, name) if name else b"") + field_varint(3, start) +
             field_varint(4, length) + field_varint(5, page_size) +
             field_varint(6, 1) + field_varint(7, length // page_size))
 
@@ -67,6 +71,8 @@ CASES = {
     "page-size": [region(0, BASE, 1 << 20, 12345)],
     "too-many": [region(i, BASE + i * 8192, 4096) for i in range(5000)],
     "wrap": [region(0, 0xFFFFFFFFFFFFF000, 1 << 20)],
+    "name": [region(0, BASE, 16 << 20, name=os.environ.get(
+        "FAKE_REGION_NAME", "").encode())],
 }
 
 portfile, case = sys.argv[1], sys.argv[2]
@@ -84,6 +90,7 @@ if len(sys.argv) > 3:
 with open(portfile + ".tmp", "w") as f:
     f.write(str(srv.getsockname()[1]))
 os.rename(portfile + ".tmp", portfile)
+first = True
 while True:
     conn, _ = srv.accept()
     try:
@@ -99,8 +106,11 @@ while True:
             # An ERROR whose text is not UTF-8 (protobuf-c does not check).
             conn.sendall(hello + frame(6, field_varint(1, 5) + field_bytes(
                 2, b"no migration \xff\xfe\x80 here \x1b[31m")))
+        elif case == "name" and not first:
+            conn.sendall(hello)
         else:
             conn.sendall(hello + frame(2, table(CASES[case])))
+        first = False
         while conn.recv(4096):
             pass
     except (OSError, ssl.SSLError):
