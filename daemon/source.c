@@ -679,7 +679,13 @@ source_restore(struct state_tbl *t)
 	long long now;
 	int rc = -1;
 
-	if (saved_read(t, &sv) < 0 || !sv.live || !same_process(file, &sv))
+	if (saved_read(t, &sv) < 0)
+		goto out;
+	if (!sv.live) {
+		log_warnx("%s: export %s had ended", file, log_id(sv.id));
+		goto out;
+	}
+	if (!same_process(file, &sv))
 		goto out;
 	s = source_create(sv.pid, sv.ranges, sv.nranges, sv.keep, sv.id, &code,
 			  err, sizeof(err));
