@@ -13,8 +13,11 @@
 
 #define SUM_PREFIX "sha256 "
 #define SUM_HEX 64
-/* A list's index: its entries are counted one by one (state_count()). */
-#define INDEX_MAX 99999999u
+/*
+ * Digits of a list's index: more entries than a writer could ever make
+ * (a key the writer cannot write would be fatal()).
+ */
+#define INDEX_DIGITS 15
 
 struct rec {
 	const char *key, *val;
@@ -62,7 +65,7 @@ key_ok(const char *k, size_t n)
 	for (d = i; d < n; d++)
 		if (k[d] < '0' || k[d] > '9')
 			return 0;
-	return (k[i] != '0' || n - i == 1) && n - i <= 8;
+	return (k[i] != '0' || n - i == 1) && n - i <= INDEX_DIGITS;
 }
 
 /* Writer. */
@@ -557,7 +560,7 @@ state_count(const struct state_tbl *t, const char *name)
 	char key[STATE_KEY_MAX];
 	size_t n = 0;
 
-	while (n <= INDEX_MAX && find(t, state_key(key, name, n)))
+	while (find(t, state_key(key, name, n)))
 		n++;
 	return n;
 }
