@@ -24,8 +24,10 @@
 #include "daemon/pagemap.h"
 #include "daemon/pagestate.h"
 #include "daemon/probe.h"
+#include "daemon/proc.h"
 #include "daemon/procref.h"
 #include "daemon/region.h"
+#include "daemon/statefmt.h"
 #include "daemon/tls.h"
 #include "daemon/uffd.h"
 #include "daemon/uffdd.h"
@@ -145,6 +147,8 @@ struct dest {
 	 */
 	int gone;
 	int saved; /* the state file on disk is up to date */
+	/* m->pid's start time (proc.h), taken at the first save. */
+	unsigned long long start;
 	/*
 	 * A bulk frame being installed in pieces (bulk_pieces()): its pages
 	 * [pend.page + pdone, pend.page + pend.npages) are still to go in,
@@ -337,11 +341,13 @@ close_target_fd(struct dest *d)
  * Runs of pages of d the target discarded (or the source said are zero)
  * and nobody touched since: a restart cannot tell them from missing ones
  * in the pagemap, and must never fetch the source's bytes there. A forked
- * child's lines name its pid first.
+ * child's records name its pid first; *n counts the records of the kind.
  */
 static void
-save_discarded(FILE *f, const struct dest *d)
+save_discarded(struct state_out *o, const struct dest *d, size_t *n)
 {
+	char key[STATE_KEY_MAX];
+
 	for (size_t i = 0; i < d->nregs; i++) {
 		const struct pagestate *ps = &d->regs[i].ps;
 
@@ -352,63 +358,124 @@ save_discarded(FILE *f, const struct dest *d)
 			       pagestate_get(ps, q) == PAGE_DISCARDED)
 				q++;
 			if (q > p && d->root)
-				fprintf(f, "child_discarded=%d %zu %llx %llx\n",
-					(int)d->m->pid, i,
-					(unsigned long long)p,
-					(unsigned long long)q);
+				state_put_u64s(
+					o,
+					state_key(key, "child_discarded",
+						  (*n)++),
+					(const uint64_t[]){(uint64_t)d->m->pid,
+							   i, p, q},
+					4);
 			else if (q > p)
-				fprintf(f, "discarded=%zu %llx %llx\n", i,
-					(unsigned long long)p,
-					(unsigned long long)q);
+				state_put_u64s(
+					o, state_key(key, "discarded", (*n)++),
+					(const uint64_t[]){i, p, q}, 3);
 			p = q + 1;
 		}
 	}
 }
 
-static void
-save_more(FILE *f, const struct migration *m)
+/* Forked children that hold a copy of their uffd, for a restart. */
+static int
+saved_kid(const struct dest *k)
 {
-	const struct dest *d = m->impl;
+	return k->m->pid > 0 && k->target_fd >= 0 && k->start != 0;
+}
 
-	fprintf(f, "from=%s\ntarget_fd=%d\nstart=%llu\n", d->from, d->target_fd,
-		m->start);
-	fprintf(f, "owner=%lu %lu %d %" PRIx64 "\n",
-		(unsigned long)d->owner.uid, (unsigned long)d->owner.gid,
-		d->owner.privileged, d->owner.capprm);
-	if (d->gone)
-		fprintf(f, "gone=1\n");
-	if (d->hold)
-		fprintf(f, "held=1\n");
-	/* Forked children that hold a copy of their uffd, for a restart. */
-	for (size_t i = 0; i < d->nkids; i++)
-		if (d->kids[i]->m->pid > 0 && d->kids[i]->target_fd >= 0)
-			fprintf(f, "child=%d %d\n", (int)d->kids[i]->m->pid,
-				d->kids[i]->target_fd);
-	if (d->pin[0])
-		fprintf(f, "pin=%s\n", d->pin);
-	for (size_t i = 0; i < d->nranges; i++)
-		fprintf(f, "range=%llx-%llx\n",
-			(unsigned long long)d->ranges[i].start,
-			(unsigned long long)d->ranges[i].end);
-	for (size_t i = 0; i < d->nregs; i++)
-		fprintf(f, "region=%u %llx %llx %u %d %llx %s\n",
-			d->regs[i].r.index,
-			(unsigned long long)d->regs[i].r.start,
-			(unsigned long long)d->regs[i].r.length,
-			d->regs[i].r.page_size, (int)d->regs[i].r.kind,
-			(unsigned long long)d->regs[i].src_start,
-			d->regs[i].r.name);
+static void
+save_regions(struct state_out *o, const struct dest *d)
+{
+	char key[STATE_KEY_MAX];
+	size_t n = 0;
+
+	for (size_t i = 0; i < d->nregs; i++) {
+		const struct dst_region *dr = &d->regs[i];
+
+		state_put_u64s(o, state_key(key, "region", i),
+			       (const uint64_t[]){dr->r.index, dr->r.start,
+						  dr->r.length, dr->r.page_size,
+						  (uint64_t)dr->r.kind,
+						  dr->src_start},
+			       6);
+		/* The source's word, whatever bytes it holds: escaped. */
+		state_put_str(o, state_key(key, "region_name", i), dr->r.name);
+	}
 	/* Pages the target moved (mremap): region (in the order above). */
 	for (size_t i = 0; i < d->nregs; i++)
 		for (size_t k = 0; k < d->regs[i].nmoves; k++)
-			fprintf(f, "move=%zu %llx %llx %llx\n", i,
-				(unsigned long long)d->regs[i].moves[k].p0,
-				(unsigned long long)d->regs[i].moves[k].p1,
-				(unsigned long long)d->regs[i].moves[k].base);
-	save_discarded(f, d);
+			state_put_u64s(
+				o, state_key(key, "move", n++),
+				(const uint64_t[]){i, d->regs[i].moves[k].p0,
+						   d->regs[i].moves[k].p1,
+						   d->regs[i].moves[k].base},
+				4);
+}
+
+static int
+save_more(struct state_out *o, const struct migration *m)
+{
+	const struct dest *d = m->impl;
+	char key[STATE_KEY_MAX];
+	size_t n = 0;
+
+	state_put_u64(o, "start", d->start);
+	/* Whose the migration is: every process it acts on must be theirs. */
+	state_put_u64s(o, "owner",
+		       (const uint64_t[]){d->owner.uid, d->owner.gid,
+					  (uint64_t)d->owner.privileged,
+					  d->owner.capprm},
+		       4);
+	state_put_str(o, "from", d->from);
+	/* None yet: the daemon died in the attach; not to be taken up. */
+	if (d->target_fd >= 0)
+		state_put_u64(o, "target_fd", (uint64_t)d->target_fd);
+	if (d->gone)
+		state_put_u64(o, "gone", 1);
+	if (d->hold)
+		state_put_u64(o, "held", 1);
 	for (size_t i = 0; i < d->nkids; i++)
-		if (d->kids[i]->m->pid > 0 && d->kids[i]->target_fd >= 0)
-			save_discarded(f, d->kids[i]);
+		if (saved_kid(d->kids[i]))
+			state_put_u64s(o, state_key(key, "child", n++),
+				       (const uint64_t[]){
+					       (uint64_t)d->kids[i]->m->pid,
+					       d->kids[i]->start,
+					       (uint64_t)d->kids[i]->target_fd},
+				       3);
+	if (d->pin[0])
+		state_put_str(o, "pin", d->pin);
+	for (size_t i = 0; i < d->nranges; i++)
+		state_put_u64s(o, state_key(key, "range", i),
+			       (const uint64_t[]){d->ranges[i].start,
+						  d->ranges[i].end},
+			       2);
+	save_regions(o, d);
+	n = 0;
+	save_discarded(o, d, &n);
+	n = 0;
+	for (size_t i = 0; i < d->nkids; i++)
+		if (saved_kid(d->kids[i]))
+			save_discarded(o, d->kids[i], &n);
+	return 0;
+}
+
+/*
+ * The start times of the target and its children, as their procrefs
+ * were opened: a restart finds a reused pid by them.
+ * -1 with errno set when the target is gone.
+ */
+static int
+take_starts(struct dest *d)
+{
+	for (size_t i = 0; i < d->nkids; i++) {
+		struct dest *k = d->kids[i];
+
+		if (k->start == 0 && k->t.pidfd >= 0)
+			k->start = k->t.start;
+	}
+	if (d->start == 0 && !d->gone && (d->start = d->m->start) == 0) {
+		errno = ESRCH;
+		return -1;
+	}
+	return 0;
 }
 
 /* The state file is the root's, children included, whoever changed. */
@@ -420,7 +487,7 @@ save(struct dest *d)
 	/* Ended: teardown removed the file, which must not come back. */
 	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
 		return 0;
-	if (state_write(d->m, save_more) == 0) {
+	if (take_starts(d) == 0 && state_write(d->m, save_more) == 0) {
 		d->saved = 1;
 		return 0;
 	}
@@ -1699,28 +1766,6 @@ child_done(struct dest *k)
 	if (root->m->state == MIG_RUNNING &&
 	    present_total(root) == root->m->pages_total && root->nkids == 0)
 		dest_complete(root);
-}
-
-/* A process's start time (clock ticks after boot), 0 when it is gone. */
-static unsigned long long
-proc_start(pid_t pid)
-{
-	char path[64], buf[1024], *p;
-	unsigned long long start = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if ((f = fopen(path, "re")) == NULL)
-		return 0;
-	/* Field 22; the name (field 2) may hold blanks: count after it. */
-	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) &&
-	    sscanf(p + 2,
-		   "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
-		   "%*d %*d %*d %*d %*d %*d %llu",
-		   &start) != 1)
-		start = 0;
-	fclose(f);
-	return start;
 }
 
 static int
@@ -3355,19 +3400,23 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 		lanes_down(d, "bulk lane unreachable");
 }
 
-/* The userfaultfd at fd tfd of a process (pidfd), copied here, or -1. */
+/*
+ * The userfaultfd at fd tfd of a process (pidfd), copied here, or -1: a
+ * descriptor of any other kind there is never used.
+ */
 static int
 take_uffd(int pidfd, int tfd)
 {
 	char path[64], link[64];
-	int fd = (int)syscall(SYS_pidfd_getfd, pidfd, tfd, 0);
 	ssize_t ll;
+	int fd;
 
-	if (fd < 0)
+	if (tfd < 0 || (fd = (int)syscall(SYS_pidfd_getfd, pidfd, tfd, 0)) < 0)
 		return -1;
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	ll = readlink(path, link, sizeof(link) - 1);
-	if (ll < 0 || (link[ll] = '\0', strstr(link, "userfaultfd") == NULL)) {
+	if (ll < 0 ||
+	    (link[ll] = '\0', strcmp(link, "anon_inode:[userfaultfd]") != 0)) {
 		close(fd);
 		return -1;
 	}
@@ -3402,13 +3451,6 @@ held_from_pagemap(pid_t pid, struct dst_region *dr)
 	return 0;
 }
 
-/*
- * After a restart, a forked child of root's target that kept its copy of
- * its uffd: taken again like the root; it holds what its pagemap shows
- * (shared memory: what the root has, while the root's target lives), and
- * gets the rest from the root's frames: the resume's HAVE names only pages
- * that the root and every child hold (kids_have()).
- */
 /* A saved run of discarded pages: the root's (pid 0) or a child's. */
 struct gone {
 	int pid;
@@ -3429,27 +3471,596 @@ mark_gone(struct dst_region *dr, size_t reg, const struct gone *gone,
 				pagestate_set(&dr->ps, p, PAGE_DISCARDED);
 }
 
+/* A forked child as a state file names it. */
+struct saved_kid {
+	pid_t pid;
+	unsigned long long start;
+	int tfd;
+};
+
+/* Pages [mv.p0, mv.p1) of region reg moved (save_regions()). */
+struct saved_move {
+	size_t reg;
+	struct move mv;
+};
+
+/* What a destination's state file says (save_more()). */
+struct saved {
+	char id[MIG_ID_LEN + 1], from[256], pin[96], state[16];
+	pid_t pid;
+	unsigned long long start;
+	struct authz_caller owner;
+	int tfd; /* -1: the attach had not taken the uffd yet */
+	int held, gone;
+	struct region *regs; /* vma_start: the source's start */
+	size_t nregs;
+	struct range *ranges;
+	size_t nranges;
+	struct saved_move *moves;
+	size_t nmoves;
+	struct gone *runs;
+	size_t nruns;
+	struct saved_kid *kids;
+	size_t nkids;
+};
+
+/* No user address reaches this, with 5-level page tables too. */
+#define ADDR_END (1ULL << 57)
+
 static void
-restore_child(struct dest *root, const char *path, int pid, int tfd,
+saved_free(struct saved *sv)
+{
+	free(sv->regs);
+	free(sv->ranges);
+	free(sv->moves);
+	free(sv->runs);
+	free(sv->kids);
+}
+
+/* An optional 0/1 record: absent is 0. */
+static int
+saved_flag(struct state_tbl *t, const char *key, int *v)
+{
+	uint64_t x = 0;
+
+	if (state_has(t, key) && state_u64(t, key, 0, 1, &x) < 0)
+		return -1;
+	*v = (int)x;
+	return 0;
+}
+
+/* HOST:PORT as attach took it: printable, no blanks. */
+static int
+printable(const char *s)
+{
+	for (; *s; s++)
+		if (*s <= ' ' || *s > '~')
+			return 0;
+	return 1;
+}
+
+/* owner: UID GID PRIVILEGED CAPPRM, the attach's caller (authz.h). */
+static int
+saved_owner(struct state_tbl *t, struct authz_caller *c)
+{
+	uint64_t v[4];
+
+	if (state_u64s(t, "owner", v, 4) < 0)
+		return -1;
+	if (v[0] > UINT32_MAX || v[1] > UINT32_MAX || v[2] > 1)
+		return state_bad(t, "owner",
+				 "owner: want UID GID PRIVILEGED CAPPRM");
+	*c = (struct authz_caller){.uid = (uid_t)v[0],
+				   .gid = (gid_t)v[1],
+				   .privileged = (int)v[2],
+				   .capprm = v[3]};
+	return 0;
+}
+
+static int
+saved_head(struct state_tbl *t, struct saved *sv)
+{
+	unsigned char fp[32];
+	char role[16];
+	uint64_t v;
+
+	if (state_str(t, "role", role, sizeof(role)) < 0)
+		return -1;
+	if (strcmp(role, "destination") != 0)
+		return state_bad(t, "role", "role %s: not a destination's file",
+				 role);
+	if (state_str(t, "id", sv->id, sizeof(sv->id)) < 0 ||
+	    state_u64(t, "pid", 2, INT32_MAX, &v) < 0)
+		return -1;
+	sv->pid = (pid_t)v;
+	if (state_u64(t, "start", 1, UINT64_MAX, &v) < 0)
+		return -1;
+	sv->start = v;
+	if (saved_owner(t, &sv->owner) < 0 ||
+	    state_str(t, "state", sv->state, sizeof(sv->state)) < 0)
+		return -1;
+	if (strcmp(sv->state, "connecting") && strcmp(sv->state, "running") &&
+	    strcmp(sv->state, "paused") && strcmp(sv->state, "complete") &&
+	    strcmp(sv->state, "failed"))
+		return state_bad(t, "state", "state %s: not a destination's",
+				 sv->state);
+	if (state_str(t, "from", sv->from, sizeof(sv->from)) < 0)
+		return -1;
+	if (!sv->from[0] || !printable(sv->from))
+		return state_bad(t, "from", "from: want HOST:PORT");
+	sv->tfd = -1;
+	if (state_has(t, "target_fd")) {
+		if (state_u64(t, "target_fd", 0, INT32_MAX, &v) < 0)
+			return -1;
+		sv->tfd = (int)v;
+	}
+	if (saved_flag(t, "held", &sv->held) < 0 ||
+	    saved_flag(t, "gone", &sv->gone) < 0)
+		return -1;
+	if (state_has(t, "pin") &&
+	    (state_str(t, "pin", sv->pin, sizeof(sv->pin)) < 0 ||
+	     (tls_parse_pin(sv->pin, fp) < 0 &&
+	      state_bad(t, "pin", "pin: not a SHA-256 fingerprint") < 0)))
+		return -1;
+	return 0;
+}
+
+/* region.I: INDEX START LENGTH PAGE_SIZE KIND SOURCE_START, and its name. */
+static int
+saved_region(struct state_tbl *t, size_t i, struct region *r)
+{
+	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE),
+		 huge = region_huge_page_size(), v[6];
+	char key[STATE_KEY_MAX], nkey[STATE_KEY_MAX];
+
+	if (state_u64s(t, state_key(key, "region", i), v, 6) < 0 ||
+	    state_str(t, state_key(nkey, "region_name", i), r->name,
+		      sizeof(r->name)) < 0)
+		return -1;
+	/* The page size first: the others are divided by it. */
+	if (v[0] > UINT32_MAX || v[4] < REGION_ANON_PRIVATE ||
+	    v[4] > REGION_FILE_PRIVATE ||
+	    !(v[3] == ps || (v[4] == REGION_HUGETLB && huge && v[3] == huge)) ||
+	    v[2] == 0 || v[2] % v[3] || v[1] % v[3] || v[5] % v[3] ||
+	    v[1] >= ADDR_END || v[2] > ADDR_END - v[1] || v[5] >= ADDR_END ||
+	    v[2] > ADDR_END - v[5])
+		return state_bad(t, key,
+				 "%s: not a region this host can have "
+				 "(INDEX START LENGTH PAGE_SIZE KIND "
+				 "SOURCE_START)",
+				 key);
+	r->index = (uint32_t)v[0];
+	r->start = v[1];
+	r->length = v[2];
+	r->page_size = (uint32_t)v[3];
+	r->kind = (enum region_kind)v[4];
+	r->vma_start = v[5]; /* the source's start, for resume */
+	return 0;
+}
+
+/* As attach took them: 1 to REGION_TABLE_MAX, distinct, no overlaps. */
+static int
+saved_regions(struct state_tbl *t, struct saved *sv)
+{
+	Uffdd__Region *pb, **pp;
+	char err[256];
+	int rc = 0;
+
+	sv->nregs = state_count(t, "region");
+	if (sv->nregs == 0 || sv->nregs > REGION_TABLE_MAX)
+		return state_bad(t, NULL,
+				 "%zu regions (region.0 on), want 1 to %d",
+				 sv->nregs, REGION_TABLE_MAX);
+	sv->regs = xcalloc(sv->nregs, sizeof(*sv->regs));
+	for (size_t i = 0; i < sv->nregs; i++)
+		if (saved_region(t, i, &sv->regs[i]) < 0)
+			return -1;
+	pb = xcalloc(sv->nregs, sizeof(*pb));
+	pp = xcalloc(sv->nregs, sizeof(*pp));
+	for (size_t i = 0; i < sv->nregs; i++) {
+		uffdd__region__init(&pb[i]);
+		pb[i].index = sv->regs[i].index;
+		pb[i].start = sv->regs[i].start;
+		pb[i].length = sv->regs[i].length;
+		pb[i].page_size = sv->regs[i].page_size;
+		pp[i] = &pb[i];
+	}
+	if (region_table_check(pp, sv->nregs, err, sizeof(err)) < 0)
+		rc = state_bad(t, "region.0", "regions: %s", err);
+	free(pb);
+	free(pp);
+	return rc;
+}
+
+/* range.I: START END, as attach --range gave them. */
+static int
+saved_ranges(struct state_tbl *t, struct saved *sv)
+{
+	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE), v[2];
+	char key[STATE_KEY_MAX];
+
+	sv->nranges = state_count(t, "range");
+	sv->ranges = xcalloc(sv->nranges + 1, sizeof(*sv->ranges));
+	for (size_t i = 0; i < sv->nranges; i++) {
+		if (state_u64s(t, state_key(key, "range", i), v, 2) < 0)
+			return -1;
+		if (v[0] >= v[1] || v[0] % ps || v[1] % ps)
+			return state_bad(t, key,
+					 "%s: not a page-aligned START END "
+					 "with START < END",
+					 key);
+		sv->ranges[i] = (struct range){v[0], v[1]};
+	}
+	return 0;
+}
+
+/* Pages v[1] to v[2] (not included) of region v[0]. */
+static int
+saved_run(struct state_tbl *t, const char *key, const struct saved *sv,
+	  const uint64_t *v)
+{
+	if (v[0] < sv->nregs && v[1] < v[2] &&
+	    v[2] <= sv->regs[v[0]].length / sv->regs[v[0]].page_size)
+		return 0;
+	return state_bad(t, key, "%s: not pages of one of the regions", key);
+}
+
+/* move.I: REGION P0 P1 BASE (pages [P0, P1) now at BASE). */
+static int
+saved_moves(struct state_tbl *t, struct saved *sv)
+{
+	char key[STATE_KEY_MAX];
+	uint64_t v[4], ps;
+
+	sv->nmoves = state_count(t, "move");
+	sv->moves = xcalloc(sv->nmoves + 1, sizeof(*sv->moves));
+	for (size_t i = 0; i < sv->nmoves; i++) {
+		if (state_u64s(t, state_key(key, "move", i), v, 4) < 0 ||
+		    saved_run(t, key, sv, v) < 0)
+			return -1;
+		ps = sv->regs[v[0]].page_size;
+		if (v[3] % ps || v[3] >= ADDR_END ||
+		    v[2] - v[1] > (ADDR_END - v[3]) / ps)
+			return state_bad(t, key,
+					 "%s: moved to where no process maps",
+					 key);
+		sv->moves[i] = (struct saved_move){v[0], {v[1], v[2], v[3]}};
+	}
+	return 0;
+}
+
+static int
+by_pid(const void *a, const void *b)
+{
+	pid_t x = ((const struct saved_kid *)a)->pid;
+	pid_t y = ((const struct saved_kid *)b)->pid;
+
+	return (x > y) - (x < y);
+}
+
+/* child.I: PID START FD, each pid once; kept sorted by pid. */
+static int
+saved_kids(struct state_tbl *t, struct saved *sv)
+{
+	char key[STATE_KEY_MAX];
+	uint64_t v[3];
+
+	sv->nkids = state_count(t, "child");
+	sv->kids = xcalloc(sv->nkids + 1, sizeof(*sv->kids));
+	for (size_t i = 0; i < sv->nkids; i++) {
+		if (state_u64s(t, state_key(key, "child", i), v, 3) < 0)
+			return -1;
+		if (v[0] < 2 || v[0] > INT32_MAX || v[0] == (uint64_t)sv->pid ||
+		    v[1] == 0 || v[2] > INT32_MAX)
+			return state_bad(t, key,
+					 "%s: not the PID START FD of a "
+					 "forked process",
+					 key);
+		sv->kids[i] = (struct saved_kid){(pid_t)v[0], v[1], (int)v[2]};
+	}
+	qsort(sv->kids, sv->nkids, sizeof(*sv->kids), by_pid);
+	for (size_t i = 1; i < sv->nkids; i++)
+		if (sv->kids[i].pid == sv->kids[i - 1].pid)
+			return state_bad(t, "child.0", "child: pid %d twice",
+					 (int)sv->kids[i].pid);
+	return 0;
+}
+
+/* discarded.I: REGION P0 P1; child_discarded.I: PID REGION P0 P1. */
+static int
+saved_runs(struct state_tbl *t, struct saved *sv)
+{
+	size_t nr = state_count(t, "discarded"),
+	       nk = state_count(t, "child_discarded");
+	char key[STATE_KEY_MAX];
+	uint64_t v[4];
+
+	sv->runs = xcalloc(nr + nk + 1, sizeof(*sv->runs));
+	for (size_t i = 0; i < nr; i++) {
+		if (state_u64s(t, state_key(key, "discarded", i), v, 3) < 0 ||
+		    saved_run(t, key, sv, v) < 0)
+			return -1;
+		sv->runs[sv->nruns++] = (struct gone){0, v[0], v[1], v[2]};
+	}
+	for (size_t i = 0; i < nk; i++) {
+		struct saved_kid k = {.pid = 0};
+
+		if (state_u64s(t, state_key(key, "child_discarded", i), v, 4) <
+			    0 ||
+		    saved_run(t, key, sv, v + 1) < 0)
+			return -1;
+		k.pid = v[0] <= INT32_MAX ? (pid_t)v[0] : 0;
+		if (bsearch(&k, sv->kids, sv->nkids, sizeof(k), by_pid) == NULL)
+			return state_bad(t, key, "%s: pid %llu is no child.N's",
+					 key, (unsigned long long)v[0]);
+		sv->runs[sv->nruns++] =
+			(struct gone){(int)v[0], v[1], v[2], v[3]};
+	}
+	return 0;
+}
+
+/* Reads and checks every record of t; touches nothing. */
+static int
+saved_read(struct state_tbl *t, struct saved *sv)
+{
+	memset(sv, 0, sizeof(*sv));
+	if (saved_head(t, sv) < 0 || saved_regions(t, sv) < 0 ||
+	    saved_ranges(t, sv) < 0 || saved_moves(t, sv) < 0 ||
+	    saved_kids(t, sv) < 0 || saved_runs(t, sv) < 0)
+		return -1;
+	return state_all_read(t);
+}
+
+int
+dest_restore_check(struct state_tbl *t)
+{
+	struct saved sv;
+	int rc = saved_read(t, &sv);
+
+	saved_free(&sv);
+	return rc;
+}
+
+/*
+ * A file this daemon wrote, of a migration that cannot be taken up: it had
+ * ended, or the daemon died in the attach before it took the uffd.
+ */
+static int
+saved_usable(const char *file, const struct saved *sv)
+{
+	if (strcmp(sv->state, "running") != 0 &&
+	    strcmp(sv->state, "paused") != 0) {
+		log_warnx("%s: migration %s was %s", file, log_id(sv->id),
+			  sv->state);
+		return 0;
+	}
+	if (sv->tfd < 0 && !sv->gone) {
+		log_warnx("%s: the daemon died attaching to process %d, "
+			  "before it took a userfaultfd there",
+			  file, (int)sv->pid);
+		return 0;
+	}
+	return 1;
+}
+
+/* The migration record and its dest, from the file; no process yet. */
+static struct dest *
+restore_new(struct saved *sv)
+{
+	struct migration *m = migration_new(ROLE_DEST, sv->id);
+	struct dest *d = xcalloc(1, sizeof(*d));
+
+	m->impl = d;
+	m->impl_free = dest_free;
+	m->pid = sv->pid;
+	m->start = sv->start;
+	d->m = m;
+	d->uffd = -1;
+	d->t = (struct procref)PROCREF_NONE;
+	d->owner = sv->owner;
+	d->target_fd = sv->tfd;
+	d->start = sv->start;
+	snprintf(d->from, sizeof(d->from), "%s", sv->from);
+	snprintf(d->pin, sizeof(d->pin), "%s", sv->pin);
+	snprintf(m->peer, sizeof(m->peer), "%.*s", (int)sizeof(m->peer) - 1,
+		 sv->from);
+	d->ranges = sv->ranges;
+	d->nranges = sv->nranges;
+	sv->ranges = NULL;
+	d->waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->waiters));
+	d->retry_ev = evtimer_new(base, retry_cb, d);
+	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
+		fatal("page buffer");
+	d->have_poison = (kfeat.uffd_features & UFFD_FEATURE_POISON) != 0 &&
+			 poison_usable();
+	d->hints = kfeat.access_likely; /* dropped at the first EINVAL */
+	return d;
+}
+
+/*
+ * The target as the file names it: pid and start time both, or it is
+ * another process, never touched. Its pidfd and uffd go into d. 0 to go on
+ * (d->gone when it exited and its forked children are left to serve), or
+ * -1, said why.
+ */
+static int
+restore_target(struct dest *d, const struct saved *sv, const char *file)
+{
+	unsigned long long now = 0;
+	pid_t pid = sv->pid;
+	char err[128];
+
+	d->gone = sv->gone;
+	if (!d->gone && procref_open(&d->t, pid, err, sizeof(err)) == 0)
+		now = d->t.start;
+	if (!d->gone && now != 0 && now != sv->start) {
+		log_warnx("%s: pid %d now names another process (started at "
+			  "tick %llu, the target at %llu): the target exited "
+			  "and its pid was reused; process %d not touched",
+			  file, (int)pid, now, sv->start, (int)pid);
+		procref_close(&d->t);
+		now = 0;
+		if (sv->nkids == 0)
+			return -1;
+	}
+	/* Nor may it run, since, what the attach's caller may not touch. */
+	if (now != 0 && !authz_allows(&d->owner, &d->t)) {
+		log_warnx("%s: process %d changed credentials or program while "
+			  "no daemon watched it; not touched",
+			  file, (int)pid);
+		return -1;
+	}
+	if (now != 0)
+		d->uffd = take_uffd(d->t.pidfd, sv->tfd);
+	if (!d->gone && d->uffd < 0 && sv->nkids > 0 &&
+	    (now == 0 || proc_gone(pid))) {
+		/* It exited while no daemon ran: as root_gone(). */
+		log_info("%s: process %d exited; taking up the processes it "
+			 "forked",
+			 file, (int)pid);
+		procref_close(&d->t);
+		d->gone = 1;
+	}
+	if (d->gone) {
+		gone_reason(d);
+		return 0;
+	}
+	if (now == 0) {
+		log_warnx("%s: target process %d is gone", file, (int)pid);
+		return -1;
+	}
+	if (d->uffd < 0) {
+		log_warnx("%s: fd %d of process %d is not its userfaultfd any "
+			  "more",
+			  file, sv->tfd, (int)pid);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The dead daemon held the target for its private file pages; the ptrace
+ * hold ended with it and the target ran on the file's stale pages there.
+ * That cannot be made right: stop the target and say so.
+ */
+static void
+stop_let_go(struct dest *d, const char *file)
+{
+	procref_signal(&d->t, SIGSTOP);
+	log_warnx("%s: process %d was let go before the pages it wrote in "
+		  "private file mappings arrived (the daemon died); migration "
+		  "%s failed, process stopped",
+		  file, (int)d->m->pid, log_id(d->m->id));
+}
+
+/* The regions' page states: the target's pagemap, the saved discards. */
+static int
+restore_regions(struct dest *d, struct saved *sv, const char *file)
+{
+	d->regs = xcalloc(sv->nregs, sizeof(*d->regs));
+	for (size_t i = 0; i < sv->nregs; i++) {
+		struct dst_region *dr = &d->regs[d->nregs++];
+
+		dr->r = sv->regs[i];
+		dr->src_start = sv->regs[i].vma_start;
+		dr->npages = dr->r.length / dr->r.page_size;
+		/* The file's sizes: no memory for them is no reason to die. */
+		if (pagestate_init(&dr->ps, dr->npages) < 0) {
+			d->nregs--;
+			log_warnx("%s: region %zu: no memory for the states of "
+				  "its %llu pages",
+				  file, i, (unsigned long long)dr->npages);
+			return -1;
+		}
+		for (size_t k = 0; k < sv->nmoves; k++)
+			if (sv->moves[k].reg == i)
+				add_move(dr, sv->moves[k].mv.p0,
+					 sv->moves[k].mv.p1,
+					 sv->moves[k].mv.base);
+		d->m->pages_total += dr->npages;
+		if (dr->r.kind == REGION_FILE_PRIVATE || d->gone) {
+			/*
+			 * Saved unheld: every page of it was written. Or no
+			 * process is left (root_gone()).
+			 */
+			pagestate_set_present(&dr->ps, 0, dr->npages);
+			continue;
+		}
+		if (held_from_pagemap(d->m->pid, dr) < 0) {
+			log_warn("%s: pagemap of %d", file, (int)d->m->pid);
+			return -1;
+		}
+		mark_gone(dr, i, sv->runs, sv->nruns, 0);
+	}
+	d->m->pages_present = present_total(d);
+	return 0;
+}
+
+/* Faults and the exit of a live target again; the threads waiting woken. */
+static void
+restore_watch(struct dest *d)
+{
+	if (d->gone)
+		return;
+	d->uffd_ev =
+		event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
+	event_priority_set(d->uffd_ev, PRIO_FAULT);
+	event_add(d->uffd_ev, NULL);
+	d->exit_ev =
+		event_new(base, d->t.pidfd, EV_READ | EV_PERSIST, exit_cb, d);
+	event_priority_set(d->exit_ev, PRIO_CONTROL);
+	event_add(d->exit_ev, NULL);
+	for (size_t i = 0; i < d->nregs; i++) {
+		const struct dst_region *dr = &d->regs[i];
+
+		uffd_wake(d->uffd, dr->r.start, dr->r.length);
+		for (size_t k = 0; k < dr->nmoves; k++)
+			uffd_wake(d->uffd, dr->moves[k].base,
+				  (dr->moves[k].p1 - dr->moves[k].p0) *
+					  dr->r.page_size);
+	}
+}
+
+/*
+ * After a restart, a forked child of root's target that kept its copy of
+ * its uffd: taken again like the root, if its pid still names it; it holds
+ * what its pagemap shows (shared memory: what the root has, while the
+ * root's target lives), and gets the rest from the root's frames: the
+ * resume's HAVE names only pages that the root and every child hold
+ * (kids_have()).
+ */
+static void
+restore_child(struct dest *root, const char *file, const struct saved_kid *sk,
 	      const struct gone *gone, size_t ngone)
 {
 	struct procref t;
+	unsigned long long now = 0;
 	char err[128];
-	int ufd = procref_open(&t, pid, err, sizeof(err)) == 0
-			  ? take_uffd(t.pidfd, tfd)
-			  : -1;
 	struct dest *k;
+	int ufd = -1;
 
+	if (procref_open(&t, sk->pid, err, sizeof(err)) == 0)
+		now = t.start;
+	if (now != 0 && now != sk->start)
+		log_warnx("%s: pid %d now names another process (started at "
+			  "tick %llu, the forked one at %llu); not restored, "
+			  "not touched",
+			  file, (int)sk->pid, now, sk->start);
+	else if (now != 0 && authz_allows(&root->owner, &t))
+		ufd = take_uffd(t.pidfd, sk->tfd);
 	if (ufd < 0) {
 		procref_close(&t);
-		log_warnx("%s: forked process %d is gone or holds no uffd at "
-			  "fd %d; not restored",
-			  path, pid, tfd);
+		if (now == 0 || now == sk->start)
+			log_warnx("%s: forked process %d is gone, not the "
+				  "attach caller's, or holds no uffd at fd %d; "
+				  "not restored",
+				  file, (int)sk->pid, sk->tfd);
 		return;
 	}
-	k = child_new(root, root, pid, ufd);
+	k = child_new(root, root, sk->pid, ufd);
 	procref_move(&k->t, &t);
-	k->target_fd = tfd;
+	k->target_fd = sk->tfd;
+	k->start = sk->start;
 	for (size_t i = 0; i < k->nregs; i++) {
 		struct dst_region *kr = &k->regs[i];
 		const struct dst_region *rr = &root->regs[i];
@@ -3460,18 +4071,36 @@ restore_child(struct dest *root, const char *path, int pid, int tfd,
 			for (uint64_t p = 0; p < kr->npages; p++)
 				pagestate_set(&kr->ps, p,
 					      pagestate_get(&rr->ps, p));
-		else if (held_from_pagemap(pid, kr) < 0)
-			log_warn("%s: pagemap of forked process %d", path, pid);
+		else if (held_from_pagemap(sk->pid, kr) < 0)
+			log_warn("%s: pagemap of forked process %d", file,
+				 (int)sk->pid);
 		if (!region_kind_shmem(kr->r.kind) &&
 		    kr->r.kind != REGION_FILE_PRIVATE)
-			mark_gone(kr, i, gone, ngone, pid);
+			mark_gone(kr, i, gone, ngone, sk->pid);
 		uffd_wake(ufd, kr->r.start, kr->r.length);
 	}
 	log_info("restored forked process %d of migration %s: %llu of %llu "
 		 "pages present",
-		 pid, log_id(root->m->id), (unsigned long long)present_total(k),
+		 (int)sk->pid, log_id(root->m->id),
+		 (unsigned long long)present_total(k),
 		 (unsigned long long)k->m->pages_total);
 	child_start(root, k);
+}
+
+static void
+restored_log(const struct dest *d)
+{
+	if (d->gone)
+		log_info("restored migration %s for the processes that "
+			 "process %d forked before it exited; reconnecting to "
+			 "%s",
+			 log_id(d->m->id), (int)d->m->pid, d->from);
+	else
+		log_info("restored migration %s into process %d: %llu of %llu "
+			 "pages present; reconnecting to %s",
+			 log_id(d->m->id), (int)d->m->pid,
+			 (unsigned long long)d->m->pages_present,
+			 (unsigned long long)d->m->pages_total, d->from);
 }
 
 /*
@@ -3482,315 +4111,49 @@ restore_child(struct dest *root, const char *path, int pid, int tfd,
  * threads whose faults the dead daemon had read, and resumes.
  */
 int
-dest_restore(const char *path, FILE *f)
+dest_restore(struct state_tbl *t)
 {
-	char id[MIG_ID_LEN + 2] = "", from[256] = "", st[32] = "";
-	char pin[96] = "";
-	struct region *regs = NULL;
-	struct range *ranges = NULL;
-	struct {
-		size_t reg;
-		struct move mv;
-	} *moves = NULL;
-	struct gone *gone = NULL;
-	size_t nregs = 0, nranges = 0, nmoves = 0, ngone = 0;
-	int pid = -1, tfd = -1, was_held = 0, was_gone = 0;
-	unsigned long long start = 0;
-	struct authz_caller owner = {0};
-	char err[128];
-	struct {
-		int pid, tfd;
-	} *kids = NULL;
-	size_t nkids = 0;
-	struct migration *m;
+	const char *file = state_name(t);
+	struct saved sv;
 	struct dest *d;
-	char *key, *val;
+	int rc = -1;
 
-	while (state_next(f, &key, &val)) {
-		if (strcmp(key, "id") == 0)
-			snprintf(id, sizeof(id), "%s", val);
-		else if (strcmp(key, "pid") == 0)
-			pid = atoi(val);
-		else if (strcmp(key, "from") == 0)
-			snprintf(from, sizeof(from), "%s", val);
-		else if (strcmp(key, "pin") == 0)
-			snprintf(pin, sizeof(pin), "%s", val);
-		else if (strcmp(key, "state") == 0)
-			snprintf(st, sizeof(st), "%s", val);
-		else if (strcmp(key, "target_fd") == 0)
-			tfd = atoi(val);
-		else if (strcmp(key, "start") == 0)
-			start = strtoull(val, NULL, 10);
-		else if (strcmp(key, "owner") == 0) {
-			unsigned long u, g;
-
-			if (sscanf(val, "%lu %lu %d %" SCNx64, &u, &g,
-				   &owner.privileged, &owner.capprm) != 4)
-				goto bad;
-			owner.uid = (uid_t)u;
-			owner.gid = (gid_t)g;
-		} else if (strcmp(key, "held") == 0)
-			was_held = atoi(val);
-		else if (strcmp(key, "gone") == 0)
-			was_gone = atoi(val);
-		else if (strcmp(key, "child") == 0) {
-			kids = realloc(kids, (nkids + 1) * sizeof(*kids));
-			if (kids == NULL ||
-			    sscanf(val, "%d %d", &kids[nkids].pid,
-				   &kids[nkids].tfd) != 2)
-				goto bad;
-			nkids++;
-		} else if (strcmp(key, "range") == 0) {
-			ranges = realloc(ranges,
-					 (nranges + 1) * sizeof(*ranges));
-			if (ranges == NULL ||
-			    range_parse(val, &ranges[nranges]))
-				goto bad;
-			nranges++;
-		} else if (strcmp(key, "move") == 0) {
-			unsigned long long p0, p1, at;
-			size_t reg;
-
-			/* Saved after the regions: check against them. */
-			moves = realloc(moves, (nmoves + 1) * sizeof(*moves));
-			if (moves == NULL ||
-			    sscanf(val, "%zu %llx %llx %llx", &reg, &p0, &p1,
-				   &at) != 4 ||
-			    reg >= nregs || p0 >= p1 ||
-			    p1 > regs[reg].length / regs[reg].page_size)
-				goto bad;
-			moves[nmoves].reg = reg;
-			moves[nmoves++].mv = (struct move){p0, p1, at};
-		} else if (strcmp(key, "discarded") == 0 ||
-			   strcmp(key, "child_discarded") == 0) {
-			unsigned long long p0, p1;
-			int kpid = 0, pos = 0;
-			size_t reg;
-
-			gone = realloc(gone, (ngone + 1) * sizeof(*gone));
-			if (gone == NULL ||
-			    (key[0] == 'c' &&
-			     (sscanf(val, "%d %n", &kpid, &pos) < 1 ||
-			      kpid <= 1)) ||
-			    sscanf(val + pos, "%zu %llx %llx", &reg, &p0,
-				   &p1) != 3 ||
-			    reg >= nregs || p0 >= p1 ||
-			    p1 > regs[reg].length / regs[reg].page_size)
-				goto bad;
-			gone[ngone].pid = kpid;
-			gone[ngone].reg = reg;
-			gone[ngone].p0 = p0;
-			gone[ngone++].p1 = p1;
-		} else if (strcmp(key, "region") == 0) {
-			struct region r = {0};
-			unsigned long long s, l, src;
-			int kind, pos = 0;
-
-			if (sscanf(val, "%u %llx %llx %u %d %llx %n", &r.index,
-				   &s, &l, &r.page_size, &kind, &src,
-				   &pos) < 6 ||
-			    (r.page_size != (uint32_t)sysconf(_SC_PAGESIZE) &&
-			     r.page_size != region_huge_page_size()) ||
-			    l == 0 || l % r.page_size || s % r.page_size)
-				goto bad;
-			r.start = s;
-			r.length = l;
-			r.vma_start = src; /* the source's start, for resume */
-			r.kind = (enum region_kind)kind;
-			snprintf(r.name, sizeof(r.name), "%s", val + pos);
-			regs = realloc(regs, (nregs + 1) * sizeof(*regs));
-			if (regs == NULL)
-				goto bad;
-			regs[nregs++] = r;
-		}
+	if (saved_read(t, &sv) < 0 || !saved_usable(file, &sv))
+		goto out;
+	d = restore_new(&sv);
+	if (restore_target(d, &sv, file) < 0)
+		goto fail;
+	if (sv.held && !d->gone) {
+		stop_let_go(d, file);
+		goto fail;
 	}
-	if (strlen(id) != MIG_ID_LEN || pid <= 1 || (tfd < 0 && !was_gone) ||
-	    !from[0] || nregs == 0 ||
-	    (strcmp(st, "running") != 0 && strcmp(st, "paused") != 0))
-		goto bad;
-
-	m = migration_new(ROLE_DEST, id);
-	d = xcalloc(1, sizeof(*d));
-	m->impl = d;
-	m->impl_free = dest_free;
-	m->pid = pid;
-	m->start = start;
-	d->m = m;
-	d->owner = owner;
-	d->t = (struct procref)PROCREF_NONE;
-	d->uffd = -1;
-	d->target_fd = tfd;
-	snprintf(d->from, sizeof(d->from), "%s", from);
-	snprintf(d->pin, sizeof(d->pin), "%s", pin);
-	migration_set_peer(m, from);
-	d->ranges = ranges;
-	d->nranges = nranges;
-	ranges = NULL;
-	d->waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->waiters));
-	d->retry_ev = evtimer_new(base, retry_cb, d);
-	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
-		fatal("page buffer");
-	d->have_poison = (kfeat.uffd_features & UFFD_FEATURE_POISON) != 0 &&
-			 poison_usable();
-	d->hints = kfeat.access_likely; /* dropped at the first EINVAL */
-	/* The pid names the target only if its start time is the same. */
-	if (!was_gone && procref_open(&d->t, pid, err, sizeof(err)) == 0 &&
-	    d->t.start != start)
-		procref_close(&d->t);
-	/* Nor may it have become what the attach's caller may not touch. */
-	if (d->t.pidfd >= 0 && !authz_allows(&d->owner, &d->t)) {
-		log_warnx("%s: process %d changed credentials or program "
-			  "while no daemon watched it",
-			  path, pid);
-		procref_close(&d->t);
-	}
-	if (d->t.pidfd >= 0)
-		d->uffd = take_uffd(d->t.pidfd, tfd);
-	if (!was_gone && d->uffd < 0 && nkids > 0 && proc_gone(pid)) {
-		/* It exited while no daemon ran: as root_gone(). */
-		log_info("%s: process %d exited; taking up the processes it "
-			 "forked",
-			 path, pid);
-		procref_close(&d->t);
-		was_gone = 1;
-	}
-	d->gone = was_gone;
-	if (was_gone)
-		gone_reason(d);
-	if (d->t.pidfd < 0 && !was_gone) {
-		log_warnx("%s: target process %d is gone (or another process "
-			  "has its pid)",
-			  path, pid);
-		migration_free(m);
-		free(regs);
-		free(moves);
-		free(gone);
-		free(kids);
-		return -1;
-	}
-	if (!was_gone && d->uffd < 0) {
-		log_warnx("%s: fd %d of process %d is not its userfaultfd any "
-			  "more",
-			  path, tfd, pid);
-		migration_free(m);
-		free(regs);
-		free(moves);
-		free(gone);
-		free(kids);
-		return -1;
-	}
-	if (was_held) {
-		/*
-		 * The dead daemon held the target for its private file pages;
-		 * the ptrace hold ended with it and the target ran on the
-		 * file's stale pages there. That cannot be made right: stop
-		 * the target and say so.
-		 */
-		procref_signal(&d->t, SIGSTOP);
-		log_warnx("%s: process %d was let go before the pages it wrote "
-			  "in private file mappings arrived (the daemon died); "
-			  "migration %s failed, process stopped",
-			  path, pid, log_id(id));
-		migration_free(m);
-		free(regs);
-		free(moves);
-		free(gone);
-		free(kids);
-		return -1;
-	}
-	d->regs = xcalloc(nregs, sizeof(*d->regs));
-	for (size_t i = 0; i < nregs; i++) {
-		struct dst_region *dr = &d->regs[d->nregs++];
-
-		dr->r = regs[i];
-		dr->src_start = regs[i].vma_start;
-		dr->npages = dr->r.length / dr->r.page_size;
-		if (pagestate_init(&dr->ps, dr->npages) < 0)
-			fatal("page state");
-		for (size_t k = 0; k < nmoves; k++)
-			if (moves[k].reg == i)
-				add_move(dr, moves[k].mv.p0, moves[k].mv.p1,
-					 moves[k].mv.base);
-		if (dr->r.kind == REGION_FILE_PRIVATE || was_gone) {
-			/*
-			 * Saved unheld: every page of it was written. Or no
-			 * process is left (root_gone()).
-			 */
-			pagestate_set_present(&dr->ps, 0, dr->npages);
-			m->pages_total += dr->npages;
-			continue;
-		}
-		if (held_from_pagemap(pid, dr) < 0) {
-			log_warn("%s: pagemap of %d", path, pid);
-			free(regs);
-			free(moves);
-			free(gone);
-			free(kids);
-			migration_free(m);
-			return -1;
-		}
-		mark_gone(dr, i, gone, ngone, 0);
-		m->pages_total += dr->npages;
-	}
-	free(regs);
-	free(moves);
-	m->pages_present = present_total(d);
-	if (!was_gone) {
-		d->uffd_ev = event_new(base, d->uffd, EV_READ | EV_PERSIST,
-				       fault_cb, d);
-		event_priority_set(d->uffd_ev, PRIO_FAULT);
-		event_add(d->uffd_ev, NULL);
-		d->exit_ev = event_new(base, d->t.pidfd, EV_READ | EV_PERSIST,
-				       exit_cb, d);
-		event_priority_set(d->exit_ev, PRIO_CONTROL);
-		event_add(d->exit_ev, NULL);
-	}
-	for (size_t i = 0; !was_gone && i < d->nregs; i++) {
-		const struct dst_region *dr = &d->regs[i];
-
-		uffd_wake(d->uffd, dr->r.start, dr->r.length);
-		for (size_t k = 0; k < dr->nmoves; k++)
-			uffd_wake(d->uffd, dr->moves[k].base,
-				  (dr->moves[k].p1 - dr->moves[k].p0) *
-					  dr->r.page_size);
-	}
-	migration_set_state(m, MIG_PAUSED);
+	if (restore_regions(d, &sv, file) < 0)
+		goto fail;
+	restore_watch(d);
+	migration_set_state(d->m, MIG_PAUSED);
 	d->t_pause = now_ns();
-	if (was_gone)
-		log_info("restored migration %s for the processes that "
-			 "process %d forked before it exited; reconnecting to "
-			 "%s",
-			 log_id(id), pid, from);
-	else
-		log_info("restored migration %s into process %d: %llu of %llu "
-			 "pages present; reconnecting to %s",
-			 log_id(id), pid, (unsigned long long)m->pages_present,
-			 (unsigned long long)m->pages_total, from);
-	for (size_t i = 0; i < nkids; i++)
-		restore_child(d, path, kids[i].pid, kids[i].tfd, gone, ngone);
-	free(kids);
-	free(gone);
-	if (was_gone && d->nkids == 0) {
+	restored_log(d);
+	for (size_t i = 0; i < sv.nkids; i++)
+		restore_child(d, file, &sv.kids[i], sv.runs, sv.nruns);
+	if (d->gone && d->nkids == 0) {
 		/* Completing would kill the source, which holds it all. */
 		log_warnx("%s: no process that process %d forked was "
 			  "restored; the source keeps its process",
-			  path, pid);
-		migration_free(m);
-		return -1;
+			  file, (int)d->m->pid);
+		goto fail;
 	}
 	/* As at attach: the children there are now are not forks to come. */
-	claim_child(d->m->pid, d, 1);
+	if (!d->gone)
+		claim_child(d->m->pid, d, 1);
 	for (size_t i = 0; i < d->nkids; i++)
 		claim_child(d->kids[i]->m->pid, d, 1);
 	save(d);
 	schedule_retry(d);
-	return 0;
-bad:
-	log_warnx("%s: malformed destination state", path);
-	free(regs);
-	free(moves);
-	free(gone);
-	free(kids);
-	free(ranges);
-	return -1;
+	rc = 0;
+	goto out;
+fail:
+	migration_free(d->m);
+out:
+	saved_free(&sv);
+	return rc;
 }

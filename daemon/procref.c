@@ -41,15 +41,6 @@ stat_fields(pid_t pid, const int *want, unsigned long long *out, int n)
 	return got == n ? 0 : -1;
 }
 
-unsigned long long
-proc_start_time(pid_t pid)
-{
-	static const int want[] = {22};
-	unsigned long long v[1];
-
-	return pid > 0 && stat_fields(pid, want, v, 1) == 0 ? v[0] : 0;
-}
-
 int
 procref_open(struct procref *r, pid_t pid, char *err, size_t errlen)
 {

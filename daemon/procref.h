@@ -48,7 +48,5 @@ int procref_signal(const struct procref *, int sig);
 /* Moves the reference out of src (which is left closed). */
 void procref_move(struct procref *dst, struct procref *src);
 void procref_close(struct procref *);
-/* The start time of process pid (clock ticks after boot), 0 if gone. */
-unsigned long long proc_start_time(pid_t pid);
 
 #endif

@@ -20,9 +20,11 @@
 #include "daemon/log.h"
 #include "daemon/pagemap.h"
 #include "daemon/probe.h"
-#include "daemon/procref.h"
 #include "daemon/authz.h"
+#include "daemon/proc.h"
+#include "daemon/procref.h"
 #include "daemon/region.h"
+#include "daemon/statefmt.h"
 #include "daemon/uffdd.h"
 
 /*
@@ -270,18 +272,22 @@ exit_cb(evutil_socket_t fd, short ev, void *arg)
 	source_fail(s, "source process %d exited", (int)s->m->pid);
 }
 
-static void
-save_more(FILE *f, const struct migration *m)
+static int
+save_more(struct state_out *o, const struct migration *m)
 {
 	const struct source *s = m->impl;
+	char key[STATE_KEY_MAX];
 
-	fprintf(f, "keep_source=%d\nstart=%llu\n", s->keep_source, s->m->start);
+	state_put_u64(o, "start", s->m->start);
+	state_put_u64(o, "keep_source", s->keep_source != 0);
 	if (s->switches >= 0)
-		fprintf(f, "switches=%lld\n", s->switches);
+		state_put_u64(o, "switches", (uint64_t)s->switches);
 	for (size_t i = 0; i < s->nranges; i++)
-		fprintf(f, "range=%llx-%llx\n",
-			(unsigned long long)s->ranges[i].start,
-			(unsigned long long)s->ranges[i].end);
+		state_put_u64s(o, state_key(key, "range", i),
+			       (const uint64_t[]){s->ranges[i].start,
+						  s->ranges[i].end},
+			       2);
+	return 0;
 }
 
 static int
@@ -574,96 +580,192 @@ source_export(uint64_t serial, const struct authz_caller *who,
 	control_reply(serial, FRAME_CTL_EXPORT_REPLY, &rep.base);
 }
 
+/* What a source's state file says (save_more()). */
+struct saved {
+	char id[MIG_ID_LEN + 1];
+	pid_t pid;
+	unsigned long long start;
+	int keep, waiting, live;
+	long long switches; /* -1: none saved */
+	struct range *ranges;
+	size_t nranges;
+};
+
+static int
+saved_ranges(struct state_tbl *t, struct saved *sv)
+{
+	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE), r[2];
+	char key[STATE_KEY_MAX];
+
+	sv->nranges = state_count(t, "range");
+	sv->ranges = xcalloc(sv->nranges + 1, sizeof(*sv->ranges));
+	for (size_t i = 0; i < sv->nranges; i++) {
+		if (state_u64s(t, state_key(key, "range", i), r, 2) < 0)
+			return -1;
+		if (r[0] >= r[1] || r[0] % ps || r[1] % ps)
+			return state_bad(t, key,
+					 "%s: not a page-aligned START END "
+					 "with START < END",
+					 key);
+		sv->ranges[i] = (struct range){r[0], r[1]};
+	}
+	return 0;
+}
+
+/*
+ * Reads and checks every record; touches nothing. sv->live: the state is
+ * one an export is taken up from (else it had ended).
+ */
+static int
+saved_read(struct state_tbl *t, struct saved *sv)
+{
+	char st[16];
+	uint64_t v;
+
+	memset(sv, 0, sizeof(*sv));
+	sv->switches = -1;
+	if (state_str(t, "role", st, sizeof(st)) < 0)
+		return -1;
+	if (strcmp(st, "source") != 0)
+		return state_bad(t, "role", "role %s: not a source's file", st);
+	if (state_str(t, "id", sv->id, sizeof(sv->id)) < 0 ||
+	    state_u64(t, "pid", 2, INT32_MAX, &v) < 0)
+		return -1;
+	sv->pid = (pid_t)v;
+	if (state_u64(t, "start", 1, UINT64_MAX, &v) < 0)
+		return -1;
+	sv->start = v;
+	if (state_u64(t, "keep_source", 0, 1, &v) < 0)
+		return -1;
+	sv->keep = (int)v;
+	if (state_has(t, "switches")) {
+		if (state_u64(t, "switches", 0, INT64_MAX, &v) < 0)
+			return -1;
+		sv->switches = (long long)v;
+	}
+	if (state_str(t, "state", st, sizeof(st)) < 0)
+		return -1;
+	sv->waiting = strcmp(st, "waiting") == 0;
+	sv->live = sv->waiting || strcmp(st, "running") == 0 ||
+		   strcmp(st, "paused") == 0;
+	if (!sv->live && strcmp(st, "complete") && strcmp(st, "failed"))
+		return state_bad(t, "state", "state %s: not a source's", st);
+	if (saved_ranges(t, sv) < 0)
+		return -1;
+	return state_all_read(t);
+}
+
+int
+source_restore_check(struct state_tbl *t)
+{
+	struct saved sv;
+	int rc = saved_read(t, &sv);
+
+	free(sv.ranges);
+	return rc;
+}
+
+/*
+ * The pid must still name the process exported: else it exited while no
+ * daemon ran, and the kernel gave its pid to another, never to be frozen.
+ */
+static int
+same_process(const char *file, const struct saved *sv)
+{
+	unsigned long long now = proc_start(sv->pid);
+
+	if (now == sv->start)
+		return 1;
+	if (now == 0)
+		log_warnx("%s: source process %d is gone; export %s not taken "
+			  "up",
+			  file, (int)sv->pid, log_id(sv->id));
+	else
+		log_warnx("%s: pid %d now names another process (started at "
+			  "tick %llu, the exported one at %llu): the exported "
+			  "process is gone; export %s not taken up, process "
+			  "%d not touched",
+			  file, (int)sv->pid, now, sv->start, log_id(sv->id),
+			  (int)sv->pid);
+	return 0;
+}
+
+/*
+ * It ran while no daemon watched (found running, or switched since the
+ * count saved): pages already sent may have changed since, and taken up,
+ * the migration would end with the old ones. The process holds the newest
+ * bytes: it is left as it was found.
+ */
+static int
+ran_meanwhile(const char *file, struct source *s, const struct saved *sv,
+	      long long now)
+{
+	if (s->was_stopped &&
+	    (sv->switches < 0 || now < 0 || now == sv->switches))
+		return 0;
+	log_warnx("%s: source process %d ran while no daemon watched it "
+		  "(continued from elsewhere): export %s not taken up; the "
+		  "process is left %s",
+		  file, (int)sv->pid, log_id(sv->id),
+		  s->was_stopped ? "stopped" : "running");
+	return 1;
+}
+
 /*
  * After a daemon restart: the exported process is still frozen; classify it
  * again under the same ID and wait for the destination to resume.
  */
 int
-source_restore(const char *path, FILE *f)
+source_restore(struct state_tbl *t)
 {
-	char id[MIG_ID_LEN + 2] = "", st[32] = "", err[256], *key, *val;
-	struct range *ranges = NULL;
-	size_t nranges = 0;
-	int pid = -1, keep = 0;
-	long long switches = -1, now;
-	unsigned long long start = 0;
-	struct procref t;
-	struct source *s;
+	const char *file = state_name(t);
+	struct source *s = NULL;
+	struct procref p;
+	struct saved sv;
+	char err[256];
 	uint32_t code;
+	long long now;
+	int rc = -1;
 
-	while (state_next(f, &key, &val)) {
-		if (strcmp(key, "id") == 0)
-			snprintf(id, sizeof(id), "%s", val);
-		else if (strcmp(key, "pid") == 0)
-			pid = atoi(val);
-		else if (strcmp(key, "state") == 0)
-			snprintf(st, sizeof(st), "%s", val);
-		else if (strcmp(key, "keep_source") == 0)
-			keep = atoi(val);
-		else if (strcmp(key, "switches") == 0)
-			switches = atoll(val);
-		else if (strcmp(key, "start") == 0)
-			start = strtoull(val, NULL, 10);
-		else if (strcmp(key, "range") == 0) {
-			ranges = realloc(ranges,
-					 (nranges + 1) * sizeof(*ranges));
-			if (ranges == NULL ||
-			    range_parse(val, &ranges[nranges]) < 0) {
-				free(ranges);
-				return -1;
-			}
-			nranges++;
-		}
+	if (saved_read(t, &sv) < 0)
+		goto out;
+	if (!sv.live) {
+		log_warnx("%s: export %s had ended", file, log_id(sv.id));
+		goto out;
 	}
-	if (strlen(id) != MIG_ID_LEN || pid <= 1 ||
-	    (strcmp(st, "waiting") && strcmp(st, "running") &&
-	     strcmp(st, "paused"))) {
-		free(ranges);
-		return -1;
+	if (!same_process(file, &sv))
+		goto out;
+	/* Opened now, and still the process that started then. */
+	if (procref_open(&p, sv.pid, err, sizeof(err)) < 0 ||
+	    p.start != sv.start) {
+		log_warnx("%s: source process %d is gone; export %s not taken "
+			  "up",
+			  file, (int)sv.pid, log_id(sv.id));
+		procref_close(&p);
+		goto out;
 	}
-	/* The pid is the export's only if its start time is too. */
-	if (procref_open(&t, pid, err, sizeof(err)) < 0 || t.start != start) {
-		log_warnx("%s: source process %d is gone%s; export %s not "
-			  "taken up",
-			  path, pid,
-			  t.pidfd >= 0 ? " (another process has its pid)" : "",
-			  log_id(id));
-		procref_close(&t);
-		free(ranges);
-		return -1;
-	}
-	s = source_create(&t, NULL, ranges, nranges, keep, id, &code, err,
-			  sizeof(err));
-	free(ranges);
+	s = source_create(&p, NULL, sv.ranges, sv.nranges, sv.keep, sv.id,
+			  &code, err, sizeof(err));
 	if (s == NULL) {
-		log_warnx("%s: %s", path, err);
-		return -1;
+		log_warnx("%s: %s", file, err);
+		goto out;
 	}
-	/*
-	 * It ran while no daemon watched (found running, or switched since
-	 * the count saved): pages already sent may have changed since, and
-	 * taken up, the migration would end with the old ones. The process
-	 * holds the newest bytes: it is left as it was found.
-	 */
-	now = switch_count(pid, NULL);
-	if (!s->was_stopped || (switches >= 0 && now >= 0 && now != switches)) {
-		log_warnx(
-			"%s: source process %d ran while no daemon watched it "
-			"(continued from elsewhere): export %s not taken up; "
-			"the process is left %s",
-			path, pid, log_id(id),
-			s->was_stopped ? "stopped" : "running");
+	now = switch_count(sv.pid, NULL);
+	if (ran_meanwhile(file, s, &sv, now)) {
 		thaw(&s->t, s->was_stopped);
 		migration_free(s->m);
-		return -1;
+		goto out;
 	}
 	s->switches = now; /* stopped all along: no last switch to come */
-	if (strcmp(st, "waiting") != 0)
+	if (!sv.waiting)
 		migration_set_state(s->m, MIG_PAUSED);
-	log_info("restored export %s of process %d (%s)", log_id(id), pid,
-		 migration_state_name(s->m->state));
+	log_info("restored export %s of process %d (%s)", log_id(sv.id),
+		 (int)sv.pid, migration_state_name(s->m->state));
 	save(s);
-	return 0;
+	rc = 0;
+out:
+	free(sv.ranges);
+	return rc;
 }
 
 static void

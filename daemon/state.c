@@ -1,112 +1,416 @@
 /*
  * Per-migration state files under the state directory, so that a restarted
- * daemon can take its migrations up again. Each file is replaced atomically
- * (write a temporary, rename), so a crash at any instant leaves either the
- * old or the new file, never half of one.
+ * daemon can take its migrations up again (format: statefmt.h). The
+ * directory is checked and opened once at start-up and every file is
+ * reached through that descriptor: a path swapped later changes nothing.
+ * Each file is replaced atomically (a fresh temporary, synced, renamed), so
+ * a crash at any instant leaves either the old or the new file.
  */
 #include "config.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/statefmt.h"
 #include "daemon/uffdd.h"
+
+#define SUFFIX ".state"
+#define TMP_SUFFIX ".state.tmp"
+#define REFUSED_SUFFIX ".state.refused"
+
+static int dirfd_state = -1;
+
+/* The directory's mode bits that let others plant or replace files. */
+#define DIR_UNSAFE (S_IWGRP | S_IWOTH)
+/* Those that let others list it: the file names are migration IDs. */
+#define DIR_LISTABLE (S_IRGRP | S_IROTH)
+
+/* Owner and mode as a directory that holds credentials must have them. */
+static int
+dir_check(int fd, const char *dir, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "state directory %s: %s", dir,
+			 strerror(errno));
+		return -1;
+	}
+	if (st.st_uid != geteuid()) {
+		snprintf(err, errlen,
+			 "state directory %s is owned by uid %u, not by this "
+			 "daemon's uid %u: refused (chown it, or remove it and "
+			 "let uffdd create it)",
+			 dir, (unsigned)st.st_uid, (unsigned)geteuid());
+		return -1;
+	}
+	if (st.st_mode & DIR_UNSAFE) {
+		snprintf(err, errlen,
+			 "state directory %s is writable by group or others "
+			 "(mode %04o): refused (chmod go-w %s)",
+			 dir, (unsigned)(st.st_mode & 07777), dir);
+		return -1;
+	}
+	if ((st.st_mode & DIR_LISTABLE) &&
+	    fchmod(fd, st.st_mode & 07777 & ~DIR_LISTABLE) == 0)
+		log_warnx("state directory %s was readable by group or others "
+			  "(mode %04o), who could list the migration IDs in "
+			  "it: made %04o",
+			  dir, (unsigned)(st.st_mode & 07777),
+			  (unsigned)(st.st_mode & 07777 & ~DIR_LISTABLE));
+	return 0;
+}
+
+int
+state_dir_open(const char *dir, char *err, size_t errlen)
+{
+	struct stat st;
+	int fd;
+
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		snprintf(err, errlen, "state directory %s: cannot create: %s",
+			 dir, strerror(errno));
+		return -1;
+	}
+	if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+		snprintf(err, errlen,
+			 "state directory %s is a symbolic link: refused (name "
+			 "the directory itself)",
+			 dir);
+		return -1;
+	}
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, errlen, "state directory %s: %s", dir,
+			 errno == ELOOP ? "a symbolic link: refused"
+					: strerror(errno));
+		return -1;
+	}
+	if (dir_check(fd, dir, err, errlen) < 0) {
+		close(fd);
+		return -1;
+	}
+	if (dirfd_state >= 0)
+		close(dirfd_state);
+	dirfd_state = fd;
+	return 0;
+}
+
+void
+state_dir_close(void)
+{
+	if (dirfd_state >= 0)
+		close(dirfd_state);
+	dirfd_state = -1;
+}
+
+/* How logs name a file: the directory, and the ID cut short. */
+static void
+shown(char *buf, size_t len, const char *id, const char *suffix)
+{
+	snprintf(buf, len, "%s/%s%s", conf.state_dir, log_id(id), suffix);
+}
+
+static int
+write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/*
+ * tmp gets buf, then takes name's place. A temporary left by a crash (or
+ * planted: a link) is removed first; the new one is created, never opened.
+ */
+static int
+replace(const char *tmp, const char *name, const struct state_out *o)
+{
+	int fd, e;
+
+	if (unlinkat(dirfd_state, tmp, 0) < 0 && errno != ENOENT)
+		return -1;
+	fd = openat(dirfd_state, tmp,
+		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	if (write_all(fd, o->buf, o->len) < 0 || fsync(fd) < 0) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	if (close(fd) < 0 || renameat(dirfd_state, tmp, dirfd_state, name) < 0)
+		return -1;
+	fsync(dirfd_state); /* the rename itself, for a crash of the host */
+	return 0;
+}
 
 int
 state_write(const struct migration *m,
-	    void (*more)(FILE *, const struct migration *))
+	    int (*more)(struct state_out *, const struct migration *))
 {
-	char *path, *tmp;
-	int rc = 0, e;
-	FILE *f;
+	char name[MIG_ID_LEN + 32], tmp[MIG_ID_LEN + 32], what[256];
+	struct state_out o;
+	int rc = -1, e;
 
-	xasprintf(&path, "%s/%s.state", conf.state_dir, m->id);
-	xasprintf(&tmp, "%s.tmp", path);
-	if ((f = fopen(tmp, "we")) != NULL) {
-		fprintf(f, "role=%s\nid=%s\npid=%d\npeer=%s\nstate=%s\n",
-			m->role == ROLE_SOURCE ? "source" : "destination",
-			m->id, (int)m->pid, m->peer,
-			migration_state_name(m->state));
-		if (more)
-			more(f, m);
-		if (fclose(f) == 0 && rename(tmp, path) == 0)
-			goto out;
+	snprintf(name, sizeof(name), "%s" SUFFIX, m->id);
+	snprintf(tmp, sizeof(tmp), "%s" TMP_SUFFIX, m->id);
+	state_out_begin(&o);
+	state_put_str(&o, "role",
+		      m->role == ROLE_SOURCE ? "source" : "destination");
+	state_put_str(&o, "id", m->id);
+	state_put_u64(&o, "pid", (uint64_t)m->pid);
+	state_put_str(&o, "state", migration_state_name(m->state));
+	if (dirfd_state < 0)
+		errno = EBADF; /* state_dir_open() first */
+	else if (more == NULL || more(&o, m) == 0) {
+		state_out_end(&o);
+		rc = replace(tmp, name, &o);
 	}
-	e = errno;
-	log_warn("state file %s", path);
-	unlink(tmp);
-	errno = e;
-	rc = -1;
-out:
-	free(tmp);
-	free(path);
+	if (rc < 0) {
+		e = errno;
+		shown(what, sizeof(what), m->id, SUFFIX);
+		log_warnx("state file %s: cannot write it: %s", what,
+			  strerror(e));
+		unlinkat(dirfd_state, tmp, 0);
+		errno = e;
+	}
+	state_out_free(&o);
 	return rc;
 }
 
 void
 state_remove(const struct migration *m)
 {
-	char *path;
+	char name[MIG_ID_LEN + 32];
 
-	xasprintf(&path, "%s/%s.state", conf.state_dir, m->id);
-	unlink(path);
-	free(path);
+	snprintf(name, sizeof(name), "%s" SUFFIX, m->id);
+	if (dirfd_state >= 0)
+		unlinkat(dirfd_state, name, 0);
+}
+
+/* A migration ID: what export makes, and what an attach must give. */
+static int
+is_id(const char *s, size_t n)
+{
+	return n == MIG_ID_LEN && strspn(s, "0123456789abcdef") >= n;
+}
+
+/*
+ * A state file that is not what this daemon wrote: it is kept, renamed so
+ * that no restart reads it again, and the migration is listed as failed
+ * with the reason (as the role the file says, if it says one).
+ */
+static void
+refuse(const char *id, int role, const char *why)
+{
+	char name[MIG_ID_LEN + 32], aside[MIG_ID_LEN + 32], what[256];
+	struct migration *m;
+
+	snprintf(name, sizeof(name), "%s" SUFFIX, id);
+	snprintf(aside, sizeof(aside), "%s" REFUSED_SUFFIX, id);
+	if (renameat(dirfd_state, name, dirfd_state, aside) == 0) {
+		shown(what, sizeof(what), id, REFUSED_SUFFIX);
+		log_warnx("%s; state file refused and kept as %s, migration "
+			  "%s reported failed",
+			  why, what, log_id(id));
+	} else {
+		log_warn("%s; state file refused, and removed as it cannot be "
+			 "moved aside; migration %s reported failed",
+			 why, log_id(id));
+		unlinkat(dirfd_state, name, 0);
+	}
+	m = migration_new(role == ROLE_SOURCE ? ROLE_SOURCE : ROLE_DEST, id);
+	migration_fail(m, "state file refused at restart: %s", why);
 }
 
 int
-state_next(FILE *f, char **key, char **val)
+state_restore_buf(const char *name, const char *id, const char *buf, size_t len,
+		  char *why, size_t whylen, int *role)
 {
-	static char line[1024];
+	struct state_tbl *t = state_parse(name, buf, len);
+	char r[16], fid[MIG_ID_LEN + 2];
+	int rc = -2;
 
-	while (fgets(line, sizeof(line), f) != NULL) {
-		char *eq = strchr(line, '=');
-
-		line[strcspn(line, "\n")] = '\0';
-		if (eq == NULL)
-			continue;
-		*eq = '\0';
-		*key = line;
-		*val = eq + 1;
-		return 1;
+	*role = -1;
+	if (state_str(t, "role", r, sizeof(r)) < 0)
+		goto out;
+	if (strcmp(r, "source") != 0 && strcmp(r, "destination") != 0) {
+		state_bad(t, "role", "role %s: want source or destination", r);
+		goto out;
 	}
-	return 0;
+	*role = r[0] == 's' ? ROLE_SOURCE : ROLE_DEST;
+	if (state_str(t, "id", fid, sizeof(fid)) < 0)
+		goto out;
+	if (strcmp(fid, id) != 0) {
+		state_bad(t, "id", "id: not the one the file is named after");
+		goto out;
+	}
+	rc = *role == ROLE_SOURCE ? source_restore(t) : dest_restore(t);
+	/* The role refused what it read: the file is not ours. */
+	if (rc < 0 && state_error(t)[0])
+		rc = -2;
+out:
+	snprintf(why, whylen, "%s", state_error(t));
+	state_free(t);
+	return rc;
+}
+
+/*
+ * Refused unread: a link, not a regular file, or others could write it.
+ * The descriptor, and its size in *size; or -1 with why filled.
+ */
+static int
+open_checked(const char *file, const char *what, size_t *size, char *why,
+	     size_t whylen)
+{
+	int fd = openat(dirfd_state, file,
+			O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+
+	if (fd < 0) {
+		snprintf(why, whylen, "%s: %s", what,
+			 errno == ELOOP ? "a symbolic link" : strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) ||
+	    st.st_size > STATE_FILE_MAX) {
+		snprintf(why, whylen,
+			 "%s: not a regular file of uid %u that only it may "
+			 "write, of at most %u bytes (type and mode %06o, "
+			 "uid %u, %lld bytes)",
+			 what, (unsigned)geteuid(), STATE_FILE_MAX,
+			 (unsigned)st.st_mode, (unsigned)st.st_uid,
+			 (long long)st.st_size);
+		close(fd);
+		return -1;
+	}
+	*size = (size_t)st.st_size;
+	return fd;
+}
+
+/* The whole file, which fstat found size bytes long, into *buf. */
+static ssize_t
+read_whole(int fd, size_t size, char **buf)
+{
+	size_t len = 0;
+	ssize_t n;
+
+	/* One byte more: a file that grew since fails its checksum. */
+	*buf = xmalloc(size + 1);
+	while (len <= size && (n = read(fd, *buf + len, size + 1 - len)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		len += (size_t)n;
+	}
+	return (ssize_t)len;
+}
+
+/* One ID.state: restored, refused (moved aside), or not taken up. */
+static void
+restore_file(const char *file, const char *id)
+{
+	char what[256], why[640], *buf = NULL;
+	int fd, rc = -2, role = -1;
+	ssize_t len = -1;
+	size_t size;
+
+	shown(what, sizeof(what), id, SUFFIX);
+	if ((fd = open_checked(file, what, &size, why, sizeof(why))) >= 0) {
+		if ((len = read_whole(fd, size, &buf)) < 0)
+			snprintf(why, sizeof(why), "%s: %s", what,
+				 strerror(errno));
+		close(fd);
+	}
+	if (len >= 0)
+		rc = state_restore_buf(what, id, buf, (size_t)len, why,
+				       sizeof(why), &role);
+	free(buf);
+	if (rc == -2) {
+		refuse(id, role, why);
+	} else if (rc < 0) {
+		log_warnx("state file %s: migration %s not taken up; file "
+			  "removed",
+			  what, log_id(id));
+		unlinkat(dirfd_state, file, 0);
+	}
+}
+
+/* The names first: restoring writes files into the directory read. */
+static char **
+list_dir(size_t *n)
+{
+	int fd = dup(dirfd_state);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	char **names = NULL;
+	struct dirent *e;
+
+	*n = 0;
+	if (d == NULL) {
+		log_warn("state directory %s: cannot list it", conf.state_dir);
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	rewinddir(d);
+	while ((e = readdir(d)) != NULL) {
+		if ((names = realloc(names, (*n + 1) * sizeof(*names))) == NULL)
+			fatal("state directory listing");
+		names[(*n)++] = xstrdup(e->d_name);
+	}
+	closedir(d);
+	return names;
+}
+
+static int
+ends_with(const char *s, size_t n, const char *suffix)
+{
+	size_t k = strlen(suffix);
+
+	return n > k && strcmp(s + n - k, suffix) == 0;
 }
 
 void
 state_restore_all(void)
 {
-	DIR *d = opendir(conf.state_dir);
-	struct dirent *e;
+	size_t n;
+	char **names = dirfd_state >= 0 ? list_dir(&n) : NULL;
 
-	if (d == NULL)
-		return;
-	while ((e = readdir(d)) != NULL) {
-		size_t len = strlen(e->d_name);
-		char *path, *key, *val;
-		int rc = -1;
-		FILE *f;
+	for (size_t i = 0; names && i < n; i++) {
+		const char *f = names[i];
+		size_t len = strlen(f);
 
-		if (len < 7 || strcmp(e->d_name + len - 6, ".state") != 0)
-			continue;
-		xasprintf(&path, "%s/%s", conf.state_dir, e->d_name);
-		if ((f = fopen(path, "re")) != NULL &&
-		    state_next(f, &key, &val) && strcmp(key, "role") == 0) {
-			if (strcmp(val, "source") == 0)
-				rc = source_restore(path, f);
-			else if (strcmp(val, "destination") == 0)
-				rc = dest_restore(path, f);
+		/* A crash between create and rename left it: never read. */
+		if (ends_with(f, len, TMP_SUFFIX) &&
+		    is_id(f, len - strlen(TMP_SUFFIX)))
+			unlinkat(dirfd_state, f, 0);
+		else if (ends_with(f, len, SUFFIX) &&
+			 is_id(f, len - strlen(SUFFIX))) {
+			char id[MIG_ID_LEN + 1];
+
+			snprintf(id, sizeof(id), "%.*s", MIG_ID_LEN, f);
+			restore_file(f, id);
 		}
-		if (f)
-			fclose(f);
-		if (rc < 0) {
-			log_warnx("state file %s: not restored; removed", path);
-			unlink(path);
-		}
-		free(path);
+		free(names[i]);
 	}
-	closedir(d);
+	free(names);
 }

@@ -386,8 +386,11 @@ main(int argc, char **argv)
 	if (!conf.insecure &&
 	    tls_init(conf.ca, conf.cert, conf.key, conf.pin) < 0)
 		return 1;
-	if (mkdir(conf.state_dir, 0700) < 0 && errno != EEXIST)
-		fatal("state directory %s", conf.state_dir);
+	/* Before anything is exported or attached: it holds credentials. */
+	if (state_dir_open(conf.state_dir, err, sizeof(err)) < 0) {
+		log_warnx("%s", err);
+		return 1;
+	}
 	notify_init();
 	if (!conf.foreground && daemon(0, 0) < 0)
 		fatal("daemon");
@@ -437,6 +440,7 @@ main(int argc, char **argv)
 	notify_stop();
 	event_base_free(base);
 	tls_free();
+	state_dir_close();
 	conffile_clear(&conf);
 	conffile_clear(&cli);
 	return 0;

@@ -130,28 +130,56 @@ void source_export(uint64_t serial, const struct authz_caller *who,
  */
 int source_hello(struct conn *, const Uffdd__Hello *);
 
+struct state_out;
+struct state_tbl;
+
+/*
+ * The roles' restores from a state file's table (statefmt.h), after a
+ * daemon restart: 0, or -1 when not taken up. A file that says what this
+ * daemon never writes sets the table's error (FILE:LINE: what) first.
+ * The _check forms read and validate the table only, touching nothing
+ * (tests/fuzz/fuzz_state).
+ */
 /* dest.c */
 /* The same for an attach: checked again once the target is stopped. */
 void dest_attach(uint64_t serial, const struct authz_caller *who,
 		 struct procref *t, const Uffdd__AttachRequest *);
-/* Re-takes a migration from its state file after a daemon restart. */
-int dest_restore(const char *path, FILE *f);
+int dest_restore(struct state_tbl *);
+int dest_restore_check(struct state_tbl *);
 /*
  * Fails a running or paused destination now, as its pause deadline would
  * (tests/fuzz/fuzz_dest ends each input with it).
  */
 void dest_cancel(struct migration *, const char *why);
 /* source.c */
-int source_restore(const char *path, FILE *f);
+int source_restore(struct state_tbl *);
+int source_restore_check(struct state_tbl *);
 
 /* state.c: one file per migration under --state-dir */
-/* Writes the common keys and calls `more` for the role's own. */
+/*
+ * Creates the state directory (0700) if missing, or checks it: a real
+ * directory (no link), of our uid, that no one else may write. Kept open
+ * for every later file operation. -1 with err filled.
+ */
+int state_dir_open(const char *dir, char *err, size_t errlen);
+void state_dir_close(void);
+/*
+ * Writes the common keys and calls `more` for the role's own (-1 with
+ * errno set: no file written), then replaces the file. 0, or -1 with
+ * errno set and a warning logged.
+ */
 int state_write(const struct migration *,
-		void (*more)(FILE *, const struct migration *));
+		int (*more)(struct state_out *, const struct migration *));
 void state_remove(const struct migration *);
 /* Restores every migration found in the state directory. */
 void state_restore_all(void);
-/* Reads "key=value" lines; returns 1 per line, 0 at EOF. */
-int state_next(FILE *f, char **key, char **val);
+/*
+ * Restores one migration from the bytes of its file ID.state, shown in
+ * messages as name: 0 restored; -1 not taken up (the role said why);
+ * -2 refused: why says FILE:LINE and what is wrong, *role is the role the
+ * file names (-1 if it names none).
+ */
+int state_restore_buf(const char *name, const char *id, const char *buf,
+		      size_t len, char *why, size_t whylen, int *role);
 
 #endif

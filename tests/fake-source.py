@@ -10,8 +10,11 @@ region that matches a 16 MiB destination workload but for its name:
 name-inject, lines for a state file and a terminal escape, name-bytes,
 not UTF-8, name-long, 300 bytes), for CASE early-frame a HAVE frame
 where the table belongs, or for error-bytes an ERROR whose text is not
-UTF-8, and keeps the connection until the destination closes it. Runs
-until killed.
+UTF-8, and keeps the connection until the destination closes it. For
+CASE name, a valid table of one region (16 MiB of private anonymous
+memory at 0x500000000000) named $FAKE_REGION_NAME, on the first
+connection only: the later ones (the bulk lane, reconnects) get HELLO
+alone. Runs until killed.
 
 CASE huge-zero sends a valid table (one hugetlb region of 2 MiB pages,
 HUGE_PAGES of them at BASE: the destination workload's --kind hugetlb
@@ -46,10 +49,10 @@ def field_bytes(num, b):
 
 
 def region(index, start, length, page_size=4096, name=b""):
-    return (field_varint(1, index) + field_bytes(2, name) +
-            field_varint(3, start) + field_varint(4, length) +
-            field_varint(5, page_size) + field_varint(6, 1) +
-            field_varint(7, length // page_size))
+    return (field_varint(1, index) +
+            (field_bytes(2, name) if name else b"") + field_varint(3, start) +
+            field_varint(4, length) + field_varint(5, page_size) +
+            field_varint(6, 1) + field_varint(7, length // page_size))
 
 
 def table(regions):
@@ -113,6 +116,8 @@ CASES = {
                            b"\n\x1b[31mred\x1b]0;title\x07")],
     "name-bytes": [region(0, BASE, 16 << 20, name=b"/tmp/\xff\xfe\xc2\x9b")],
     "name-long": [region(0, BASE, 16 << 20, name=b"/" + b"a" * 299)],
+    "name": [region(0, BASE, 16 << 20, name=os.environ.get(
+        "FAKE_REGION_NAME", "").encode())],
 }
 HUGE_PAGE = 2 << 20
 HUGE_PAGES = 16
@@ -141,6 +146,7 @@ if len(sys.argv) > 3:
 with open(portfile + ".tmp", "w") as f:
     f.write(str(srv.getsockname()[1]))
 os.rename(portfile + ".tmp", portfile)
+first = True
 while True:
     conn, _ = srv.accept()
     try:
@@ -161,8 +167,11 @@ while True:
             # An ERROR whose text is not UTF-8 (protobuf-c does not check).
             conn.sendall(hello + frame(6, field_varint(1, 5) + field_bytes(
                 2, b"no migration \xff\xfe\x80 here \x1b[31m")))
+        elif case == "name" and not first:
+            conn.sendall(hello)
         else:
             conn.sendall(hello + frame(2, table(CASES[case])))
+        first = False
         while conn.recv(4096):
             pass
     except (OSError, ssl.SSLError):

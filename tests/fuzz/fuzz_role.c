@@ -190,6 +190,8 @@ remove_state_dir(void)
 void
 fz_setup(void)
 {
+	char err[512];
+
 	log_init(1, -1);
 	conffile_defaults(&conf);
 	conf.insecure = 1; /* plaintext lanes: TLS has its own tests */
@@ -199,6 +201,11 @@ fz_setup(void)
 	atexit(remove_state_dir);
 	free(conf.state_dir);
 	conf.state_dir = xstrdup(state_dir);
+	/* As uffdd.c does at start-up: every state file goes through it. */
+	if (state_dir_open(conf.state_dir, err, sizeof(err)) < 0) {
+		dprintf(fz_err, "fuzz: %s\n", err);
+		abort();
+	}
 	signal(SIGPIPE, SIG_IGN);
 	if ((base = event_base_new()) == NULL ||
 	    event_base_priority_init(base, PRIO_COUNT) < 0)

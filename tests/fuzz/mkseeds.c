@@ -1,11 +1,12 @@
 /*
  * Writes the seed corpus: one well-formed frame of every type (the shapes a
  * real peer and uffd-client send), a stream of several frames for the conn
- * reader, and configuration files. Run from tests/fuzz/run.sh --seeds; the
- * output is committed in tests/fuzz/corpus/.
+ * reader, configuration files and state files (fuzz_state). Run from
+ * tests/fuzz/run.sh --seeds; the output is committed in tests/fuzz/corpus/.
  */
 #include "config.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,65 @@ role_seeds(void)
 	put("dest", "unknown_id", l.p, l.n);
 }
 
+/*
+ * Seeds for fuzz_state: a flag byte, then a state file without its
+ * checksum line; @PID@ and @START@ stand for fuzz_state's child process.
+ */
+static void
+state_seed(const char *name, char flag, const char *fmt, ...)
+{
+	char body[4096];
+	va_list ap;
+
+	body[0] = flag;
+	va_start(ap, fmt);
+	vsnprintf(body + 1, sizeof(body) - 1, fmt, ap);
+	va_end(ap);
+	put("state", name, body, 1 + strlen(body + 1));
+}
+
+static void
+state_seeds(void)
+{
+	unsigned long long a = FZ_ANON_START, sh = FZ_SHM_START, end = FZ_END;
+	const char *head = "uffdd-state 1\nrole=%s\nid=" FZ_ID
+			   "\npid=@PID@\nstate=%s\nstart=@START@\n";
+	char h[512], regions[1024];
+
+	snprintf(h, sizeof(h), head, "source", "paused");
+	state_seed("source_paused", 1, "%skeep_source=1\nrange.0=%llu %llu\n",
+		   h, a, end);
+	state_seed("source_running", 0,
+		   "%skeep_source=0\nswitches=0\nrange.0=%llu %llu\n"
+		   "range.1=%llu %llu\n",
+		   h, a, sh, sh, end);
+	snprintf(regions, sizeof(regions),
+		 "range.0=%llu %llu\nregion.0=0 %llu %u 4096 1 %llu\n"
+		 "region_name.0=\nregion.1=1 %llu %u 4096 2 %llu\n"
+		 "region_name.1=/dev/zero%%20(deleted)\n",
+		 a, end, a, FZ_ANON_PAGES * FZ_PAGE, a, sh,
+		 FZ_SHM_PAGES * FZ_PAGE, sh);
+	snprintf(h, sizeof(h), head, "destination", "paused");
+	state_seed("dest_paused", 0,
+		   "%sfrom=127.0.0.1:1\ntarget_fd=3\n%smove.0=0 0 4 %llu\n"
+		   "discarded.0=0 4 8\n",
+		   h, regions, end + 0x100000);
+	state_seed("dest_pin_held", 0,
+		   "%sfrom=127.0.0.1:1\ntarget_fd=3\nheld=1\npin=%s\n%s", h,
+		   "00112233445566778899aabbccddeeff"
+		   "00112233445566778899aabbccddeeff",
+		   regions);
+	state_seed("dest_gone", 0,
+		   "%sfrom=127.0.0.1:1\ngone=1\nchild.0=99999 1 4\n"
+		   "%schild_discarded.0=99999 0 1 3\n",
+		   h, regions);
+	state_seed("dest_name_escaped", 0,
+		   "%sfrom=[::1]:7401\ntarget_fd=4\nrange.0=%llu %llu\n"
+		   "region.0=0 %llu %u 4096 1 %llu\n"
+		   "region_name.0=x%%0Apid%%3D1%%0Atarget_fd%%3D3\n",
+		   h, a, end, a, FZ_ANON_PAGES * FZ_PAGE, a);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -305,5 +365,6 @@ main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(confs) / sizeof(confs[0]); i++)
 		put("conffile", confs[i][0], confs[i][1], strlen(confs[i][1]));
 	role_seeds();
+	state_seeds();
 	return 0;
 }

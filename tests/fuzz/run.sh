@@ -21,7 +21,7 @@ SECS=${2:-60}
 ART=$B/fuzz-artifacts
 mkdir -p "$ART"
 failed=0 n=0
-for name in frame conn conffile control source dest; do
+for name in frame conn conffile control source dest state; do
 	bin=$B/tests/fuzz/fuzz_$name
 	# The roles' targets export and attach a real process.
 	case $name in source | dest)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The libFuzzer targets (tests/fuzz: frame decoding, the frame reader on a
-# live connection, the configuration grammar, the control protocol, and the
+# live connection, the configuration grammar, the control protocol, the
 # source's and the destination's peer-message handlers against a real
-# process), each for FUZZ_SECONDS: 60 in CI, 5 otherwise. A crash, sanitizer report or
+# process, and the state-file reader with the roles' restores from it),
+# each for FUZZ_SECONDS: 60 in CI, 5 otherwise. A crash, sanitizer report or
 # leak fails the test; reproducers stay in BUILDDIR/fuzz-artifacts.
 . "$SRC/tests/lib.sh"
 command -v clang >/dev/null || skip "clang missing (Debian package clang) for libFuzzer"

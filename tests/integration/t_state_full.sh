@@ -12,8 +12,10 @@
 # right.
 . "$SRC/tests/lib.sh"
 need_root
+# mode=0700: a tmpfs root is 1777 by default, and a state directory that
+# others may write is refused.
 mkdir -p "$T/full"
-mount -t tmpfs -o size=64k uffdd-state-full "$T/full" || skip "cannot mount a tmpfs"
+mount -t tmpfs -o size=64k,mode=0700 uffdd-state-full "$T/full" || skip "cannot mount a tmpfs"
 on_cleanup "umount -l $T/full"
 start_daemon src --state-dir "$T/full"
 start_workload WS source --size 16M --threads 1
@@ -33,7 +35,7 @@ info "with room again: exported as $ID, state file written"
 
 # The destination side.
 mkdir -p "$T/full2"
-mount -t tmpfs -o size=64k uffdd-state-full2 "$T/full2" || skip "cannot mount a tmpfs"
+mount -t tmpfs -o size=64k,mode=0700 uffdd-state-full2 "$T/full2" || skip "cannot mount a tmpfs"
 on_cleanup "umount -l $T/full2"
 start_daemon dst --state-dir "$T/full2"
 start_workload WD dest --size 16M --threads 2
