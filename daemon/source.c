@@ -219,6 +219,17 @@ static int
 freeze_checked(const struct procref *t, const struct authz_caller *who,
 	       int *was_stopped, uint32_t *code, char *err, size_t errlen)
 {
+	char sharers[192];
+
+	/* Stopping it would not stop these from writing its memory. */
+	if (proc_sharers(t->pid, PROC_SHARE_VM, sharers, sizeof(sharers)) > 0) {
+		*code = ERR_INVALID;
+		snprintf(err, errlen,
+			 "process %d shares its memory with %.120s, "
+			 "which stopping it does not stop: export refused",
+			 (int)t->pid, sharers);
+		return -1;
+	}
 	*was_stopped = all_stopped(t->pid) == 1;
 	if (freeze(t) < 0) {
 		*code = ERR_NO_PROCESS;
