@@ -87,6 +87,10 @@ struct pm_scan_arg {
 #define PAGE_IS_HUGE (1 << 6)
 #define PAGE_IS_SOFT_DIRTY (1 << 7)
 #endif
+#ifndef PM_SCAN_WP_MATCHING
+#define PM_SCAN_WP_MATCHING (1 << 0)
+#define PM_SCAN_CHECK_WPASYNC (1 << 1)
+#endif
 
 #define PM_PRESENT (1ULL << 63)
 #define PM_SWAP (1ULL << 62)

@@ -29,6 +29,7 @@
 #include "daemon/region.h"
 #include "daemon/statefmt.h"
 #include "daemon/tls.h"
+#include "daemon/tracee.h"
 #include "daemon/uffd.h"
 #include "daemon/uffdd.h"
 
@@ -105,6 +106,12 @@ struct dest {
 	 * root; a child's is unused.
 	 */
 	struct authz_caller owner;
+	/*
+	 * The daemon holds the only copy of the uffd, and the target is held
+	 * so that it dies with the daemon (tracee.h): it could not have made
+	 * this kind of userfaultfd itself. Its forked children likewise.
+	 */
+	int sole;
 	struct event *uffd_ev, *exit_ev;
 	struct event *bulk_delay; /* UFFDD_BENCH_BULK_DELAY_MS */
 	uint8_t *buf;
@@ -192,10 +199,19 @@ static void bulk_hold(struct dest *);
 static void drain_uffd(void *);
 static void child_done(struct dest *);
 static void release_held(struct dest *);
+static void let_go(struct dest *, struct inject *);
 static uint64_t private_missing(const struct dest *);
 struct dst_region;
 static uint64_t page_addr(const struct dst_region *, uint64_t);
 static uint64_t addr_run(const struct dst_region *, uint64_t, uint64_t);
+
+/* What a failed migration does with a target it cannot poison. */
+static const char *
+fate(const struct dest *d)
+{
+	return d->sole ? "killed (it held no copy of its userfaultfd)"
+		       : "stopped";
+}
 
 /* Attach failed before the target was touched: answer and forget. */
 static void attach_fail(struct dest *d, uint32_t code, const char *fmt, ...)
@@ -418,6 +434,8 @@ save_more(struct state_out *o, const struct migration *m)
 	size_t n = 0;
 
 	state_put_u64(o, "start", d->start);
+	if (d->sole)
+		state_put_u64(o, "sole", 1);
 	/* Whose the migration is: every process it acts on must be theirs. */
 	state_put_u64s(o, "owner",
 		       (const uint64_t[]){d->owner.uid, d->owner.gid,
@@ -548,6 +566,15 @@ teardown(struct dest *d, int close_target)
 					(unsigned long long)d->regs[i].r.start);
 		close_target_fd(d);
 	}
+	/*
+	 * A target with no copy of its own loses its registration with ours:
+	 * left stopped (no UFFDIO_POISON here), it would read zeros once
+	 * continued. It goes, as it would with the daemon (tracee.h).
+	 */
+	if (d->sole && !close_target)
+		procref_signal(&d->t, SIGKILL);
+	if (d->sole)
+		tracee_release(d->m->pid);
 	unwatch(d);
 	if (d->retry_ev)
 		event_del(d->retry_ev);
@@ -710,18 +737,18 @@ dest_fail(struct dest *d, const char *fmt, ...)
 		 */
 		poisoned = 0;
 		migration_fail(d->m,
-			       "%s; %llu pages lost; target %d stopped (pages "
+			       "%s; %llu pages lost; target %d %s (pages "
 			       "it wrote in private file mappings never "
 			       "arrived)",
 			       why, (unsigned long long)d->m->pages_lost,
-			       (int)d->m->pid);
+			       (int)d->m->pid, fate(d));
 	} else if (!poisoned) {
 		procref_signal(&d->t, SIGSTOP);
 		migration_fail(d->m,
-			       "%s; %llu pages lost; target %d stopped (this "
+			       "%s; %llu pages lost; target %d %s (this "
 			       "kernel has no UFFDIO_POISON)",
 			       why, (unsigned long long)d->m->pages_lost,
-			       (int)d->m->pid);
+			       (int)d->m->pid, fate(d));
 	} else {
 		migration_fail(d->m,
 			       "%s; %llu pages lost and poisoned (SIGBUS on "
@@ -1013,7 +1040,7 @@ release_held(struct dest *d)
 			  "of its private file mappings never arrived",
 			  log_id(d->m->id), (int)d->m->pid,
 			  (unsigned long long)missing);
-	inject_end(d->hold);
+	let_go(d, d->hold);
 	free(d->hold);
 	d->hold = NULL;
 	close(d->memfd);
@@ -1757,6 +1784,11 @@ child_done(struct dest *k)
 	if (k->target_fd >= 0 && procref_alive(&k->t) &&
 	    present_total(k) == k->m->pages_total)
 		close_target_fd(k);
+	/* Held with no copy: as teardown() does with its root. */
+	if (k->sole && k->m->state == MIG_FAILED && !k->have_poison)
+		procref_signal(&k->t, SIGKILL);
+	if (k->sole)
+		tracee_release(k->m->pid);
 	unwatch(k);
 	if (k->find_ev)
 		event_del(k->find_ev);
@@ -1893,6 +1925,7 @@ child_new(struct dest *root, const struct dest *parent, pid_t pid, int ufd)
 	k->target_fd = -1;
 	k->t = (struct procref)PROCREF_NONE;
 	k->have_poison = parent->have_poison;
+	k->sole = parent->sole;
 	k->hints = parent->hints;
 	snprintf(k->from, sizeof(k->from), "%s", root->from);
 	snprintf(k->pin, sizeof(k->pin), "%s", root->pin);
@@ -1967,6 +2000,18 @@ give_uffd(struct dest *k)
 	uint32_t code;
 	char path[64];
 	struct stat st;
+
+	/* Its parent held no copy: neither does it; held instead. */
+	if (k->sole) {
+		if (!procref_same(&k->t) ||
+		    !authz_allows(&k->root->owner, &k->t) ||
+		    tracee_seize(pid) < 0)
+			log_warnx("migration %s: forked process %d cannot be "
+				  "held: should the daemon die, its missing "
+				  "pages would read as zeros",
+				  log_id(k->root->m->id), (int)pid);
+		return;
+	}
 
 	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
 	if (procref_same(&k->t) && stat(path, &st) == 0 &&
@@ -2694,6 +2739,207 @@ uffd_via_device(struct dest *d, struct inject *inj, char *err, size_t errlen)
 }
 
 /*
+ * Nothing but the target's own threads may run while it is injected into:
+ * another process sharing its file table could take the descriptors we
+ * hand it (the /dev/userfaultfd one above all), one sharing its memory
+ * could rewrite the instruction our calls go through or touch a page
+ * between its discard and the registration. Refused, naming them.
+ */
+static int
+alone(struct dest *d, char *err, size_t errlen)
+{
+	char who[192];
+	int n = proc_sharers(d->m->pid, PROC_SHARE_VM | PROC_SHARE_FILES, who,
+			     sizeof(who));
+
+	if (n == 0)
+		return 1;
+	if (n < 0)
+		snprintf(err, errlen,
+			 "process %d: this kernel cannot tell which processes "
+			 "share its memory or files (no kcmp(2))",
+			 (int)d->m->pid);
+	else
+		snprintf(err, errlen,
+			 "process %d shares its memory or files with %s, "
+			 "which an attach cannot stop: refused",
+			 (int)d->m->pid, who);
+	return 0;
+}
+
+/*
+ * Makes the target create a userfaultfd and copies it out (d->uffd, and
+ * d->target_fd the target's copy). A target that may not make one itself
+ * gets one from /dev/userfaultfd, and keeps no copy (d->sole, tracee.h).
+ */
+static int
+make_uffd(struct dest *d, struct inject *inj, char *err, size_t errlen,
+	  uint32_t *code)
+{
+	long rc = inject_syscall(inj, SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK,
+				 0, 0, 0, 0, 0);
+
+	if (rc == -EPERM && kfeat.dev_userfaultfd) {
+		rc = uffd_via_device(d, inj, err, errlen);
+		d->sole = rc >= 0;
+	}
+	*code = ERR_PERMISSION;
+	if (rc < 0 && err[0])
+		return -1;
+	if (rc == -EPERM) {
+		snprintf(err, errlen,
+			 "userfaultfd in process %d: EPERM: set "
+			 "vm.unprivileged_userfaultfd=1 or give the "
+			 "process access to /dev/userfaultfd",
+			 (int)d->m->pid);
+		return -1;
+	}
+	*code = ERR_KERNEL;
+	if (rc < 0) {
+		snprintf(err, errlen, "userfaultfd in process %d: %s",
+			 (int)d->m->pid, strerror((int)-rc));
+		return -1;
+	}
+	d->target_fd = (int)rc;
+	d->uffd = (int)syscall(SYS_pidfd_getfd, d->t.pidfd, d->target_fd, 0);
+	if (d->uffd < 0) {
+		snprintf(err, errlen, "pidfd_getfd: %s", strerror(errno));
+		return -1;
+	}
+	if (d->sole) {
+		inject_syscall(inj, SYS_close, (unsigned long)d->target_fd, 0,
+			       0, 0, 0, 0);
+		d->target_fd = -1;
+	}
+	return 0;
+}
+
+/* UFFDIO_API with what the migration uses on this kernel. */
+static int
+negotiate(struct dest *d, char *err, size_t errlen)
+{
+	/*
+	 * Shared memory needs its feature bit. The event features make the
+	 * kernel tell us when the target itself discards or moves migrating
+	 * memory, so that no stale source page lands there later. THREAD_ID
+	 * names the faulting thread, for blocktime.
+	 */
+	if (uffd_api(d->uffd,
+		     (kfeat.uffd_features &
+		      (UFFD_FEATURE_MISSING_SHMEM |
+		       UFFD_FEATURE_MISSING_HUGETLBFS |
+		       UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
+		       UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_FORK |
+		       UFFD_FEATURE_THREAD_ID)) |
+			     (kfeat.access_likely ? UFFD_FEATURE_ACCESS_HINTS
+						  : 0),
+		     NULL) < 0) {
+		snprintf(err, errlen, "UFFDIO_API: %s", strerror(errno));
+		return -1;
+	}
+	d->have_poison = 1;
+	d->hints = kfeat.access_likely;
+	return 0;
+}
+
+/*
+ * Discards what is resident in region reg and registers it. For shared
+ * memory MADV_DONTNEED would only drop the mapping: the page cache keeps
+ * the data and no MISSING fault would ever fire. Punch a hole instead;
+ * shared hugetlb has a page cache too (hugetlbfs punches holes). A private
+ * file mapping is only discarded (back to the file's pages); the source's
+ * copies are written while the target is held (struct dest).
+ */
+static int
+take_region(struct dest *d, struct inject *inj, size_t reg, char *err,
+	    size_t errlen)
+{
+	struct region *r = &d->regs[reg].r;
+	int shm = region_kind_shmem(r->kind) ||
+		  (r->kind == REGION_HUGETLB && d->regs[reg].shared);
+	uint64_t ioctls;
+	long rc = inject_syscall(inj, SYS_madvise, r->start, r->length,
+				 shm ? MADV_REMOVE : MADV_DONTNEED, 0, 0, 0);
+
+	if (rc < 0) {
+		snprintf(err, errlen, "madvise(%s) 0x%llx in process %d: %s",
+			 shm ? "REMOVE" : "DONTNEED",
+			 (unsigned long long)r->start, (int)d->m->pid,
+			 strerror((int)-rc));
+		return -1;
+	}
+	if (r->kind == REGION_FILE_PRIVATE)
+		return 0;
+	if (uffd_register(d->uffd, r->start, r->length,
+			  UFFDIO_REGISTER_MODE_MISSING, &ioctls) < 0) {
+		snprintf(err, errlen, "UFFDIO_REGISTER 0x%llx+0x%llx: %s",
+			 (unsigned long long)r->start,
+			 (unsigned long long)r->length, strerror(errno));
+		return -1;
+	}
+	if (!(ioctls & (1ULL << 8)) || /* _UFFDIO_POISON, 6.6+ */
+	    !poison_usable())
+		d->have_poison = 0;
+	if (!(ioctls & (1ULL << _UFFDIO_COPY)) ||
+	    (!(ioctls & (1ULL << _UFFDIO_ZEROPAGE)) &&
+	     r->kind != REGION_HUGETLB)) {
+		uffd_unregister(d->uffd, r->start, r->length);
+		snprintf(err, errlen,
+			 "region 0x%llx: kernel offers no UFFDIO_COPY/ZEROPAGE "
+			 "there",
+			 (unsigned long long)r->start);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Every thread stays in ptrace-stop until the pages the target wrote in
+ * private file mappings are in (struct dest): the injection is kept open.
+ */
+static int
+hold_target(struct dest *d, struct inject *inj, char *err, size_t errlen)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)d->m->pid);
+	if ((d->memfd = open(path, O_RDWR | O_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (inject_restore(inj) < 0) {
+		snprintf(err, errlen, "holding process %d: %s", (int)d->m->pid,
+			 strerror(errno));
+		close(d->memfd);
+		return -1;
+	}
+	d->hold = xmalloc(sizeof(*d->hold));
+	*d->hold = *inj;
+	log_info("process %d held until the pages it wrote in private file "
+		 "mappings are in",
+		 (int)d->m->pid);
+	return 0;
+}
+
+/*
+ * The injection is over: the target's threads go, but for one held with
+ * the only copy of its uffd (tracee.h).
+ */
+static void
+let_go(struct dest *d, struct inject *inj)
+{
+	if (!d->sole) {
+		inject_end(inj);
+	} else if (tracee_keep(inj) < 0) {
+		/* Not held: a daemon that dies would leave it reading zeros. */
+		log_warnx("migration %s: process %d cannot be held (%s); it "
+			  "is stopped instead",
+			  log_id(d->m->id), (int)d->m->pid, strerror(errno));
+		procref_signal(&d->t, SIGSTOP);
+	}
+}
+
+/*
  * Makes the target create a userfaultfd, copies it out, discards what is
  * resident in the matched regions and registers them, all while every thread
  * of the target is stopped, so no thread can touch a page in between.
@@ -2703,7 +2949,6 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 {
 	struct inject inj;
 	size_t reg = 0;
-	long rc;
 
 	*code = ERR_KERNEL;
 	err[0] = '\0';
@@ -2723,142 +2968,35 @@ setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		inject_end(&inj);
 		return -1;
 	}
-	rc = inject_syscall(&inj, SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK, 0, 0,
-			    0, 0, 0);
-	if (rc == -EPERM && kfeat.dev_userfaultfd)
-		rc = uffd_via_device(d, &inj, err, errlen);
-	if (rc < 0 && err[0]) {
-		*code = ERR_PERMISSION;
+	if (!alone(d, err, errlen)) {
+		*code = ERR_INVALID;
 		inject_end(&inj);
 		return -1;
 	}
-	if (rc < 0) {
-		if (rc == -EPERM)
-			snprintf(err, errlen,
-				 "userfaultfd in process %d: EPERM: set "
-				 "vm.unprivileged_userfaultfd=1 or give the "
-				 "process access to /dev/userfaultfd",
-				 (int)d->m->pid);
-		else
-			snprintf(err, errlen, "userfaultfd in process %d: %s",
-				 (int)d->m->pid, strerror((int)-rc));
-		*code = rc == -EPERM ? ERR_PERMISSION : ERR_KERNEL;
-		inject_end(&inj);
-		return -1;
-	}
-	d->target_fd = (int)rc;
-	d->uffd = (int)syscall(SYS_pidfd_getfd, d->t.pidfd, d->target_fd, 0);
-	if (d->uffd < 0) {
-		snprintf(err, errlen, "pidfd_getfd: %s", strerror(errno));
+	if (make_uffd(d, &inj, err, errlen, code) < 0 ||
+	    negotiate(d, err, errlen) < 0)
 		goto undo;
-	}
-	/*
-	 * Shared memory needs its feature bit. The event features make the
-	 * kernel tell us when the target itself discards or moves migrating
-	 * memory, so that no stale source page lands there later. THREAD_ID
-	 * names the faulting thread, for blocktime.
-	 */
-	if (uffd_api(d->uffd,
-		     (kfeat.uffd_features &
-		      (UFFD_FEATURE_MISSING_SHMEM |
-		       UFFD_FEATURE_MISSING_HUGETLBFS |
-		       UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
-		       UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_FORK |
-		       UFFD_FEATURE_THREAD_ID)) |
-			     (kfeat.access_likely ? UFFD_FEATURE_ACCESS_HINTS
-						  : 0),
-		     NULL) < 0) {
-		snprintf(err, errlen, "UFFDIO_API: %s", strerror(errno));
-		goto undo;
-	}
-	d->have_poison = 1;
-	d->hints = kfeat.access_likely;
-	for (reg = 0; reg < d->nregs; reg++) {
-		struct region *r = &d->regs[reg].r;
-		uint64_t ioctls;
-
-		/*
-		 * Discard what is there. For shared memory DONTNEED would
-		 * only drop the mapping: the page cache keeps the data and no
-		 * MISSING fault would ever fire. Punch a hole instead; shared
-		 * hugetlb has a page cache too (hugetlbfs punches holes).
-		 */
-		int shm = region_kind_shmem(r->kind) ||
-			  (r->kind == REGION_HUGETLB && d->regs[reg].shared);
-
-		rc = inject_syscall(&inj, SYS_madvise, r->start, r->length,
-				    shm ? MADV_REMOVE : MADV_DONTNEED, 0, 0, 0);
-		if (rc < 0) {
-			snprintf(err, errlen,
-				 "madvise(%s) 0x%llx in process "
-				 "%d: %s",
-				 shm ? "REMOVE" : "DONTNEED",
-				 (unsigned long long)r->start, (int)d->m->pid,
-				 strerror((int)-rc));
+	*code = ERR_KERNEL;
+	for (reg = 0; reg < d->nregs; reg++)
+		if (take_region(d, &inj, reg, err, errlen) < 0)
 			goto undo;
-		}
-		/*
-		 * A private file mapping is back to the file's pages now (its
-		 * own copies dropped); the source's copies are written while
-		 * the target is held: see struct dest.
-		 */
-		if (r->kind == REGION_FILE_PRIVATE)
-			continue;
-		if (uffd_register(d->uffd, r->start, r->length,
-				  UFFDIO_REGISTER_MODE_MISSING, &ioctls) < 0) {
-			snprintf(err, errlen,
-				 "UFFDIO_REGISTER 0x%llx+0x%llx: "
-				 "%s",
-				 (unsigned long long)r->start,
-				 (unsigned long long)r->length,
-				 strerror(errno));
-			goto undo;
-		}
-		if (!(ioctls & (1ULL << 8)) || /* _UFFDIO_POISON, 6.6+ */
-		    !poison_usable())
-			d->have_poison = 0;
-		if (!(ioctls & (1ULL << _UFFDIO_COPY)) ||
-		    (!(ioctls & (1ULL << _UFFDIO_ZEROPAGE)) &&
-		     r->kind != REGION_HUGETLB)) {
-			snprintf(err, errlen,
-				 "region 0x%llx: kernel offers "
-				 "no UFFDIO_COPY/ZEROPAGE there",
-				 (unsigned long long)r->start);
-			reg++;
-			goto undo;
-		}
-	}
 	if (private_missing(d) > 0) {
-		char path[64];
-
-		snprintf(path, sizeof(path), "/proc/%d/mem", (int)d->m->pid);
-		if ((d->memfd = open(path, O_RDWR | O_CLOEXEC)) < 0) {
-			snprintf(err, errlen, "%s: %s", path, strerror(errno));
-			goto undo;
-		}
-		if (inject_restore(&inj) < 0) {
-			snprintf(err, errlen, "holding process %d: %s",
-				 (int)d->m->pid, strerror(errno));
-			close(d->memfd);
-			goto undo;
-		}
-		d->hold = xmalloc(sizeof(*d->hold));
-		*d->hold = inj;
-		log_info("process %d held until the pages it wrote in private "
-			 "file mappings are in",
-			 (int)d->m->pid);
-		return 0;
+		if (hold_target(d, &inj, err, errlen) == 0)
+			return 0;
+		goto undo;
 	}
-	inject_end(&inj);
+	let_go(d, &inj);
 	return 0;
 undo:
 	while (reg-- > 0)
 		uffd_unregister(d->uffd, d->regs[reg].r.start,
 				d->regs[reg].r.length);
-	inject_syscall(&inj, SYS_close, (unsigned long)d->target_fd, 0, 0, 0, 0,
-		       0);
+	if (d->target_fd >= 0)
+		inject_syscall(&inj, SYS_close, (unsigned long)d->target_fd, 0,
+			       0, 0, 0, 0);
 	inject_end(&inj);
 	d->target_fd = -1;
+	d->sole = 0;
 	if (d->uffd >= 0)
 		close(d->uffd);
 	d->uffd = -1;
@@ -3492,6 +3630,7 @@ struct saved {
 	struct authz_caller owner;
 	int tfd; /* -1: the attach had not taken the uffd yet */
 	int held, gone;
+	int sole;	     /* the daemon held the only uffd (tracee.h) */
 	struct region *regs; /* vma_start: the source's start */
 	size_t nregs;
 	struct range *ranges;
@@ -3595,7 +3734,8 @@ saved_head(struct state_tbl *t, struct saved *sv)
 		sv->tfd = (int)v;
 	}
 	if (saved_flag(t, "held", &sv->held) < 0 ||
-	    saved_flag(t, "gone", &sv->gone) < 0)
+	    saved_flag(t, "gone", &sv->gone) < 0 ||
+	    saved_flag(t, "sole", &sv->sole) < 0)
 		return -1;
 	if (state_has(t, "pin") &&
 	    (state_str(t, "pin", sv->pin, sizeof(sv->pin)) < 0 ||
@@ -3832,6 +3972,14 @@ saved_usable(const char *file, const struct saved *sv)
 	    strcmp(sv->state, "paused") != 0) {
 		log_warnx("%s: migration %s was %s", file, log_id(sv->id),
 			  sv->state);
+		return 0;
+	}
+	if (sv->sole) {
+		/* It died with the daemon that held it (tracee.h). */
+		log_warnx("%s: migration into process %d ended with the "
+			  "daemon: the process held no copy of its userfaultfd "
+			  "and was killed with it",
+			  file, (int)sv->pid);
 		return 0;
 	}
 	if (sv->tfd < 0 && !sv->gone) {

@@ -1,6 +1,7 @@
 /* Process references that survive pid reuse and notice an exec (procref.h). */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,6 +12,11 @@
 
 #include "daemon/compat.h"
 #include "daemon/procref.h"
+
+#ifndef KCMP_VM
+#define KCMP_VM 1
+#define KCMP_FILES 2
+#endif
 
 /*
  * Fields of /proc/PID/stat by their number in proc(5) (3 and up: the ones
@@ -132,4 +138,54 @@ procref_close(struct procref *r)
 	if (r->memfd >= 0)
 		close(r->memfd);
 	r->pidfd = r->memfd = -1;
+}
+
+/* 1 if a and b share resource `type` (KCMP_*), 0 if not, -1 if unknown. */
+static int
+shares(pid_t a, pid_t b, int type)
+{
+	long r = syscall(SYS_kcmp, a, b, type, 0, 0);
+
+	return r == 0 ? 1 : r > 0 ? 0 : errno == ENOSYS ? -1 : 0;
+}
+
+int
+proc_sharers(pid_t pid, int want, char *list, size_t len)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	size_t used = 0;
+	int n = 0;
+
+	if (d == NULL)
+		return -1;
+	list[0] = '\0';
+	while ((e = readdir(d)) != NULL) {
+		pid_t p = (pid_t)atoi(e->d_name);
+		int vm = 0, files = 0;
+
+		if (p <= 0 || p == pid)
+			continue;
+		if (want & PROC_SHARE_VM)
+			vm = shares(pid, p, KCMP_VM);
+		if (want & PROC_SHARE_FILES)
+			files = shares(pid, p, KCMP_FILES);
+		if (vm < 0 || files < 0) {
+			closedir(d);
+			errno = ENOSYS;
+			return -1;
+		}
+		if (!vm && !files)
+			continue;
+		if (used < len)
+			used += (size_t)snprintf(
+				list + used, len - used, "%s%d (%s)",
+				n ? ", " : "", (int)p,
+				vm && files ? "memory and files"
+				: vm	    ? "memory"
+					    : "files");
+		n++;
+	}
+	closedir(d);
+	return n;
 }

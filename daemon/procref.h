@@ -48,5 +48,15 @@ int procref_signal(const struct procref *, int sig);
 /* Moves the reference out of src (which is left closed). */
 void procref_move(struct procref *dst, struct procref *src);
 void procref_close(struct procref *);
+/*
+ * Other processes that share pid's memory (CLONE_VM, want PROC_SHARE_VM)
+ * or file table (CLONE_FILES, PROC_SHARE_FILES) without being threads of
+ * it: stopping pid's threads does not stop them. Fills list with them
+ * ("1234 (memory), 5678 (files)") and returns how many; -1 with errno set
+ * when the kernel cannot tell (no kcmp(2)).
+ */
+#define PROC_SHARE_VM 1
+#define PROC_SHARE_FILES 2
+int proc_sharers(pid_t pid, int want, char *list, size_t len);
 
 #endif

@@ -26,6 +26,7 @@
 #include "daemon/region.h"
 #include "daemon/statefmt.h"
 #include "daemon/uffdd.h"
+#include "daemon/wptrack.h"
 
 /*
  * Bulk sizing. One data frame is at most 64 pages (256 KiB): a demand answer
@@ -78,6 +79,7 @@ struct source {
 	int keep_source;
 	int was_stopped;      /* before the export froze it */
 	long long switches;   /* switch_count() once frozen; -1: unknown */
+	struct wptrack wp;    /* writes since the export, where tracked */
 	struct range *ranges; /* as exported, for a restart */
 	size_t nranges;
 	int resume_pending; /* the demand lane is a destination's resume */
@@ -219,6 +221,17 @@ static int
 freeze_checked(const struct procref *t, const struct authz_caller *who,
 	       int *was_stopped, uint32_t *code, char *err, size_t errlen)
 {
+	char sharers[192];
+
+	/* Stopping it would not stop these from writing its memory. */
+	if (proc_sharers(t->pid, PROC_SHARE_VM, sharers, sizeof(sharers)) > 0) {
+		*code = ERR_INVALID;
+		snprintf(err, errlen,
+			 "process %d shares its memory with %.120s, "
+			 "which stopping it does not stop: export refused",
+			 (int)t->pid, sharers);
+		return -1;
+	}
 	*was_stopped = all_stopped(t->pid) == 1;
 	if (freeze(t) < 0) {
 		*code = ERR_NO_PROCESS;
@@ -299,42 +312,99 @@ save(struct source *s)
 /*
  * The process must stay as it was frozen: its pages were classified then,
  * and a page it writes after it went is lost to the destination. Nothing
- * tells us of a SIGCONT from elsewhere; look each ping, and at the end.
+ * tells us of a SIGCONT from elsewhere; look each ping, and at the end:
+ * for a page written since the export (wptrack.h), where the kernel can
+ * tell, and for a context switch of its threads, which a stopped thread
+ * never makes. *why says which.
  */
 static int
-continued(const struct source *s)
+continued(const struct source *s, char *why, size_t len)
 {
 	int running = 0;
 	long long n = switch_count(s->m->pid, &running);
+	uint64_t addr;
 
-	if (running)
+	if (wptrack_written(&s->wp, &addr) == 1) {
+		snprintf(why, len,
+			 "source process %d ran after the export (continued "
+			 "from elsewhere) and wrote to its memory at 0x%llx: "
+			 "the destination may hold older bytes",
+			 (int)s->m->pid, (unsigned long long)addr);
 		return 1;
-	/* Gone or dying (exit_cb() says so), or no count taken yet. */
-	return n >= 0 && s->switches >= 0 && n != s->switches;
+	}
+	/* Gone or dying (exit_cb() says so), or no count taken. */
+	if (!running && (n < 0 || s->switches < 0 || n == s->switches))
+		return 0;
+	snprintf(why, len,
+		 "source process %d was continued (SIGCONT from elsewhere) "
+		 "during the migration: what it wrote since may not reach "
+		 "the destination",
+		 (int)s->m->pid);
+	return 1;
 }
 
-#define CONTINUED_WHY                                                          \
-	"source process %d was continued (SIGCONT from elsewhere) during the " \
-	"migration: what it wrote since may not reach the destination"
+/*
+ * The threads' context switches once they have all gone off the CPU: a
+ * thread shows as stopped a moment before its last switch is counted (and
+ * an injection switches them too). -1 when unknown.
+ */
+static long long
+settled_switches(pid_t pid)
+{
+	struct timespec ts = {0, 1000000};
+	long long n = switch_count(pid, NULL), was;
+
+	for (int i = 0; i < 50 && n >= 0; i++) {
+		nanosleep(&ts, NULL);
+		was = n;
+		if ((n = switch_count(pid, NULL)) == was)
+			break;
+	}
+	return n;
+}
+
+/*
+ * From now on any run of the frozen process is noticed (continued()): its
+ * exported ranges are write-protected where the kernel can track writes,
+ * and its threads' context switches are counted from here.
+ */
+static void
+watch_freeze(struct source *s)
+{
+	struct range *rs = xcalloc(s->nregs, sizeof(*rs));
+	char why[256];
+
+	for (size_t i = 0; i < s->nregs; i++) {
+		rs[i].start = s->regs[i].r.start;
+		rs[i].end = s->regs[i].r.start + s->regs[i].r.length;
+	}
+	if (!wptrack_usable())
+		log_debug("migration %s: this kernel cannot track writes "
+			  "(UFFD_FEATURE_WP_ASYNC, PAGEMAP_SCAN): a run of "
+			  "process %d is found by its context switches, at the "
+			  "next ping",
+			  log_id(s->m->id), (int)s->m->pid);
+	else if (wptrack_start(&s->wp, &s->t, rs, s->nregs, why, sizeof(why)) <
+		 0)
+		log_info("migration %s: writes of process %d are not tracked "
+			 "(%s): a run of it is found by its context switches, "
+			 "at the next ping",
+			 log_id(s->m->id), (int)s->m->pid, why);
+	free(rs);
+	s->switches = settled_switches(s->m->pid);
+}
 
 static void
 ping_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct source *s = arg;
 	Uffdd__Ping p = UFFDD__PING__INIT;
+	char why[256];
 
-	if (continued(s)) {
-		source_fail(s, CONTINUED_WHY, (int)s->m->pid);
+	if (continued(s, why, sizeof(why))) {
+		source_fail(s, "%s", why);
 		return;
 	}
-	/*
-	 * The count to hold the process to, taken a ping after the freeze:
-	 * a thread shows as stopped a moment before its last switch is
-	 * counted. Saved, so that a restart can tell whether it ran between.
-	 */
-	if (s->switches < 0 &&
-	    (s->switches = switch_count(s->m->pid, NULL)) >= 0)
-		save(s);
 	if (s->demand)
 		conn_send(s->demand, FRAME_PING, &p.base);
 	if (s->bulk && conn_output_len(s->bulk) == 0)
@@ -439,7 +509,8 @@ source_new(struct procref *t, const struct region *regs, size_t nregs,
 	m->start = t->start;
 	s->m = m;
 	procref_move(&s->t, t);
-	s->switches = -1; /* at the first ping (ping_cb()) */
+	s->switches = -1; /* watch_freeze() */
+	s->wp = (struct wptrack)WPTRACK_NONE;
 	s->nranges = nranges;
 	s->ranges = xcalloc(nranges, sizeof(*s->ranges));
 	memcpy(s->ranges, ranges, nranges * sizeof(*ranges));
@@ -558,6 +629,7 @@ source_export(uint64_t serial, const struct authz_caller *who,
 		control_reply_error(serial, code, "export: %s", err);
 		return;
 	}
+	watch_freeze(s);
 	/*
 	 * Without its state file a restart would forget the export and
 	 * leave the process frozen for good: refuse it instead.
@@ -756,7 +828,7 @@ source_restore(struct state_tbl *t)
 		migration_free(s->m);
 		goto out;
 	}
-	s->switches = now; /* stopped all along: no last switch to come */
+	watch_freeze(s);
 	if (!sv.waiting)
 		migration_set_state(s->m, MIG_PAUSED);
 	log_info("restored export %s of process %d (%s)", log_id(sv.id),
@@ -785,6 +857,7 @@ source_free(struct migration *m)
 		event_free(s->ping_ev);
 	if (s->rate_ev)
 		event_free(s->rate_ev);
+	wptrack_stop(&s->wp);
 	procref_close(&s->t);
 	free(s->ranges);
 	for (size_t i = 0; i < s->nregs; i++) {
@@ -1274,13 +1347,15 @@ teardown(struct source *s)
 static void
 complete(struct source *s)
 {
+	char why[256];
+
 	/*
 	 * The destination has every page it was sent. If the process ran
 	 * meanwhile, that may not be all it holds: it is not killed, and the
 	 * migration is not called complete here.
 	 */
-	if (continued(s)) {
-		migration_fail(s->m, CONTINUED_WHY, (int)s->m->pid);
+	if (continued(s, why, sizeof(why))) {
+		migration_fail(s->m, "%s", why);
 		log_warnx("migration %s: process %d left running",
 			  log_id(s->m->id), (int)s->m->pid);
 		teardown(s);

@@ -110,3 +110,13 @@ uffd_wake(int fd, uint64_t start, uint64_t len)
 
 	return ioctl(fd, UFFDIO_WAKE, &r);
 }
+
+int
+uffd_writeprotect(int fd, uint64_t start, uint64_t len, int wp)
+{
+	struct uffdio_writeprotect w = {.range = {start, len},
+					.mode = wp ? UFFDIO_WRITEPROTECT_MODE_WP
+						   : 0};
+
+	return ioctl(fd, UFFDIO_WRITEPROTECT, &w);
+}

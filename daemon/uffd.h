@@ -29,5 +29,7 @@ enum uffd_res uffd_copy(int fd, uint64_t dst, const void *src, uint64_t len,
 enum uffd_res uffd_zeropage(int fd, uint64_t dst, uint64_t len, uint64_t mode,
 			    uint64_t *done);
 int uffd_wake(int fd, uint64_t start, uint64_t len);
+/* UFFDIO_WRITEPROTECT: on (wp 1) or off (wp 0) over [start, start+len). */
+int uffd_writeprotect(int fd, uint64_t start, uint64_t len, int wp);
 
 #endif

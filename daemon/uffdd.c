@@ -21,6 +21,7 @@
 #include "daemon/region.h"
 #include "daemon/stats.h"
 #include "daemon/tls.h"
+#include "daemon/tracee.h"
 #include "daemon/uffdd.h"
 
 struct uffdd_conf conf;
@@ -148,7 +149,19 @@ on_signal(evutil_socket_t sig, short ev, void *arg)
 {
 	notify_send("STOPPING=1");
 	log_info("signal %d: shutting down", (int)sig);
+	if (tracee_count() > 0)
+		log_warnx("%zu targets that hold no copy of their userfaultfd "
+			  "are killed with the daemon (their missing pages "
+			  "could only read as zeros)",
+			  tracee_count());
 	event_base_loopexit(base, NULL);
+}
+
+/* A held target stopped for a signal (tracee.h): pass it on. */
+static void
+on_chld(evutil_socket_t sig, short ev, void *arg)
+{
+	tracee_reap();
 }
 
 /*
@@ -360,7 +373,7 @@ parse_args(int argc, char **argv, int *check)
 int
 main(int argc, char **argv)
 {
-	struct event *sigterm, *sigint, *sighup;
+	struct event *sigterm, *sigint, *sighup, *sigchld;
 	char err[512];
 	int check = 0;
 
@@ -420,9 +433,11 @@ main(int argc, char **argv)
 	sigterm = evsignal_new(base, SIGTERM, on_signal, NULL);
 	sigint = evsignal_new(base, SIGINT, on_signal, NULL);
 	sighup = evsignal_new(base, SIGHUP, on_hup, NULL);
+	sigchld = evsignal_new(base, SIGCHLD, on_chld, NULL);
 	evsignal_add(sigterm, NULL);
 	evsignal_add(sigint, NULL);
 	evsignal_add(sighup, NULL);
+	evsignal_add(sigchld, NULL);
 	state_restore_all();
 	log_info("ready: control %s", conf.control);
 	notify_send("READY=1\nSTATUS=ready; peers on %s, control %s",
@@ -437,6 +452,7 @@ main(int argc, char **argv)
 	event_free(sigterm);
 	event_free(sigint);
 	event_free(sighup);
+	event_free(sigchld);
 	notify_stop();
 	event_base_free(base);
 	tls_free();

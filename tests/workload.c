@@ -30,6 +30,16 @@
  * --ro-pages N makes N pages from the middle read-only once written (on
  * the destination: before attach), as a loader does with RELRO.
  *
+ * dest --try-uffd: once attached (SIGUSR1), looks for a userfaultfd among
+ * its own descriptors and tries to register a mapping of its own with each,
+ * and to make one itself (syscall and /dev/userfaultfd); prints
+ * "uffd-attempt: fds N, registered N, syscall ERR, device ERR".
+ * --sibling vm|files (either mode): forks, before "ready", a process that shares its
+ * memory (CLONE_VM) or file table (CLONE_FILES) and sleeps; prints
+ * "sibling PID".
+ * dest --signal-bench N: sends itself N signals (a handler counts them)
+ * before "ready" and again once attached, printing "signals before|during
+ * N us_each X": what a signal costs the target in each state.
  * dest --exec-on-usr2 PATH: on SIGUSR2 before SIGUSR1, runs PATH (a copy
  * of this program, perhaps setuid) with the same arguments: the same
  * mapping in another program, for tests of a target that execs after the
@@ -52,7 +62,9 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <linux/userfaultfd.h>
 
 #ifndef MADV_PAGEOUT
 #define MADV_PAGEOUT 21
@@ -67,7 +79,10 @@ static uint64_t base = 0x500000000000ULL, size = 64ULL << 20, seed = 1;
 static unsigned threads = 4, untouched = 16, pageout_every, poke_every;
 static unsigned zero_every;
 static uint64_t ro_pages;
-static const char *kind = "anon", *file_path, *exec_path;
+static const char *kind = "anon", *file_path, *exec_path, *sibling;
+static int try_uffd;
+static unsigned signal_bench;
+static void start_sibling(void);
 static char **saved_argv;
 /*
  * dest --event: what the target does to pages [ev0, ev0 + EV_PAGES) right
@@ -403,6 +418,8 @@ run_source(void)
 				}
 		printf("swapped %" PRIu64 "\n", count_swapped());
 	}
+	if (sibling)
+		start_sibling();
 	printf("ready 0x%" PRIx64 " 0x%" PRIx64 "\n", base, base + size);
 	fflush(stdout);
 	for (unsigned i = 0; i < threads; i++)
@@ -615,6 +632,95 @@ stuck(void *arg)
 	return NULL;
 }
 
+/* --try-uffd: what a target could do with a userfaultfd it was given. */
+static void
+uffd_attempt(void)
+{
+	struct uffdio_api api = {.api = UFFD_API};
+	int fds = 0, registered = 0, dev;
+	long sys;
+	char *own = mmap(NULL, PS, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	const char *sys_err, *dev_err;
+
+	for (int fd = 0; fd < 1024; fd++) {
+		char path[64], link[128];
+		ssize_t n;
+		struct uffdio_register r = {
+			.range = {(unsigned long)own, PS},
+			.mode = UFFDIO_REGISTER_MODE_MISSING};
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n < 0 || (link[n] = '\0', !strstr(link, "userfaultfd")))
+			continue;
+		fds++;
+		ioctl(fd, UFFDIO_API, &api); /* may fail: done once already */
+		if (ioctl(fd, UFFDIO_REGISTER, &r) == 0)
+			registered++;
+	}
+	sys = syscall(SYS_userfaultfd, O_CLOEXEC);
+	sys_err = sys >= 0 ? "ok" : strerror(errno);
+	dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+	dev_err = dev >= 0 ? "ok" : strerror(errno);
+	printf("uffd-attempt: fds %d, registered %d, syscall %s, device %s\n",
+	       fds, registered, sys_err, dev_err);
+	fflush(stdout);
+}
+
+static int
+sibling_main(void *arg)
+{
+	for (;;)
+		pause();
+	return 0;
+}
+
+/* --sibling: a process sharing our memory or files, not our thread. */
+static void
+start_sibling(void)
+{
+	static char stack[64 << 10];
+	int flags = strcmp(sibling, "vm") == 0 ? CLONE_VM : CLONE_FILES;
+	pid_t p = clone(sibling_main, stack + sizeof(stack), flags | SIGCHLD,
+			NULL);
+
+	if (p < 0) {
+		perror("workload: clone");
+		exit(1);
+	}
+	printf("sibling %d\n", (int)p);
+	fflush(stdout);
+}
+
+static atomic_uint bench_seen;
+
+static void
+on_bench(int sig)
+{
+	atomic_fetch_add(&bench_seen, 1);
+}
+
+/* --signal-bench: n signals to ourselves, each handled before the next. */
+static void
+bench_signals(const char *when)
+{
+	struct sigaction sa = {.sa_handler = on_bench};
+	struct timespec a, b;
+
+	sigaction(SIGURG, &sa, NULL);
+	atomic_store(&bench_seen, 0);
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (unsigned i = 0; i < signal_bench; i++)
+		raise(SIGURG);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	printf("signals %s %u us_each %.2f\n", when,
+	       atomic_load(&bench_seen),
+	       ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e3 /
+		       (signal_bench ? signal_bench : 1));
+	fflush(stdout);
+}
+
 static int
 run_dest(void)
 {
@@ -653,6 +759,10 @@ run_dest(void)
 		pthread_create(&t, NULL, stuck, NULL);
 	}
 	protect_ro();
+	if (sibling)
+		start_sibling();
+	if (signal_bench)
+		bench_signals("before");
 	sigemptyset(&set);
 	sigaddset(&set, SIGUSR1);
 	sigaddset(&set, SIGUSR2);
@@ -671,6 +781,10 @@ run_dest(void)
 			return 1;
 		}
 	} while (sig != SIGUSR1);
+	if (try_uffd)
+		uffd_attempt();
+	if (signal_bench)
+		bench_signals("during");
 	if (event && strncmp(event, "fork", 4) == 0) {
 		/*
 		 * The child checks every page too, with its own threads, while
@@ -815,7 +929,8 @@ usage(void)
 		"remove|unmap|remap|fork|fork-remove|fork-idle|fork-exit|\n"
 		"                  fork-exit-late|protect|punch|grow]\n"
 		"         [--touch N] [--idle-child] [--stuck-thread]\n"
-		"         [--exec-on-usr2 PATH]\n");
+		"         [--exec-on-usr2 PATH] [--try-uffd] [--sibling vm|files]\n"
+		"         [--signal-bench N]\n");
 	exit(2);
 }
 
@@ -842,6 +957,9 @@ main(int argc, char **argv)
 		{"file", required_argument, NULL, 'F'},
 		{"ro-pages", required_argument, NULL, 'R'},
 		{"exec-on-usr2", required_argument, NULL, 'X'},
+		{"try-uffd", no_argument, NULL, 'U'},
+		{"sibling", required_argument, NULL, 'L'},
+		{"signal-bench", required_argument, NULL, 'G'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -920,6 +1038,17 @@ main(int argc, char **argv)
 			break;
 		case 'X':
 			exec_path = optarg;
+			break;
+		case 'U':
+			try_uffd = 1;
+			break;
+		case 'L':
+			sibling = optarg;
+			if (strcmp(sibling, "vm") && strcmp(sibling, "files"))
+				usage();
+			break;
+		case 'G':
+			signal_bench = (unsigned)atoi(optarg);
 			break;
 		case 'T':
 			touch_n = strtoull(optarg, NULL, 0);

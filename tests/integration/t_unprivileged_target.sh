@@ -2,7 +2,13 @@
 # A target that runs as an unprivileged user, with
 # vm.unprivileged_userfaultfd left at 0: it may not create a userfaultfd
 # itself, so the daemon hands it /dev/userfaultfd and has it ask the device
-# for one. The migration is byte-exact and the sysctl is never touched.
+# for one. That kind can handle faults of kernel accesses, which the sysctl
+# withholds from the user: the target keeps no copy of it (it finds none
+# to use on a range of its own, during or after the migration) and is held
+# with PTRACE_O_EXITKILL instead, so a daemon killed mid-migration takes it
+# along rather than leave it reading zeros. The migration is byte-exact and
+# the sysctl is never touched. What a signal costs the held target is
+# printed.
 . "$SRC/tests/lib.sh"
 need_root
 [ -c /dev/userfaultfd ] || skip "no /dev/userfaultfd on this kernel (5.11+)"
@@ -15,21 +21,89 @@ RANGE=500000000000-500004000000
 start_workload WS source --size 64M --threads 2
 # The target: nobody, no capabilities.
 WORKLOAD_PREFIX="setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all"
-$WORKLOAD_PREFIX "$WORKLOAD" dest --size 64M --threads 4 --prefault >"$T/WD.out" 2>"$T/WD.log" &
-WD=$!
-PIDS+=("$WD")
-for _ in $(seq 200); do grep -q '^ready' "$T/WD.out" 2>/dev/null && break; sleep 0.05; done
-[ "$(stat -c %u "/proc/$WD")" = 65534 ] || fail "target does not run as nobody"
+# start_nobody_target ARGS...: WD, an unprivileged destination workload.
+start_nobody_target() {
+	rm -f "$T/WD.out"
+	$WORKLOAD_PREFIX "$WORKLOAD" dest --size 64M "$@" >"$T/WD.out" 2>"$T/WD.log" &
+	WD=$!
+	PIDS+=("$WD")
+	for _ in $(seq 200); do grep -q '^ready' "$T/WD.out" 2>/dev/null && break; sleep 0.05; done
+	[ "$(stat -c %u "/proc/$WD")" = 65534 ] || fail "target does not run as nobody"
+}
+start_nobody_target --threads 4 --prefault --try-uffd --signal-bench 2000
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 H_SRC=$("$MEMHASH" "$WS" 0x500000000000 0x500004000000)
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range "$RANGE" >"$T/attach.out" 2>&1 || fail "attach: $(cat "$T/attach.out")"
+# Held, with no userfaultfd of its own.
+[ "$(awk '/^TracerPid:/ {print $2}' "/proc/$WD/status")" = "$dst_PID" ] ||
+	fail "target not held by the destination daemon"
+ls -l "/proc/$WD/fd" | grep -q 'anon_inode:\[userfaultfd\]' &&
+	fail "the target holds a userfaultfd it could not have made itself"
 kill -USR1 "$WD"
 "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 120 >/dev/null || fail "migration did not complete"
 wait_verified WD
+grep -q '^uffd-attempt: fds 0, registered 0' "$T/WD.out" ||
+	fail "the target found a userfaultfd to use: $(grep uffd-attempt "$T/WD.out")"
+info "$(grep uffd-attempt "$T/WD.out")"
+info "$(grep '^signals' "$T/WD.out" | tr '\n' ';')"
+[ "$(awk '/^TracerPid:/ {print $2}' "/proc/$WD/status")" = 0 ] ||
+	fail "target still held after completion"
 H_DST=$("$MEMHASH" "$WD" 0x500000000000 0x500004000000)
 [ "$H_SRC" = "$H_DST" ] || fail "destination differs from the source"
 grep -q "from /dev/userfaultfd" "$T/dst.log" || fail "the daemon did not use /dev/userfaultfd"
 [ "$(cat /proc/sys/vm/unprivileged_userfaultfd)" = 0 ] || fail "the sysctl changed"
 ls /tmp | grep -q '^uffdd-pass-' && fail "hand-over directory left behind"
 info "unprivileged target migrated through /dev/userfaultfd, sysctl still 0"
+
+# The destination daemon dies mid-migration: the target dies with it
+# (SIGKILL), and the restarted daemon says what happened.
+kill "$WD"
+start_workload WS source --size 64M --threads 2
+start_nobody_target --threads 4 --pace-us 1500
+ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$ID" --range "$RANGE" >"$T/attach.out" 2>&1 || fail "attach: $(cat "$T/attach.out")"
+kill -USR1 "$WD"
+sleep 1
+grep -q '^verified' "$T/WD.out" && fail "the paced target finished before the daemon was killed"
+kill_daemon dst
+rc=0
+wait "$WD" || rc=$?
+[ "$rc" = 137 ] || fail "target not killed with its daemon (exit $rc): $(tail -n 3 "$T/WD.log")"
+grep -q '^verified' "$T/WD.out" && fail "the target went on after its daemon died"
+info "destination daemon killed: its target died with it (SIGKILL), read no zeros"
+restart_daemon dst
+grep -q "migration into process $WD ended with the daemon" "$T/dst.log" ||
+	fail "restart does not say what became of the target: $(tail -n 3 "$T/dst.log")"
+kill -9 "$WS"
+
+# A target sharing its memory or files with another process that an
+# attach cannot stop is refused, and left as it was; so is the export of
+# a source sharing its memory.
+for share in vm files; do
+	start_workload WS source --size 16M --threads 1
+	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000)
+	start_workload WX dest --size 16M --threads 1 --sibling "$share"
+	sib=$(sed -n 's/^sibling //p' "$T/WX.out")
+	PIDS+=("$sib")
+	if "$CLIENT" --control "$dst_SOCK" attach "$WX" --from "$src_ADDR:$src_PORT" \
+		--id "$ID" --range 500000000000-500001000000 >"$T/attach.out" 2>&1; then
+		fail "attach to a target with a $share sibling succeeded"
+	fi
+	grep -q "shares its memory or files with $sib" "$T/attach.out" ||
+		fail "refusal does not name sibling $sib: $(cat "$T/attach.out")"
+	info "$share sibling: $(cat "$T/attach.out")"
+	ls -l "/proc/$WX/fd" | grep -q 'anon_inode:\[userfaultfd\]' && fail "refused target got a userfaultfd"
+	[ "$(proc_state "$WX")" != T ] && [ "$(proc_state "$WX")" != t ] || fail "refused target left stopped"
+	kill -9 "$WX" "$sib" "$WS" 2>/dev/null || true
+done
+start_workload WS source --size 16M --threads 1 --sibling vm
+sib=$(sed -n 's/^sibling //p' "$T/WS.out")
+PIDS+=("$sib")
+if "$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000 >"$T/export.out" 2>&1; then
+	fail "export of a source with a memory-sharing sibling succeeded"
+fi
+grep -q "shares its memory with $sib" "$T/export.out" || fail "export refusal: $(cat "$T/export.out")"
+[ "$(proc_state "$WS")" != T ] || fail "refused export froze the source"
+info "source with a vm sibling: $(cat "$T/export.out")"
