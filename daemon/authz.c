@@ -23,7 +23,6 @@
 #include "daemon/log.h"
 #include "daemon/migration.h"
 #include "daemon/procref.h"
-#include "daemon/uffdd.h"
 
 #define CAP_SYS_PTRACE_BIT 19
 

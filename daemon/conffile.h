@@ -6,9 +6,46 @@
 #define UFFDD_CONFFILE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
-#include "daemon/uffdd.h"
+/* The effective configuration (conffile.c): strings are owned. */
+struct uffdd_conf {
+	char *listen;
+	char *control;
+	mode_t control_mode; /* of the control socket; 0600 by default */
+	gid_t control_gid;   /* its group; (gid_t)-1: leave it */
+	char *state_dir;
+	int foreground;
+	int verbose;
+	int insecure;
+	int pause_deadline; /* seconds a destination waits for its source */
+	uint64_t bulk_rate; /* bytes a second on a source's bulk lane, 0: any */
+	int pagemap_scan;   /* use PAGEMAP_SCAN where the kernel has it */
+	/*
+	 * Input limits on what peers may make this daemon hold or do;
+	 * defaults and bounds in conffile.c, all applied at reload.
+	 */
+	int max_regions;	  /* regions per migration, both roles */
+	int max_request_pages;	  /* pages one demand request may ask */
+	int max_pending;	  /* peer connections before HELLO, in all */
+	int max_pending_per_addr; /* the same, from one address */
+	int hello_timeout;	  /* seconds from accept to HELLO */
+	uint64_t max_output;	  /* unsent bytes before a conn stops reading */
+	int poll_us;		  /* busy polling after demand traffic, us */
+	int zero_detect;	  /* source: all-zero data pages go as ZERO */
+	/* TLS: CA that signs every peer, our certificate and key. */
+	char *ca;
+	char *cert;
+	char *key;
+	/* SHA-256 fingerprint a source must show instead of the --from name */
+	char *pin;
+	unsigned set; /* which keys were given (conffile.c) */
+};
+
+/* The running daemon's (defined by main, uffdd.c). */
+extern struct uffdd_conf conf;
 
 #define CONFFILE_DEFAULT_PATH "/etc/uffdd/uffdd.conf"
 

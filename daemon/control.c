@@ -18,9 +18,13 @@
 #include <event2/listener.h>
 
 #include "daemon/authz.h"
+#include "daemon/conffile.h"
+#include "daemon/conn.h"
+#include "daemon/control.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
 #include "daemon/procref.h"
-#include "daemon/uffdd.h"
+#include "daemon/role.h"
 
 struct client {
 	TAILQ_ENTRY(client) link;
@@ -175,18 +179,13 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	struct procref t;
 
 	switch (h->type) {
-	case FRAME_CTL_EXPORT: {
-		const Uffdd__ExportRequest *r = (const void *)msg;
-
-		if (allowed(cl, "export", r->pid, &t))
-			source_export(cl->serial, &cl->who, &t, r);
-		break;
-	}
+	case FRAME_CTL_EXPORT:
 	case FRAME_CTL_ATTACH: {
-		const Uffdd__AttachRequest *r = (const void *)msg;
+		/* The role that serves it, with the process checked. */
+		const struct role_ops *r = role_by_request(h->type);
 
-		if (allowed(cl, "attach", r->pid, &t))
-			dest_attach(cl->serial, &cl->who, &t, r);
+		if (r != NULL && allowed(cl, r->verb, r->request_pid(msg), &t))
+			r->request(cl->serial, &cl->who, &t, msg);
 		break;
 	}
 	case FRAME_CTL_STATUS:

@@ -19,19 +19,26 @@
 
 #include "daemon/authz.h"
 #include "daemon/compat.h"
+#include "daemon/conffile.h"
+#include "daemon/conn.h"
+#include "daemon/control.h"
+#include "daemon/dest.h"
 #include "daemon/inject.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
 #include "daemon/pagemap.h"
 #include "daemon/pagestate.h"
+#include "daemon/peer.h"
 #include "daemon/probe.h"
 #include "daemon/proc.h"
 #include "daemon/procref.h"
 #include "daemon/region.h"
+#include "daemon/role.h"
+#include "daemon/state.h"
 #include "daemon/statefmt.h"
 #include "daemon/tls.h"
 #include "daemon/tracee.h"
 #include "daemon/uffd.h"
-#include "daemon/uffdd.h"
 
 /* Frames of the bulk lane handled before the loop looks at faults again. */
 #define BULK_BUDGET 2
@@ -4304,4 +4311,34 @@ fail:
 out:
 	saved_free(&sv);
 	return rc;
+}
+
+static void
+attach_request(uint64_t serial, const struct authz_caller *who,
+	       struct procref *t, const ProtobufCMessage *req)
+{
+	dest_attach(serial, who, t, (const Uffdd__AttachRequest *)req);
+}
+
+static int
+attach_pid(const ProtobufCMessage *req)
+{
+	return ((const Uffdd__AttachRequest *)req)->pid;
+}
+
+static const struct role_ops dest_ops = {
+	.role = ROLE_DEST,
+	.name = "destination",
+	.request_type = FRAME_CTL_ATTACH,
+	.verb = "attach",
+	.request_pid = attach_pid,
+	.request = attach_request,
+	.restore = dest_restore,
+	.restore_check = dest_restore_check,
+};
+
+void
+dest_register(void)
+{
+	role_register(&dest_ops);
 }

@@ -7,8 +7,9 @@
 
 #include <event2/event.h>
 
+#include "daemon/conffile.h"
+#include "daemon/loop.h"
 #include "daemon/stats.h"
-#include "daemon/uffdd.h"
 
 /*
  * Busy polling (--poll-us): after a demand request or answer the next

@@ -15,9 +15,9 @@
 
 #include "daemon/compat.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
 #include "daemon/migration.h"
 #include "daemon/probe.h"
-#include "daemon/uffdd.h"
 
 /* Finished migrations kept for status queries. */
 #define MIG_KEEP_FINISHED 64

@@ -17,9 +17,12 @@
 #include <event2/bufferevent.h>
 #include <event2/listener.h>
 
+#include "daemon/conffile.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/peer.h"
+#include "daemon/role.h"
 #include "daemon/tls.h"
-#include "daemon/uffdd.h"
 
 /* One listener per address in --listen (a comma-separated list). */
 #define PEER_LISTEN_MAX 8
@@ -221,6 +224,7 @@ accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	       void *arg)
 {
 	struct pending *p = arg;
+	const struct role_ops *r;
 
 	if (h->type != FRAME_HELLO) {
 		log_warnx("%s: %s before HELLO", conn_name(c),
@@ -230,7 +234,9 @@ accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		pending_refused(p);
 		return;
 	}
-	if (source_hello(c, (const Uffdd__Hello *)msg) < 0) {
+	r = role_get(ROLE_SOURCE);
+	if (r == NULL || r->hello == NULL ||
+	    r->hello(c, (const Uffdd__Hello *)msg) < 0) {
 		pending_refused(p);
 		return;
 	}

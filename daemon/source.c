@@ -16,16 +16,23 @@
 #include <unistd.h>
 #include <sys/uio.h>
 
-#include "daemon/compat.h"
-#include "daemon/log.h"
-#include "daemon/pagemap.h"
-#include "daemon/probe.h"
 #include "daemon/authz.h"
+#include "daemon/compat.h"
+#include "daemon/conffile.h"
+#include "daemon/conn.h"
+#include "daemon/control.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/pagemap.h"
+#include "daemon/peer.h"
+#include "daemon/probe.h"
 #include "daemon/proc.h"
 #include "daemon/procref.h"
 #include "daemon/region.h"
+#include "daemon/role.h"
+#include "daemon/source.h"
+#include "daemon/state.h"
 #include "daemon/statefmt.h"
-#include "daemon/uffdd.h"
 #include "daemon/wptrack.h"
 
 /*
@@ -1630,4 +1637,35 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 	free(pp);
 	free(rp);
 	return 0;
+}
+
+static void
+export_request(uint64_t serial, const struct authz_caller *who,
+	       struct procref *t, const ProtobufCMessage *req)
+{
+	source_export(serial, who, t, (const Uffdd__ExportRequest *)req);
+}
+
+static int
+export_pid(const ProtobufCMessage *req)
+{
+	return ((const Uffdd__ExportRequest *)req)->pid;
+}
+
+static const struct role_ops source_ops = {
+	.role = ROLE_SOURCE,
+	.name = "source",
+	.request_type = FRAME_CTL_EXPORT,
+	.verb = "export",
+	.request_pid = export_pid,
+	.request = export_request,
+	.restore = source_restore,
+	.restore_check = source_restore_check,
+	.hello = source_hello,
+};
+
+void
+source_register(void)
+{
+	role_register(&source_ops);
 }

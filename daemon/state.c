@@ -17,9 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/conffile.h"
 #include "daemon/log.h"
+#include "daemon/role.h"
+#include "daemon/state.h"
 #include "daemon/statefmt.h"
-#include "daemon/uffdd.h"
 
 #define SUFFIX ".state"
 #define TMP_SUFFIX ".state.tmp"
@@ -246,23 +248,24 @@ state_restore_buf(const char *name, const char *id, const char *buf, size_t len,
 {
 	struct state_tbl *t = state_parse(name, buf, len);
 	char r[16], fid[MIG_ID_LEN + 2];
+	const struct role_ops *ro;
 	int rc = -2;
 
 	*role = -1;
 	if (state_str(t, "role", r, sizeof(r)) < 0)
 		goto out;
-	if (strcmp(r, "source") != 0 && strcmp(r, "destination") != 0) {
+	if ((ro = role_by_name(r)) == NULL) {
 		state_bad(t, "role", "role %s: want source or destination", r);
 		goto out;
 	}
-	*role = r[0] == 's' ? ROLE_SOURCE : ROLE_DEST;
+	*role = (int)ro->role;
 	if (state_str(t, "id", fid, sizeof(fid)) < 0)
 		goto out;
 	if (strcmp(fid, id) != 0) {
 		state_bad(t, "id", "id: not the one the file is named after");
 		goto out;
 	}
-	rc = *role == ROLE_SOURCE ? source_restore(t) : dest_restore(t);
+	rc = ro->restore(t);
 	/* The role refused what it read: the file is not ours. */
 	if (rc < 0 && state_error(t)[0])
 		rc = -2;

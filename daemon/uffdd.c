@@ -14,15 +14,21 @@
 #include <event2/event.h>
 
 #include "daemon/conffile.h"
+#include "daemon/control.h"
+#include "daemon/dest.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
 #include "daemon/notify.h"
 #include "daemon/pagemap.h"
+#include "daemon/peer.h"
 #include "daemon/probe.h"
 #include "daemon/region.h"
+#include "daemon/source.h"
+#include "daemon/state.h"
 #include "daemon/stats.h"
 #include "daemon/tls.h"
 #include "daemon/tracee.h"
-#include "daemon/uffdd.h"
 
 struct uffdd_conf conf;
 struct event_base *base;
@@ -438,6 +444,8 @@ main(int argc, char **argv)
 	evsignal_add(sigint, NULL);
 	evsignal_add(sighup, NULL);
 	evsignal_add(sigchld, NULL);
+	source_register();
+	dest_register();
 	state_restore_all();
 	log_info("ready: control %s", conf.control);
 	notify_send("READY=1\nSTATUS=ready; peers on %s, control %s",

@@ -58,6 +58,22 @@ enum frame_type {
 	FRAME_CTL_STATUS_REPLY = 105,
 };
 
+/* Error codes carried in Error frames and control replies. */
+enum {
+	ERR_UNKNOWN_ID = 1,
+	ERR_BUSY = 2,
+	ERR_PROTOCOL = 3,
+	ERR_NO_MATCH = 4,
+	ERR_SOURCE = 5,
+	ERR_INVALID = 6,
+	ERR_NO_PROCESS = 7,
+	ERR_PERMISSION = 8,
+	ERR_UNREACHABLE = 9,
+	ERR_KERNEL = 10,
+	ERR_TARGET_GONE = 11, /* destination process exited */
+	ERR_DEST_FAILED = 12, /* destination gave up: pages were poisoned */
+};
+
 struct frame_hdr {
 	uint16_t type;
 	uint16_t flags;

@@ -15,10 +15,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "daemon/conffile.h"
+#include "daemon/control.h"
 #include "daemon/log.h"
+#include "daemon/conn.h"
+#include "daemon/migration.h"
+#include "daemon/loop.h"
 #include "daemon/probe.h"
 #include "daemon/procref.h"
-#include "daemon/uffdd.h"
+#include "daemon/role.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -26,23 +31,43 @@ struct uffdd_conf conf;
 struct event_base *base;
 
 /* The roles, answered as a role would answer a process it cannot use. */
-void
-source_export(uint64_t serial, const struct authz_caller *who,
-	      struct procref *t, const Uffdd__ExportRequest *req)
+static void
+stub_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
+	     const ProtobufCMessage *req)
 {
 	procref_close(t);
-	control_reply_error(serial, ERR_NO_PROCESS, "export: process %d: stub",
-			    (int)req->pid);
+	control_reply_error(serial, ERR_NO_PROCESS, "process %d: stub",
+			    (int)t->pid);
 }
 
-void
-dest_attach(uint64_t serial, const struct authz_caller *who, struct procref *t,
-	    const Uffdd__AttachRequest *req)
+static int
+export_pid(const ProtobufCMessage *req)
 {
-	procref_close(t);
-	control_reply_error(serial, ERR_NO_PROCESS, "attach: process %d: stub",
-			    (int)req->pid);
+	return ((const Uffdd__ExportRequest *)req)->pid;
 }
+
+static int
+attach_pid(const ProtobufCMessage *req)
+{
+	return ((const Uffdd__AttachRequest *)req)->pid;
+}
+
+static const struct role_ops stub_source = {
+	.role = ROLE_SOURCE,
+	.name = "source",
+	.request_type = FRAME_CTL_EXPORT,
+	.verb = "export",
+	.request_pid = export_pid,
+	.request = stub_request,
+};
+static const struct role_ops stub_dest = {
+	.role = ROLE_DEST,
+	.name = "destination",
+	.request_type = FRAME_CTL_ATTACH,
+	.verb = "attach",
+	.request_pid = attach_pid,
+	.request = stub_request,
+};
 
 /* Status reports the kernel's features; probing them is not fuzzed. */
 const char *
@@ -65,6 +90,8 @@ setup(void)
 	struct migration *m;
 
 	log_init(1, -1);
+	role_register(&stub_source);
+	role_register(&stub_dest);
 	conf.control_mode = 0600;
 	conf.control_gid = (gid_t)-1;
 	if ((base = event_base_new()) == NULL ||

@@ -24,8 +24,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "daemon/dest.h"
 #include "daemon/log.h"
-#include "daemon/uffdd.h"
+#include "daemon/conn.h"
+#include "daemon/migration.h"
+#include "daemon/loop.h"
 #include "tests/fuzz/fuzz_role.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

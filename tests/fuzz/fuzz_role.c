@@ -14,12 +14,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon/conffile.h"
 #include "daemon/authz.h"
+#include "daemon/conffile.h"
+#include "daemon/control.h"
+#include "daemon/dest.h"
 #include "daemon/log.h"
-#include "daemon/procref.h"
+#include "daemon/conn.h"
+#include "daemon/migration.h"
+#include "daemon/loop.h"
 #include "daemon/probe.h"
-#include "daemon/uffdd.h"
+#include "daemon/procref.h"
+#include "daemon/source.h"
+#include "daemon/state.h"
 #include "tests/fuzz/fuzz_role.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -193,6 +199,8 @@ fz_setup(void)
 	char err[512];
 
 	log_init(1, -1);
+	source_register();
+	dest_register();
 	conffile_defaults(&conf);
 	conf.insecure = 1; /* plaintext lanes: TLS has its own tests */
 	snprintf(state_dir, sizeof(state_dir), "/tmp/uffdd-fuzz.XXXXXX");

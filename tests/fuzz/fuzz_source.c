@@ -23,7 +23,10 @@
 #include <event2/bufferevent.h>
 
 #include "daemon/log.h"
-#include "daemon/uffdd.h"
+#include "daemon/conn.h"
+#include "daemon/migration.h"
+#include "daemon/loop.h"
+#include "daemon/source.h"
 #include "tests/fuzz/fuzz_role.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -27,10 +27,16 @@
 
 #include <openssl/evp.h>
 
+#include "daemon/conffile.h"
+#include "daemon/dest.h"
 #include "daemon/log.h"
+#include "daemon/conn.h"
+#include "daemon/migration.h"
+#include "daemon/loop.h"
 #include "daemon/proc.h"
+#include "daemon/source.h"
+#include "daemon/state.h"
 #include "daemon/statefmt.h"
-#include "daemon/uffdd.h"
 #include "tests/fuzz/fuzz_role.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

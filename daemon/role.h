@@ -1,0 +1,55 @@
+/*
+ * What each role (source, destination) offers the rest of the daemon, as a
+ * table of operations it registers at start-up (role.c). The control socket,
+ * the peer listener and the state directory reach the roles only through
+ * it, so none of them depends on a role's code.
+ */
+#ifndef UFFDD_ROLE_H
+#define UFFDD_ROLE_H
+
+#include <stdint.h>
+
+#include "daemon/migration.h"
+#include "proto/frame.h"
+
+struct authz_caller;
+struct conn;
+struct procref;
+struct state_tbl;
+
+struct role_ops {
+	enum mig_role role;
+	const char *name; /* as a state file's "role" record names it */
+	/* The control request this role serves (export, attach). */
+	uint16_t request_type;
+	const char *verb;			      /* "export", "attach" */
+	int (*request_pid)(const ProtobufCMessage *); /* its process */
+	/*
+	 * Serves that request for the caller who (checked by control.c),
+	 * whose process t it takes over; it answers control client serial.
+	 */
+	void (*request)(uint64_t serial, const struct authz_caller *who,
+			struct procref *t, const ProtobufCMessage *req);
+	/*
+	 * Restores a migration from a state file's table (statefmt.h) after
+	 * a restart: 0, or -1 when not taken up. A file that says what this
+	 * daemon never writes sets the table's error (FILE:LINE: what)
+	 * first. check only reads and validates, touching nothing.
+	 */
+	int (*restore)(struct state_tbl *);
+	int (*restore_check)(struct state_tbl *);
+	/*
+	 * A peer connection's first frame, a HELLO (NULL: the role takes
+	 * none). 0 when the connection is now a lane of a migration, -1
+	 * when refused: an ERROR is queued and the connection is finishing.
+	 */
+	int (*hello)(struct conn *, const Uffdd__Hello *);
+};
+
+void role_register(const struct role_ops *);
+/* NULL when no such role is registered. */
+const struct role_ops *role_get(enum mig_role);
+const struct role_ops *role_by_name(const char *name);
+const struct role_ops *role_by_request(uint16_t type);
+
+#endif

@@ -1,0 +1,36 @@
+/* State files, one per migration under --state-dir (state.c). */
+#ifndef UFFDD_STATE_H
+#define UFFDD_STATE_H
+
+#include <stddef.h>
+
+struct migration;
+struct state_out;
+
+/*
+ * Creates the state directory (0700) if missing, or checks it: a real
+ * directory (no link), of our uid, that no one else may write. Kept open
+ * for every later file operation. -1 with err filled.
+ */
+int state_dir_open(const char *dir, char *err, size_t errlen);
+void state_dir_close(void);
+/*
+ * Writes the common keys and calls `more` for the role's own (-1 with
+ * errno set: no file written), then replaces the file. 0, or -1 with
+ * errno set and a warning logged.
+ */
+int state_write(const struct migration *,
+		int (*more)(struct state_out *, const struct migration *));
+void state_remove(const struct migration *);
+/* Restores every migration found in the state directory. */
+void state_restore_all(void);
+/*
+ * Restores one migration from the bytes of its file ID.state, shown in
+ * messages as name: 0 restored; -1 not taken up (the role said why);
+ * -2 refused: why says FILE:LINE and what is wrong, *role is the role the
+ * file names (-1 if it names none).
+ */
+int state_restore_buf(const char *name, const char *id, const char *buf,
+		      size_t len, char *why, size_t whylen, int *role);
+
+#endif
