@@ -39,6 +39,8 @@ struct conn *conn_new(struct event_base *base, struct bufferevent *bev,
 void conn_free(struct conn *);
 /* Sends what is queued, then frees itself; the owner hears nothing more. */
 void conn_finish(struct conn *);
+/* At exit: frees the connections conn_finish() left sending (no owner). */
+void conn_free_finishing(void);
 void conn_set_owner(struct conn *, conn_frame_cb, conn_close_cb, void *arg);
 void conn_set_priority(struct conn *, int prio);
 /* At most n frames a callback, the rest after other events (0: no limit). */
