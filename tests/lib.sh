@@ -62,10 +62,38 @@ daemon_check_reports() {
 		esac
 		while IFS= read -r l; do
 			DAEMON_PROBLEMS+=("    $l")
-		done < <(tail -n +"$line" "$f" | grep -v '^[[:space:]]*$' | head -n 12)
+		done < <(tail -n +"$line" "$f" | report_head)
 		echo "--- $f: sanitizer report"
-		tail -n +"$line" "$f" | head -n 80
+		tail -n +"$line" "$f" | head -n 300
 	done
+}
+
+# The lines of a report (on stdin) that say most: its first line and, for
+# LeakSanitizer, the first direct leak (indirect ones hang off a direct
+# one; the first indirect one when there is none) and the summary;
+# otherwise its first lines, the stack.
+report_head() {
+	awk '
+		NR == 1 { print; next }
+		/^(Direct|Indirect) leak/ {
+			leak = 1
+			if (kind == "" || (kind == "Indirect" && $1 == "Direct")) {
+				kind = $1; n = 0; take = 1
+			}
+		}
+		/^$/ { take = 0 }
+		take && n < 10 { block[n++] = $0 }
+		/^SUMMARY:/ && leak { summary = $0 }
+		!leak && NF && m < 11 { rest[m++] = $0 }
+		END {
+			if (leak) {
+				for (i = 0; i < n; i++) print block[i]
+				print summary
+			} else {
+				for (i = 0; i < m; i++) print rest[i]
+			}
+		}
+	'
 }
 
 # daemon_stop PID...: SIGCONT and SIGTERM to each daemon still running (not
