@@ -186,6 +186,14 @@ add_range(Uffdd__Range **rs, size_t *n, const char *arg, const char *u)
 	return rs;
 }
 
+static void
+free_ranges(Uffdd__Range **rs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(rs[i]);
+	free(rs);
+}
+
 static const char *
 human_bytes(double b, char *buf, size_t len)
 {
@@ -474,6 +482,7 @@ wait_for(const char *id, double timeout)
 		/* [0] is the migration itself; forked children follow. */
 		if (rep->n_migrations == 0) {
 			fprintf(stderr, "uffd-client: unknown migration ID\n");
+			frame_free(&rep->base);
 			exit(1);
 		}
 		s = rep->migrations[0];
@@ -569,6 +578,7 @@ cmd_export(int argc, char **argv)
 					 FRAME_CTL_EXPORT_REPLY);
 	printf("%s\n", rep->id);
 	frame_free(&rep->base);
+	free_ranges(req.ranges, req.n_ranges);
 	close(fd);
 	return 0;
 }
@@ -689,6 +699,10 @@ cmd_attach(int argc, char **argv)
 	print_regions("unmatched", rep->unmatched, rep->n_unmatched, stdout);
 	snprintf(id, sizeof(id), "%s", rep->id);
 	frame_free(&rep->base);
+	free_ranges(req.ranges, req.n_ranges);
+	for (size_t i = 0; i < req.n_maps; i++)
+		free(req.maps[i]);
+	free(req.maps);
 	close(fd);
 	if (wait)
 		rc = wait_for(id, 0);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/uio.h>
 
 #include <event2/bufferevent_ssl.h>
@@ -47,6 +48,7 @@ size_t conn_out_max = CONN_OUT_MAX;
 #define CONN_WRITE_MAX (256u << 10)
 
 struct conn {
+	TAILQ_ENTRY(conn) orphan; /* in orphans while finishing */
 	struct bufferevent *bev;
 	struct event *resume;
 	struct event *rd; /* own read event (conn_read_direct()), or NULL */
@@ -82,6 +84,9 @@ struct conn {
 };
 
 static void conn_read_cb(struct bufferevent *, void *);
+
+/* Connections conn_finish() took from their owners: nobody else has them. */
+static TAILQ_HEAD(, conn) orphans = TAILQ_HEAD_INITIALIZER(orphans);
 
 /*
  * Everything queued is out: say so (TLS close_notify, TCP FIN) but go on
@@ -126,6 +131,8 @@ conn_destroy(struct conn *c)
 	conn_closed_cb cb = c->on_closed;
 	void *arg = c->closed_arg;
 
+	if (c->finishing)
+		TAILQ_REMOVE(&orphans, c, orphan);
 	if (c->rd)
 		event_free(c->rd);
 	if (c->deadline)
@@ -583,6 +590,7 @@ conn_finish(struct conn *c)
 	if (c->finishing)
 		return;
 	c->finishing = 1;
+	TAILQ_INSERT_TAIL(&orphans, c, orphan);
 	c->deadline =
 		evtimer_new(bufferevent_get_base(c->bev), conn_deadline_cb, c);
 	if (c->deadline == NULL)
@@ -595,6 +603,17 @@ conn_finish(struct conn *c)
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
 		conn_linger(c);
+}
+
+void
+conn_free_finishing(void)
+{
+	struct conn *c, *next;
+
+	for (c = TAILQ_FIRST(&orphans); c != NULL; c = next) {
+		next = TAILQ_NEXT(c, orphan);
+		conn_free(c);
+	}
 }
 
 void

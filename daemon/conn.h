@@ -41,6 +41,8 @@ struct conn *conn_new(struct event_base *base, struct bufferevent *bev,
 void conn_free(struct conn *);
 /* Sends what is queued, then frees itself; the owner hears nothing more. */
 void conn_finish(struct conn *);
+/* At exit: frees the connections conn_finish() left sending (no owner). */
+void conn_free_finishing(void);
 void conn_set_owner(struct conn *, conn_frame_cb, conn_close_cb, void *arg);
 /*
  * Calls cb(arg) once, when the socket is closed, whoever closes it: also

@@ -457,6 +457,7 @@ main(int argc, char **argv)
 	control_close();
 	peer_close_listeners();
 	migration_free_all();
+	conn_free_finishing();
 	event_free(sigterm);
 	event_free(sigint);
 	event_free(sighup);

@@ -18,13 +18,161 @@ DST_HOST_ADDR=10.231.0.2
 src_STARTS=1
 dst_STARTS=1
 CLEANUPS=()
-# LeakSanitizer's report at exit would turn a passing client into a failing
-# one in sanitizer builds; leaks are checked on the daemon's own shutdown.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+# Sanitizer builds: every report is seen and fails the test. LeakSanitizer
+# is on (ASan's default) for the daemons, the client and every other
+# sanitized program alike: a client that leaks exits non-zero. UBSan
+# reports are fatal (the build has -fno-sanitize-recover as well). What the
+# caller set comes first, so that these win. Each daemon writes its
+# reports to $T/NAME.san.PID (run_daemon); stop_daemons checks them.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1:handle_abort=1"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_on_error=1"
+
+# The daemons a test started: DAEMONS maps a running one's pid to its name,
+# DAEMON_NAMES holds every name used, KILLED the pids kill_daemon killed.
+# At the end (cleanup), and when stop_daemon or ensure_daemon stops one,
+# each daemon still running gets SIGTERM and has DAEMON_STOP_TIMEOUT
+# seconds to exit 0; its log and sanitizer reports must hold no report.
+declare -A DAEMONS=() DAEMON_NAMES=() KILLED=() REPORTED=()
+DAEMON_STOP_TIMEOUT=${DAEMON_STOP_TIMEOUT:-20}
+DAEMON_PROBLEMS=()
+# What ASan, LSan and UBSan reports say.
+SAN_REPORT='ERROR: (Address|Leak|UndefinedBehavior|Memory|Thread)Sanitizer|SUMMARY: [A-Za-z]*Sanitizer|runtime error: '
+
+# The parent of PID, while PID is there.
+proc_ppid() { sed -e 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f2; }
+
+# daemon_problem NAME PID TEXT: the test fails, and says TEXT last.
+daemon_problem() { DAEMON_PROBLEMS+=("daemon $1 (pid $2): $3"); }
+
+# daemon_check_reports NAME: a sanitizer report in NAME's log or report
+# files is a problem; its first lines are shown. Both are read: ASan and
+# LSan write to log_path, but UBSan (GCC's runtime beside ASan) writes to
+# stderr, the log, whatever its log_path says.
+daemon_check_reports() {
+	local - name=$1 f line l
+	set +e
+	for f in "$T/$name.log" "$T/$name".san.*; do
+		[ -f "$f" ] && [ -z "${REPORTED[$f]:-}" ] || continue
+		line=$(grep -n -m1 -E "$SAN_REPORT" "$f" | cut -d: -f1)
+		[ -n "$line" ] || continue
+		REPORTED[$f]=1
+		case $f in
+		*.san.*) daemon_problem "$name" "${f##*.san.}" "sanitizer report in $f:" ;;
+		*) DAEMON_PROBLEMS+=("daemon $name: sanitizer report in $f:") ;;
+		esac
+		while IFS= read -r l; do
+			DAEMON_PROBLEMS+=("    $l")
+		done < <(tail -n +"$line" "$f" | report_head)
+		echo "--- $f: sanitizer report"
+		tail -n +"$line" "$f" | head -n 300
+	done
+}
+
+# The lines of a report (on stdin) that say most: its first line and, for
+# LeakSanitizer, the first direct leak (indirect ones hang off a direct
+# one; the first indirect one when there is none) and the summary;
+# otherwise its first lines, the stack.
+report_head() {
+	awk '
+		NR == 1 { print; next }
+		/^(Direct|Indirect) leak/ {
+			leak = 1
+			if (kind == "" || (kind == "Indirect" && $1 == "Direct")) {
+				kind = $1; n = 0; take = 1
+			}
+		}
+		/^$/ { take = 0 }
+		take && n < 10 { block[n++] = $0 }
+		/^SUMMARY:/ && leak { summary = $0 }
+		!leak && NF && m < 11 { rest[m++] = $0 }
+		END {
+			if (leak) {
+				for (i = 0; i < n; i++) print block[i]
+				print summary
+			} else {
+				for (i = 0; i < m; i++) print rest[i]
+			}
+		}
+	'
+}
+
+# daemon_stop PID...: SIGCONT and SIGTERM to each daemon still running (not
+# those kill_daemon killed), then each is waited for, all within
+# DAEMON_STOP_TIMEOUT seconds; one still running then is killed. Any but
+# exit status 0 is a problem.
+daemon_stop() {
+	local - pid name rc deadline when
+	local -A early=()
+	set +e # a test's set -e must not end the stop half way
+	for pid in "$@"; do
+		[ -z "${KILLED[$pid]:-}" ] || continue
+		# Our own child only: the pid of one that exited may be reused.
+		if [ "$(proc_ppid "$pid")" != "$BASHPID" ] ||
+			[ "$(proc_state "$pid" 2>/dev/null)" = Z ]; then
+			early[$pid]=1
+			continue
+		fi
+		kill -CONT "$pid" 2>/dev/null
+		kill -TERM "$pid" 2>/dev/null
+	done
+	deadline=$((SECONDS + DAEMON_STOP_TIMEOUT))
+	for pid in "$@"; do
+		name=${DAEMONS[$pid]:-?}
+		unset "DAEMONS[$pid]"
+		[ -z "${KILLED[$pid]:-}" ] || continue
+		while [ "$(proc_ppid "$pid")" = "$BASHPID" ] &&
+			[ "$(proc_state "$pid" 2>/dev/null)" != Z ] &&
+			[ "$SECONDS" -lt "$deadline" ]; do
+			sleep 0.05
+		done
+		if [ "$(proc_ppid "$pid")" = "$BASHPID" ] &&
+			[ "$(proc_state "$pid" 2>/dev/null)" != Z ]; then
+			kill -9 "$pid" 2>/dev/null
+			wait "$pid" 2>/dev/null
+			daemon_problem "$name" "$pid" "still running $DAEMON_STOP_TIMEOUT s after SIGTERM: killed"
+			continue
+		fi
+		wait "$pid" 2>/dev/null
+		rc=$?
+		when="at SIGTERM"
+		[ -z "${early[$pid]:-}" ] || when="before the end of the test"
+		if [ "$rc" = 127 ]; then
+			daemon_problem "$name" "$pid" "exit status unknown: the test reaped it (stop a daemon with stop_daemon or kill_daemon)"
+		elif [ "$rc" -gt 128 ]; then
+			daemon_problem "$name" "$pid" "killed by signal $((rc - 128)) (SIG$(kill -l $((rc - 128)) 2>/dev/null)) $when"
+		elif [ "$rc" != 0 ]; then
+			daemon_problem "$name" "$pid" "exited with status $rc $when"
+		fi
+	done
+}
+
+# stop_daemon NAME: stops daemon NAME as cleanup does; fails the test at
+# once if it broke the rule.
+stop_daemon() {
+	local name=$1 pid pids=()
+	for pid in "${!DAEMONS[@]}"; do
+		[ "${DAEMONS[$pid]}" = "$name" ] && pids+=("$pid")
+	done
+	[ ${#pids[@]} -eq 0 ] || daemon_stop "${pids[@]}"
+	daemon_check_reports "$name"
+	[ ${#DAEMON_PROBLEMS[@]} -eq 0 ] || fail "${DAEMON_PROBLEMS[0]}"
+}
+
+# stop_daemons: every daemon stopped and checked (cleanup).
+stop_daemons() {
+	local name
+	[ ${#DAEMONS[@]} -eq 0 ] || daemon_stop "${!DAEMONS[@]}"
+	for name in "${!DAEMON_NAMES[@]}"; do
+		daemon_check_reports "$name"
+	done
+}
 
 cleanup() {
 	local rc=$?
 	set +e
+	# The daemons first, while the processes they serve are still there:
+	# shutdown must be clean in every state.
+	stop_daemons
 	for p in "${PIDS[@]}"; do
 		kill -CONT "$p" 2>/dev/null
 		kill -9 "$p" 2>/dev/null
@@ -44,6 +192,13 @@ cleanup() {
 			echo "--- $f"
 			tail -n 30 "$f"
 		done
+	fi
+	# Last, where run.sh shows it.
+	if [ ${#DAEMON_PROBLEMS[@]} -gt 0 ]; then
+		for p in "${DAEMON_PROBLEMS[@]}"; do
+			echo "FAIL: $p"
+		done
+		rc=1
 	fi
 	[ -n "${KEEP_T:-}" ] || rm -rf "$T"
 	exit "$rc"
@@ -176,10 +331,12 @@ run_daemon() {
 		*) ns=$NS_DST addr=$DST_HOST_ADDR ;;
 		esac
 	fi
-	${ns:+ip netns exec "$ns"} "$UFFDD" -f --config "$T/empty.conf" \
+	ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$T/$name.san \
+		UBSAN_OPTIONS=$UBSAN_OPTIONS:log_path=$T/$name.san \
+		${ns:+ip netns exec "$ns"} "$UFFDD" -f --config "$T/empty.conf" \
 		$tls --listen "$addr:$port" --control "$T/$name.sock" \
 		--state-dir "$T/$name.state" "$@" >>"$T/$name.log" 2>&1 &
-	PIDS+=($!)
+	daemon_started "$name" $!
 	eval "${name}_PID=$!"
 	for _ in $(seq 200); do
 		[ -S "$T/$name.sock" ] &&
@@ -187,6 +344,14 @@ run_daemon() {
 		sleep 0.05
 	done
 	fail "uffdd $name did not start: $(cat "$T/$name.log")"
+}
+
+# daemon_started NAME PID: a daemon a test started itself (logging to
+# $T/NAME.log) is stopped and checked as run_daemon's are.
+daemon_started() {
+	PIDS+=("$2")
+	DAEMONS[$2]=$1
+	DAEMON_NAMES[$1]=1
 }
 
 restart_daemon() {
@@ -205,18 +370,19 @@ ensure_daemon() {
 	args=$(eval echo "\${${name}_ARGS:-}")
 	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
 		[ "$args" = "$*" ] && return
-		kill "$pid"
-		wait "$pid" 2>/dev/null || true
+		stop_daemon "$name"
 		rm -f "$T/$name.sock"
 		: >"$T/$name.log"
 	fi
 	start_daemon "$name" "$@"
 }
 
-# kill_daemon NAME: SIGKILL, as a crash would.
+# kill_daemon NAME: SIGKILL, as a crash would. Its exit status is not
+# checked at the end, its log is.
 kill_daemon() {
 	local pid
 	pid=$(eval echo "\$${1}_PID")
+	KILLED[$pid]=1
 	kill -9 "$pid"
 	wait "$pid" 2>/dev/null || true
 }

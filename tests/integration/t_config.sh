@@ -154,7 +154,7 @@ fi
 # socket and state directory come from its file alone.
 printf 'control "%s"\nstate-dir "%s"\ncontrol-mode 0600\n' "$T/r.sock" "$T/r.state" >"$T/r.conf"
 "$UFFDD" -f --insecure --config "$T/r.conf" >"$T/r.log" 2>&1 &
-PIDS+=($!)
+daemon_started r $!
 r_PID=$!
 wait_log r "ready: control $T/r.sock" 1
 printf 'control "%s"\nstate-dir /elsewhere\ncontrol-mode 0666\n' "$T/r.sock" >"$T/r.conf"
