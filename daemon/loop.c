@@ -22,13 +22,13 @@
  * CPUs, a poll ends at the first yield that let another task run, or at
  * a preemption: the CPU is wanted, and polling on would hold two busy
  * daemons on one CPU while the target's thread waits for a wakeup on
- * another (FINDINGS.md, "Faults during bulk: pieces and polls").
+ * another (docs/benchmarks.md, "Faults during bulk: pieces and polls").
  *
  * loop_poll() does not start while bulk data moves: the daemon is busy
  * then. loop_poll_now() does, for an answer that is due while nothing else
  * moves: the destination's one request holds its bulk lane. (The source
  * polling so after each answer gained little once loop_yield_woken() was
- * in, and kept both daemons on one vCPU unpinned: FINDINGS.md.)
+ * in, and kept both daemons on one vCPU unpinned: docs/benchmarks.md.)
  */
 #define BULK_QUIET_NS 1000000
 /* Demand traffic this recent makes bulk work go in small steps. */

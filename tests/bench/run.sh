@@ -138,7 +138,7 @@ export BENCH_WARM=$WARM
 # that migrate_once starts beside them. "hosts" is the two-host placement:
 # SRC and the source workload on CPU 1, DST and the target on CPU 0, as on
 # two one-CPU hosts (a source and a destination never share a CPU in
-# production, and on these 2 vCPUs, unpinned, they often do: FINDINGS.md,
+# production, and on these 2 vCPUs, unpinned, they often do: docs/benchmarks.md,
 # "Fault during bulk: two placements"). "one" puts them all on CPU $PIN.
 # "free" gives them every CPU back.
 PLACE_S='' PLACE_D=''
@@ -227,7 +227,7 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 		migrate_once "$BIG" dstt 0 srct
 		rec tls_bulk_s "$M_SECS"
 		# The bulk floor once more, for its best round: this machine
-		# makes it 1.5-6x slower at random (FINDINGS.md, "Best rounds").
+		# makes it 1.5-6x slower at random (docs/benchmarks.md, "Best rounds").
 		read -r secs _ < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
 			tr '=' ' ' | awk '{print $5}')
 		rec floor_bulk_again_s "$secs"
@@ -330,7 +330,7 @@ fig med 3 "shmem install CPU/GiB, CONTINUE v COPY" shmem_continue_cpu shmem_copy
 # Best rounds: each side's least figure over the rounds, and their ratio.
 # Where the noise of this machine only adds time, the floor's as often as
 # uffdd's, a round's ratio says more of the noise than of the code
-# (FINDINGS.md, "Best rounds"): a slow floor round reads as a pass.
+# (docs/benchmarks.md, "Best rounds"): a slow floor round reads as a pass.
 echo "best rounds (each side's least figure; the bulk floor runs twice a round):"
 fig best 1 "demand fault idle p50, one CPU (us)" one_idle_p50 one_floor_p50 1.25
 fig best 1 "fault during bulk p99 (us; floor: idle)" busy_p99 idle_p99 3
