@@ -1,6 +1,6 @@
 /*
  * uAPI definitions that Debian 12's linux-libc-dev (6.1) lacks, in one place
- * (STYLE.md point 10). Values from FACTS.md, checked against 6.18.
+ * (portability kept out of the logic). Values checked against 6.18.
  */
 #ifndef UFFDD_COMPAT_H
 #define UFFDD_COMPAT_H

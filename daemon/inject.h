@@ -1,5 +1,5 @@
 /*
- * Running system calls inside another process with ptrace (DESIGN section 5):
+ * Running system calls inside another process with ptrace (docs/design.md):
  * the way to make a target create a userfaultfd bound to its own memory.
  */
 #ifndef UFFDD_INJECT_H

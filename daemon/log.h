@@ -1,4 +1,4 @@
-/* Logging and the fixed error vocabulary (STYLE.md point 4). */
+/* Logging and the fixed error vocabulary: fatal, warn, info, debug. */
 #ifndef UFFDD_LOG_H
 #define UFFDD_LOG_H
 

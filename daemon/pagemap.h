@@ -1,5 +1,5 @@
 /*
- * Source-side page classification (DESIGN section 4): which pages of a region
+ * Source-side page classification (docs/design.md): which pages of a region
  * hold data (present or swapped out) and which were never populated.
  */
 #ifndef UFFDD_PAGEMAP_H

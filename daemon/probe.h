@@ -1,5 +1,5 @@
 /*
- * What the running kernel can do, probed once at start-up (STYLE.md point 7).
+ * What the running kernel can do, probed once at start-up.
  * The rest of the daemon reads this struct and never probes again.
  */
 #ifndef UFFDD_PROBE_H

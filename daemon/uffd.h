@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-/* What an install ioctl's failure means for the caller (STYLE.md point 6). */
+/* What an install ioctl's failure means for the caller: one errno map. */
 enum uffd_res {
 	UFFD_OK = 0,
 	UFFD_EXISTS, /* EEXIST: page already present: mark it, wake waiters */

@@ -15,14 +15,14 @@
  *   shmem-continue  the same memfd mapping in MINOR mode: each 64 KiB is
  *                   received straight into a second shared mapping of the
  *                   memfd (the page cache) and mapped with UFFDIO_CONTINUE,
- *                   the zero-copy install DESIGN section 3 describes.
+ *                   the zero-copy install docs/design.md describes.
  *
  * With BENCH_WARM=BYTES in the environment, the receiver touches and frees
  * that much anonymous memory once the sender is ready, just before the
  * clock starts (run.sh does the same before each uffdd migration): this VM's
  * host discards free memory that the guest reports, and the first write
  * to such a page costs it 5-10 us, so fresh memory would otherwise be fast
- * or slow by chance (tests/bench/FINDINGS.md, "Warm memory").
+ * or slow by chance (docs/benchmarks.md, "Warm memory").
  *
  * Prints: "bulk_floor bytes=N secs=S gib_s=R cpu_s_per_gib=C bad=0
  * send_cpu=X recv_cpu=Y mode=M": C is user+sys CPU seconds of sender and

@@ -14,7 +14,7 @@
  *   - the server answers each 16-byte request with 4 KiB.
  * The program pins nothing itself. tests/bench/run.sh runs it, as it runs
  * uffdd's idle case, once under taskset on one CPU and once unpinned: a
- * wakeup across vCPUs costs 20-70 us here (FACTS.md, "Costs"), so pinning
+ * wakeup across vCPUs costs 20-70 us here (measured here), so pinning
  * one side and not the other would make the comparison meaningless.
  *
  * With --remote the server reads each page from another process through

@@ -3,7 +3,7 @@
 #
 #   tests/bench/run.sh BUILDDIR        (or: make bench, in the build directory)
 #
-# The machine is shared and noisy (FACTS.md, "Costs"): every round runs each
+# The machine is shared and noisy (docs/benchmarks.md): every round runs each
 # floor next to the uffdd case it is compared with, rounds alternate, the
 # first round is dropped (fresh memory is slow right after idle), and the
 # table shows medians of the remaining rounds; ratios are medians of the

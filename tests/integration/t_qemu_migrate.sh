@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# QEMU postcopy with uffdd serving guest RAM (DESIGN section 7), end to end
+# QEMU postcopy with uffdd serving guest RAM (docs/design.md, docs/operations.md), end to end
 # under TCG: a guest running memcheck (256 MiB filled with a pattern and
 # re-verified forever) moves from QEMU A to QEMU B live with
 # `uffd-client migrate-qemu` (device state by QEMU with x-ignore-shared,
