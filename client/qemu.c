@@ -1,82 +1,24 @@
 /*
- * migrate-qemu: the QEMU postcopy flow of DESIGN section 7, one command.
- * Guest RAM lives in shared files (memory-backend-file, share=on); QEMU
- * moves device state only (x-ignore-shared) and uffdd moves the RAM:
- *
- *   1. both QEMUs: x-ignore-shared; RAM blocks found by QOM and matched
- *      by backend id (the RAM block name), never by address;
- *   2. source: stop, wait for STOP (the vCPUs no longer write guest RAM);
- *   3. a holder process maps the source RAM files and is exported: the
- *      source daemon serves the files from it while the source QEMU stays
- *      free to send its device state (export freezes what it exports);
- *   4. destination: attach to QEMU's RAM mappings (--map, the addresses
- *      differ), then migrate-incoming: the device-state load may read
- *      guest RAM already (kvmvapic), and every page it reads faults in;
- *   5. source: migrate; when the destination has loaded, cont;
- *   6. wait until every page is resident, then quit the source QEMU.
+ * A QEMU as migrate-qemu sees it: its file-backed RAM blocks, found by QOM
+ * and checked to be what uffdd can serve, and the QMP commands of its
+ * migration.
  */
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 #include <linux/magic.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
-#include <sys/wait.h>
 
-#include "client/client.h"
+#include "client/qemu.h"
 #include "client/qmp.h"
 
-#define MAX_BLOCKS 16
-
-struct ramblock {
-	char id[128];
-	char path[PATH_MAX];
-	uint64_t size;
-	uint64_t addr;	 /* where this QEMU maps it */
-	uint64_t holder; /* where the holder maps it (source only) */
-	size_t match;	 /* the source block of a destination block */
-	dev_t dev;	 /* the file, whatever its name */
-	ino_t ino;
-};
-
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Progress of the flow, one line a step, on stderr. */
-static void
-say(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "migrate-qemu: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-}
-
 /* Whether PID still runs: a zombie waiting for its parent does not. */
-static int
+int
 process_alive(pid_t pid)
 {
 	char path[64], buf[512], *p;
@@ -94,6 +36,7 @@ process_alive(pid_t pid)
 	return alive;
 }
 
+/* A QOM property's value; NULL when QEMU refused (qmp.c says why). */
 static json_object *
 qom_get(struct qmp *q, const char *path, const char *prop)
 {
@@ -244,10 +187,78 @@ other_shared_backend(struct qmp *q, const char *type, const char *name)
 }
 
 /*
+ * One memory-backend-file object, name: its file, size and mapping in the
+ * QEMU process, each checked to be what uffdd can serve.
+ */
+static int
+read_block(struct qmp *q, const char *name, struct ramblock *b)
+{
+	json_object *mp, *sz, *sh;
+	char obj[256], real[PATH_MAX];
+	uint64_t off;
+	int shared;
+
+	snprintf(obj, sizeof(obj), "/objects/%s", name);
+	mp = qom_get(q, obj, "mem-path");
+	sz = qom_get(q, obj, "size");
+	sh = qom_get(q, obj, "share");
+	if (mp == NULL || sz == NULL || sh == NULL) {
+		json_object_put(mp);
+		json_object_put(sz);
+		json_object_put(sh);
+		return -1;
+	}
+	snprintf(b->id, sizeof(b->id), "%s", name);
+	if (realpath(json_object_get_string(mp), real) == NULL)
+		snprintf(real, sizeof(real), "%s", json_object_get_string(mp));
+	snprintf(b->path, sizeof(b->path), "%s", real);
+	b->size = (uint64_t)json_object_get_int64(sz);
+	shared = json_object_get_boolean(sh);
+	json_object_put(mp);
+	json_object_put(sz);
+	json_object_put(sh);
+	if (!shared) {
+		fprintf(stderr,
+			"uffd-client: %s: RAM block %s is not "
+			"share=on: uffdd can serve only a shared "
+			"file\n",
+			qmp_path(q), b->id);
+		return -1;
+	}
+	/*
+	 * The holder maps each file from its start: a block that
+	 * starts further in would be served the wrong bytes.
+	 */
+	if (backend_offset(q, obj, &off) < 0)
+		return -1;
+	if (off != 0) {
+		fprintf(stderr,
+			"uffd-client: %s: RAM block %s maps %s from "
+			"offset %" PRIu64 ": uffdd serves only RAM "
+			"files mapped from their start (offset=0)\n",
+			qmp_path(q), b->id, b->path, off);
+		return -1;
+	}
+	if (check_ram_file(q, b) < 0)
+		return -1;
+	b->addr = find_mapping(qmp_pid(q), b->path, b->size);
+	if (b->addr == 0) {
+		fprintf(stderr,
+			"uffd-client: %s: RAM block %s: no mapping "
+			"of %s (%" PRIu64 " bytes) in QEMU pid %d "
+			"(mem-path must be a file, not a "
+			"directory)\n",
+			qmp_path(q), b->id, b->path, b->size, (int)qmp_pid(q));
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * The QEMU's file-backed RAM blocks: every memory-backend-file object under
  * /objects, with its mem-path, size and the mapping in the QEMU process.
  */
-static int
+int
 ramblocks(struct qmp *q, struct ramblock *b, size_t *n)
 {
 	json_object *list;
@@ -257,9 +268,6 @@ ramblocks(struct qmp *q, struct ramblock *b, size_t *n)
 		return -1;
 	for (size_t i = 0; i < json_object_array_length(list); i++) {
 		json_object *e = json_object_array_get_idx(list, i), *t, *nm;
-		json_object *mp, *sz, *sh;
-		char obj[256], real[PATH_MAX];
-		uint64_t off;
 
 		if (!json_object_object_get_ex(e, "type", &t) ||
 		    !json_object_object_get_ex(e, "name", &nm))
@@ -278,65 +286,8 @@ ramblocks(struct qmp *q, struct ramblock *b, size_t *n)
 				qmp_path(q), MAX_BLOCKS);
 			goto fail;
 		}
-		snprintf(obj, sizeof(obj), "/objects/%s",
-			 json_object_get_string(nm));
-		mp = qom_get(q, obj, "mem-path");
-		sz = qom_get(q, obj, "size");
-		sh = qom_get(q, obj, "share");
-		if (mp == NULL || sz == NULL || sh == NULL) {
-			json_object_put(mp);
-			json_object_put(sz);
-			json_object_put(sh);
+		if (read_block(q, json_object_get_string(nm), &b[*n]) < 0)
 			goto fail;
-		}
-		snprintf(b[*n].id, sizeof(b[*n].id), "%s",
-			 json_object_get_string(nm));
-		if (realpath(json_object_get_string(mp), real) == NULL)
-			snprintf(real, sizeof(real), "%s",
-				 json_object_get_string(mp));
-		snprintf(b[*n].path, sizeof(b[*n].path), "%s", real);
-		b[*n].size = (uint64_t)json_object_get_int64(sz);
-		if (!json_object_get_boolean(sh)) {
-			fprintf(stderr,
-				"uffd-client: %s: RAM block %s is not "
-				"share=on: uffdd can serve only a shared "
-				"file\n",
-				qmp_path(q), b[*n].id);
-			json_object_put(mp);
-			json_object_put(sz);
-			json_object_put(sh);
-			goto fail;
-		}
-		json_object_put(mp);
-		json_object_put(sz);
-		json_object_put(sh);
-		/*
-		 * The holder maps each file from its start: a block that
-		 * starts further in would be served the wrong bytes.
-		 */
-		if (backend_offset(q, obj, &off) < 0)
-			goto fail;
-		if (off != 0) {
-			fprintf(stderr,
-				"uffd-client: %s: RAM block %s maps %s from "
-				"offset %" PRIu64 ": uffdd serves only RAM "
-				"files mapped from their start (offset=0)\n",
-				qmp_path(q), b[*n].id, b[*n].path, off);
-			goto fail;
-		}
-		if (check_ram_file(q, &b[*n]) < 0)
-			goto fail;
-		b[*n].addr = find_mapping(qmp_pid(q), b[*n].path, b[*n].size);
-		if (b[*n].addr == 0) {
-			fprintf(stderr,
-				"uffd-client: %s: RAM block %s: no mapping "
-				"of %s (%" PRIu64 " bytes) in QEMU pid %d "
-				"(mem-path must be a file, not a "
-				"directory)\n",
-				qmp_path(q), b[*n].id, b[*n].path, b[*n].size,
-				(int)qmp_pid(q));
-			goto fail;
-		}
 		(*n)++;
 	}
 	json_object_put(list);
@@ -353,7 +304,8 @@ fail:
 	return -1;
 }
 
-static int
+/* Sets the x-ignore-shared migration capability. */
+int
 set_ignore_shared(struct qmp *q, int on)
 {
 	json_object *a = json_object_new_object(), *caps, *c;
@@ -369,7 +321,7 @@ set_ignore_shared(struct qmp *q, int on)
 }
 
 /* The value of a string member of a command's return, or "". */
-static int
+int
 query_str(struct qmp *q, const char *cmd, const char *member, char *out,
 	  size_t len)
 {
@@ -385,7 +337,8 @@ query_str(struct qmp *q, const char *cmd, const char *member, char *out,
 	return 0;
 }
 
-static int
+/* Runs a command whose one argument is a migration URI. */
+int
 exec_uri(struct qmp *q, const char *cmd, const char *uri)
 {
 	json_object *a = json_object_new_object();
@@ -400,7 +353,7 @@ exec_uri(struct qmp *q, const char *cmd, const char *uri)
  * (socket-address, QEMU 4.0 on): no port picked here beforehand that
  * something else could take in between. The port, or -1.
  */
-static int
+int
 incoming_port(struct qmp *q)
 {
 	json_object *r = NULL, *addrs, *port;
@@ -425,480 +378,4 @@ incoming_port(struct qmp *q)
 		return -1;
 	}
 	return p;
-}
-
-static volatile sig_atomic_t holder_pid, holder_kept;
-
-/* How long QEMU may take to move the device state (it takes ms). */
-#define DEVSTATE_SECS 120
-
-/*
- * SIGINT, SIGTERM, SIGHUP: before the destination guest runs, the holder
- * is ours to remove (the source guest is still the guest); after, it is
- * the destination guest's RAM until the migration completes.
- */
-static void
-on_fatal_signal(int sig)
-{
-	if (holder_pid > 0 && !holder_kept)
-		kill((pid_t)holder_pid, SIGKILL);
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
-/*
- * The holder: a child that maps the source RAM files (shared; writable as
- * the source daemon serves only rw mappings, but it never writes)
- * and sleeps; it is what the source daemon exports and, at completion,
- * kills.
- */
-static pid_t
-start_holder(struct ramblock *b, size_t n)
-{
-	pid_t pid;
-
-	for (size_t i = 0; i < n; i++) {
-		int fd = open(b[i].path, O_RDWR | O_CLOEXEC);
-		void *p;
-
-		if (fd < 0) {
-			fprintf(stderr, "uffd-client: %s: %s\n", b[i].path,
-				strerror(errno));
-			return -1;
-		}
-		p = mmap(NULL, b[i].size, PROT_READ | PROT_WRITE, MAP_SHARED,
-			 fd, 0);
-		close(fd);
-		if (p == MAP_FAILED) {
-			fprintf(stderr, "uffd-client: mmap %s: %s\n", b[i].path,
-				strerror(errno));
-			return -1;
-		}
-		b[i].holder = (uint64_t)(uintptr_t)p;
-	}
-	pid = fork();
-	if (pid < 0) {
-		fprintf(stderr, "uffd-client: fork: %s\n", strerror(errno));
-		return -1;
-	}
-	if (pid == 0) {
-		int null = open("/dev/null", O_RDWR);
-
-		/*
-		 * Holds no descriptor of ours: a QMP socket kept open here
-		 * would keep QEMU's only QMP connection busy, a pipe would
-		 * keep a reader of our output waiting.
-		 */
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-			dup2(null, 2);
-		}
-		close_range(3, ~0U, 0);
-		/*
-		 * Not killed with us, nor by a Ctrl-C at our terminal: once
-		 * the destination guest runs, this serves its RAM until the
-		 * source daemon kills it at completion, whatever becomes of
-		 * us. Before that, we kill it on every way out (kill_holder).
-		 */
-		setsid();
-		for (;;)
-			pause();
-	}
-	for (size_t i = 0; i < n; i++)
-		munmap((void *)(uintptr_t)b[i].holder, b[i].size);
-	return pid;
-}
-
-int
-cmd_migrate_qemu(int argc, char **argv)
-{
-	static const char *u =
-		"migrate-qemu --src-qmp SOCK --dst-qmp SOCK "
-		"--src-control PATH --dst-control PATH --src-peer HOST:PORT "
-		"[--no-resume] [--timeout SEC]";
-	static const struct option o[] = {
-		{"src-qmp", required_argument, NULL, 's'},
-		{"dst-qmp", required_argument, NULL, 'd'},
-		{"src-control", required_argument, NULL, 'S'},
-		{"dst-control", required_argument, NULL, 'D'},
-		{"src-peer", required_argument, NULL, 'p'},
-		{"no-resume", no_argument, NULL, 'n'},
-		{"timeout", required_argument, NULL, 't'},
-		{NULL, 0, NULL, 0}};
-	const char *sq = NULL, *dq = NULL, *sc = NULL, *dc = NULL, *peer = NULL;
-	struct ramblock sb[MAX_BLOCKS], db[MAX_BLOCKS];
-	size_t ns, nd;
-	struct qmp *src = NULL, *dst = NULL;
-	Uffdd__ExportRequest ereq = UFFDD__EXPORT_REQUEST__INIT;
-	Uffdd__AttachRequest areq = UFFDD__ATTACH_REQUEST__INIT;
-	Uffdd__ExportReply *erep;
-	Uffdd__AttachReply *arep;
-	Uffdd__RegionMap maps[MAX_BLOCKS], *mapp[MAX_BLOCKS];
-	Uffdd__Range ranges[MAX_BLOCKS], *rangep[MAX_BLOCKS];
-	char st[64], uri[64], id[64], *end;
-	double timeout = 0, t_stop, t_run = 0, t_done, t_dev;
-	int ch, fd, resume = 1, port, rc = 1;
-	pid_t holder = -1;
-	uint64_t qemu_bytes = 0;
-	int stopped_src = 0, dst_ran = 0, resident = 0, ignoring = 0;
-
-	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
-		switch (ch) {
-		case 's':
-			sq = optarg;
-			break;
-		case 'd':
-			dq = optarg;
-			break;
-		case 'S':
-			sc = optarg;
-			break;
-		case 'D':
-			dc = optarg;
-			break;
-		case 'p':
-			peer = optarg;
-			break;
-		case 'n':
-			resume = 0;
-			break;
-		case 't':
-			timeout = strtod(optarg, &end);
-			if (*end || end == optarg || !(timeout > 0) ||
-			    timeout > 1e9)
-				die_usage(u);
-			break;
-		default:
-			die_usage(u);
-		}
-	}
-	if (optind != argc || !sq || !dq || !sc || !dc || !peer)
-		die_usage(u);
-
-	if ((src = qmp_open(sq)) == NULL || (dst = qmp_open(dq)) == NULL)
-		goto out;
-	if (ramblocks(src, sb, &ns) < 0 || ramblocks(dst, db, &nd) < 0)
-		goto out;
-	/* Match by RAM block name: addresses differ between the QEMUs. */
-	for (size_t i = 0; i < ns; i++) {
-		size_t j;
-
-		for (j = 0; j < nd; j++)
-			if (strcmp(sb[i].id, db[j].id) == 0)
-				break;
-		if (j == nd || db[j].size != sb[i].size) {
-			fprintf(stderr,
-				"uffd-client: RAM block %s (%" PRIu64
-				" bytes) has no match of the same size in "
-				"the destination QEMU\n",
-				sb[i].id, sb[i].size);
-			goto out;
-		}
-		/* The same file under any name: attach would punch it. */
-		for (size_t k = 0; k < nd; k++)
-			if (sb[i].dev == db[k].dev && sb[i].ino == db[k].ino) {
-				fprintf(stderr,
-					"uffd-client: RAM block %s: %s is the "
-					"destination's %s too (block %s): the "
-					"destination needs files of its own\n",
-					sb[i].id, sb[i].path, db[k].path,
-					db[k].id);
-				goto out;
-			}
-		sb[i].holder = 0;
-		db[j].match = i;
-		say("RAM block %s: %" PRIu64 " MiB, source pid %d at 0x%" PRIx64
-		    ", destination pid %d at 0x%" PRIx64,
-		    sb[i].id, sb[i].size >> 20, (int)qmp_pid(src), sb[i].addr,
-		    (int)qmp_pid(dst), db[j].addr);
-	}
-	if (nd != ns) {
-		fprintf(stderr, "uffd-client: the destination QEMU has RAM "
-				"blocks the source lacks\n");
-		goto out;
-	}
-	if (query_str(dst, "query-status", "status", st, sizeof(st)) < 0)
-		goto out;
-	if (strcmp(st, "inmigrate") != 0) {
-		fprintf(stderr,
-			"uffd-client: destination QEMU is %s: start it "
-			"with -incoming defer\n",
-			st);
-		goto out;
-	}
-	/*
-	 * Before anything stops: the source is a guest to move (running, or
-	 * paused by its operator), and both daemons answer.
-	 */
-	if (query_str(src, "query-status", "status", st, sizeof(st)) < 0)
-		goto out;
-	if (strcmp(st, "running") != 0 && strcmp(st, "paused") != 0) {
-		fprintf(stderr,
-			"uffd-client: source QEMU is %s, not running or "
-			"paused: nothing to migrate from it\n",
-			st);
-		goto out;
-	}
-	control_path = sc;
-	if ((fd = connect_daemon_try()) < 0)
-		goto out;
-	close(fd);
-	control_path = dc;
-	if ((fd = connect_daemon_try()) < 0)
-		goto out;
-	close(fd);
-	if (set_ignore_shared(src, 1) < 0 || set_ignore_shared(dst, 1) < 0)
-		goto out;
-	ignoring = 1;
-
-	/* Switchover starts: the source vCPUs stop writing guest RAM. */
-	t_stop = now_s();
-	if (strcmp(st, "running") == 0) {
-		stopped_src = 1;
-		if (qmp_execute(src, "stop", NULL, NULL) < 0 ||
-		    qmp_wait_event(src, "STOP", 30000, NULL) < 0) {
-			fprintf(stderr, "uffd-client: source QEMU did not "
-					"stop its vCPUs\n");
-			goto out;
-		}
-	}
-	say("source vCPUs stopped");
-
-	signal(SIGINT, on_fatal_signal);
-	signal(SIGTERM, on_fatal_signal);
-	signal(SIGHUP, on_fatal_signal);
-	holder = start_holder(sb, ns);
-	if (holder < 0)
-		goto out;
-	holder_pid = holder;
-	for (size_t i = 0; i < ns; i++) {
-		uffdd__range__init(&ranges[i]);
-		ranges[i].start = sb[i].holder;
-		ranges[i].end = sb[i].holder + sb[i].size;
-		rangep[i] = &ranges[i];
-	}
-	ereq.pid = holder;
-	ereq.ranges = rangep;
-	ereq.n_ranges = ns;
-	control_path = sc;
-	if ((fd = connect_daemon_try()) < 0)
-		goto out;
-	erep = (Uffdd__ExportReply *)call_try(fd, FRAME_CTL_EXPORT, &ereq.base,
-					      FRAME_CTL_EXPORT_REPLY);
-	if (erep == NULL) {
-		close(fd);
-		goto out;
-	}
-	snprintf(id, sizeof(id), "%s", erep->id);
-	frame_free(&erep->base);
-	close(fd);
-	say("source RAM exported: migration %s", id);
-
-	for (size_t j = 0; j < nd; j++) {
-		uffdd__region_map__init(&maps[j]);
-		maps[j].src_start = sb[db[j].match].holder;
-		maps[j].dst_start = db[j].addr;
-		mapp[j] = &maps[j];
-	}
-	areq.pid = qmp_pid(dst);
-	areq.from = (char *)peer;
-	areq.id = id;
-	areq.maps = mapp;
-	areq.n_maps = nd;
-	control_path = dc;
-	if ((fd = connect_daemon_try()) < 0)
-		goto out;
-	arep = (Uffdd__AttachReply *)call_try(fd, FRAME_CTL_ATTACH, &areq.base,
-					      FRAME_CTL_ATTACH_REPLY);
-	if (arep == NULL) {
-		close(fd);
-		goto out;
-	}
-	print_regions("attached", arep->matched, arep->n_matched, stderr);
-	if (arep->n_unmatched == 0 && arep->n_matched < ns) {
-		frame_free(&arep->base);
-		close(fd);
-		fprintf(stderr,
-			"uffd-client: %zu of %zu RAM blocks were exported "
-			"and attached: the rest would not move\n",
-			arep->n_matched, ns);
-		goto out;
-	}
-	if (arep->n_unmatched) {
-		print_regions("unmatched", arep->unmatched, arep->n_unmatched,
-			      stderr);
-		frame_free(&arep->base);
-		close(fd);
-		fprintf(stderr, "uffd-client: some source RAM was not "
-				"matched in the destination QEMU\n");
-		goto out;
-	}
-	frame_free(&arep->base);
-	close(fd);
-	say("destination QEMU attached: guest RAM arrives post-copy");
-
-	if ((port = incoming_port(dst)) < 0)
-		goto out;
-	snprintf(uri, sizeof(uri), "tcp:127.0.0.1:%d", port);
-	if (exec_uri(src, "migrate", uri) < 0)
-		goto out;
-	/*
-	 * Device state only: this takes milliseconds. A source that never
-	 * gets there (a pause-before-switchover capability set earlier, a
-	 * QEMU wedged) must not keep the guest stopped for good.
-	 */
-	t_dev = now_s();
-	for (;;) {
-		json_object *r = NULL, *v, *ram;
-
-		if (now_s() - t_dev > DEVSTATE_SECS) {
-			fprintf(stderr,
-				"uffd-client: QEMU's device-state migration "
-				"is %s after %d s\n",
-				st, DEVSTATE_SECS);
-			goto out;
-		}
-
-		if (qmp_execute(src, "query-migrate", NULL, &r) < 0)
-			goto out;
-		snprintf(st, sizeof(st), "%s",
-			 json_object_object_get_ex(r, "status", &v)
-				 ? json_object_get_string(v)
-				 : "");
-		if (json_object_object_get_ex(r, "ram", &ram) &&
-		    json_object_object_get_ex(ram, "transferred", &v))
-			qemu_bytes = (uint64_t)json_object_get_int64(v);
-		json_object_put(r);
-		if (strcmp(st, "completed") == 0)
-			break;
-		if (strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0) {
-			fprintf(stderr,
-				"uffd-client: QEMU device-state migration "
-				"%s (see the QEMUs' stderr)\n",
-				st);
-			goto out;
-		}
-		usleep(20000);
-	}
-	for (;;) {
-		if (query_str(dst, "query-status", "status", st, sizeof(st)) <
-		    0)
-			goto out;
-		if (strcmp(st, "inmigrate") != 0)
-			break;
-		if (now_s() - t_dev > DEVSTATE_SECS) {
-			fprintf(stderr,
-				"uffd-client: the destination QEMU is still "
-				"inmigrate after %d s\n",
-				DEVSTATE_SECS);
-			goto out;
-		}
-		usleep(20000);
-	}
-	if (strcmp(st, "running") == 0)
-		dst_ran = holder_kept = 1; /* it started on its own */
-	say("device state moved to the destination (%s): %" PRIu64
-	    " bytes by QEMU",
-	    st, qemu_bytes);
-	if (resume && strcmp(st, "running") != 0 &&
-	    qmp_execute(dst, "cont", NULL, NULL) < 0)
-		goto out;
-	if (resume) {
-		dst_ran = 1;
-		holder_kept = 1;
-		t_run = now_s();
-		say("destination guest running, %.0f ms after the source "
-		    "stopped",
-		    (t_run - t_stop) * 1000);
-	} else {
-		say("destination guest left paused (--no-resume)");
-	}
-
-	control_path = dc;
-	if (wait_for(id, timeout) != 0)
-		goto out;
-	t_done = now_s();
-	resident = 1;
-	say("every page resident %.3f s after switchover",
-	    t_done - (resume ? t_run : t_stop));
-	/* QEMU may hang up before it answers quit: what counts is its exit. */
-	qmp_execute(src, "quit", NULL, NULL);
-	for (int i = 0; i < 100 && process_alive(qmp_pid(src)); i++)
-		usleep(100000);
-	if (process_alive(qmp_pid(src))) {
-		fprintf(stderr,
-			"uffd-client: source QEMU pid %d did not quit; the "
-			"destination holds every page, it may be killed\n",
-			(int)qmp_pid(src));
-		goto out;
-	}
-	say("source QEMU has exited");
-	rc = 0;
-out:
-	/*
-	 * Until the destination guest has run, the source is still the guest:
-	 * a failure before then resumes it rather than leaving it stopped.
-	 */
-	if (rc != 0 && src != NULL && !dst_ran && !resident && ignoring)
-		/* A later migration of it must move its shared RAM again. */
-		set_ignore_shared(src, 0);
-	if (rc != 0 && src != NULL && stopped_src && !dst_ran && !resident) {
-		if (qmp_execute(src, "cont", NULL, NULL) == 0)
-			say("failed before switchover: source guest resumed");
-	} else if (rc != 0 && resident && !dst_ran) {
-		fprintf(stderr,
-			"uffd-client: the paused destination holds every page "
-			"(--no-resume): the source QEMU is left stopped, not "
-			"resumed\n");
-	} else if (rc != 0 && dst_ran) {
-		fprintf(stderr,
-			"uffd-client: the destination guest runs: migration "
-			"%s goes on in the daemons (uffd-client --control %s "
-			"wait %s); the source QEMU is left stopped, and "
-			"process %d serves its RAM files until the migration "
-			"completes\n",
-			id, dc, id, (int)holder);
-	}
-	if (holder > 0 && !dst_ran) {
-		/* The source guest is still the guest: it goes. */
-		kill(holder, SIGKILL);
-		waitpid(holder, NULL, 0);
-	} else if (holder > 0 && rc == 0) {
-		/* The source daemon has killed it at completion. */
-		waitpid(holder, NULL, 0);
-	}
-	qmp_close(src);
-	qmp_close(dst);
-	return rc;
-}
-
-/* qmp SOCK COMMAND [ARGS]: one QMP command, its return printed as JSON. */
-int
-cmd_qmp(int argc, char **argv)
-{
-	static const char *u = "qmp SOCK COMMAND [ARGUMENTS-JSON]";
-	json_object *args = NULL, *r = NULL;
-	struct qmp *q;
-	int rc = 1;
-
-	if (argc < 3 || argc > 4)
-		die_usage(u);
-	if (argc == 4 && (args = json_tokener_parse(argv[3])) == NULL) {
-		fprintf(stderr, "uffd-client: %s: not JSON\n", argv[3]);
-		die_usage(u);
-	}
-	q = qmp_open(argv[1]);
-	if (q == NULL) {
-		json_object_put(args);
-		return 1;
-	}
-	if (qmp_execute(q, argv[2], args, &r) == 0) {
-		printf("%s\n", json_object_to_json_string_ext(
-				       r, JSON_C_TO_STRING_PLAIN));
-		rc = 0;
-	}
-	json_object_put(r);
-	qmp_close(q);
-	return rc;
 }

@@ -31,6 +31,7 @@ struct qmp {
 	unsigned long next_id; /* of the next command */
 };
 
+/* Milliseconds on the monotonic clock, for timeouts. */
 static long
 now_ms(void)
 {
@@ -205,6 +206,7 @@ fail:
 	return NULL;
 }
 
+/* Hangs up on QEMU, and drops the events nobody asked for. */
 void
 qmp_close(struct qmp *q)
 {
@@ -220,18 +222,21 @@ qmp_close(struct qmp *q)
 	free(q);
 }
 
+/* The QEMU process behind the socket (SO_PEERCRED at qmp_open()). */
 pid_t
 qmp_pid(const struct qmp *q)
 {
 	return q->pid;
 }
 
+/* The socket's path, to name this QEMU in messages. */
 const char *
 qmp_path(const struct qmp *q)
 {
 	return q->path;
 }
 
+/* An event that came while a command waited: kept for qmp_wait_event(). */
 static void
 keep_event(struct qmp *q, json_object *o)
 {

@@ -13,6 +13,8 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,7 @@ enum key_type {
 	T_MODE,
 	T_GROUP,
 	T_LEVEL,
-	T_SECS,
+	T_SECS, /* int seconds, min to max */
 	T_RATE,
 	T_COUNT, /* int, min to max */
 	T_SIZE,	 /* uint64_t bytes (suffix K, M or G), min to max */
@@ -39,7 +41,7 @@ enum key_type {
 /*
  * Every key, once: file keys and long flags share these names. restart:
  * a reload cannot change it (sockets are bound, files open). min and max
- * bound T_COUNT and T_SIZE values.
+ * bound T_SECS, T_COUNT and T_SIZE values.
  */
 static const struct key {
 	const char *name;
@@ -72,7 +74,7 @@ static const struct key {
 	{"log-level", T_LEVEL, offsetof(struct uffdd_conf, verbose), 0,
 	 "info or debug", 0, 0},
 	{"pause-deadline", T_SECS, offsetof(struct uffdd_conf, pause_deadline),
-	 0, "seconds a destination waits for an unreachable source", 0, 0},
+	 0, "seconds a destination waits for an unreachable source", 1, 86400},
 	{"bulk-rate", T_RATE, offsetof(struct uffdd_conf, bulk_rate), 0,
 	 "bytes a second on each bulk lane, 0: unlimited", 0, 0},
 	{"pagemap-scan", T_BOOL, offsetof(struct uffdd_conf, pagemap_scan), 0,
@@ -171,137 +173,180 @@ conffile_clear(struct uffdd_conf *c)
 		}
 }
 
+/* v as a whole number in base; -1 if anything else is in it. */
+static int
+parse_long(const char *v, int base, long *n)
+{
+	char *end;
+
+	errno = 0;
+	*n = strtol(v, &end, base);
+	return errno || end == v || *end ? -1 : 0;
+}
+
+/* A value of the wrong form: "KEY: WANT, not "V"", and -1. */
+static int refuse(char *err, size_t errlen, const struct key *k, const char *v,
+		  const char *want, ...) __attribute__((format(printf, 5, 6)));
+
+static int
+refuse(char *err, size_t errlen, const struct key *k, const char *v,
+       const char *want, ...)
+{
+	char what[256];
+	va_list ap;
+
+	va_start(ap, want);
+	vsnprintf(what, sizeof(what), want, ap);
+	va_end(ap);
+	snprintf(err, errlen, "%s: %s, not \"%s\"", k->name, what, v);
+	return -1;
+}
+
+/* A string: not empty, and short enough to print on a line. */
+static int
+set_str(struct uffdd_conf *c, const struct key *k, const char *v, char *err,
+	size_t errlen)
+{
+	if (*v == '\0') {
+		snprintf(err, errlen, "%s: empty value", k->name);
+		return -1;
+	}
+	/* Printed with escapes, it must still fit a line. */
+	if (strlen(v) > CONF_VALUE_MAX) {
+		snprintf(err, errlen, "%s: longer than %d characters", k->name,
+			 CONF_VALUE_MAX);
+		return -1;
+	}
+	free(*FIELD(c, k, char *));
+	*FIELD(c, k, char *) = xstrdup(v);
+	return 0;
+}
+
+/* The words a T_BOOL or T_LEVEL value may be, and what each stores. */
+static const struct word {
+	enum key_type type;
+	const char *word;
+	int value;
+} words[] = {
+	{T_BOOL, "yes", 1},   {T_BOOL, "true", 1},   {T_BOOL, "on", 1},
+	{T_BOOL, "no", 0},    {T_BOOL, "false", 0},  {T_BOOL, "off", 0},
+	{T_LEVEL, "info", 0}, {T_LEVEL, "debug", 1},
+};
+
+/* One of the words of the key's type (yes or no; info or debug). */
+static int
+set_word(struct uffdd_conf *c, const struct key *k, const char *v, char *err,
+	 size_t errlen)
+{
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		if (words[i].type == k->type && strcmp(words[i].word, v) == 0) {
+			*FIELD(c, k, int) = words[i].value;
+			return 0;
+		}
+	return refuse(err, errlen, k, v,
+		      k->type == T_BOOL ? "want yes or no"
+					: "want info or debug");
+}
+
+/* A file mode in octal, permission bits only. */
+static int
+set_mode(struct uffdd_conf *c, const struct key *k, const char *v, char *err,
+	 size_t errlen)
+{
+	long n;
+
+	if (parse_long(v, 8, &n) < 0 || n < 0 || n > 0777)
+		return refuse(err, errlen, k, v,
+			      "want an octal mode 0000-0777");
+	*FIELD(c, k, mode_t) = (mode_t)n;
+	return 0;
+}
+
+/* A group by name, else by number. */
+static int
+set_group(struct uffdd_conf *c, const struct key *k, const char *v, char *err,
+	  size_t errlen)
+{
+	struct group *gr = getgrnam(v);
+	long n;
+
+	if (gr != NULL) {
+		*FIELD(c, k, gid_t) = gr->gr_gid;
+		return 0;
+	}
+	if (parse_long(v, 10, &n) < 0 || n < 0 || n >= 0x7fffffffL) {
+		snprintf(err, errlen, "%s: no such group \"%s\"", k->name, v);
+		return -1;
+	}
+	*FIELD(c, k, gid_t) = (gid_t)n;
+	return 0;
+}
+
+/* A whole number within the key's bounds: seconds (T_SECS), or a count. */
+static int
+set_int(struct uffdd_conf *c, const struct key *k, const char *v, char *err,
+	size_t errlen)
+{
+	long n;
+
+	if (parse_long(v, 10, &n) == 0 && n >= (long)k->min &&
+	    n <= (long)k->max) {
+		*FIELD(c, k, int) = (int)n;
+		return 0;
+	}
+	return refuse(err, errlen, k, v,
+		      k->type == T_SECS ? "want seconds, %llu to %llu"
+					: "want a number from %llu to %llu",
+		      (unsigned long long)k->min, (unsigned long long)k->max);
+}
+
+/*
+ * Bytes (suffix K, M or G): a second, 0 (no limit) or at least a page
+ * (T_RATE); or within the key's bounds, whole MiB (T_SIZE).
+ */
+static int
+set_bytes(struct uffdd_conf *c, const struct key *k, const char *v, char *err,
+	  size_t errlen)
+{
+	unsigned long long r;
+
+	if (parse_size(v, &r) == 0 &&
+	    (k->type == T_RATE ? r == 0 || r >= 4096
+			       : r >= k->min && r <= k->max)) {
+		*FIELD(c, k, uint64_t) = r;
+		return 0;
+	}
+	if (k->type == T_RATE)
+		return refuse(err, errlen, k, v,
+			      "want bytes a second (suffix K, M or G), 0 or "
+			      "at least 4096");
+	return refuse(err, errlen, k, v,
+		      "want bytes (suffix K, M or G) from %lluM to %lluM",
+		      (unsigned long long)k->min >> 20,
+		      (unsigned long long)k->max >> 20);
+}
+
+/* The parser of each key type: checks v and stores it in its field. */
+static int (*const setters[])(struct uffdd_conf *, const struct key *,
+			      const char *, char *, size_t) = {
+	[T_STR] = set_str,     [T_BOOL] = set_word,  [T_MODE] = set_mode,
+	[T_GROUP] = set_group, [T_LEVEL] = set_word, [T_SECS] = set_int,
+	[T_RATE] = set_bytes,  [T_COUNT] = set_int,  [T_SIZE] = set_bytes,
+};
+
+/* One key's value, from a file or a flag, checked by its type. */
 int
 conffile_set(struct uffdd_conf *c, const char *name, const char *v, char *err,
 	     size_t errlen)
 {
 	const struct key *k = find_key(name);
-	char *end;
-	long n;
 
 	if (k == NULL) {
 		snprintf(err, errlen, "unknown key \"%s\"", name);
 		return -1;
 	}
-	switch (k->type) {
-	case T_STR:
-		if (*v == '\0') {
-			snprintf(err, errlen, "%s: empty value", name);
-			return -1;
-		}
-		/* Printed with escapes, it must still fit a line. */
-		if (strlen(v) > CONF_VALUE_MAX) {
-			snprintf(err, errlen, "%s: longer than %d characters",
-				 name, CONF_VALUE_MAX);
-			return -1;
-		}
-		free(*FIELD(c, k, char *));
-		*FIELD(c, k, char *) = xstrdup(v);
-		break;
-	case T_BOOL:
-		if (!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "on"))
-			*FIELD(c, k, int) = 1;
-		else if (!strcmp(v, "no") || !strcmp(v, "false") ||
-			 !strcmp(v, "off"))
-			*FIELD(c, k, int) = 0;
-		else {
-			snprintf(err, errlen, "%s: want yes or no, not \"%s\"",
-				 name, v);
-			return -1;
-		}
-		break;
-	case T_MODE:
-		errno = 0;
-		n = strtol(v, &end, 8);
-		if (errno || end == v || *end || n < 0 || n > 0777) {
-			snprintf(err, errlen,
-				 "%s: want an octal mode 0000-0777, not \"%s\"",
-				 name, v);
-			return -1;
-		}
-		*FIELD(c, k, mode_t) = (mode_t)n;
-		break;
-	case T_GROUP: {
-		struct group *gr = getgrnam(v);
-
-		if (gr != NULL) {
-			*FIELD(c, k, gid_t) = gr->gr_gid;
-			break;
-		}
-		errno = 0;
-		n = strtol(v, &end, 10);
-		if (errno || end == v || *end || n < 0 || n >= 0x7fffffffL) {
-			snprintf(err, errlen, "%s: no such group \"%s\"", name,
-				 v);
-			return -1;
-		}
-		*FIELD(c, k, gid_t) = (gid_t)n;
-		break;
-	}
-	case T_SECS:
-		errno = 0;
-		n = strtol(v, &end, 10);
-		if (errno || end == v || *end || n < 1 || n > 86400) {
-			snprintf(err, errlen,
-				 "%s: want seconds, 1 to 86400, not \"%s\"",
-				 name, v);
-			return -1;
-		}
-		*FIELD(c, k, int) = (int)n;
-		break;
-	case T_RATE: {
-		unsigned long long r;
-
-		if (parse_size(v, &r) < 0 || (r != 0 && r < 4096)) {
-			snprintf(err, errlen,
-				 "%s: want bytes a second (suffix K, M or G), "
-				 "0 or at least 4096, not \"%s\"",
-				 name, v);
-			return -1;
-		}
-		*FIELD(c, k, uint64_t) = r;
-		break;
-	}
-	case T_COUNT:
-		errno = 0;
-		n = strtol(v, &end, 10);
-		if (errno || end == v || *end || n < (long)k->min ||
-		    n > (long)k->max) {
-			snprintf(err, errlen,
-				 "%s: want a number from %llu to %llu, not "
-				 "\"%s\"",
-				 name, (unsigned long long)k->min,
-				 (unsigned long long)k->max, v);
-			return -1;
-		}
-		*FIELD(c, k, int) = (int)n;
-		break;
-	case T_SIZE: {
-		unsigned long long r;
-
-		if (parse_size(v, &r) < 0 || r < k->min || r > k->max) {
-			snprintf(err, errlen,
-				 "%s: want bytes (suffix K, M or G) from %lluM "
-				 "to %lluM, not \"%s\"",
-				 name, (unsigned long long)k->min >> 20,
-				 (unsigned long long)k->max >> 20, v);
-			return -1;
-		}
-		*FIELD(c, k, uint64_t) = r;
-		break;
-	}
-	case T_LEVEL:
-		if (!strcmp(v, "info"))
-			*FIELD(c, k, int) = 0;
-		else if (!strcmp(v, "debug"))
-			*FIELD(c, k, int) = 1;
-		else {
-			snprintf(err, errlen,
-				 "%s: want info or debug, not \"%s\"", name, v);
-			return -1;
-		}
-		break;
-	}
+	if (setters[k->type](c, k, v, err, errlen) < 0)
+		return -1;
 	c->set |= 1u << (k - keys);
 	return 0;
 }

@@ -372,6 +372,96 @@ poke_target(pid_t pid, uint64_t addr, const void *buf, size_t len)
 	return process_vm_writev(pid, &l, 1, &r, 1, 0) == (ssize_t)len ? 0 : -1;
 }
 
+/* Room for one SCM_RIGHTS descriptor, aligned for its header. */
+union fd_cmsg {
+	struct cmsghdr h;
+	char buf[CMSG_SPACE(sizeof(int))];
+};
+
+/*
+ * Sends our descriptor fd with SCM_RIGHTS, in a datagram to the target's
+ * socket at sun. The sending socket (kept open until the target has
+ * received), or -1 with inj->err set.
+ */
+static int
+send_fd(struct inject *inj, struct sockaddr_un *sun, int fd)
+{
+	union fd_cmsg cm;
+	struct msghdr mh = {0};
+	struct iovec iov;
+	char byte = 'u';
+	int ds;
+
+	iov.iov_base = &byte;
+	iov.iov_len = 1;
+	mh.msg_name = sun;
+	mh.msg_namelen = sizeof(*sun);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	memset(&cm, 0, sizeof(cm));
+	mh.msg_control = cm.buf;
+	mh.msg_controllen = sizeof(cm.buf);
+	CMSG_FIRSTHDR(&mh)->cmsg_level = SOL_SOCKET;
+	CMSG_FIRSTHDR(&mh)->cmsg_type = SCM_RIGHTS;
+	CMSG_FIRSTHDR(&mh)->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(CMSG_FIRSTHDR(&mh)), &fd, sizeof(int));
+	if ((ds = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0 ||
+	    sendmsg(ds, &mh, 0) != 1) {
+		snprintf(inj->err, sizeof(inj->err), "sendmsg to %s: %s",
+			 sun->sun_path, strerror(errno));
+		if (ds >= 0)
+			close(ds);
+		return -1;
+	}
+	return ds;
+}
+
+/*
+ * The target's recvmsg on its socket sock: msghdr, iovec and control in
+ * its scratch page. The descriptor it received (its number there), or -1
+ * (inj->err set when the recvmsg itself failed).
+ */
+static int
+target_recv_fd(struct inject *inj, long sock, uint64_t scratch)
+{
+	uint64_t a_mh = scratch + 512, a_iov = scratch + 1024,
+		 a_cm = scratch + 1536, a_byte = scratch + 2048;
+	struct iovec tiov = {(void *)a_byte, 1};
+	struct msghdr tmh = {0};
+	union fd_cmsg cm;
+	struct iovec l = {cm.buf, sizeof(cm.buf)};
+	struct iovec r = {(void *)a_cm, sizeof(cm.buf)};
+	struct msghdr back = {.msg_control = cm.buf,
+			      .msg_controllen = sizeof(cm.buf)};
+	struct cmsghdr *c;
+	int out = -1;
+	long rc;
+
+	tmh.msg_iov = (struct iovec *)a_iov;
+	tmh.msg_iovlen = 1;
+	tmh.msg_control = (void *)a_cm;
+	tmh.msg_controllen = sizeof(cm.buf);
+	memset(&cm, 0, sizeof(cm));
+	if (poke_target(inj->pid, a_iov, &tiov, sizeof(tiov)) < 0 ||
+	    poke_target(inj->pid, a_mh, &tmh, sizeof(tmh)) < 0 ||
+	    poke_target(inj->pid, a_cm, &cm, sizeof(cm)) < 0)
+		return -1;
+	rc = inject_syscall(inj, SYS_recvmsg, (unsigned long)sock, a_mh,
+			    MSG_CMSG_CLOEXEC, 0, 0, 0);
+	if (rc != 1) {
+		snprintf(inj->err, sizeof(inj->err), "recvmsg in %d: %s",
+			 (int)inj->pid, rc < 0 ? strerror((int)-rc) : "short");
+		return -1;
+	}
+	if (process_vm_readv(inj->pid, &l, 1, &r, 1, 0) !=
+	    (ssize_t)sizeof(cm.buf))
+		return -1;
+	c = CMSG_FIRSTHDR(&back);
+	if (c && c->cmsg_type == SCM_RIGHTS)
+		memcpy(&out, CMSG_DATA(c), sizeof(int));
+	return out;
+}
+
 /*
  * Hands one of our descriptors to the target: the target binds a datagram
  * socket in a directory of its own (made and owned for it, so that neither
@@ -385,15 +475,8 @@ inject_pass_fd(struct inject *inj, int fd, uid_t uid, gid_t gid)
 {
 	char dir[] = "/tmp/uffdd-pass-XXXXXX";
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} cm;
-	struct msghdr mh = {0};
-	struct iovec iov;
 	long scratch, sock = -1, rc;
 	int out = -1, ds = -1;
-	char byte = 'u';
 
 	scratch = inject_syscall(inj, SYS_mmap, 0, 4096, PROT_READ | PROT_WRITE,
 				 MAP_PRIVATE | MAP_ANONYMOUS, (unsigned long)-1,
@@ -421,67 +504,8 @@ inject_pass_fd(struct inject *inj, int fd, uid_t uid, gid_t gid)
 			 (int)inj->pid);
 		goto out;
 	}
-	/* Send the descriptor to the target's socket. */
-	iov.iov_base = &byte;
-	iov.iov_len = 1;
-	mh.msg_name = &sun;
-	mh.msg_namelen = sizeof(sun);
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	memset(&cm, 0, sizeof(cm));
-	mh.msg_control = cm.buf;
-	mh.msg_controllen = sizeof(cm.buf);
-	CMSG_FIRSTHDR(&mh)->cmsg_level = SOL_SOCKET;
-	CMSG_FIRSTHDR(&mh)->cmsg_type = SCM_RIGHTS;
-	CMSG_FIRSTHDR(&mh)->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(CMSG_FIRSTHDR(&mh)), &fd, sizeof(int));
-	if ((ds = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0 ||
-	    sendmsg(ds, &mh, 0) != 1) {
-		snprintf(inj->err, sizeof(inj->err), "sendmsg to %s: %s",
-			 sun.sun_path, strerror(errno));
-		goto out;
-	}
-	/* The target's recvmsg: msghdr, iovec and control in the scratch. */
-	{
-		uint64_t a_mh = (uint64_t)scratch + 512,
-			 a_iov = (uint64_t)scratch + 1024,
-			 a_cm = (uint64_t)scratch + 1536,
-			 a_byte = (uint64_t)scratch + 2048;
-		struct iovec tiov = {(void *)a_byte, 1};
-		struct msghdr tmh = {0};
-
-		tmh.msg_iov = (struct iovec *)a_iov;
-		tmh.msg_iovlen = 1;
-		tmh.msg_control = (void *)a_cm;
-		tmh.msg_controllen = sizeof(cm.buf);
-		memset(&cm, 0, sizeof(cm));
-		if (poke_target(inj->pid, a_iov, &tiov, sizeof(tiov)) < 0 ||
-		    poke_target(inj->pid, a_mh, &tmh, sizeof(tmh)) < 0 ||
-		    poke_target(inj->pid, a_cm, &cm, sizeof(cm)) < 0)
-			goto out;
-		rc = inject_syscall(inj, SYS_recvmsg, (unsigned long)sock, a_mh,
-				    MSG_CMSG_CLOEXEC, 0, 0, 0);
-		if (rc != 1) {
-			snprintf(inj->err, sizeof(inj->err),
-				 "recvmsg in %d: %s", (int)inj->pid,
-				 rc < 0 ? strerror((int)-rc) : "short");
-			goto out;
-		}
-		{
-			struct iovec l = {cm.buf, sizeof(cm.buf)};
-			struct iovec r = {(void *)a_cm, sizeof(cm.buf)};
-			struct msghdr back = {.msg_control = cm.buf,
-					      .msg_controllen = sizeof(cm.buf)};
-			struct cmsghdr *c;
-
-			if (process_vm_readv(inj->pid, &l, 1, &r, 1, 0) !=
-			    (ssize_t)sizeof(cm.buf))
-				goto out;
-			c = CMSG_FIRSTHDR(&back);
-			if (c && c->cmsg_type == SCM_RIGHTS)
-				memcpy(&out, CMSG_DATA(c), sizeof(int));
-		}
-	}
+	if ((ds = send_fd(inj, &sun, fd)) >= 0)
+		out = target_recv_fd(inj, sock, (uint64_t)scratch);
 out:
 	if (ds >= 0)
 		close(ds);

@@ -1,5 +1,5 @@
 /*
- * The source role (source.c): freeze a process, classify its pages, and
+ * The source role (daemon/source/): freeze a process, classify its pages, and
  * serve them to one destination on two lanes. The rest of the daemon
  * reaches it through its role operations (role.h).
  */

@@ -218,7 +218,7 @@ conf_build(struct uffdd_conf *c, char *err, size_t errlen)
 
 /*
  * Hands the settings that live outside conf to their modules; the rest
- * (peer.c, source.c) read conf at each use, so a reload reaches them too.
+ * (peer.c, source/) read conf at each use, so a reload reaches them too.
  */
 static void
 apply_limits(void)

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: the source role's peer-message handlers (daemon/source.c)
+ * libFuzzer target: the source role's peer-message handlers (daemon/source/)
  * as a destination reaches them. A real child process of known contents
  * (fuzz_role.h) is exported with the daemon's own code, which freezes it and
  * classifies its pages; each input is then what a destination sends on a

@@ -1,0 +1,123 @@
+/*
+ * uffd-client's line to a daemon: its control socket, found at
+ * control_path, and one request and its reply at a time over it.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "client/client.h"
+#include "proto/frame.h"
+
+const char *control_path;
+int quiet_connect;
+
+/* A wrong command line: its usage, and exit status 2. */
+void
+die_usage(const char *u)
+{
+	fprintf(stderr, "usage: uffd-client [--control PATH] %s\n", u);
+	exit(2);
+}
+
+/* Connects to the daemon at control_path; -1 (reported) when it cannot. */
+int
+connect_daemon_try(void)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	int fd;
+
+	if (strlen(control_path) >= sizeof(sun.sun_path)) {
+		fprintf(stderr, "uffd-client: control socket path too long\n");
+		return -1;
+	}
+	strcpy(sun.sun_path, control_path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+		if (quiet_connect)
+			;
+		else if (errno == ENOENT || errno == ECONNREFUSED)
+			fprintf(stderr,
+				"uffd-client: uffdd is not running (no "
+				"daemon at %s): start it (systemctl start "
+				"uffdd) or point --control/UFFDD_CONTROL at "
+				"its socket\n",
+				control_path);
+		else if (errno == EACCES || errno == EPERM)
+			fprintf(stderr,
+				"uffd-client: %s: permission denied: "
+				"the control socket is for root\n",
+				control_path);
+		else
+			fprintf(stderr, "uffd-client: %s: %s\n", control_path,
+				strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Connects to the daemon at control_path; exits when it cannot. */
+int
+connect_daemon(void)
+{
+	int fd = connect_daemon_try();
+
+	if (fd < 0)
+		exit(1);
+	return fd;
+}
+
+/*
+ * Sends a request and waits for its reply. An Error reply is printed and
+ * returns NULL; so does a broken connection. Every string of the reply
+ * (reasons, region names, peers: some a peer's words) is made printable
+ * UTF-8 first, control characters and invalid bytes '?' (text_clean()),
+ * as the daemon's log has them: nothing reaches the terminal raw.
+ */
+ProtobufCMessage *
+call_try(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
+{
+	ProtobufCMessage *rep;
+	uint16_t got;
+
+	if (frame_send_fd(fd, type, req) < 0 ||
+	    frame_recv_fd(fd, &got, &rep) < 0) {
+		fprintf(stderr, "uffd-client: uffdd at %s: %s\n", control_path,
+			errno == ECONNRESET ? "closed the connection"
+					    : strerror(errno));
+		return NULL;
+	}
+	frame_clean_strings(rep);
+	if (got == FRAME_ERROR) {
+		fprintf(stderr, "uffd-client: %s\n",
+			((Uffdd__Error *)rep)->message);
+		frame_free(rep);
+		return NULL;
+	}
+	if (got != want) {
+		fprintf(stderr, "uffd-client: unexpected %s reply\n",
+			frame_type_name(got));
+		frame_free(rep);
+		return NULL;
+	}
+	return rep;
+}
+
+/* call_try() for commands that end at the first error. */
+ProtobufCMessage *
+call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
+{
+	ProtobufCMessage *rep = call_try(fd, type, req, want);
+
+	if (rep == NULL)
+		exit(1);
+	return rep;
+}

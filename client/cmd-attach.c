@@ -1,0 +1,154 @@
+/*
+ * attach PID --from HOST:PORT --id ID ...: a process to fill post-copy
+ * from a source daemon's export.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "client/client.h"
+#include "proto/frame.h"
+
+/* The regions a reply names, one line each. */
+void
+print_regions(const char *what, Uffdd__Region **r, size_t n, FILE *f)
+{
+	for (size_t i = 0; i < n; i++)
+		fprintf(f,
+			"%s 0x%" PRIx64 "-0x%" PRIx64 " %s (%" PRIu64
+			" pages)\n",
+			what, r[i]->start, r[i]->start + r[i]->length,
+			r[i]->name,
+			r[i]->length / (r[i]->page_size ? r[i]->page_size : 1));
+}
+
+/* Adds --map SRC_START:DST_START (hex, page aligned) to the request. */
+static void
+add_map(Uffdd__AttachRequest *req, const char *arg, const char *u)
+{
+	Uffdd__RegionMap *mp = malloc(sizeof(*mp));
+	char *end;
+
+	if (mp == NULL)
+		exit(1);
+	uffdd__region_map__init(mp);
+	errno = 0;
+	mp->src_start = strtoull(arg, &end, 16);
+	if (errno || *end != ':' || end == arg) {
+		fprintf(stderr,
+			"uffd-client: --map %s: want "
+			"SRC_START:DST_START in hex\n",
+			arg);
+		die_usage(u);
+	}
+	mp->dst_start = strtoull(end + 1, &end, 16);
+	if (errno || *end || mp->dst_start == 0 || mp->src_start % 4096 ||
+	    mp->dst_start % 4096) {
+		fprintf(stderr,
+			"uffd-client: --map %s: want "
+			"page-aligned SRC_START:DST_START in "
+			"hex\n",
+			arg);
+		die_usage(u);
+	}
+	req->maps = realloc(req->maps, (req->n_maps + 1) * sizeof(*req->maps));
+	if (req->maps == NULL)
+		exit(1);
+	req->maps[req->n_maps++] = mp;
+}
+
+/* One source region onto one target address, each at most once. */
+static void
+check_maps(const Uffdd__AttachRequest *req, const char *u)
+{
+	for (size_t i = 0; i < req->n_maps; i++)
+		for (size_t j = i + 1; j < req->n_maps; j++)
+			if (req->maps[i]->src_start ==
+				    req->maps[j]->src_start ||
+			    req->maps[i]->dst_start ==
+				    req->maps[j]->dst_start) {
+				fprintf(stderr,
+					"uffd-client: --map %" PRIx64
+					":%" PRIx64 " and %" PRIx64 ":%" PRIx64
+					" name the same %s\n",
+					req->maps[i]->src_start,
+					req->maps[i]->dst_start,
+					req->maps[j]->src_start,
+					req->maps[j]->dst_start,
+					req->maps[i]->src_start ==
+							req->maps[j]->src_start
+						? "source region"
+						: "target address");
+				die_usage(u);
+			}
+}
+
+/* attach PID --from HOST:PORT --id ID ... [--wait] */
+int
+cmd_attach(const struct cmd_entry *self, int argc, char **argv)
+{
+	static const struct option o[] = {
+		{"from", required_argument, NULL, 'F'},
+		{"id", required_argument, NULL, 'i'},
+		{"range", required_argument, NULL, 'r'},
+		{"wait", no_argument, NULL, 'w'},
+		{"map", required_argument, NULL, 'm'},
+		{"pin", required_argument, NULL, 'p'},
+		{NULL, 0, NULL, 0}};
+	const char *u = self->usage;
+	Uffdd__AttachRequest req = UFFDD__ATTACH_REQUEST__INIT;
+	Uffdd__AttachReply *rep;
+	int ch, fd, wait = 0, rc = 0;
+	char id[64];
+
+	while ((ch = getopt_long(argc, argv, "F:i:r:w", o, NULL)) != -1) {
+		switch (ch) {
+		case 'F':
+			req.from = optarg;
+			break;
+		case 'i':
+			req.id = optarg;
+			break;
+		case 'p':
+			/* The daemon checks it: one parser, in tls.c. */
+			req.pin = optarg;
+			break;
+		case 'r':
+			req.ranges =
+				add_range(req.ranges, &req.n_ranges, optarg, u);
+			break;
+		case 'w':
+			wait = 1;
+			break;
+		case 'm':
+			add_map(&req, optarg, u);
+			break;
+		default:
+			die_usage(u);
+		}
+	}
+	if (argc - optind != 1 || req.from[0] == '\0' || req.id[0] == '\0')
+		die_usage(u);
+	check_maps(&req, u);
+	req.pid = parse_pid(argv[optind], u);
+	fd = connect_daemon();
+	rep = (Uffdd__AttachReply *)call(fd, FRAME_CTL_ATTACH, &req.base,
+					 FRAME_CTL_ATTACH_REPLY);
+	print_regions("attached", rep->matched, rep->n_matched, stdout);
+	print_regions("unmatched", rep->unmatched, rep->n_unmatched, stdout);
+	snprintf(id, sizeof(id), "%s", rep->id);
+	frame_free(&rep->base);
+	free_ranges(req.ranges, req.n_ranges);
+	for (size_t i = 0; i < req.n_maps; i++)
+		free(req.maps[i]);
+	free(req.maps);
+	close(fd);
+	if (wait)
+		rc = wait_for(id, 0);
+	return rc;
+}

@@ -1,0 +1,629 @@
+/*
+ * migrate-qemu: the QEMU postcopy flow of DESIGN section 7, one command.
+ * Guest RAM lives in shared files (memory-backend-file, share=on); QEMU
+ * moves device state only (x-ignore-shared) and uffdd moves the RAM:
+ *
+ *   1. both QEMUs: x-ignore-shared; RAM blocks found by QOM and matched
+ *      by backend id (the RAM block name), never by address;
+ *   2. source: stop, wait for STOP (the vCPUs no longer write guest RAM);
+ *   3. a holder process maps the source RAM files and is exported: the
+ *      source daemon serves the files from it while the source QEMU stays
+ *      free to send its device state (export freezes what it exports);
+ *   4. destination: attach to QEMU's RAM mappings (--map, the addresses
+ *      differ), then migrate-incoming: the device-state load may read
+ *      guest RAM already (kvmvapic), and every page it reads faults in;
+ *   5. source: migrate; when the destination has loaded, cont;
+ *   6. wait until every page is resident, then quit the source QEMU.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#include "client/client.h"
+#include "client/qemu.h"
+#include "client/qmp.h"
+
+/* Everything the flow holds, from its command line to its end. */
+struct flow {
+	const char *sq, *dq, *sc, *dc, *peer; /* QMP sockets, controls */
+	int resume;
+	double timeout;
+	struct qmp *src, *dst;
+	struct ramblock sb[MAX_BLOCKS], db[MAX_BLOCKS];
+	size_t ns, nd;
+	char st[64]; /* the last QEMU status read */
+	char id[64]; /* the migration, once exported */
+	pid_t holder;
+	uint64_t qemu_bytes;
+	double t_stop, t_dev, t_run; /* stopped, device state sent, run */
+	/* How far it went, for what a failure must undo. */
+	int stopped_src, dst_ran, resident, ignoring;
+};
+
+/* Seconds on the monotonic clock. */
+static double
+now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Progress of the flow, one line a step, on stderr. */
+static void
+say(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "migrate-qemu: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+}
+
+static volatile sig_atomic_t holder_pid, holder_kept;
+
+/* How long QEMU may take to move the device state (it takes ms). */
+#define DEVSTATE_SECS 120
+
+/*
+ * SIGINT, SIGTERM, SIGHUP: before the destination guest runs, the holder
+ * is ours to remove (the source guest is still the guest); after, it is
+ * the destination guest's RAM until the migration completes.
+ */
+static void
+on_fatal_signal(int sig)
+{
+	if (holder_pid > 0 && !holder_kept)
+		kill((pid_t)holder_pid, SIGKILL);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/*
+ * The holder: a child that maps the source RAM files (shared; writable as
+ * the source daemon serves only rw mappings, but it never writes)
+ * and sleeps; it is what the source daemon exports and, at completion,
+ * kills.
+ */
+static pid_t
+start_holder(struct ramblock *b, size_t n)
+{
+	pid_t pid;
+
+	for (size_t i = 0; i < n; i++) {
+		int fd = open(b[i].path, O_RDWR | O_CLOEXEC);
+		void *p;
+
+		if (fd < 0) {
+			fprintf(stderr, "uffd-client: %s: %s\n", b[i].path,
+				strerror(errno));
+			return -1;
+		}
+		p = mmap(NULL, b[i].size, PROT_READ | PROT_WRITE, MAP_SHARED,
+			 fd, 0);
+		close(fd);
+		if (p == MAP_FAILED) {
+			fprintf(stderr, "uffd-client: mmap %s: %s\n", b[i].path,
+				strerror(errno));
+			return -1;
+		}
+		b[i].holder = (uint64_t)(uintptr_t)p;
+	}
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "uffd-client: fork: %s\n", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+
+		/*
+		 * Holds no descriptor of ours: a QMP socket kept open here
+		 * would keep QEMU's only QMP connection busy, a pipe would
+		 * keep a reader of our output waiting.
+		 */
+		if (null >= 0) {
+			dup2(null, 0);
+			dup2(null, 1);
+			dup2(null, 2);
+		}
+		close_range(3, ~0U, 0);
+		/*
+		 * Not killed with us, nor by a Ctrl-C at our terminal: once
+		 * the destination guest runs, this serves its RAM until the
+		 * source daemon kills it at completion, whatever becomes of
+		 * us. Before that, we kill it on every way out (kill_holder).
+		 */
+		setsid();
+		for (;;)
+			pause();
+	}
+	for (size_t i = 0; i < n; i++)
+		munmap((void *)(uintptr_t)b[i].holder, b[i].size);
+	return pid;
+}
+
+/* The command line, into f; a wrong one is the usage line. */
+static void
+parse_args(const struct cmd_entry *self, int argc, char **argv, struct flow *f)
+{
+	static const struct option o[] = {
+		{"src-qmp", required_argument, NULL, 's'},
+		{"dst-qmp", required_argument, NULL, 'd'},
+		{"src-control", required_argument, NULL, 'S'},
+		{"dst-control", required_argument, NULL, 'D'},
+		{"src-peer", required_argument, NULL, 'p'},
+		{"no-resume", no_argument, NULL, 'n'},
+		{"timeout", required_argument, NULL, 't'},
+		{NULL, 0, NULL, 0}};
+	/* The options that name a socket or a peer, and where each goes. */
+	const struct {
+		int ch;
+		const char **to;
+	} named[] = {{'s', &f->sq},
+		     {'d', &f->dq},
+		     {'S', &f->sc},
+		     {'D', &f->dc},
+		     {'p', &f->peer}};
+	const size_t nnamed = sizeof(named) / sizeof(named[0]);
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		size_t i = 0;
+
+		while (i < nnamed && named[i].ch != ch)
+			i++;
+		if (i < nnamed)
+			*named[i].to = optarg;
+		else if (ch == 'n')
+			f->resume = 0;
+		else if (ch == 't')
+			f->timeout = parse_timeout(optarg, self->usage);
+		else
+			die_usage(self->usage);
+	}
+	if (optind != argc || !f->sq || !f->dq || !f->sc || !f->dc || !f->peer)
+		die_usage(self->usage);
+}
+
+/* Both QEMUs on QMP, and their RAM blocks. */
+static int
+open_qemus(struct flow *f)
+{
+	if ((f->src = qmp_open(f->sq)) == NULL ||
+	    (f->dst = qmp_open(f->dq)) == NULL)
+		return -1;
+	if (ramblocks(f->src, f->sb, &f->ns) < 0 ||
+	    ramblocks(f->dst, f->db, &f->nd) < 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * Each source block to the destination's of the same name and size (the
+ * addresses differ between the QEMUs), in a file of its own.
+ */
+static int
+match_blocks(struct flow *f)
+{
+	struct ramblock *sb = f->sb, *db = f->db;
+
+	for (size_t i = 0; i < f->ns; i++) {
+		size_t j;
+
+		for (j = 0; j < f->nd; j++)
+			if (strcmp(sb[i].id, db[j].id) == 0)
+				break;
+		if (j == f->nd || db[j].size != sb[i].size) {
+			fprintf(stderr,
+				"uffd-client: RAM block %s (%" PRIu64
+				" bytes) has no match of the same size in "
+				"the destination QEMU\n",
+				sb[i].id, sb[i].size);
+			return -1;
+		}
+		/* The same file under any name: attach would punch it. */
+		for (size_t k = 0; k < f->nd; k++)
+			if (sb[i].dev == db[k].dev && sb[i].ino == db[k].ino) {
+				fprintf(stderr,
+					"uffd-client: RAM block %s: %s is the "
+					"destination's %s too (block %s): the "
+					"destination needs files of its own\n",
+					sb[i].id, sb[i].path, db[k].path,
+					db[k].id);
+				return -1;
+			}
+		sb[i].holder = 0;
+		db[j].match = i;
+		say("RAM block %s: %" PRIu64 " MiB, source pid %d at 0x%" PRIx64
+		    ", destination pid %d at 0x%" PRIx64,
+		    sb[i].id, sb[i].size >> 20, (int)qmp_pid(f->src),
+		    sb[i].addr, (int)qmp_pid(f->dst), db[j].addr);
+	}
+	if (f->nd != f->ns) {
+		fprintf(stderr, "uffd-client: the destination QEMU has RAM "
+				"blocks the source lacks\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* Whether the daemon at control socket path answers. */
+static int
+daemon_answers(const char *path)
+{
+	int fd;
+
+	control_path = path;
+	if ((fd = connect_daemon_try()) < 0)
+		return 0;
+	close(fd);
+	return 1;
+}
+
+/*
+ * Before anything stops: the destination waits for an incoming migration,
+ * the source is a guest to move (running, or paused by its operator), and
+ * both daemons answer. Then both QEMUs leave the shared RAM to uffdd.
+ */
+static int
+preflight(struct flow *f)
+{
+	if (query_str(f->dst, "query-status", "status", f->st, sizeof(f->st)) <
+	    0)
+		return -1;
+	if (strcmp(f->st, "inmigrate") != 0) {
+		fprintf(stderr,
+			"uffd-client: destination QEMU is %s: start it "
+			"with -incoming defer\n",
+			f->st);
+		return -1;
+	}
+	if (query_str(f->src, "query-status", "status", f->st, sizeof(f->st)) <
+	    0)
+		return -1;
+	if (strcmp(f->st, "running") != 0 && strcmp(f->st, "paused") != 0) {
+		fprintf(stderr,
+			"uffd-client: source QEMU is %s, not running or "
+			"paused: nothing to migrate from it\n",
+			f->st);
+		return -1;
+	}
+	if (!daemon_answers(f->sc) || !daemon_answers(f->dc))
+		return -1;
+	if (set_ignore_shared(f->src, 1) < 0 ||
+	    set_ignore_shared(f->dst, 1) < 0)
+		return -1;
+	f->ignoring = 1;
+	return 0;
+}
+
+/*
+ * One request to the daemon at control socket path, on a connection of
+ * its own: the reply, or NULL (said why).
+ */
+static ProtobufCMessage *
+request(const char *path, uint16_t type, const ProtobufCMessage *req,
+	uint16_t want)
+{
+	ProtobufCMessage *rep;
+	int fd;
+
+	control_path = path;
+	if ((fd = connect_daemon_try()) < 0)
+		return NULL;
+	rep = call_try(fd, type, req, want);
+	close(fd);
+	return rep;
+}
+
+/* Switchover starts: the source vCPUs stop writing guest RAM. */
+static int
+stop_source(struct flow *f)
+{
+	f->t_stop = now_s();
+	if (strcmp(f->st, "running") == 0) {
+		f->stopped_src = 1;
+		if (qmp_execute(f->src, "stop", NULL, NULL) < 0 ||
+		    qmp_wait_event(f->src, "STOP", 30000, NULL) < 0) {
+			fprintf(stderr, "uffd-client: source QEMU did not "
+					"stop its vCPUs\n");
+			return -1;
+		}
+	}
+	say("source vCPUs stopped");
+	return 0;
+}
+
+/* The holder is started and exported by the source daemon: f->id. */
+static int
+export_holder(struct flow *f)
+{
+	Uffdd__ExportRequest ereq = UFFDD__EXPORT_REQUEST__INIT;
+	Uffdd__Range ranges[MAX_BLOCKS], *rangep[MAX_BLOCKS];
+	Uffdd__ExportReply *erep;
+
+	signal(SIGINT, on_fatal_signal);
+	signal(SIGTERM, on_fatal_signal);
+	signal(SIGHUP, on_fatal_signal);
+	f->holder = start_holder(f->sb, f->ns);
+	if (f->holder < 0)
+		return -1;
+	holder_pid = f->holder;
+	for (size_t i = 0; i < f->ns; i++) {
+		uffdd__range__init(&ranges[i]);
+		ranges[i].start = f->sb[i].holder;
+		ranges[i].end = f->sb[i].holder + f->sb[i].size;
+		rangep[i] = &ranges[i];
+	}
+	ereq.pid = f->holder;
+	ereq.ranges = rangep;
+	ereq.n_ranges = f->ns;
+	erep = (Uffdd__ExportReply *)request(
+		f->sc, FRAME_CTL_EXPORT, &ereq.base, FRAME_CTL_EXPORT_REPLY);
+	if (erep == NULL)
+		return -1;
+	snprintf(f->id, sizeof(f->id), "%s", erep->id);
+	frame_free(&erep->base);
+	say("source RAM exported: migration %s", f->id);
+	return 0;
+}
+
+/*
+ * Whether the destination daemon attached every RAM block: an unmatched
+ * one, or one fewer matched, would not move.
+ */
+static int
+attached_all(const struct flow *f, const Uffdd__AttachReply *arep)
+{
+	print_regions("attached", arep->matched, arep->n_matched, stderr);
+	if (arep->n_unmatched == 0 && arep->n_matched < f->ns) {
+		fprintf(stderr,
+			"uffd-client: %zu of %zu RAM blocks were exported "
+			"and attached: the rest would not move\n",
+			arep->n_matched, f->ns);
+		return 0;
+	}
+	if (arep->n_unmatched) {
+		print_regions("unmatched", arep->unmatched, arep->n_unmatched,
+			      stderr);
+		fprintf(stderr, "uffd-client: some source RAM was not "
+				"matched in the destination QEMU\n");
+		return 0;
+	}
+	return 1;
+}
+
+/* The destination daemon attaches to QEMU's RAM, holder onto QEMU maps. */
+static int
+attach_dest(struct flow *f)
+{
+	Uffdd__AttachRequest areq = UFFDD__ATTACH_REQUEST__INIT;
+	Uffdd__RegionMap maps[MAX_BLOCKS], *mapp[MAX_BLOCKS];
+	Uffdd__AttachReply *arep;
+	int ok;
+
+	for (size_t j = 0; j < f->nd; j++) {
+		uffdd__region_map__init(&maps[j]);
+		maps[j].src_start = f->sb[f->db[j].match].holder;
+		maps[j].dst_start = f->db[j].addr;
+		mapp[j] = &maps[j];
+	}
+	areq.pid = qmp_pid(f->dst);
+	areq.from = (char *)f->peer;
+	areq.id = f->id;
+	areq.maps = mapp;
+	areq.n_maps = f->nd;
+	arep = (Uffdd__AttachReply *)request(
+		f->dc, FRAME_CTL_ATTACH, &areq.base, FRAME_CTL_ATTACH_REPLY);
+	if (arep == NULL)
+		return -1;
+	ok = attached_all(f, arep);
+	frame_free(&arep->base);
+	if (!ok)
+		return -1;
+	say("destination QEMU attached: guest RAM arrives post-copy");
+	return 0;
+}
+
+/*
+ * The source QEMU sends its device state. Device state only: this takes
+ * milliseconds. A source that never gets there (a pause-before-switchover
+ * capability set earlier, a QEMU wedged) must not keep the guest stopped
+ * for good.
+ */
+static int
+send_devstate(struct flow *f)
+{
+	char uri[64];
+	int port;
+
+	if ((port = incoming_port(f->dst)) < 0)
+		return -1;
+	snprintf(uri, sizeof(uri), "tcp:127.0.0.1:%d", port);
+	if (exec_uri(f->src, "migrate", uri) < 0)
+		return -1;
+	f->t_dev = now_s();
+	for (;;) {
+		json_object *r = NULL, *v, *ram;
+
+		if (now_s() - f->t_dev > DEVSTATE_SECS) {
+			fprintf(stderr,
+				"uffd-client: QEMU's device-state migration "
+				"is %s after %d s\n",
+				f->st, DEVSTATE_SECS);
+			return -1;
+		}
+		if (qmp_execute(f->src, "query-migrate", NULL, &r) < 0)
+			return -1;
+		snprintf(f->st, sizeof(f->st), "%s",
+			 json_object_object_get_ex(r, "status", &v)
+				 ? json_object_get_string(v)
+				 : "");
+		if (json_object_object_get_ex(r, "ram", &ram) &&
+		    json_object_object_get_ex(ram, "transferred", &v))
+			f->qemu_bytes = (uint64_t)json_object_get_int64(v);
+		json_object_put(r);
+		if (strcmp(f->st, "completed") == 0)
+			return 0;
+		if (strcmp(f->st, "failed") == 0 ||
+		    strcmp(f->st, "cancelled") == 0) {
+			fprintf(stderr,
+				"uffd-client: QEMU device-state migration "
+				"%s (see the QEMUs' stderr)\n",
+				f->st);
+			return -1;
+		}
+		usleep(20000);
+	}
+}
+
+/* The destination QEMU has loaded the device state: f->st is its status. */
+static int
+dest_loaded(struct flow *f)
+{
+	for (;;) {
+		if (query_str(f->dst, "query-status", "status", f->st,
+			      sizeof(f->st)) < 0)
+			return -1;
+		if (strcmp(f->st, "inmigrate") != 0)
+			break;
+		if (now_s() - f->t_dev > DEVSTATE_SECS) {
+			fprintf(stderr,
+				"uffd-client: the destination QEMU is still "
+				"inmigrate after %d s\n",
+				DEVSTATE_SECS);
+			return -1;
+		}
+		usleep(20000);
+	}
+	if (strcmp(f->st, "running") == 0)
+		f->dst_ran = holder_kept = 1; /* it started on its own */
+	say("device state moved to the destination (%s): %" PRIu64
+	    " bytes by QEMU",
+	    f->st, f->qemu_bytes);
+	return 0;
+}
+
+/* The destination guest runs, unless --no-resume leaves it paused. */
+static int
+run_dest(struct flow *f)
+{
+	if (f->resume && strcmp(f->st, "running") != 0 &&
+	    qmp_execute(f->dst, "cont", NULL, NULL) < 0)
+		return -1;
+	if (f->resume) {
+		f->dst_ran = 1;
+		holder_kept = 1;
+		f->t_run = now_s();
+		say("destination guest running, %.0f ms after the source "
+		    "stopped",
+		    (f->t_run - f->t_stop) * 1000);
+	} else {
+		say("destination guest left paused (--no-resume)");
+	}
+	return 0;
+}
+
+/* Every page resident at the destination: the source QEMU quits. */
+static int
+finish(struct flow *f)
+{
+	control_path = f->dc;
+	if (wait_for(f->id, f->timeout) != 0)
+		return -1;
+	f->resident = 1;
+	say("every page resident %.3f s after switchover",
+	    now_s() - (f->resume ? f->t_run : f->t_stop));
+	/* QEMU may hang up before it answers quit: what counts is its exit. */
+	qmp_execute(f->src, "quit", NULL, NULL);
+	for (int i = 0; i < 100 && process_alive(qmp_pid(f->src)); i++)
+		usleep(100000);
+	if (process_alive(qmp_pid(f->src))) {
+		fprintf(stderr,
+			"uffd-client: source QEMU pid %d did not quit; the "
+			"destination holds every page, it may be killed\n",
+			(int)qmp_pid(f->src));
+		return -1;
+	}
+	say("source QEMU has exited");
+	return 0;
+}
+
+/*
+ * A failure undone as far as it can be. Until the destination guest has
+ * run, the source is still the guest: a failure before then resumes it
+ * rather than leaving it stopped.
+ */
+static void
+undo(struct flow *f)
+{
+	if (f->src != NULL && !f->dst_ran && !f->resident && f->ignoring)
+		/* A later migration of it must move its shared RAM again. */
+		set_ignore_shared(f->src, 0);
+	if (f->src != NULL && f->stopped_src && !f->dst_ran && !f->resident) {
+		if (qmp_execute(f->src, "cont", NULL, NULL) == 0)
+			say("failed before switchover: source guest resumed");
+	} else if (f->resident && !f->dst_ran) {
+		fprintf(stderr,
+			"uffd-client: the paused destination holds every page "
+			"(--no-resume): the source QEMU is left stopped, not "
+			"resumed\n");
+	} else if (f->dst_ran) {
+		fprintf(stderr,
+			"uffd-client: the destination guest runs: migration "
+			"%s goes on in the daemons (uffd-client --control %s "
+			"wait %s); the source QEMU is left stopped, and "
+			"process %d serves its RAM files until the migration "
+			"completes\n",
+			f->id, f->dc, f->id, (int)f->holder);
+	}
+}
+
+/* The steps of the flow, in order; the first that fails ends it. */
+static int (*const steps[])(struct flow *) = {
+	open_qemus,  match_blocks,  preflight,	 stop_source, export_holder,
+	attach_dest, send_devstate, dest_loaded, run_dest,    finish,
+};
+
+/* migrate-qemu: the steps, then what a failure leaves to undo. */
+int
+cmd_migrate_qemu(const struct cmd_entry *self, int argc, char **argv)
+{
+	struct flow f = {.resume = 1, .holder = -1};
+	size_t done = 0;
+
+	parse_args(self, argc, argv, &f);
+	while (done < sizeof(steps) / sizeof(steps[0]) && steps[done](&f) == 0)
+		done++;
+	if (done < sizeof(steps) / sizeof(steps[0]))
+		undo(&f);
+	if (f.holder > 0 && !f.dst_ran) {
+		/* The source guest is still the guest: it goes. */
+		kill(f.holder, SIGKILL);
+		waitpid(f.holder, NULL, 0);
+	} else if (f.holder > 0 && done == sizeof(steps) / sizeof(steps[0])) {
+		/* The source daemon has killed it at completion. */
+		waitpid(f.holder, NULL, 0);
+	}
+	qmp_close(f.src);
+	qmp_close(f.dst);
+	return done == sizeof(steps) / sizeof(steps[0]) ? 0 : 1;
+}

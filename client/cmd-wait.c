@@ -1,0 +1,170 @@
+/*
+ * wait ID [--timeout SEC]: follows a migration until it ends, with its
+ * progress on stderr; a daemon that restarts meanwhile is waited for.
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/client.h"
+#include "proto/frame.h"
+
+/*
+ * A bar redrawn in place on a terminal; elsewhere (logs, CI) one plain line
+ * a second, so that progress is visible there too.
+ */
+static void
+progress(const Uffdd__MigrationStatus *s, int tty)
+{
+	static time_t last;
+	double f = s->pages_total
+			   ? (double)s->pages_present / (double)s->pages_total
+			   : 0;
+	char b1[32], b2[32];
+	int w = 30, fill = (int)(f * w);
+
+	human_bytes((double)s->bytes, b1, sizeof(b1));
+	human_bytes(s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s : 0, b2,
+		    sizeof(b2));
+	if (tty) {
+		fprintf(stderr,
+			"\r[%.*s%*s] %5.1f%%  %s  %s/s  faults %" PRIu64 "  ",
+			fill, "##############################", w - fill, "",
+			100 * f, b1, b2, s->demand_faults);
+	} else if (time(NULL) != last) {
+		last = time(NULL);
+		fprintf(stderr, "  %5.1f%%  %s  %s/s  faults %" PRIu64 "  %s\n",
+			100 * f, b1, b2, s->demand_faults, s->state);
+	}
+}
+
+/* How long wait_for() waits for a daemon that went away to come back. */
+#define REJOIN_SECS 120
+
+/* Seconds since t0, on the monotonic clock. */
+static double
+since(const struct timespec *t0)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - t0->tv_sec) +
+	       (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/*
+ * The daemon went away (restarted, say: migrations survive that): wait
+ * for it to answer again, up to REJOIN_SECS or the timeout. Returns the
+ * new connection, or -1.
+ */
+static int
+rejoin(double timeout, const struct timespec *t0)
+{
+	struct timespec lost, tick = {0, 500 * 1000 * 1000};
+	int fd;
+
+	fprintf(stderr, "uffd-client: lost uffdd at %s; waiting for it\n",
+		control_path);
+	clock_gettime(CLOCK_MONOTONIC, &lost);
+	quiet_connect = 1;
+	while ((fd = connect_daemon_try()) < 0 && since(&lost) < REJOIN_SECS &&
+	       (timeout <= 0 || since(t0) < timeout))
+		nanosleep(&tick, NULL);
+	quiet_connect = 0;
+	if (fd < 0)
+		fprintf(stderr, "uffd-client: uffdd at %s did not come back\n",
+			control_path);
+	return fd;
+}
+
+/* Polls status until the migration ends; 0 complete, 1 failed, 3 timeout. */
+int
+wait_for(const char *id, double timeout)
+{
+	struct timespec t0, tick = {0, 100 * 1000 * 1000};
+	int fd = connect_daemon(), tty = isatty(2), rc;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		Uffdd__StatusRequest req = UFFDD__STATUS_REQUEST__INIT;
+		Uffdd__StatusReply *rep;
+		const Uffdd__MigrationStatus *s;
+
+		req.id = (char *)id;
+		rep = (Uffdd__StatusReply *)call_try(fd, FRAME_CTL_STATUS,
+						     &req.base,
+						     FRAME_CTL_STATUS_REPLY);
+		if (rep == NULL) {
+			close(fd);
+			if ((fd = rejoin(timeout, &t0)) < 0)
+				return 1;
+			continue;
+		}
+
+		/* [0] is the migration itself; forked children follow. */
+		if (rep->n_migrations == 0) {
+			fprintf(stderr, "uffd-client: unknown migration ID\n");
+			frame_free(&rep->base);
+			exit(1);
+		}
+		s = rep->migrations[0];
+		progress(s, tty);
+		if (strcmp(s->state, "complete") == 0 ||
+		    strcmp(s->state, "failed") == 0) {
+			if (tty)
+				fprintf(stderr, "\n");
+			if (strcmp(s->state, "failed") == 0) {
+				fprintf(stderr,
+					"uffd-client: migration %s "
+					"failed: %s\n",
+					id, s->reason);
+				rc = 1;
+			} else {
+				print_status_text(s);
+				rc = 0;
+			}
+			frame_free(&rep->base);
+			break;
+		}
+		frame_free(&rep->base);
+		if (timeout > 0 && since(&t0) > timeout) {
+			if (tty)
+				fprintf(stderr, "\n");
+			fprintf(stderr,
+				"uffd-client: migration %s not done "
+				"after %.0f s\n",
+				id, timeout);
+			rc = 3;
+			break;
+		}
+		nanosleep(&tick, NULL);
+	}
+	close(fd);
+	return rc;
+}
+
+/* wait ID [--timeout SEC] */
+int
+cmd_wait(const struct cmd_entry *self, int argc, char **argv)
+{
+	static const struct option o[] = {
+		{"timeout", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
+	double timeout = 0;
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "t:", o, NULL)) != -1) {
+		if (ch != 't')
+			die_usage(self->usage);
+		timeout = parse_timeout(optarg, self->usage);
+	}
+	if (argc - optind != 1)
+		die_usage(self->usage);
+	check_id(argv[optind], self->usage);
+	return wait_for(argv[optind], timeout);
+}

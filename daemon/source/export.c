@@ -1,0 +1,335 @@
+/*
+ * An export: the process's regions in the ranges asked for, classified
+ * (which pages hold data), its record in the migration table, and the
+ * events it lives by; and the role's operations (role.h).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/compat.h"
+#include "daemon/conffile.h"
+#include "daemon/conn.h"
+#include "daemon/control.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/pagemap.h"
+#include "daemon/probe.h"
+#include "daemon/procref.h"
+#include "daemon/region.h"
+#include "daemon/role.h"
+#include "daemon/source/internal.h"
+#include "daemon/wptrack.h"
+
+static void source_free(struct migration *);
+
+/*
+ * Which pages of region sr hold data, by its kind (DESIGN section 4):
+ * anonymous memory from pagemap, shared memory from its backing file (a
+ * swapped-out shmem page looks untouched in pagemap), shared hugetlb all
+ * data (struct src_region). Returns the data pages, or -1.
+ */
+static int64_t
+classify(pid_t pid, struct src_region *sr)
+{
+	int64_t data;
+	int fd;
+
+	if (sr->r.kind == REGION_HUGETLB && sr->r.shared) {
+		sr->cache_fd = region_open_backing(pid, sr->r.vma_start,
+						   sr->r.vma_end);
+		if (sr->cache_fd < 0)
+			return -1;
+		for (uint64_t p = 0; p < sr->npages; p++)
+			bit_set(sr->data, p);
+		return (int64_t)sr->npages;
+	}
+	if (sr->r.kind == REGION_FILE_PRIVATE)
+		return pagemap_classify_cow(pid, sr->r.start, sr->npages,
+					    sr->data, pagemap_method());
+	if (!region_kind_shmem(sr->r.kind))
+		return pagemap_classify(pid, sr->r.start, sr->npages,
+					sr->r.page_size, sr->data,
+					pagemap_method());
+	if ((fd = region_open_backing(pid, sr->r.vma_start, sr->r.vma_end)) < 0)
+		return -1;
+	if (kfeat.shmem_pm_swap &&
+	    sr->r.page_size == (uint64_t)sysconf(_SC_PAGESIZE))
+		data = pagemap_classify_shmem(pid, sr->r.start, fd,
+					      sr->r.file_off, sr->npages,
+					      sr->r.page_size, sr->data);
+	else
+		data = pagemap_classify_file(fd, sr->r.file_off, sr->npages,
+					     sr->r.page_size, sr->data);
+	close(fd);
+	return data;
+}
+
+/*
+ * The regions of process pid in the ranges asked for, checked against what
+ * a destination accepts. Returns their number (> 0), or 0 with *code and
+ * err set.
+ */
+static int
+build_regions(pid_t pid, const struct range *ranges, size_t nranges,
+	      struct region **regs, uint32_t *code, char *err, size_t errlen)
+{
+	char why[512];
+	int n = region_build(pid, ranges, nranges, regs, why, sizeof(why));
+
+	if (n <= 0) {
+		*code = n == 0		  ? ERR_NO_MATCH
+			: errno == EPERM  ? ERR_PERMISSION
+			: errno == EINVAL ? ERR_INVALID
+					  : ERR_NO_PROCESS;
+		snprintf(err, errlen, "process %d: %.200s", (int)pid,
+			 n < 0 ? why
+			       : "no memory uffdd migrates in the ranges "
+				 "given");
+		free(*regs);
+		*regs = NULL;
+		return 0;
+	}
+	/* A destination would refuse the table: say so before serving. */
+	if ((unsigned)n > region_table_max) {
+		*code = ERR_INVALID;
+		snprintf(err, errlen,
+			 "process %d has %d regions, more than max-regions "
+			 "%u: narrow it with --range, or raise max-regions",
+			 (int)pid, n, region_table_max);
+		free(*regs);
+		*regs = NULL;
+		return 0;
+	}
+	return n;
+}
+
+/* The export's record and its regions, classified; NULL on failure. */
+static struct source *
+source_new(struct procref *t, const struct region *regs, size_t nregs,
+	   const struct range *ranges, size_t nranges, const char *id,
+	   uint32_t *code, char *err, size_t errlen)
+{
+	struct migration *m = migration_new(ROLE_SOURCE, id);
+	struct source *s = xcalloc(1, sizeof(*s));
+
+	m->impl = s;
+	m->impl_free = source_free;
+	m->pid = t->pid;
+	m->start = t->start;
+	s->m = m;
+	procref_move(&s->t, t);
+	s->switches = -1; /* source_watch_freeze() */
+	s->wp = (struct wptrack)WPTRACK_NONE;
+	s->nranges = nranges;
+	s->ranges = xcalloc(nranges, sizeof(*s->ranges));
+	memcpy(s->ranges, ranges, nranges * sizeof(*ranges));
+	s->nregs = nregs;
+	s->regs = xcalloc(s->nregs, sizeof(*s->regs));
+	for (size_t i = 0; i < s->nregs; i++) {
+		struct src_region *sr = &s->regs[i];
+		int64_t data;
+
+		sr->r = regs[i];
+		sr->npages = sr->r.length / sr->r.page_size;
+		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
+		sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
+		sr->cache_fd = -1;
+		if ((data = classify(s->t.pid, sr)) < 0) {
+			*code = ERR_KERNEL;
+			snprintf(err, errlen, "classifying 0x%llx of %d: %s",
+				 (unsigned long long)sr->r.start, (int)s->t.pid,
+				 strerror(errno));
+			procref_move(t, &s->t);
+			migration_free(m);
+			return NULL;
+		}
+		sr->r.data_pages = (uint64_t)data;
+		sr->r.zero_pages = sr->npages - (uint64_t)data;
+		m->pages_total += sr->npages;
+	}
+	return s;
+}
+
+/*
+ * The events of a live export: bulk work (serve.c), its process's exit and
+ * the pings (lanes.c), the deferred state write (persist.c).
+ */
+static void
+source_start(struct source *s)
+{
+	source_serve_start(s);
+	source_lanes_start(s);
+	source_persist_start(s);
+}
+
+/*
+ * Freezes process t (for the caller who; NULL on a restore), builds and
+ * classifies its regions and registers the export under id (a fresh one
+ * when NULL). Takes t over. Returns NULL with *code and err set; a process
+ * that ran before is running again then.
+ */
+struct source *
+source_create(struct procref *t, const struct authz_caller *who,
+	      const struct range *ranges, size_t nranges, int keep,
+	      const char *id, uint32_t *code, char *err, size_t errlen)
+{
+	struct region *regs = NULL;
+	struct source *s = NULL;
+	int n, was_stopped;
+
+	/* Check before freezing: a bad request must leave the process be. */
+	if (build_regions(t->pid, ranges, nranges, &regs, code, err, errlen) ==
+	    0)
+		goto out;
+	free(regs);
+	regs = NULL;
+	if (source_freeze_checked(t, who, &was_stopped, code, err, errlen) < 0)
+		goto out;
+	n = build_regions(t->pid, ranges, nranges, &regs, code, err, errlen);
+	if (n > 0)
+		s = source_new(t, regs, (size_t)n, ranges, nranges, id, code,
+			       err, errlen);
+	if (s == NULL) {
+		source_thaw(t, was_stopped);
+		goto out;
+	}
+	s->was_stopped = was_stopped;
+	s->keep_source = keep;
+	source_start(s);
+out:
+	free(regs);
+	procref_close(t);
+	return s;
+}
+
+/*
+ * The control request: checks the ranges, exports, and answers with the
+ * new ID only once the state file holds the export.
+ */
+void
+source_export(uint64_t serial, const struct authz_caller *who,
+	      struct procref *t, const Uffdd__ExportRequest *req)
+{
+	Uffdd__ExportReply rep = UFFDD__EXPORT_REPLY__INIT;
+	struct range *ranges = xcalloc(req->n_ranges, sizeof(*ranges));
+	struct source *s;
+	char err[256];
+	uint32_t code;
+
+	for (size_t i = 0; i < req->n_ranges; i++) {
+		ranges[i].start = req->ranges[i]->start;
+		ranges[i].end = req->ranges[i]->end;
+		if (ranges[i].end <= ranges[i].start) {
+			control_reply_error(serial, ERR_INVALID,
+					    "export: empty range");
+			free(ranges);
+			procref_close(t);
+			return;
+		}
+	}
+	s = source_create(t, who, ranges, req->n_ranges, req->keep_source, NULL,
+			  &code, err, sizeof(err));
+	free(ranges);
+	if (s == NULL) {
+		control_reply_error(serial, code, "export: %s", err);
+		return;
+	}
+	source_watch_freeze(s);
+	/*
+	 * Without its state file a restart would forget the export and
+	 * leave the process frozen for good: refuse it instead.
+	 */
+	if (source_persist_now(s) < 0) {
+		int e = errno;
+
+		source_thaw(&s->t, s->was_stopped);
+		migration_free(s->m);
+		control_reply_error(serial, ERR_INVALID,
+				    "export: cannot save its state in %s: %s; "
+				    "process %d left as it was",
+				    conf.state_dir, strerror(e), (int)req->pid);
+		return;
+	}
+	log_info("exported process %d as %s: %zu regions, %llu pages",
+		 (int)req->pid, log_id(s->m->id), s->nregs,
+		 (unsigned long long)s->m->pages_total);
+	rep.id = s->m->id;
+	control_reply(serial, FRAME_CTL_EXPORT_REPLY, &rep.base);
+}
+
+/*
+ * The role's memory, after teardown or at the daemon's exit (a state write
+ * still pending goes first); the record stays for status.
+ */
+static void
+source_free(struct migration *m)
+{
+	struct source *s = m->impl;
+
+	if (s == NULL)
+		return;
+	source_persist_free(s);
+	conn_free(s->demand);
+	conn_free(s->bulk);
+	if (s->bulk_ev)
+		event_free(s->bulk_ev);
+	if (s->exit_ev)
+		event_free(s->exit_ev);
+	if (s->ping_ev)
+		event_free(s->ping_ev);
+	if (s->rate_ev)
+		event_free(s->rate_ev);
+	wptrack_stop(&s->wp);
+	procref_close(&s->t);
+	free(s->ranges);
+	for (size_t i = 0; i < s->nregs; i++) {
+		free(s->regs[i].data);
+		free(s->regs[i].sent);
+		if (s->regs[i].cache_fd >= 0)
+			close(s->regs[i].cache_fd);
+	}
+	free(s->regs);
+	free(s->scratch);
+	free(s);
+	m->impl = NULL;
+}
+
+/* The role's entry for an export request (role.h, request). */
+static void
+export_request(uint64_t serial, const struct authz_caller *who,
+	       struct procref *t, const ProtobufCMessage *req)
+{
+	source_export(serial, who, t, (const Uffdd__ExportRequest *)req);
+}
+
+/* The process an export request names, for control.c's checks. */
+static int
+export_pid(const ProtobufCMessage *req)
+{
+	return ((const Uffdd__ExportRequest *)req)->pid;
+}
+
+static const struct role_ops source_ops = {
+	.role = ROLE_SOURCE,
+	.name = "source",
+	.request_type = FRAME_CTL_EXPORT,
+	.verb = "export",
+	.request_pid = export_pid,
+	.request = export_request,
+	.restore = source_restore,
+	.restore_check = source_restore_check,
+	.hello = source_hello,
+};
+
+/* Makes the source role known to the daemon (role.h). */
+void
+source_register(void)
+{
+	role_register(&source_ops);
+}

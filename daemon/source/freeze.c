@@ -1,0 +1,266 @@
+/*
+ * The frozen process: stopped before its pages are classified, checked
+ * again once it can change no more, and watched from then on, so that a
+ * run of it (a SIGCONT from elsewhere) is noticed.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/authz.h"
+#include "daemon/compat.h"
+#include "daemon/log.h"
+#include "daemon/migration.h"
+#include "daemon/proc.h"
+#include "daemon/procref.h"
+#include "daemon/source/internal.h"
+#include "daemon/wptrack.h"
+
+/*
+ * Whether every thread of pid is in a stopped state (T or t), or dead
+ * (Z, X: it runs no more, and its exit is reported on its own).
+ */
+static int
+all_stopped(pid_t pid)
+{
+	char path[320], buf[512];
+	struct dirent *e;
+	int stopped = 1;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if ((d = opendir(path)) == NULL)
+		return -1;
+	while (stopped && (e = readdir(d)) != NULL) {
+		char *p;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid,
+			 e->d_name);
+		if ((f = fopen(path, "re")) == NULL)
+			continue;
+		if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) &&
+		    p[1] == ' ' && strchr("TtZX", p[2]) == NULL)
+			stopped = 0;
+		fclose(f);
+	}
+	closedir(d);
+	return stopped;
+}
+
+/*
+ * How many times the threads of pid have been switched out, in all. A
+ * stopped thread never is, so a count that moves after the freeze means
+ * the process ran, if only for a moment: a SIGCONT and a SIGSTOP between
+ * two looks at the threads' states leave nothing else behind. -1 when unknown,
+ * or when a thread is dying (its exit is reported on its own). *running
+ * (when not NULL) is set when a thread it read is not stopped.
+ */
+long long
+source_switch_count(pid_t pid, int *running)
+{
+	char path[320], line[256];
+	struct dirent *e;
+	long long n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if ((d = opendir(path)) == NULL)
+		return -1;
+	while (n >= 0 && (e = readdir(d)) != NULL) {
+		long long v;
+		char st;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/status",
+			 (int)pid, e->d_name);
+		if ((f = fopen(path, "re")) == NULL) {
+			n = -1;
+			break;
+		}
+		while (n >= 0 && fgets(line, sizeof(line), f) != NULL) {
+			if (sscanf(line, "State: %c", &st) == 1) {
+				if (strchr("ZX", st) != NULL)
+					n = -1;
+				else if (strchr("Tt", st) == NULL && running)
+					*running = 1;
+			} else if (sscanf(line, "voluntary_ctxt_switches: %lld",
+					  &v) == 1 ||
+				   sscanf(line,
+					  "nonvoluntary_ctxt_switches: %lld",
+					  &v) == 1)
+				n += v;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * SIGSTOP and wait until every thread has stopped, so that no page changes
+ * after it was classified. The wait is short (one scheduling round), bounded
+ * to 2 s, and is the one place the source blocks the loop.
+ */
+static int
+freeze(const struct procref *t)
+{
+	struct timespec ts = {0, 200000};
+
+	if (procref_signal(t, SIGSTOP) < 0)
+		return -1;
+	for (int i = 0; i < 10000; i++) {
+		int st = all_stopped(t->pid);
+
+		if (st != 0)
+			return st < 0 ? -1 : 0;
+		nanosleep(&ts, NULL);
+	}
+	procref_signal(t, SIGCONT);
+	errno = ETIMEDOUT;
+	return -1;
+}
+
+/* Lets a process we froze go again, unless it was stopped before. */
+void
+source_thaw(const struct procref *t, int was_stopped)
+{
+	if (!was_stopped)
+		procref_signal(t, SIGCONT);
+}
+
+/*
+ * Freezes t and checks again, now that it can change no more, that it is
+ * the process that was checked and that the caller who (NULL: a restore)
+ * may still export it: between the first check and the freeze it could
+ * have run a setuid program, or exited and left its pid to another.
+ */
+int
+source_freeze_checked(const struct procref *t, const struct authz_caller *who,
+		      int *was_stopped, uint32_t *code, char *err,
+		      size_t errlen)
+{
+	char sharers[192];
+
+	/* Stopping it would not stop these from writing its memory. */
+	if (proc_sharers(t->pid, PROC_SHARE_VM, sharers, sizeof(sharers)) > 0) {
+		*code = ERR_INVALID;
+		snprintf(err, errlen,
+			 "process %d shares its memory with %.120s, "
+			 "which stopping it does not stop: export refused",
+			 (int)t->pid, sharers);
+		return -1;
+	}
+	*was_stopped = all_stopped(t->pid) == 1;
+	if (freeze(t) < 0) {
+		*code = ERR_NO_PROCESS;
+		snprintf(err, errlen, "cannot stop process %d: %s", (int)t->pid,
+			 strerror(errno));
+		return -1;
+	}
+	if (who != NULL ? authz_may_ptrace(who, t, code, err, errlen) == 0
+			: procref_same(t))
+		return 0;
+	if (who == NULL) {
+		*code = ERR_NO_PROCESS;
+		snprintf(err, errlen, "process %d: no longer the process named",
+			 (int)t->pid);
+	}
+	source_thaw(t, *was_stopped);
+	return -1;
+}
+
+/*
+ * The process must stay as it was frozen: its pages were classified then,
+ * and a page it writes after it went is lost to the destination. Nothing
+ * tells us of a SIGCONT from elsewhere; look each ping, and at the end:
+ * for a page written since the export (wptrack.h), where the kernel can
+ * tell, and for a context switch of its threads, which a stopped thread
+ * never makes. *why says which.
+ */
+int
+source_continued(const struct source *s, char *why, size_t len)
+{
+	int running = 0;
+	long long n = source_switch_count(s->m->pid, &running);
+	uint64_t addr;
+
+	if (wptrack_written(&s->wp, &addr) == 1) {
+		snprintf(why, len,
+			 "source process %d ran after the export (continued "
+			 "from elsewhere) and wrote to its memory at 0x%llx: "
+			 "the destination may hold older bytes",
+			 (int)s->m->pid, (unsigned long long)addr);
+		return 1;
+	}
+	/* Gone or dying (exit_cb() says so), or no count taken. */
+	if (!running && (n < 0 || s->switches < 0 || n == s->switches))
+		return 0;
+	snprintf(why, len,
+		 "source process %d was continued (SIGCONT from elsewhere) "
+		 "during the migration: what it wrote since may not reach "
+		 "the destination",
+		 (int)s->m->pid);
+	return 1;
+}
+
+/*
+ * The threads' context switches once they have all gone off the CPU: a
+ * thread shows as stopped a moment before its last switch is counted (and
+ * an injection switches them too). -1 when unknown.
+ */
+static long long
+settled_switches(pid_t pid)
+{
+	struct timespec ts = {0, 1000000};
+	long long n = source_switch_count(pid, NULL), was;
+
+	for (int i = 0; i < 50 && n >= 0; i++) {
+		nanosleep(&ts, NULL);
+		was = n;
+		if ((n = source_switch_count(pid, NULL)) == was)
+			break;
+	}
+	return n;
+}
+
+/*
+ * From now on any run of the frozen process is noticed (source_continued()): its
+ * exported ranges are write-protected where the kernel can track writes,
+ * and its threads' context switches are counted from here.
+ */
+void
+source_watch_freeze(struct source *s)
+{
+	struct range *rs = xcalloc(s->nregs, sizeof(*rs));
+	char why[256];
+
+	for (size_t i = 0; i < s->nregs; i++) {
+		rs[i].start = s->regs[i].r.start;
+		rs[i].end = s->regs[i].r.start + s->regs[i].r.length;
+	}
+	if (!wptrack_usable())
+		log_debug("migration %s: this kernel cannot track writes "
+			  "(UFFD_FEATURE_WP_ASYNC, PAGEMAP_SCAN): a run of "
+			  "process %d is found by its context switches, at the "
+			  "next ping",
+			  log_id(s->m->id), (int)s->m->pid);
+	else if (wptrack_start(&s->wp, &s->t, rs, s->nregs, why, sizeof(why)) <
+		 0)
+		log_info("migration %s: writes of process %d are not tracked "
+			 "(%s): a run of it is found by its context switches, "
+			 "at the next ping",
+			 log_id(s->m->id), (int)s->m->pid, why);
+	free(rs);
+	s->switches = settled_switches(s->m->pid);
+}

@@ -1,0 +1,119 @@
+/*
+ * The source role's parts (daemon/source/), and what they share: the
+ * export's record and the calls from one part into another. Nothing
+ * outside daemon/source/ includes it; the rest of the daemon has
+ * daemon/source.h.
+ *
+ *   freeze.c   the frozen process: stop it, check it, notice a run of it
+ *   export.c   an export: regions, classification, its record and events
+ *   serve.c    pages out: demand answers and the bulk stream
+ *   lanes.c    the destination's lanes, and how a migration ends
+ *   persist.c  the state file: written, deferred, restored from
+ */
+#ifndef UFFDD_SOURCE_INTERNAL_H
+#define UFFDD_SOURCE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "daemon/procref.h"
+#include "daemon/region.h"
+#include "daemon/source.h"
+#include "daemon/wptrack.h"
+#include "proto/frame.h"
+#include "proto/range.h"
+
+struct authz_caller;
+struct conn;
+struct event;
+struct migration;
+
+/* An idle lane is pinged this often so the destination sees it alive. */
+#define PING_SECS 1
+/* s->scratch: one frame's page bytes (a demand answer, a zero-check). */
+#define SCRATCH_LEN FRAME_DATA_MAX
+
+struct src_region {
+	struct region r;
+	uint64_t npages;
+	uint64_t *data; /* page holds data (else: ZERO marker) */
+	uint64_t *sent;
+	int accepted;
+	/*
+	 * Shared hugetlb: its page cache, read with pread. A page this
+	 * process does not map (dropped with MADV_DONTNEED, or touched only
+	 * by a process it shares the mapping with) still holds bytes there
+	 * that pagemap cannot show, and hugetlbfs reports no holes; a read
+	 * through the mapping would allocate a huge page for every hole.
+	 * Every page counts as data and all-zero ones go as ZERO markers.
+	 */
+	int cache_fd;
+};
+
+struct source {
+	struct migration *m;
+	struct src_region *regs;
+	size_t nregs;
+	struct conn *demand, *bulk;
+	struct event *bulk_ev, *exit_ev, *ping_ev, *rate_ev;
+	/*
+	 * The state file is behind what the export is (persist.c): save_ev
+	 * writes it once the current callback has returned.
+	 */
+	struct event *save_ev;
+	int dirty;
+	/*
+	 * The process, as checked (procref.h): signals go through its pidfd,
+	 * demand reads through its memory file (read_demand()).
+	 */
+	struct procref t;
+	int keep_source;
+	int was_stopped;    /* before the export froze it */
+	long long switches; /* source_switch_count() once frozen; -1: unknown */
+	struct wptrack wp;  /* writes since the export, where tracked */
+	struct range *ranges; /* as exported, for a restart */
+	size_t nranges;
+	int resume_pending; /* the demand lane is a destination's resume */
+	uint64_t win_start, win_bytes; /* --bulk-rate accounting */
+	uint32_t cur_reg;
+	uint64_t cur_page;
+	uint32_t hint_reg;
+	uint64_t hint_page, hint_left;
+	uint8_t *scratch; /* SCRATCH_LEN bytes */
+};
+
+/* freeze.c */
+int source_freeze_checked(const struct procref *t,
+			  const struct authz_caller *who, int *was_stopped,
+			  uint32_t *code, char *err, size_t errlen);
+void source_thaw(const struct procref *t, int was_stopped);
+long long source_switch_count(pid_t pid, int *running);
+void source_watch_freeze(struct source *);
+int source_continued(const struct source *, char *why, size_t len);
+
+/* export.c */
+struct source *source_create(struct procref *t, const struct authz_caller *who,
+			     const struct range *ranges, size_t nranges,
+			     int keep, const char *id, uint32_t *code,
+			     char *err, size_t errlen);
+
+/* serve.c */
+void source_serve_start(struct source *);
+void source_demand_request(struct source *, const Uffdd__PageRequest *);
+void source_bulk_lane(struct source *, struct conn *);
+void source_bulk_produce(struct source *);
+
+/* lanes.c */
+void source_lanes_start(struct source *);
+void source_fail(struct source *, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* persist.c */
+void source_persist_start(struct source *);
+int source_persist_now(struct source *);
+void source_persist_dirty(struct source *);
+void source_persist_remove(struct source *);
+void source_persist_free(struct source *);
+
+#endif

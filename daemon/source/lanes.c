@@ -1,0 +1,464 @@
+/*
+ * The destination's two lanes (demand and bulk): its HELLO, the frames it
+ * sends, a lane lost; and how a migration ends: completion, failure,
+ * teardown.
+ */
+#include "config.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/compat.h"
+#include "daemon/conn.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/pagemap.h"
+#include "daemon/peer.h"
+#include "daemon/procref.h"
+#include "daemon/source/internal.h"
+
+static void teardown(struct source *);
+
+/*
+ * The source's pages can no longer be had: fail, and tell the destination,
+ * which poisons what it lacks. A destination that comes back later is told
+ * the same when it says hello.
+ */
+void
+source_fail(struct source *s, const char *fmt, ...)
+{
+	va_list ap;
+	char why[256];
+
+	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	migration_fail(s->m, "%s", why);
+	if (s->demand)
+		conn_send_error(s->demand, ERR_SOURCE, "%s", s->m->reason);
+	teardown(s);
+}
+
+/* The process's pidfd is readable: it exited, and its pages with it. */
+static void
+exit_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct source *s = arg;
+
+	event_del(s->exit_ev);
+	source_fail(s, "source process %d exited", (int)s->m->pid);
+}
+
+/*
+ * Each PING_SECS: fails the export if the process ran, else pings the
+ * lanes (the bulk one only when idle).
+ */
+static void
+ping_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct source *s = arg;
+	Uffdd__Ping p = UFFDD__PING__INIT;
+	char why[256];
+
+	if (source_continued(s, why, sizeof(why))) {
+		source_fail(s, "%s", why);
+		return;
+	}
+	if (s->demand)
+		conn_send(s->demand, FRAME_PING, &p.base);
+	if (s->bulk && conn_output_len(s->bulk) == 0)
+		conn_send(s->bulk, FRAME_PING, &p.base);
+}
+
+/*
+ * Both lanes are gone (closed, or dropped for a protocol error): a running
+ * migration pauses, with the process still frozen, until the destination
+ * resumes.
+ */
+static void
+lanes_down(struct source *s, const char *why)
+{
+	conn_free(s->demand);
+	conn_free(s->bulk);
+	s->demand = s->bulk = NULL;
+	event_del(s->bulk_ev);
+	if (s->m->state == MIG_RUNNING) {
+		log_warnx("migration %s: destination lost (%s); the process "
+			  "stays frozen",
+			  log_id(s->m->id), why);
+		migration_set_state(s->m, MIG_PAUSED);
+		source_persist_dirty(s);
+	} else if (s->m->state == MIG_WAITING) {
+		for (size_t i = 0; i < s->nregs; i++)
+			s->regs[i].accepted = 0;
+	}
+}
+
+/* The end, either way: lanes, events, state file, then the role's memory. */
+static void
+teardown(struct source *s)
+{
+	if (s->demand)
+		conn_finish(s->demand);
+	if (s->bulk)
+		conn_finish(s->bulk);
+	s->demand = s->bulk = NULL;
+	event_del(s->bulk_ev);
+	event_del(s->ping_ev);
+	event_del(s->rate_ev);
+	if (s->exit_ev)
+		event_del(s->exit_ev);
+	source_persist_remove(s);
+	migration_release(s->m);
+}
+
+/* The destination has every page: end, and kill the process unless kept. */
+static void
+complete(struct source *s)
+{
+	char why[256];
+
+	/*
+	 * The destination has every page it was sent. If the process ran
+	 * meanwhile, that may not be all it holds: it is not killed, and the
+	 * migration is not called complete here.
+	 */
+	if (source_continued(s, why, sizeof(why))) {
+		migration_fail(s->m, "%s", why);
+		log_warnx("migration %s: process %d left running",
+			  log_id(s->m->id), (int)s->m->pid);
+		teardown(s);
+		return;
+	}
+	migration_set_state(s->m, MIG_COMPLETE);
+	if (s->keep_source) {
+		log_info("migration %s complete; process %d left stopped",
+			 log_id(s->m->id), (int)s->m->pid);
+	} else {
+		log_info("migration %s complete; killing source process %d",
+			 log_id(s->m->id), (int)s->m->pid);
+		procref_signal(&s->t, SIGKILL);
+	}
+	teardown(s);
+}
+
+/*
+ * The destination names the regions it takes. Whatever was sent before is
+ * forgotten: on a resume, or after the destination lost its bulk lane, the
+ * HAVE bitmaps that follow say exactly what it holds, and everything else
+ * goes again. A bulk lane still open here is the one the destination gave
+ * up: whatever goes into it from now on would be lost, so it goes too.
+ */
+static void
+accept_regions(struct source *s, const Uffdd__RegionTable *t)
+{
+	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
+		return;
+	if (s->bulk) {
+		log_info("migration %s: destination lost its bulk lane; "
+			 "sending again what it lacks",
+			 log_id(s->m->id));
+		conn_free(s->bulk);
+		s->bulk = NULL;
+		event_del(s->bulk_ev);
+	}
+	for (size_t i = 0; i < s->nregs; i++) {
+		s->regs[i].accepted = 0;
+		memset(s->regs[i].sent, 0,
+		       bit_words(s->regs[i].npages) * sizeof(uint64_t));
+	}
+	for (size_t i = 0; i < t->n_regions; i++) {
+		uint32_t idx = t->regions[i]->index;
+
+		if (idx >= s->nregs) {
+			conn_send_error(s->demand, ERR_PROTOCOL, "no region %u",
+					idx);
+			lanes_down(s, "bad region index");
+			return;
+		}
+		s->regs[idx].accepted = 1;
+	}
+	s->m->pages_total = s->m->pages_present = 0;
+	for (size_t i = 0; i < s->nregs; i++)
+		if (s->regs[i].accepted)
+			s->m->pages_total += s->regs[i].npages;
+	s->cur_reg = 0;
+	s->cur_page = 0;
+	s->hint_left = 0;
+	if (s->resume_pending)
+		s->m->reconnects++;
+	s->resume_pending = 0;
+	migration_set_state(s->m, MIG_RUNNING);
+	source_persist_dirty(s);
+}
+
+/* A resuming destination's HAVE bitmap: these pages need not go again. */
+static int
+have_pages(struct source *s, const Uffdd__PageBitmap *b)
+{
+	struct src_region *sr =
+		b->region < s->nregs ? &s->regs[b->region] : NULL;
+
+	if (sr == NULL || !sr->accepted || b->first_page >= sr->npages ||
+	    b->npages > sr->npages - b->first_page ||
+	    b->bits.len != (b->npages + 7) / 8)
+		return -1;
+	for (uint64_t i = 0; i < b->npages; i++) {
+		uint64_t p = b->first_page + i;
+
+		if ((b->bits.data[i / 8] >> (i % 8) & 1) &&
+		    !bit_test(sr->sent, p)) {
+			bit_set(sr->sent, p);
+			s->m->pages_present++;
+		}
+	}
+	return 0;
+}
+
+/* A frame on the demand lane, by its type. */
+static void
+demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
+	     void *arg)
+{
+	struct source *s = arg;
+
+	switch (h->type) {
+	case FRAME_REGIONS:
+		accept_regions(s, (const Uffdd__RegionTable *)msg);
+		break;
+	case FRAME_PAGE_REQUEST:
+		if (s->m->state == MIG_RUNNING)
+			source_demand_request(s,
+					      (const Uffdd__PageRequest *)msg);
+		break;
+	case FRAME_COMPLETE:
+		if (s->m->state == MIG_RUNNING || s->m->state == MIG_PAUSED)
+			complete(s);
+		break;
+	case FRAME_HAVE:
+		if (have_pages(s, (const Uffdd__PageBitmap *)msg) < 0) {
+			log_warnx("%s: HAVE out of bounds", conn_name(c));
+			lanes_down(s, "bad HAVE bitmap");
+		}
+		break;
+	case FRAME_PING:
+		break;
+	case FRAME_ERROR: {
+		const Uffdd__Error *e = (const Uffdd__Error *)msg;
+
+		log_warnx("migration %s: destination says: %s",
+			  log_id(s->m->id), e->message);
+		if (e->code == ERR_TARGET_GONE || e->code == ERR_DEST_FAILED) {
+			migration_fail(s->m,
+				       "destination: %s; source process %d "
+				       "left stopped",
+				       e->message, (int)s->m->pid);
+			teardown(s);
+		} else {
+			lanes_down(s, e->message);
+		}
+		break;
+	}
+	default:
+		log_warnx("%s: unexpected %s", conn_name(c),
+			  frame_type_name(h->type));
+		lanes_down(s, "protocol error");
+		break;
+	}
+}
+
+/* The demand lane closed: both lanes go down. */
+static void
+lane_close(struct conn *c, const char *why, void *arg)
+{
+	lanes_down(arg, why);
+}
+
+/*
+ * The bulk lane alone going down leaves the demand lane serving: the
+ * destination closes bulk first at completion, and the two sockets' closes
+ * may arrive in either order.
+ */
+static void
+bulk_close(struct conn *c, const char *why, void *arg)
+{
+	struct source *s = arg;
+
+	conn_free(s->bulk);
+	s->bulk = NULL;
+	event_del(s->bulk_ev);
+	if (s->demand == NULL)
+		lanes_down(s, why);
+}
+
+/* The bulk lane carries nothing back: any frame on it is an error. */
+static void
+bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
+	   void *arg)
+{
+	log_warnx("%s: unexpected %s on the bulk lane", conn_name(c),
+		  frame_type_name(h->type));
+	lanes_down(arg, "protocol error");
+}
+
+/*
+ * The migration a HELLO names, if a lane may join it: the version spoken,
+ * a known ID, not ended. Else the peer is told why and NULL.
+ */
+static struct source *
+hello_source(struct conn *c, const Uffdd__Hello *hello)
+{
+	struct migration *m;
+
+	if (hello->version != UFFDD_PROTO_VERSION) {
+		conn_send_error(c, ERR_PROTOCOL,
+				"protocol version %u, this source speaks %u",
+				hello->version, UFFDD_PROTO_VERSION);
+		conn_finish(c);
+		return NULL;
+	}
+	m = migration_find(hello->migration_id, ROLE_SOURCE);
+	if (m == NULL) {
+		log_warnx("%s: unknown migration ID %s", conn_name(c),
+			  log_id(hello->migration_id));
+		conn_send_error(c, ERR_UNKNOWN_ID, "unknown migration ID");
+		conn_finish(c);
+		return NULL;
+	}
+	if (m->state == MIG_COMPLETE || m->state == MIG_FAILED) {
+		conn_send_error(c, ERR_SOURCE, "migration is %s%s%s",
+				migration_state_name(m->state),
+				m->reason[0] ? ": " : "", m->reason);
+		conn_finish(c);
+		return NULL;
+	}
+	return m->impl;
+}
+
+/* A bulk lane joins a running migration that has its demand lane. */
+static int
+bulk_hello(struct source *s, struct conn *c)
+{
+	Uffdd__Hello me = UFFDD__HELLO__INIT;
+
+	if (s->demand == NULL || s->m->state != MIG_RUNNING || s->bulk) {
+		conn_send_error(c, ERR_BUSY,
+				s->bulk ? "bulk lane already open"
+					: "bulk lane before the demand "
+					  "lane");
+		conn_finish(c);
+		return -1;
+	}
+	s->bulk = c;
+	conn_set_owner(c, bulk_frame, bulk_close, s);
+	source_bulk_lane(s, c);
+	conn_send(c, FRAME_HELLO, &me.base);
+	source_bulk_produce(s);
+	return 0;
+}
+
+/* The region table, sent after the demand lane's HELLO. */
+static void
+send_regions(struct source *s, struct conn *c)
+{
+	Uffdd__RegionTable t = UFFDD__REGION_TABLE__INIT;
+	Uffdd__Region *rp = xcalloc(s->nregs, sizeof(*rp));
+	Uffdd__Region **pp = xcalloc(s->nregs, sizeof(*pp));
+
+	for (size_t i = 0; i < s->nregs; i++) {
+		const struct region *r = &s->regs[i].r;
+
+		uffdd__region__init(&rp[i]);
+		rp[i].index = r->index;
+		rp[i].name = (char *)r->name;
+		rp[i].start = r->start;
+		rp[i].length = r->length;
+		rp[i].page_size = r->page_size;
+		rp[i].kind = (Uffdd__RegionKind)r->kind;
+		rp[i].data_pages = r->data_pages;
+		rp[i].zero_pages = r->zero_pages;
+		if (r->kind == REGION_FILE_PRIVATE)
+			rp[i].file_offset = r->file_off;
+		pp[i] = &rp[i];
+	}
+	t.n_regions = s->nregs;
+	t.regions = pp;
+	conn_send(c, FRAME_REGIONS, &t.base);
+	free(pp);
+	free(rp);
+}
+
+/*
+ * A demand lane: the migration's destination, new or resuming. It is
+ * answered with HELLO and the region table.
+ */
+static int
+demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
+{
+	Uffdd__Hello me = UFFDD__HELLO__INIT;
+
+	if (hello->lane == UFFDD__LANE__LANE_DEMAND && hello->resume &&
+	    s->demand) {
+		/* The destination saw the old lanes die; we have not yet. */
+		log_info("migration %s: destination resumes; dropping its old "
+			 "lanes",
+			 log_id(s->m->id));
+		conn_free(s->demand);
+		conn_free(s->bulk);
+		s->demand = s->bulk = NULL;
+		event_del(s->bulk_ev);
+	}
+	if (hello->lane != UFFDD__LANE__LANE_DEMAND || s->demand) {
+		conn_send_error(c, ERR_BUSY,
+				s->demand
+					? "migration already has a destination"
+					: "unknown lane");
+		conn_finish(c);
+		return -1;
+	}
+	s->demand = c;
+	s->resume_pending = hello->resume;
+	migration_set_peer(s->m, conn_name(c));
+	conn_set_owner(c, demand_frame, lane_close, s);
+	conn_set_priority(c, PRIO_FAULT);
+	peer_set_nodelay(c);
+	conn_read_direct(c);
+	me.version = UFFDD_PROTO_VERSION;
+	me.lane = UFFDD__LANE__LANE_DEMAND;
+	conn_send(c, FRAME_HELLO, &me.base);
+	send_regions(s, c);
+	return 0;
+}
+
+/* A peer's HELLO (role.h, hello): a lane joins its migration. */
+int
+source_hello(struct conn *c, const Uffdd__Hello *hello)
+{
+	struct source *s = hello_source(c, hello);
+
+	if (s == NULL)
+		return -1;
+	if (hello->lane == UFFDD__LANE__LANE_BULK)
+		return bulk_hello(s, c);
+	return demand_hello(s, c, hello);
+}
+
+/* The exit of the process, and the pings, for a live export. */
+void
+source_lanes_start(struct source *s)
+{
+	struct timeval tv = {PING_SECS, 0};
+
+	s->exit_ev =
+		event_new(base, s->t.pidfd, EV_READ | EV_PERSIST, exit_cb, s);
+	event_priority_set(s->exit_ev, PRIO_CONTROL);
+	event_add(s->exit_ev, NULL);
+	s->ping_ev = event_new(base, -1, EV_PERSIST, ping_cb, s);
+	event_add(s->ping_ev, &tv);
+}

@@ -1,0 +1,305 @@
+/*
+ * The export's state file, the one place it is written. Two writes are
+ * explicit: the export's (an export that cannot be saved is refused) and
+ * the restore's, both before anything else happens to the export; teardown
+ * removes the file. Everything else (a destination accepted, a lane lost)
+ * only marks the export dirty: one deferred event writes the file once
+ * the current callback has returned, after whatever else it changed.
+ */
+#include "config.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/compat.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/proc.h"
+#include "daemon/procref.h"
+#include "daemon/source/internal.h"
+#include "daemon/state.h"
+#include "daemon/statefmt.h"
+
+/* The source's own keys, after the common ones (state.h, state_write). */
+static int
+save_more(struct state_out *o, const struct migration *m)
+{
+	const struct source *s = m->impl;
+	char key[STATE_KEY_MAX];
+
+	state_put_u64(o, "start", s->m->start);
+	state_put_u64(o, "keep_source", s->keep_source != 0);
+	if (s->switches >= 0)
+		state_put_u64(o, "switches", (uint64_t)s->switches);
+	for (size_t i = 0; i < s->nranges; i++)
+		state_put_u64s(o, state_key(key, "range", i),
+			       (const uint64_t[]){s->ranges[i].start,
+						  s->ranges[i].end},
+			       2);
+	return 0;
+}
+
+/*
+ * Writes the state file now, as the export is: 0, or -1 with errno set
+ * (state_write() has said why). What was pending is written with it.
+ */
+int
+source_persist_now(struct source *s)
+{
+	s->dirty = 0;
+	return state_write(s->m, save_more);
+}
+
+/* The deferred write: the export as the callback that changed it left it. */
+static void
+save_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct source *s = arg;
+
+	if (s->dirty)
+		source_persist_now(s);
+}
+
+/*
+ * The deferred write's event. At PRIO_BULK, not below: the bulk stream
+ * keeps its event active while it has room, and would starve a lower one.
+ */
+void
+source_persist_start(struct source *s)
+{
+	s->save_ev = event_new(base, -1, 0, save_cb, s);
+	event_priority_set(s->save_ev, PRIO_BULK);
+}
+
+/*
+ * The data path changed what the file says (the state, the reconnects):
+ * it is written once, later, however many changes come before.
+ */
+void
+source_persist_dirty(struct source *s)
+{
+	if (s->dirty)
+		return;
+	s->dirty = 1;
+	event_active(s->save_ev, EV_TIMEOUT, 0);
+}
+
+/*
+ * Teardown: the export has ended, and a restart must not take it up. A
+ * write still pending would bring the file back: it goes first.
+ */
+void
+source_persist_remove(struct source *s)
+{
+	s->dirty = 0;
+	if (s->save_ev)
+		event_del(s->save_ev);
+	state_remove(s->m);
+}
+
+/*
+ * The role's memory goes (source_free()): at the daemon's exit a write
+ * still pending is made now, so that a restart finds the export as it was.
+ */
+void
+source_persist_free(struct source *s)
+{
+	if (s->dirty)
+		source_persist_now(s);
+	if (s->save_ev)
+		event_free(s->save_ev);
+	s->save_ev = NULL;
+}
+/* What a source's state file says (save_more()). */
+struct saved {
+	char id[MIG_ID_LEN + 1];
+	pid_t pid;
+	unsigned long long start;
+	int keep, waiting, live;
+	long long switches; /* -1: none saved */
+	struct range *ranges;
+	size_t nranges;
+};
+
+/* The ranges exported (range.N START END), each page-aligned. */
+static int
+saved_ranges(struct state_tbl *t, struct saved *sv)
+{
+	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE), r[2];
+	char key[STATE_KEY_MAX];
+
+	sv->nranges = state_count(t, "range");
+	sv->ranges = xcalloc(sv->nranges + 1, sizeof(*sv->ranges));
+	for (size_t i = 0; i < sv->nranges; i++) {
+		if (state_u64s(t, state_key(key, "range", i), r, 2) < 0)
+			return -1;
+		if (r[0] >= r[1] || r[0] % ps || r[1] % ps)
+			return state_bad(t, key,
+					 "%s: not a page-aligned START END "
+					 "with START < END",
+					 key);
+		sv->ranges[i] = (struct range){r[0], r[1]};
+	}
+	return 0;
+}
+
+/*
+ * Reads and checks every record; touches nothing. sv->live: the state is
+ * one an export is taken up from (else it had ended).
+ */
+static int
+saved_read(struct state_tbl *t, struct saved *sv)
+{
+	char st[16];
+	uint64_t v;
+
+	memset(sv, 0, sizeof(*sv));
+	sv->switches = -1;
+	if (state_str(t, "role", st, sizeof(st)) < 0)
+		return -1;
+	if (strcmp(st, "source") != 0)
+		return state_bad(t, "role", "role %s: not a source's file", st);
+	if (state_str(t, "id", sv->id, sizeof(sv->id)) < 0 ||
+	    state_u64(t, "pid", 2, INT32_MAX, &v) < 0)
+		return -1;
+	sv->pid = (pid_t)v;
+	if (state_u64(t, "start", 1, UINT64_MAX, &v) < 0)
+		return -1;
+	sv->start = v;
+	if (state_u64(t, "keep_source", 0, 1, &v) < 0)
+		return -1;
+	sv->keep = (int)v;
+	if (state_has(t, "switches")) {
+		if (state_u64(t, "switches", 0, INT64_MAX, &v) < 0)
+			return -1;
+		sv->switches = (long long)v;
+	}
+	if (state_str(t, "state", st, sizeof(st)) < 0)
+		return -1;
+	sv->waiting = strcmp(st, "waiting") == 0;
+	sv->live = sv->waiting || strcmp(st, "running") == 0 ||
+		   strcmp(st, "paused") == 0;
+	if (!sv->live && strcmp(st, "complete") && strcmp(st, "failed"))
+		return state_bad(t, "state", "state %s: not a source's", st);
+	if (saved_ranges(t, sv) < 0)
+		return -1;
+	return state_all_read(t);
+}
+
+/* Checks a state file without taking anything up (role.h, restore_check). */
+int
+source_restore_check(struct state_tbl *t)
+{
+	struct saved sv;
+	int rc = saved_read(t, &sv);
+
+	free(sv.ranges);
+	return rc;
+}
+
+/*
+ * The pid must still name the process exported: else it exited while no
+ * daemon ran, and the kernel gave its pid to another, never to be frozen.
+ */
+static int
+same_process(const char *file, const struct saved *sv)
+{
+	unsigned long long now = proc_start(sv->pid);
+
+	if (now == sv->start)
+		return 1;
+	if (now == 0)
+		log_warnx("%s: source process %d is gone; export %s not taken "
+			  "up",
+			  file, (int)sv->pid, log_id(sv->id));
+	else
+		log_warnx("%s: pid %d now names another process (started at "
+			  "tick %llu, the exported one at %llu): the exported "
+			  "process is gone; export %s not taken up, process "
+			  "%d not touched",
+			  file, (int)sv->pid, now, sv->start, log_id(sv->id),
+			  (int)sv->pid);
+	return 0;
+}
+
+/*
+ * It ran while no daemon watched (found running, or switched since the
+ * count saved): pages already sent may have changed since, and taken up,
+ * the migration would end with the old ones. The process holds the newest
+ * bytes: it is left as it was found.
+ */
+static int
+ran_meanwhile(const char *file, struct source *s, const struct saved *sv,
+	      long long now)
+{
+	if (s->was_stopped &&
+	    (sv->switches < 0 || now < 0 || now == sv->switches))
+		return 0;
+	log_warnx("%s: source process %d ran while no daemon watched it "
+		  "(continued from elsewhere): export %s not taken up; the "
+		  "process is left %s",
+		  file, (int)sv->pid, log_id(sv->id),
+		  s->was_stopped ? "stopped" : "running");
+	return 1;
+}
+
+/*
+ * After a daemon restart: the exported process is still frozen; classify it
+ * again under the same ID and wait for the destination to resume.
+ */
+int
+source_restore(struct state_tbl *t)
+{
+	const char *file = state_name(t);
+	struct source *s = NULL;
+	struct procref p;
+	struct saved sv;
+	char err[256];
+	uint32_t code;
+	long long now;
+	int rc = -1;
+
+	if (saved_read(t, &sv) < 0)
+		goto out;
+	if (!sv.live) {
+		log_warnx("%s: export %s had ended", file, log_id(sv.id));
+		goto out;
+	}
+	if (!same_process(file, &sv))
+		goto out;
+	/* Opened now, and still the process that started then. */
+	if (procref_open(&p, sv.pid, err, sizeof(err)) < 0 ||
+	    p.start != sv.start) {
+		log_warnx("%s: source process %d is gone; export %s not taken "
+			  "up",
+			  file, (int)sv.pid, log_id(sv.id));
+		procref_close(&p);
+		goto out;
+	}
+	s = source_create(&p, NULL, sv.ranges, sv.nranges, sv.keep, sv.id,
+			  &code, err, sizeof(err));
+	if (s == NULL) {
+		log_warnx("%s: %s", file, err);
+		goto out;
+	}
+	now = source_switch_count(sv.pid, NULL);
+	if (ran_meanwhile(file, s, &sv, now)) {
+		source_thaw(&s->t, s->was_stopped);
+		migration_free(s->m);
+		goto out;
+	}
+	source_watch_freeze(s);
+	if (!sv.waiting)
+		migration_set_state(s->m, MIG_PAUSED);
+	log_info("restored export %s of process %d (%s)", log_id(sv.id),
+		 (int)sv.pid, migration_state_name(s->m->state));
+	source_persist_now(s);
+	rc = 0;
+out:
+	free(sv.ranges);
+	return rc;
+}

@@ -1,0 +1,505 @@
+/*
+ * Pages out to the destination: demand answers at once on the demand lane,
+ * the bulk stream behind them on the bulk lane, each run of pages read
+ * from the frozen process straight into the frame that carries it.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/uio.h>
+
+#include "daemon/compat.h"
+#include "daemon/conffile.h"
+#include "daemon/conn.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/pagemap.h"
+#include "daemon/procref.h"
+#include "daemon/source/internal.h"
+
+/*
+ * Bulk sizing. One data frame is at most 64 pages (256 KiB): a demand answer
+ * never waits behind more than that on our side. Zero runs cost no bytes and
+ * go in runs of up to 2 MiB. The bulk socket is kept 1-4 MiB full.
+ */
+#define BULK_DATA_PAGES 64
+#define BULK_SMALL_PAGES (DEMAND_STEP_BYTES / 4096)
+#define BULK_ZERO_PAGES 512
+#define BULK_ROUND_BYTES (256u << 10)
+#define BULK_HIGH (4u << 20)
+#define BULK_LOW (1u << 20)
+/* After a fault the bulk lane sends this many pages around it first. */
+#define LOCALITY_PAGES 256
+/* The --bulk-rate budget is counted over windows this long. */
+#define RATE_WINDOW_NS 100000000ULL
+
+/* Reads len bytes of a shared hugetlb region's page cache (cache_fd). */
+static ssize_t
+read_cache(const struct src_region *sr, uint64_t page, uint8_t *dst,
+	   uint64_t len)
+{
+	uint64_t done = 0;
+	off_t off = (off_t)(sr->r.file_off + page * sr->r.page_size);
+
+	while (done < len) {
+		ssize_t r = pread(sr->cache_fd, dst + done, len - done,
+				  off + (off_t)done);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return done ? (ssize_t)done : r;
+		done += (uint64_t)r;
+	}
+	return (ssize_t)done;
+}
+
+/*
+ * Whether len bytes fit the room at a buffer of ours. The bytes come from
+ * the exported process, whose owner chooses them: a read past the end
+ * would write them over the daemon's heap. A larger read is a bug in the
+ * sizing before it, and the migration fails instead.
+ */
+static int
+room_for(struct source *s, uint64_t len, uint64_t room)
+{
+	if (len <= room)
+		return 1;
+	source_fail(s,
+		    "refused to read %llu bytes of process %d into a buffer "
+		    "of %llu (a bug in uffdd: please report it)",
+		    (unsigned long long)len, (int)s->m->pid,
+		    (unsigned long long)room);
+	return 0;
+}
+
+/*
+ * Reads len bytes of the frozen process from page on into dst, which has
+ * room for that many. The read names the process by pid: it read the
+ * process checked only if that is still itself afterwards (procref.h).
+ */
+static int
+read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
+	   uint64_t len, uint64_t room)
+{
+	struct iovec l = {dst, len};
+	struct iovec r = {(void *)(sr->r.start + page * sr->r.page_size), len};
+	ssize_t got;
+
+	if (!room_for(s, len, room))
+		return -1;
+	got = sr->cache_fd >= 0 ? read_cache(sr, page, dst, len)
+				: process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
+	if (got == (ssize_t)len && procref_same(&s->t))
+		return 0;
+	if ((got < 0 && errno == ESRCH) || !procref_same(&s->t))
+		source_fail(s,
+			    "source process %d exited, or runs another "
+			    "program",
+			    (int)s->m->pid);
+	else
+		source_fail(s, "reading %llu bytes of process %d at 0x%llx: %s",
+			    (unsigned long long)len, (int)s->m->pid,
+			    (unsigned long long)r.iov_base,
+			    got < 0 ? strerror(errno) : "short read");
+	return -1;
+}
+
+/*
+ * Demand answers read through /proc/PID/mem when it could be opened: for
+ * one 4 KiB page a pread costs about 1 us here against 1.6-2.3 us for
+ * process_vm_readv (which pins the pages); the bulk lane's large reads stay
+ * with process_vm_readv, as /proc/PID/mem copies through a bounce page.
+ */
+static int
+read_demand(struct source *s, struct src_region *sr, uint64_t page,
+	    uint8_t *dst, uint64_t len, uint64_t room)
+{
+	uint64_t addr = sr->r.start + page * sr->r.page_size;
+
+	if (!room_for(s, len, room))
+		return -1;
+	if (sr->cache_fd < 0 &&
+	    pread(s->t.memfd, dst, len, (off_t)addr) == (ssize_t)len)
+		return 0;
+	return read_pages(s, sr, page, dst, len, room);
+}
+
+/*
+ * Queues one frame for pages [page, page+n) of a region, all of one class
+ * (data or zero). Data is read from the frozen process straight into the
+ * output buffer, header and bytes in one reserved extent, so a failed read
+ * queues nothing; or copied from `have` when the caller read it already.
+ * Returns the data bytes queued, or -1.
+ */
+static int64_t
+send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
+	 uint64_t n, int zero, int demand, const uint8_t *have)
+{
+	struct src_region *sr = &s->regs[ri];
+	Uffdd__PageData pd = UFFDD__PAGE_DATA__INIT;
+	uint64_t len = zero ? 0 : n * sr->r.page_size;
+	struct evbuffer_iovec v;
+	uint8_t *hdr;
+	size_t hlen;
+
+	/* What a destination refuses, and more than our buffers hold. */
+	if (frame_pages_fit(sr->r.page_size, n) != n) {
+		source_fail(s,
+			    "a frame of %llu pages of %u bytes, more than one "
+			    "frame covers (%u bytes; a bug in uffdd: please "
+			    "report it)",
+			    (unsigned long long)n, sr->r.page_size,
+			    FRAME_DATA_MAX);
+		return -1;
+	}
+	pd.region = sr->r.index;
+	pd.page = page;
+	pd.npages = (uint32_t)n;
+	pd.zero = zero;
+	pd.demand = demand;
+	if ((hdr = frame_pack(FRAME_PAGE_DATA, &pd.base, (uint32_t)len,
+			      &hlen)) == NULL)
+		return -1;
+	if (demand) {
+		/*
+		 * Demand answers bypass the output buffer when it is empty
+		 * (conn_writev()): read into scratch memory, write at once.
+		 */
+		struct iovec out[2] = {{hdr, hlen},
+				       {have ? (void *)have : s->scratch, len}};
+
+		if (len && have == NULL &&
+		    read_demand(s, sr, page, s->scratch, len, SCRATCH_LEN) <
+			    0) {
+			free(hdr);
+			return -1;
+		}
+		if (conn_writev(c, out, len ? 2 : 1) < 0) {
+			free(hdr);
+			return -1;
+		}
+		free(hdr);
+		goto sent;
+	}
+	if (evbuffer_reserve_space(conn_output(c), (ev_ssize_t)(hlen + len), &v,
+				   1) < 1) {
+		free(hdr);
+		return -1;
+	}
+	memcpy(v.iov_base, hdr, hlen);
+	free(hdr);
+	if (len && have)
+		memcpy((uint8_t *)v.iov_base + hlen, have, len);
+	else if (len && read_pages(s, sr, page, (uint8_t *)v.iov_base + hlen,
+				   len, v.iov_len - hlen) < 0)
+		return -1;
+	v.iov_len = hlen + len;
+	evbuffer_commit_space(conn_output(c), &v, 1);
+sent:
+	for (uint64_t i = 0; i < n; i++) {
+		if (!bit_test(sr->sent, page + i)) {
+			bit_set(sr->sent, page + i);
+			s->m->pages_present++;
+			s->m->zero_pages += (uint64_t)zero;
+			s->m->prefetched_pages += (uint64_t)!demand;
+		}
+	}
+	s->m->bytes += len;
+	return (int64_t)len;
+}
+
+/* Length of the run from `page` of one class, at most max pages. */
+static uint64_t
+class_run(const struct src_region *sr, uint64_t page, uint64_t max,
+	  int only_unsent)
+{
+	int cls = bit_test(sr->data, page);
+	uint64_t n = 1;
+
+	while (n < max && page + n < sr->npages &&
+	       bit_test(sr->data, page + n) == cls &&
+	       (!only_unsent || !bit_test(sr->sent, page + n)))
+		n++;
+	return n;
+}
+
+/* Whether len bytes are all zero: such a page goes as a ZERO marker. */
+static int
+page_is_zero(const uint8_t *p, uint64_t len)
+{
+	return p[0] == 0 && memcmp(p, p + 1, len - 1) == 0;
+}
+
+/*
+ * A destination's page request, answered at once on the demand lane; the
+ * bulk lane then goes on from just past it. A request out of bounds drops
+ * the lane.
+ */
+void
+source_demand_request(struct source *s, const Uffdd__PageRequest *pr)
+{
+	struct src_region *sr = NULL;
+	uint64_t page = pr->page, end;
+
+	for (size_t i = 0; i < s->nregs; i++)
+		if (s->regs[i].r.index == pr->region && s->regs[i].accepted)
+			sr = &s->regs[i];
+	if (sr == NULL || pr->npages == 0 ||
+	    pr->npages > (uint32_t)conf.max_request_pages ||
+	    (uint64_t)pr->npages * sr->r.page_size > FRAME_DATA_MAX ||
+	    page >= sr->npages || pr->npages > sr->npages - page) {
+		log_warnx("%s: page request out of bounds (region %u page "
+			  "%llu+%u)",
+			  conn_name(s->demand), pr->region,
+			  (unsigned long long)page, pr->npages);
+		conn_send_error(s->demand, ERR_PROTOCOL,
+				"page request out of bounds");
+		conn_free(s->demand);
+		s->demand = NULL;
+		migration_set_state(s->m, MIG_PAUSED);
+		return;
+	}
+	end = page + pr->npages;
+	while (page < end) {
+		uint64_t n = class_run(sr, page, end - page, 0);
+		int zero = !bit_test(sr->data, page);
+		const uint8_t *have = NULL;
+
+		/*
+		 * Shared hugetlb counts every page as data, its holes too
+		 * (struct src_region): an all-zero one is answered with a
+		 * ZERO marker, as the bulk lane does, not 2 MiB of zeros.
+		 */
+		if (!zero && sr->cache_fd >= 0) {
+			n = 1;
+			if (read_pages(s, sr, page, s->scratch, sr->r.page_size,
+				       SCRATCH_LEN) < 0)
+				return;
+			zero = page_is_zero(s->scratch, sr->r.page_size);
+			have = s->scratch;
+		}
+		if (send_run(s, s->demand, (uint32_t)(sr - s->regs), page, n,
+			     zero, 1, have) < 0)
+			return;
+		page += n;
+	}
+	conn_flush(s->demand);
+	loop_poll(); /* the next request may follow */
+	s->m->demand_faults++;
+	s->m->demand_pages += pr->npages;
+	/* Spatial locality: the bulk lane goes on from just past the fault. */
+	s->hint_reg = (uint32_t)(sr - s->regs);
+	s->hint_page = end;
+	s->hint_left = LOCALITY_PAGES;
+}
+
+/* The next unsent page: first around the last fault, then the sweep. */
+static int
+next_unsent(struct source *s, uint32_t *ri, uint64_t *page, uint64_t *max)
+{
+	while (s->hint_left > 0) {
+		struct src_region *sr = &s->regs[s->hint_reg];
+		uint64_t lim = s->hint_page + s->hint_left;
+		uint64_t p;
+
+		if (lim > sr->npages)
+			lim = sr->npages;
+		p = bit_next_clear(sr->sent, s->hint_page, lim);
+		if (p >= lim) {
+			s->hint_left = 0;
+			break;
+		}
+		s->hint_left -= p - s->hint_page;
+		s->hint_page = p;
+		*ri = s->hint_reg;
+		*page = p;
+		*max = lim - p;
+		return 1;
+	}
+	for (; s->cur_reg < s->nregs; s->cur_reg++, s->cur_page = 0) {
+		struct src_region *sr = &s->regs[s->cur_reg];
+		uint64_t p;
+
+		if (!sr->accepted)
+			continue;
+		p = bit_next_clear(sr->sent, s->cur_page, sr->npages);
+		if (p < sr->npages) {
+			s->cur_page = p;
+			*ri = s->cur_reg;
+			*page = p;
+			*max = sr->npages - p;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * zero-detect: reads the data run [page, page+*n) and sends its leading
+ * pages of one kind: all-zero ones as a ZERO marker (no bytes on the wire,
+ * the destination maps a zero page), others as data. *n becomes the pages
+ * sent; the rest of the run is looked at again on the next turn.
+ */
+static int64_t
+send_zero_detected(struct source *s, uint32_t ri, uint64_t page, uint64_t *n)
+{
+	struct src_region *sr = &s->regs[ri];
+	uint64_t ps = sr->r.page_size, k = 1;
+	int zero;
+
+	if (read_pages(s, sr, page, s->scratch, *n * ps, SCRATCH_LEN) < 0)
+		return -1;
+	zero = page_is_zero(s->scratch, ps);
+	while (k < *n && page_is_zero(s->scratch + k * ps, ps) == zero)
+		k++;
+	*n = k;
+	if (!zero)
+		return send_run(s, s->bulk, ri, page, k, 0, 0, s->scratch);
+	for (uint64_t i = 0; i < k; i++)
+		if (!bit_test(sr->sent, page + i))
+			s->m->zero_content_pages++;
+	return send_run(s, s->bulk, ri, page, k, 1, 0, NULL);
+}
+
+/*
+ * Data runs the bulk lane reads first and sends all-zero pages of as ZERO
+ * markers: with zero-detect on (not in private file mappings, where ZERO
+ * means the file's page), and always for shared hugetlb (its holes).
+ */
+static int
+zero_checked(const struct src_region *sr)
+{
+	return (conf.zero_detect && sr->r.kind != REGION_FILE_PRIVATE) ||
+	       sr->cache_fd >= 0;
+}
+
+/*
+ * Produces one round of the bulk stream, then yields to the loop so that
+ * demand requests (higher priority) go first.
+ */
+void
+source_bulk_produce(struct source *s)
+{
+	uint64_t bytes = 0, round = BULK_ROUND_BYTES, frame = BULK_DATA_PAGES;
+
+	/*
+	 * While demand traffic is recent, one small frame a loop pass, and
+	 * small writes: a request that comes meanwhile waits for at most
+	 * one of each (tens of microseconds for the large ones).
+	 */
+	if (s->bulk) {
+		int small = loop_demand_recent();
+
+		if (small) {
+			round = 1;
+			frame = BULK_SMALL_PAGES;
+		}
+		conn_set_io_max(s->bulk, small ? DEMAND_STEP_BYTES : 0);
+	}
+	while (s->bulk && bytes < round &&
+	       conn_output_len(s->bulk) < BULK_HIGH) {
+		if (conf.bulk_rate) {
+			uint64_t now = now_ns();
+
+			if (now - s->win_start >= RATE_WINDOW_NS) {
+				s->win_start = now;
+				s->win_bytes = 0;
+			}
+			if (s->win_bytes >= conf.bulk_rate / 10) {
+				struct timeval tv = {
+					0,
+					(suseconds_t)((s->win_start +
+						       RATE_WINDOW_NS - now) /
+						      1000)};
+
+				evtimer_add(s->rate_ev, &tv);
+				return;
+			}
+		}
+		uint32_t ri;
+		uint64_t page, max, n;
+		int64_t got;
+		int zero;
+
+		if (!next_unsent(s, &ri, &page, &max))
+			return; /* everything sent */
+		zero = !bit_test(s->regs[ri].data, page);
+		if (max > (zero ? BULK_ZERO_PAGES : frame))
+			max = zero ? BULK_ZERO_PAGES : frame;
+		/*
+		 * Huge pages: as many as one frame holds, whole ones. None
+		 * (pages over FRAME_DATA_MAX) is refused at export; were it
+		 * not, class_run() would still make a run of one.
+		 */
+		max = frame_pages_fit(s->regs[ri].r.page_size, max);
+		if (max == 0) {
+			source_fail(s,
+				    "region at 0x%llx: pages of %u bytes do "
+				    "not fit in a frame",
+				    (unsigned long long)s->regs[ri].r.start,
+				    s->regs[ri].r.page_size);
+			return;
+		}
+		n = class_run(&s->regs[ri], page, max, 1);
+		if (!zero && zero_checked(&s->regs[ri])) {
+			if ((got = send_zero_detected(s, ri, page, &n)) < 0)
+				return;
+		} else if ((got = send_run(s, s->bulk, ri, page, n, zero, 0,
+					   NULL)) < 0)
+			return;
+		bytes += (uint64_t)got + 4096;
+		s->win_bytes += (uint64_t)got + 64;
+		loop_bulk();
+		if (s->hint_left) {
+			s->hint_page += n;
+			s->hint_left = s->hint_left > n ? s->hint_left - n : 0;
+		}
+	}
+	if (s->bulk && conn_output_len(s->bulk) < BULK_HIGH)
+		event_active(s->bulk_ev, EV_TIMEOUT, 0);
+}
+
+/* The bulk event (bulk_ev, rate_ev): the next round, when it is due. */
+static void
+bulk_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	source_bulk_produce(arg);
+}
+
+/* The bulk lane drained below BULK_LOW: fill it again. */
+static void
+bulk_drain(struct conn *c, void *arg)
+{
+	source_bulk_produce(arg);
+}
+
+/*
+ * The events and buffers of the bulk stream and of demand answers, for a
+ * live export.
+ */
+void
+source_serve_start(struct source *s)
+{
+	s->bulk_ev = event_new(base, -1, 0, bulk_cb, s);
+	event_priority_set(s->bulk_ev, PRIO_BULK);
+	s->rate_ev = evtimer_new(base, bulk_cb, s);
+	event_priority_set(s->rate_ev, PRIO_BULK);
+	/* One demand answer at most: a frame's worth of page bytes. */
+	s->scratch = xmalloc(SCRATCH_LEN);
+}
+
+/*
+ * A bulk lane just opened: it goes behind demand answers, and is filled
+ * again each time it drains to BULK_LOW.
+ */
+void
+source_bulk_lane(struct source *s, struct conn *c)
+{
+	conn_set_priority(c, PRIO_BULK);
+	conn_set_drain(c, bulk_drain, BULK_LOW);
+}
