@@ -1,5 +1,5 @@
 /*
- * migrate-qemu: the QEMU postcopy flow of DESIGN section 7, one command.
+ * migrate-qemu: the QEMU postcopy flow (docs/operations.md), one command.
  * Guest RAM lives in shared files (memory-backend-file, share=on); QEMU
  * moves device state only (x-ignore-shared) and uffdd moves the RAM:
  *

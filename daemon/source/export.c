@@ -29,7 +29,7 @@
 static void source_free(struct migration *);
 
 /*
- * Which pages of region sr hold data, by its kind (DESIGN section 4):
+ * Which pages of region sr hold data, by its kind (docs/design.md):
  * anonymous memory from pagemap, shared memory from its backing file (a
  * swapped-out shmem page looks untouched in pagemap), shared hugetlb all
  * data (struct src_region). Returns the data pages, or -1.

@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,26 +109,39 @@ source_switch_count(pid_t pid, int *running)
 }
 
 /*
- * SIGSTOP and wait until every thread has stopped, so that no page changes
- * after it was classified. The wait is short (one scheduling round), bounded
- * to 2 s, and is the one place the source blocks the loop.
+ * Waits until every thread of pid is stopped (all_stopped()), polling:
+ * short (one scheduling round), bounded to 2 s. 0, or -1 with errno set.
  */
 static int
-freeze(const struct procref *t)
+wait_stopped(pid_t pid)
 {
 	struct timespec ts = {0, 200000};
 
-	if (procref_signal(t, SIGSTOP) < 0)
-		return -1;
 	for (int i = 0; i < 10000; i++) {
-		int st = all_stopped(t->pid);
+		int st = all_stopped(pid);
 
 		if (st != 0)
 			return st < 0 ? -1 : 0;
 		nanosleep(&ts, NULL);
 	}
-	procref_signal(t, SIGCONT);
 	errno = ETIMEDOUT;
+	return -1;
+}
+
+/*
+ * SIGSTOP and wait until every thread has stopped, so that no page changes
+ * after it was classified. The wait is the one place the source blocks the
+ * loop.
+ */
+static int
+freeze(const struct procref *t)
+{
+	if (procref_signal(t, SIGSTOP) < 0)
+		return -1;
+	if (wait_stopped(t->pid) == 0)
+		return 0;
+	if (errno == ETIMEDOUT)
+		procref_signal(t, SIGCONT);
 	return -1;
 }
 
@@ -215,20 +229,55 @@ source_continued(const struct source *s, char *why, size_t len)
 }
 
 /*
- * The threads' context switches once they have all gone off the CPU: a
- * thread shows as stopped a moment before its last switch is counted (and
- * an injection switches them too). -1 when unknown.
+ * Reading a stopped thread's /proc/PID/task/TID/syscall makes the kernel
+ * wait until the thread is off the CPU (wait_task_inactive()): a thread
+ * shows as stopped (T) a moment before it switches out, and that switch
+ * is counted only then.
+ */
+static void
+off_cpu(pid_t pid)
+{
+	char path[320], buf[256];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if ((d = opendir(path)) == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		int fd;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/syscall",
+			 (int)pid, e->d_name);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			continue;
+		if (read(fd, buf, sizeof(buf)) < 0)
+			buf[0] = '\0';
+		close(fd);
+	}
+	closedir(d);
+}
+
+/*
+ * The threads' context switches once they are all stopped and off the
+ * CPU. A thread that an injection let go runs once more to stop again
+ * (its group stop is reinstated), so wait for that too, and take the
+ * count when two looks agree. -1 when unknown.
  */
 static long long
 settled_switches(pid_t pid)
 {
-	struct timespec ts = {0, 1000000};
-	long long n = source_switch_count(pid, NULL), was;
+	long long n = -1, was;
 
-	for (int i = 0; i < 50 && n >= 0; i++) {
-		nanosleep(&ts, NULL);
+	for (int i = 0; i < 50; i++) {
+		if (wait_stopped(pid) < 0)
+			return -1;
+		off_cpu(pid);
 		was = n;
-		if ((n = source_switch_count(pid, NULL)) == was)
+		n = source_switch_count(pid, NULL);
+		if (n < 0 || n == was)
 			break;
 	}
 	return n;
