@@ -83,11 +83,14 @@ connect_daemon(void)
  * as the daemon's log has them: nothing reaches the terminal raw.
  */
 ProtobufCMessage *
-call_try(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
+call_try(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want,
+	 int *answered)
 {
 	ProtobufCMessage *rep;
 	uint16_t got;
 
+	if (answered)
+		*answered = 0;
 	if (frame_send_fd(fd, type, req) < 0 ||
 	    frame_recv_fd(fd, &got, &rep) < 0) {
 		fprintf(stderr, "uffd-client: uffdd at %s: %s\n", control_path,
@@ -100,6 +103,8 @@ call_try(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 		fprintf(stderr, "uffd-client: %s\n",
 			((Uffdd__Error *)rep)->message);
 		frame_free(rep);
+		if (answered)
+			*answered = 1;
 		return NULL;
 	}
 	if (got != want) {
@@ -115,7 +120,7 @@ call_try(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 ProtobufCMessage *
 call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 {
-	ProtobufCMessage *rep = call_try(fd, type, req, want);
+	ProtobufCMessage *rep = call_try(fd, type, req, want, NULL);
 
 	if (rep == NULL)
 		exit(1);

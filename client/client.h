@@ -37,8 +37,13 @@ extern int quiet_connect; /* wait_for() says it once itself */
 void die_usage(const char *u) __attribute__((noreturn));
 int connect_daemon(void);
 int connect_daemon_try(void);
+/*
+ * One request and its reply, or NULL with the reason said on stderr; then
+ * *answered (when not NULL) tells a daemon that answered with an error
+ * (1) from one that could not be reached or broke the protocol (0).
+ */
 ProtobufCMessage *call_try(int fd, uint16_t type, const ProtobufCMessage *req,
-			   uint16_t want);
+			   uint16_t want, int *answered);
 ProtobufCMessage *call(int fd, uint16_t type, const ProtobufCMessage *req,
 		       uint16_t want);
 

@@ -329,7 +329,7 @@ request(const char *path, uint16_t type, const ProtobufCMessage *req,
 	control_path = path;
 	if ((fd = connect_daemon_try()) < 0)
 		return NULL;
-	rep = call_try(fd, type, req, want);
+	rep = call_try(fd, type, req, want, NULL);
 	close(fd);
 	return rep;
 }

@@ -88,7 +88,7 @@ int
 wait_for(const char *id, double timeout)
 {
 	struct timespec t0, tick = {0, 100 * 1000 * 1000};
-	int fd = connect_daemon(), tty = isatty(2), rc;
+	int fd = connect_daemon(), tty = isatty(2), rc, answered;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
@@ -97,12 +97,18 @@ wait_for(const char *id, double timeout)
 		const Uffdd__MigrationStatus *s;
 
 		req.id = (char *)id;
-		rep = (Uffdd__StatusReply *)call_try(fd, FRAME_CTL_STATUS,
-						     &req.base,
-						     FRAME_CTL_STATUS_REPLY);
+		rep = (Uffdd__StatusReply *)call_try(
+			fd, FRAME_CTL_STATUS, &req.base, FRAME_CTL_STATUS_REPLY,
+			&answered);
+		/* Refused (an unknown ID): said, and nothing to wait for. */
+		if (rep == NULL && answered) {
+			close(fd);
+			return 1;
+		}
 		if (rep == NULL) {
 			close(fd);
-			if ((fd = rejoin(timeout, &t0)) < 0)
+			if ((timeout > 0 && since(&t0) > timeout) ||
+			    (fd = rejoin(timeout, &t0)) < 0)
 				return 1;
 			continue;
 		}

@@ -77,6 +77,9 @@ kill -0 "$src_PID" && kill -0 "$dst_PID" || fail "a daemon died"
 # Unknown IDs in status and wait.
 expect_error "status unknown id" "unknown migration ID" \
 	"$CLIENT" --control "$dst_SOCK" status ffffffffffffffffffffffffffffffff
+# wait took the daemon's refusal for a lost daemon and asked again forever.
+expect_error "wait unknown id" "unknown migration ID" \
+	timeout 20 "$CLIENT" --control "$dst_SOCK" wait ffffffffffffffffffffffffffffffff --timeout 10
 # No daemon at the socket.
 expect_error "daemon not running" "not running" "$CLIENT" --control "$T/none.sock" status
 # Bad ranges and usage.
