@@ -57,17 +57,25 @@ ls /tmp | grep -q '^uffdd-pass-' && fail "hand-over directory left behind"
 info "unprivileged target migrated through /dev/userfaultfd, sysctl still 0"
 
 # The destination daemon dies mid-migration: the target dies with it
-# (SIGKILL), and the restarted daemon says what happened.
+# (SIGKILL), and the restarted daemon says what happened. A source with a
+# slow bulk lane keeps the migration running until then.
 kill "$WD"
+start_daemon slow --bulk-rate 2M
 start_workload WS source --size 64M --threads 2
 start_nobody_target --threads 4 --pace-us 1500
-ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+ID=$("$CLIENT" --control "$slow_SOCK" export "$WS" --range "$RANGE")
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$slow_PORT" \
 	--id "$ID" --range "$RANGE" >"$T/attach.out" 2>&1 || fail "attach: $(cat "$T/attach.out")"
 kill -USR1 "$WD"
 sleep 1
-grep -q '^verified' "$T/WD.out" && fail "the paced target finished before the daemon was killed"
+"$CLIENT" --control "$dst_SOCK" status "$ID" --json | grep -q '"state":"running"' ||
+	fail "the migration is not running any more before its daemon is killed"
 kill_daemon dst
+for _ in $(seq 100); do
+	kill -0 "$WD" 2>/dev/null || break
+	sleep 0.1
+done
+kill -0 "$WD" 2>/dev/null && fail "target still runs 10 s after its daemon was killed"
 rc=0
 wait "$WD" || rc=$?
 [ "$rc" = 137 ] || fail "target not killed with its daemon (exit $rc): $(tail -n 3 "$T/WD.log")"
