@@ -211,6 +211,8 @@ struct dest {
 	int saved; /* the state file on disk is up to date */
 	/* m->pid's start time (proc.h), taken at the first save. */
 	unsigned long long start;
+	int dirty;	       /* changed since the file was written */
+	struct event *save_ev; /* writes it once the callback returns */
 };
 
 /* lifecycle.c */
@@ -300,6 +302,7 @@ int dest_proc_gone(pid_t pid);
 void dest_persist_dirty(struct dest *);
 int dest_persist_now(struct dest *);
 void dest_persist_remove(struct dest *);
+void dest_persist_free(struct dest *);
 
 /* saved.c: what a destination's state file says (persist.c writes it). */
 /* A saved run of discarded pages: the root's (pid 0) or a child's. */

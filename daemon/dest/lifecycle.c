@@ -38,7 +38,8 @@ free_events(struct dest *d)
 
 /*
  * The role's memory (migration.h, impl_free): once the migration ended,
- * or as the daemon shuts down.
+ * or as the daemon shuts down. A write of the state file still pending
+ * is done first (persist.c).
  */
 static void
 dest_free(struct migration *m)
@@ -48,6 +49,7 @@ dest_free(struct migration *m)
 	if (d == NULL)
 		return;
 	dest_release_held(d);
+	dest_persist_free(d);
 	conn_free(d->demand);
 	conn_free(d->bulk);
 	free_events(d);

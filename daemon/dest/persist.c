@@ -1,19 +1,51 @@
 /*
  * The destination's state file (state.h): what a restarted daemon needs
  * to take the migration up again (restore.c). One file a migration, the
- * root's, which names its forked children too. Written by this part
- * only: dest_persist_now() where the caller must know that it is on disk
- * (an attach, before it touches the target and once it has taken it; a
- * restart, once it has taken the migration up), dest_persist_dirty()
- * wherever else the destination changed what a restart must know, and
- * removed by dest_persist_remove() when the migration ends.
+ * root's, which names its forked children too. Written by this part only,
+ * in three ways:
+ *
+ * - dest_persist_now() writes it before the caller goes on, where what
+ *   follows depends on it: an attach writes it before it touches the
+ *   target (no file, no attach), and again once the target's uffd is
+ *   taken (the file then names the target's copy, which a restart takes
+ *   up); a restart writes it once it has taken the migration up.
+ * - dest_persist_dirty() is all the rest of the destination does: a uffd
+ *   event that changed the page map (the target discarded or moved pages,
+ *   or forked), a forked child found or done, the lanes lost or resumed,
+ *   the private file hold ended, the target gone. The caller only marks
+ *   the migration; one event at PRIO_BULK, made active then, writes the
+ *   file once the callback that marked it has returned and the loop has
+ *   no fault or control work ready: once, however many changes that
+ *   callback made (a read of 64 events used to write 64 times).
+ * - dest_persist_remove() removes it when the migration ends (teardown)
+ *   or its attach fails. A write still pending is dropped, and none is
+ *   done for an ended migration: its file never comes back.
+ *
+ * A write that fails after an earlier one succeeded removes the file
+ * (save()): restored, a file that no longer says what the target did would
+ * put the source's bytes where the target has none.
+ *
+ * Why later is no weaker. The file never followed the target any closer:
+ * reading a uffd event is what lets the target's madvise, munmap, mremap
+ * or fork go on, and the write always came after that read, so a daemon
+ * that died in between lost the record then, as it does now. What the deferral adds to that window is the rest of the
+ * callback, and the fault and control callbacks ready at its end: none of
+ * them depends on the file (the page map in memory already has the
+ * change, and every page is installed by it), and nothing reaches the
+ * source or the control client from the file. The daemon's own shutdown
+ * (SIGTERM) does not wait for the event: dest_persist_free() writes what
+ * is pending as the migration's memory goes, so an orderly restart finds
+ * all of it.
  */
 #include "config.h"
 
 #include <errno.h>
 
+#include <event2/event.h>
+
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
 #include "daemon/migration.h"
 #include "daemon/state.h"
 #include "daemon/statefmt.h"
@@ -195,25 +227,79 @@ save(struct dest *d)
 	return -1;
 }
 
-/* Writes the file now: 0, or -1 with errno set. */
+/* The deferred write: the callback that marked the migration returned. */
+static void
+save_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct dest *d = arg;
+
+	d->dirty = 0;
+	save(d);
+}
+
+/*
+ * d (a root or a child) changed what a restart must know: the root's file
+ * is written once the current callback has returned.
+ */
+void
+dest_persist_dirty(struct dest *d)
+{
+	if (d->root)
+		d = d->root;
+	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
+		return;
+	if (d->save_ev == NULL) {
+		d->save_ev = event_new(base, -1, 0, save_cb, d);
+		if (d->save_ev == NULL)
+			fatalx("event_new");
+		event_priority_set(d->save_ev, PRIO_BULK);
+	}
+	d->dirty = 1;
+	event_active(d->save_ev, EV_TIMEOUT, 0);
+}
+
+/* A pending write is not wanted: done now, or not to be done at all. */
+static void
+unmark(struct dest *d)
+{
+	d->dirty = 0;
+	if (d->save_ev)
+		event_del(d->save_ev);
+}
+
+/* Writes the file now, pending changes included: 0, or -1 with errno. */
 int
 dest_persist_now(struct dest *d)
 {
 	if (d->root)
 		d = d->root;
+	unmark(d);
 	return save(d);
-}
-
-/* d (a root or a child) changed what a restart must know. */
-void
-dest_persist_dirty(struct dest *d)
-{
-	dest_persist_now(d);
 }
 
 /* The migration ended, or its attach failed: the file goes for good. */
 void
 dest_persist_remove(struct dest *d)
 {
+	unmark(d);
 	state_remove(d->m);
+}
+
+/*
+ * The role's memory goes (dest_free()). A migration that still runs is
+ * freed only as the daemon shuts down: what is pending is written now,
+ * so that the restart finds it.
+ */
+void
+dest_persist_free(struct dest *d)
+{
+	if (d->root)
+		return; /* the root's file, and the root may be freed already */
+	if (d->dirty &&
+	    (d->m->state == MIG_RUNNING || d->m->state == MIG_PAUSED))
+		save(d);
+	d->dirty = 0;
+	if (d->save_ev)
+		event_free(d->save_ev);
+	d->save_ev = NULL;
 }
