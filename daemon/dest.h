@@ -1,5 +1,5 @@
 /*
- * The destination role (dest.c): take a userfaultfd inside the target
+ * The destination role (daemon/dest/): take a userfaultfd inside the target
  * process and fill its memory from a source. The rest of the daemon reaches
  * it through its role operations (role.h).
  */

@@ -119,7 +119,7 @@ start_daemon srct ${BENCH_ARGS:-}
 # shellcheck disable=SC2086
 start_daemon dstt ${BENCH_ARGS:-}
 # The idle case: the bulk lane opens 4 s after attach, long after the
-# toucher is done (see daemon/dest.c open_bulk()).
+# toucher is done (see daemon/dest/lanes.c dest_open_bulk()).
 export UFFDD_BENCH_BULK_DELAY_MS=4000
 # shellcheck disable=SC2086
 start_daemon dsti --insecure ${BENCH_DST_ARGS:-} ${BENCH_ARGS:-}

@@ -1,6 +1,6 @@
 /*
  * libFuzzer target: the destination role's peer-message handlers
- * (daemon/dest.c) as a source reaches them. Each input is an attach, with
+ * (daemon/dest/) as a source reaches them. Each input is an attach, with
  * the daemon's own code, to a real child process (fuzz_role.h): the daemon
  * connects to us over loopback TCP, and the input plays the source: HELLO,
  * the region table (which attach matches against the target, then takes a

@@ -1,0 +1,448 @@
+/*
+ * What the target's userfaultfd says: page faults, which become requests
+ * on the demand lane (or zero pages, for pages that are none), and the
+ * target's own changes to its memory (discards, moves, forks), which the
+ * page map follows before any page is installed again. The threads that
+ * wait on a page are counted here until its frame settles them.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "daemon/compat.h"
+#include "daemon/conn.h"
+#include "daemon/dest/internal.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/stats.h"
+
+/* The region and page an address of the target belongs to, or NULL. */
+static struct dst_region *
+locate(struct dest *d, uint64_t addr, uint64_t *page)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t ps = dr->r.page_size, pa = addr - addr % ps;
+
+		for (size_t k = dr->nmoves; k-- > 0;) {
+			const struct move *mv = &dr->moves[k];
+			uint64_t p = mv->p0 + (pa - mv->base) / ps;
+
+			if (pa >= mv->base && p < mv->p1 &&
+			    dest_page_addr(dr, p) == pa) {
+				*page = p;
+				return dr;
+			}
+		}
+		if (pa >= dr->r.start && pa - dr->r.start < dr->r.length &&
+		    dest_page_addr(dr, (pa - dr->r.start) / ps) == pa) {
+			*page = (pa - dr->r.start) / ps;
+			return dr;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * The target discarded [start, end) itself (madvise DONTNEED or REMOVE,
+ * munmap): those pages must never receive the source's bytes.
+ */
+static void
+discard_range(struct dest *d, uint64_t start, uint64_t end)
+{
+	uint64_t n = 0;
+	int waited = 0;
+
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+
+		for (uint64_t p = 0; p < dr->npages; p++) {
+			uint64_t a = dest_page_addr(dr, p);
+
+			if (a >= start && a < end &&
+			    pagestate_get(&dr->ps, p) != PAGE_DISCARDED) {
+				waited |= pagestate_set(&dr->ps, p,
+							PAGE_DISCARDED) ==
+					  PAGE_REQUESTED;
+				n++;
+			}
+		}
+	}
+	/*
+	 * A thread that waited on one of them would wait for data that is
+	 * never installed now: wake it, and its fault comes again, for a
+	 * zero page.
+	 */
+	if (waited && d->uffd >= 0)
+		uffd_wake(d->uffd, start, end - start);
+	log_debug("migration %s: target discarded 0x%llx-0x%llx (%llu pages)",
+		  log_id(d->m->id), (unsigned long long)start,
+		  (unsigned long long)end, (unsigned long long)n);
+}
+
+/*
+ * The target moved [from, from + len) to `to` (mremap): the pages there
+ * keep their identity (region, index) and get a new address. A scan over
+ * every page is fine: mremap of migrating memory is rare.
+ */
+static void
+remap_range(struct dest *d, uint64_t from, uint64_t to, uint64_t len)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t p = 0;
+
+		while (p < dr->npages) {
+			uint64_t a = dest_page_addr(dr, p), n;
+
+			if (a < from || a >= from + len) {
+				p++;
+				continue;
+			}
+			n = dest_addr_run(dr, p, dr->npages - p);
+			if (a + n * dr->r.page_size > from + len)
+				n = (from + len - a) / dr->r.page_size;
+			dest_add_move(dr, p, p + n, to + (a - from));
+			p += n;
+		}
+	}
+	log_debug("migration %s: target moved 0x%llx+0x%llx to 0x%llx",
+		  log_id(d->m->id), (unsigned long long)from,
+		  (unsigned long long)len, (unsigned long long)to);
+}
+
+/* A thread waits on a page; first: its fault sends the request. */
+static void
+add_waiter(struct dest *d, const struct dst_region *dr, uint64_t page,
+	   pid_t tid, int first)
+{
+	if (d->nwaiters < INFLIGHT_MAX) {
+		d->waiters[d->nwaiters++] = (struct waiter){
+			dr->r.index, page, now_ns(), tid, first};
+		d->nrequests += first != 0;
+	}
+}
+
+/*
+ * Threads waiting on [page, page+n) are free: charge their wait to their
+ * blocktime, and each request's wait to the latency histogram.
+ */
+void
+dest_settle(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
+{
+	uint64_t t = now_ns();
+
+	for (size_t i = 0; i < d->nwaiters;) {
+		struct waiter *w = &d->waiters[i];
+
+		if (w->reg == idx && w->page >= page && w->page < page + n) {
+			migration_blocked(d->m, w->tid, t - w->t0);
+			if (w->first) {
+				hist_add(&d->m->latency, t - w->t0);
+				d->nrequests--;
+			}
+			*w = d->waiters[--d->nwaiters];
+			continue;
+		}
+		i++;
+	}
+	dest_bulk_hold(d);
+}
+
+/* A thread waits on page: the source is asked for it on the demand lane. */
+void
+dest_request_page(struct dest *d, struct dst_region *dr, uint64_t page)
+{
+	Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
+	struct conn *lane;
+
+	pagestate_set(&dr->ps, page, PAGE_REQUESTED);
+	lane = d->root ? d->root->demand : d->demand;
+	if (lane == NULL)
+		return; /* paused: the request goes out on reconnect */
+	pr.region = dr->r.index;
+	pr.page = page;
+	pr.npages = 1;
+	conn_send(lane, FRAME_PAGE_REQUEST, &pr.base);
+	dest_bulk_hold(d);
+	/* The answer is due in microseconds; for one, nothing else moves. */
+	if (d->nrequests == 1)
+		loop_poll_now();
+	else
+		loop_poll();
+}
+
+/* A zero page the kernel refused for a pending event: once it is read. */
+static void
+zero_later(struct dest *d, uint64_t addr)
+{
+	d->zretry = realloc(d->zretry, (d->nzretry + 1) * sizeof(*d->zretry));
+	if (d->zretry == NULL)
+		fatal("zero page retries");
+	d->zretry[d->nzretry++] = addr;
+}
+
+/*
+ * A thread touches a page the target had discarded: it gets what it would
+ * have got without a migration, a zero page.
+ */
+void
+dest_zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
+{
+	uint64_t done, ps = dr->r.page_size, addr = dest_page_addr(dr, page);
+	enum uffd_res res = dest_install_zero(
+		d, dr, addr, ps,
+		d->hints ? UFFDIO_ZEROPAGE_MODE_ACCESS_LIKELY : 0, &done);
+
+	if (res == UFFD_OK || res == UFFD_EXISTS) {
+		pagestate_set(&dr->ps, page, PAGE_PRESENT);
+		if (res == UFFD_EXISTS)
+			uffd_wake(d->uffd, addr, ps);
+		else
+			d->m->zero_pages++;
+	} else if (res == UFFD_GONE) {
+		dest_target_exited(d);
+	} else if (res == UFFD_RETRY) {
+		zero_later(d, addr);
+	} else {
+		log_warn("migration %s: zero page at 0x%llx", log_id(d->m->id),
+			 (unsigned long long)addr);
+	}
+}
+
+/*
+ * A fault outside every region: memory the target added to a registered
+ * mapping without an event we follow (mremap growing it in place). None of
+ * it comes from the source: a zero page, as without a migration.
+ */
+static void
+zero_outside(struct dest *d, uint64_t addr)
+{
+	uint64_t done, ps = (uint64_t)sysconf(_SC_PAGESIZE);
+	enum uffd_res res =
+		uffd_zeropage(d->uffd, addr - addr % ps, ps, 0, &done);
+
+	if (res == UFFD_EXISTS)
+		uffd_wake(d->uffd, addr - addr % ps, ps);
+	else if (res == UFFD_RETRY)
+		zero_later(d, addr);
+	else if (res == UFFD_GONE)
+		dest_target_exited(d);
+	else if (res != UFFD_OK)
+		log_warn("migration %s: zero page at 0x%llx outside every "
+			 "region",
+			 log_id(d->m->id), (unsigned long long)addr);
+}
+
+/* The zero pages refused while an event was pending, once it is read. */
+static void
+zero_retry(struct dest *d)
+{
+	uint64_t *addrs = d->zretry, page;
+	size_t n = d->nzretry;
+
+	d->zretry = NULL;
+	d->nzretry = 0;
+	for (size_t i = 0; i < n && d->uffd >= 0; i++) {
+		struct dst_region *dr = locate(d, addrs[i], &page);
+
+		if (dr == NULL)
+			zero_outside(d, addrs[i]);
+		else if (pagestate_get(&dr->ps, page) == PAGE_DISCARDED ||
+			 pagestate_get(&dr->ps, page) == PAGE_PRESENT)
+			dest_zero_discarded(d, dr, page);
+	}
+	free(addrs);
+}
+
+/* A thread faulted at addr: its page is asked for, or it gets a zero page. */
+static void
+fault(struct dest *d, uint64_t addr, pid_t tid)
+{
+	struct dst_region *dr;
+	uint64_t page;
+
+	if ((dr = locate(d, addr, &page)) == NULL) {
+		log_debug("migration %s: fault at 0x%llx outside every region",
+			  log_id(d->m->id), (unsigned long long)addr);
+		zero_outside(d, addr);
+		return;
+	}
+	if (d->failing)
+		return; /* it will be poisoned and woken */
+	d->m->demand_faults++;
+	switch (pagestate_get(&dr->ps, page)) {
+	case PAGE_MISSING:
+		add_waiter(d, dr, page, tid, 1);
+		dest_request_page(d, dr, page);
+		break;
+	case PAGE_REQUESTED:
+		/* Merged with the request in flight. */
+		add_waiter(d, dr, page, tid, 0);
+		break;
+	case PAGE_PRESENT:
+		/*
+		 * Installed after the fault was queued. In a child the map
+		 * may be a parent's guess: ask, and an EEXIST will settle it.
+		 */
+		if (d->root) {
+			add_waiter(d, dr, page, tid, 1);
+			dest_request_page(d, dr, page);
+		} else {
+			/*
+			 * Or gone again with no event: a hole punched in
+			 * shared memory, a page MADV_FREE let go. A wake
+			 * alone would make the thread fault for good; a zero
+			 * page is what it reads without a migration (EEXIST:
+			 * it was a race, and the thread is woken).
+			 */
+			dest_zero_discarded(d, dr, page);
+		}
+		break;
+	case PAGE_DISCARDED:
+		dest_zero_discarded(d, dr, page);
+		break;
+	}
+}
+
+/*
+ * One message read from a uffd: a fault, or an event of the target. An
+ * event that changes the page map changes what a restart must know: the
+ * state file follows once this callback returns (persist.c).
+ */
+static void
+handle_msg(struct dest *d, const struct uffd_msg *msg)
+{
+	switch (msg->event) {
+	case UFFD_EVENT_PAGEFAULT:
+		fault(d, msg->arg.pagefault.address,
+		      (pid_t)msg->arg.pagefault.feat.ptid);
+		break;
+	case UFFD_EVENT_REMOVE:
+	case UFFD_EVENT_UNMAP:
+		discard_range(d, msg->arg.remove.start, msg->arg.remove.end);
+		dest_persist_dirty(d);
+		break;
+	case UFFD_EVENT_REMAP:
+		remap_range(d, msg->arg.remap.from, msg->arg.remap.to,
+			    msg->arg.remap.len);
+		dest_persist_dirty(d);
+		break;
+	case UFFD_EVENT_FORK:
+		dest_fork_child(d, (int)msg->arg.fork.ufd);
+		break;
+	default:
+		log_debug("uffd event %u ignored", msg->event);
+		break;
+	}
+}
+
+/*
+ * A failed read of the uffd other than "nothing pending" is worth a line,
+ * once: a fork event needs a descriptor, and without one (EMFILE) the
+ * kernel keeps it, and the forking thread, waiting.
+ */
+static void
+uffd_read_failed(struct dest *d)
+{
+	if (errno == EAGAIN || d->read_err)
+		return;
+	d->read_err = 1;
+	log_warn("migration %s: reading the userfaultfd", log_id(d->m->id));
+}
+
+/*
+ * An injection into d's target waits for a thread that waits for one of
+ * d's uffd events to be read: read them now, handle them once d is built
+ * (dest_child_start(), find_cb(); at teardown they are dropped).
+ */
+void
+dest_drain_uffd(void *arg)
+{
+	struct dest *d = arg;
+	struct uffd_msg msgs[64];
+	ssize_t r;
+
+	while ((r = read(d->uffd, msgs, sizeof(msgs))) > 0 ||
+	       (r < 0 && errno == EINTR)) {
+		size_t n;
+
+		if (r < 0)
+			continue; /* EINTR */
+		n = (size_t)r / sizeof(msgs[0]);
+		d->backlog = realloc(d->backlog,
+				     (d->nbacklog + n) * sizeof(*d->backlog));
+		if (d->backlog == NULL)
+			fatal("uffd messages");
+		memcpy(d->backlog + d->nbacklog, msgs, n * sizeof(msgs[0]));
+		d->nbacklog += n;
+	}
+	if (r < 0)
+		uffd_read_failed(d);
+}
+
+/*
+ * Reads every pending uffd message: page faults become requests, and the
+ * target's own changes to its memory (DESIGN section 4, non-cooperative
+ * events) update the page map before any page is installed again.
+ */
+void
+dest_read_faults(struct dest *d)
+{
+	struct uffd_msg msgs[64];
+
+	/* First what an injection's wait read, in the order it came. */
+	if (d->nbacklog) {
+		struct uffd_msg *q = d->backlog;
+		size_t n = d->nbacklog;
+
+		d->backlog = NULL;
+		d->nbacklog = 0;
+		for (size_t i = 0; i < n; i++)
+			handle_msg(d, &q[i]);
+		free(q);
+	}
+
+	for (;;) {
+		ssize_t r =
+			d->uffd >= 0 ? read(d->uffd, msgs, sizeof(msgs)) : 0;
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			uffd_read_failed(d);
+		if (r <= 0)
+			break;
+		for (size_t i = 0; i < (size_t)r / sizeof(msgs[0]); i++)
+			handle_msg(d, &msgs[i]);
+		if ((size_t)r < sizeof(msgs))
+			break; /* a short read took every pending message */
+	}
+	if (d->nzretry)
+		zero_retry(d);
+	if (d->demand)
+		conn_flush(d->demand);
+}
+
+/* The uffd is readable: a fault or an event of the target waits. */
+static void
+fault_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	dest_read_faults(arg);
+}
+
+/* Faults and events of d's target reach dest_read_faults() from now on. */
+void
+dest_fault_watch(struct dest *d)
+{
+	d->uffd_ev =
+		event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
+	event_priority_set(d->uffd_ev, PRIO_FAULT);
+	event_add(d->uffd_ev, NULL);
+}

@@ -1,0 +1,246 @@
+/*
+ * Which process a fork event's child is. The event names no pid: the
+ * child is the earliest process its parent forked that no event has
+ * claimed yet (the root's seen list keeps those that were claimed, and
+ * the children the target had before), or, when the parent exited first,
+ * an orphan found by what it holds (its mapping registered with a uffd).
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/authz.h"
+#include "daemon/dest/internal.h"
+#include "daemon/log.h"
+#include "daemon/migration.h"
+#include "daemon/proc.h"
+
+/* Whether the process (pid, start) was claimed or known before. */
+static int
+seen_has(const struct dest *root, pid_t pid, unsigned long long start)
+{
+	for (size_t i = 0; i < root->nseen; i++)
+		if (root->seen[i].pid == pid && root->seen[i].start == start)
+			return 1;
+	return 0;
+}
+
+/* The process (pid, start) is claimed: no fork event may take it again. */
+static void
+seen_add(struct dest *root, pid_t pid, unsigned long long start)
+{
+	if (seen_has(root, pid, start))
+		return;
+	root->seen =
+		realloc(root->seen, (root->nseen + 1) * sizeof(*root->seen));
+	if (root->seen == NULL)
+		fatal("children");
+	root->seen[root->nseen].pid = pid;
+	root->seen[root->nseen++].start = start;
+}
+
+/*
+ * The children of parent (of all its threads) not yet seen: with mark set,
+ * all of them become seen; else the one forked first is returned, and
+ * becomes seen. The fork event is read while the parent is still inside
+ * fork(), and events come in fork order, so the first child forked that
+ * no event has claimed is this event's: a child the target had before the
+ * migration, or one already matched, never is.
+ */
+pid_t
+dest_claim_child(pid_t parent, struct dest *root, int mark)
+{
+	char path[320], buf[4096];
+	unsigned long long best_start = 0;
+	pid_t best = 0;
+	struct dirent *e;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)parent);
+	if ((dir = opendir(path)) == NULL)
+		return 0;
+	while ((e = readdir(dir)) != NULL) {
+		char *tok, *save;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/children",
+			 (int)parent, e->d_name);
+		if ((f = fopen(path, "re")) == NULL)
+			continue;
+		if (fgets(buf, sizeof(buf), f) == NULL)
+			buf[0] = '\0';
+		fclose(f);
+		for (tok = strtok_r(buf, " \n", &save); tok;
+		     tok = strtok_r(NULL, " \n", &save)) {
+			pid_t c = (pid_t)atoi(tok);
+			unsigned long long st = c > 0 ? proc_start(c) : 0;
+
+			if (st == 0 || seen_has(root, c, st))
+				continue;
+			if (mark)
+				seen_add(root, c, st);
+			else if (best == 0 || st < best_start ||
+				 (st == best_start && c < best)) {
+				best = c;
+				best_start = st;
+			}
+		}
+	}
+	closedir(dir);
+	if (best > 0)
+		seen_add(root, best, best_start);
+	return best;
+}
+
+/*
+ * A child found by pid is the process claimed only if its start time says
+ * so (dest_claim_child(), dest_claim_orphan() marked it seen): the pid may
+ * have gone to another process since. Else k has no process to act on.
+ */
+void
+dest_child_open(struct dest *k, pid_t pid)
+{
+	char err[128];
+
+	if (pid > 0 && procref_open(&k->t, pid, err, sizeof(err)) == 0 &&
+	    !seen_has(k->root, pid, k->t.start))
+		procref_close(&k->t);
+}
+
+/* Clock ticks since boot, as /proc/PID/stat counts a start time. */
+unsigned long long
+dest_boot_ticks(void)
+{
+	struct timespec ts;
+	long hz = sysconf(_SC_CLK_TCK);
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (unsigned long long)ts.tv_sec * (unsigned long long)hz +
+	       (unsigned long long)ts.tv_nsec /
+		       (1000000000ULL / (unsigned long long)hz);
+}
+
+/* A process that is gone or a zombie: its children went to another. */
+int
+dest_proc_gone(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	int gone = 1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return 1;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) && p[1])
+		gone = p[2] == 'Z' || p[2] == 'X';
+	fclose(f);
+	return gone;
+}
+
+/* Whether one of our destination migrations knows the process already. */
+static int
+proc_known(pid_t pid, unsigned long long start)
+{
+	struct migration *m;
+
+	TAILQ_FOREACH (m, &migrations, link) {
+		const struct dest *d = m->impl;
+
+		if (m->role != ROLE_DEST || d == NULL)
+			continue;
+		if (m->pid == pid ||
+		    (d->root == NULL && seen_has(d, pid, start)))
+			return 1;
+	}
+	return 0;
+}
+
+/* Whether the mapping at addr in process pid is registered with a uffd. */
+static int
+uffd_mapped(pid_t pid, uint64_t addr)
+{
+	char path[64], line[512];
+	unsigned long long s, e;
+	int in = 0, yes = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%llx-%llx ", &s, &e) == 2) {
+			in = addr >= s && addr < e;
+		} else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+			yes = strstr(line, " um") != NULL;
+			break;
+		}
+	}
+	fclose(f);
+	return yes;
+}
+
+/*
+ * Only a process the attach's caller could ptrace may be taken for its
+ * target's child: /proc holds every user's processes, and one of them may
+ * have a uffd at the same address.
+ */
+static int
+may_claim(const struct dest *root, pid_t pid, unsigned long long start)
+{
+	struct procref t;
+	char err[128];
+	int ok;
+
+	if (procref_open(&t, pid, err, sizeof(err)) < 0)
+		return 0;
+	ok = t.start == start && authz_allows(&root->owner, &t);
+	procref_close(&t);
+	return ok;
+}
+
+/*
+ * The child of a parent that exited before the child was found (a daemon
+ * that detaches forks and exits at once): it went to another parent, so
+ * it is looked for by what it has. A process started since the fork event
+ * that none of our migrations knows, whose mapping of the first region is
+ * registered with a userfaultfd; the earliest such.
+ */
+pid_t
+dest_claim_orphan(struct dest *k)
+{
+	unsigned long long best_start = 0,
+			   hz = (unsigned long long)sysconf(_SC_CLK_TCK);
+	const struct dst_region *dr = NULL;
+	struct dirent *e;
+	pid_t best = 0;
+	DIR *dir;
+
+	for (size_t i = 0; dr == NULL && i < k->nregs; i++)
+		if (k->regs[i].r.kind != REGION_FILE_PRIVATE)
+			dr = &k->regs[i];
+	if (dr == NULL || (dir = opendir("/proc")) == NULL)
+		return 0;
+	while ((e = readdir(dir)) != NULL) {
+		pid_t pid = (pid_t)atoi(e->d_name);
+		unsigned long long st = pid > 1 ? proc_start(pid) : 0;
+
+		if (st == 0 || st + hz < k->fork_ticks || proc_known(pid, st) ||
+		    (best && st >= best_start) ||
+		    !uffd_mapped(pid, dest_page_addr(dr, 0)) ||
+		    !may_claim(k->root, pid, st))
+			continue;
+		best = pid;
+		best_start = st;
+	}
+	closedir(dir);
+	if (best > 0)
+		seen_add(k->root, best, best_start);
+	return best;
+}

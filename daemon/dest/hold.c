@@ -1,0 +1,186 @@
+/*
+ * Private file mappings: userfaultfd cannot watch them, so the target is
+ * held (every thread in ptrace-stop, the attach's injection kept open)
+ * until each page the source had written there is written through
+ * /proc/PID/mem. Then it is let go; if they never come, it is stopped.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/conn.h"
+#include "daemon/dest/internal.h"
+#include "daemon/inject.h"
+#include "daemon/log.h"
+#include "daemon/migration.h"
+
+/*
+ * Pages of a private file mapping asked for in one request: what every
+ * source answers (its max-request-pages is at least this).
+ */
+#define PRIVATE_RUN REQUEST_PAGES_MIN
+
+/* Pages of private file mappings that have not been written yet. */
+uint64_t
+dest_private_missing(const struct dest *d)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < d->nregs; i++)
+		if (d->regs[i].r.kind == REGION_FILE_PRIVATE)
+			n += d->regs[i].npages - pagestate_done(&d->regs[i].ps);
+	return n;
+}
+
+/*
+ * Asks for every page of the private file mappings at once, in runs the
+ * source answers in one frame each: the target is held until they are in.
+ * Pages the source has as the file's own come back as ZERO markers.
+ */
+void
+dest_request_private(struct dest *d)
+{
+	for (size_t i = 0; d->demand && i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t p = 0;
+
+		if (dr->r.kind != REGION_FILE_PRIVATE)
+			continue;
+		while (p < dr->npages) {
+			Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
+			uint64_t n;
+
+			p += pagestate_present_run(&dr->ps, p, dr->npages - p);
+			if (p >= dr->npages)
+				break;
+			n = pagestate_missing_run(&dr->ps, p, dr->npages - p);
+			if (n > PRIVATE_RUN)
+				n = PRIVATE_RUN;
+			for (uint64_t k = 0; k < n; k++)
+				pagestate_set(&dr->ps, p + k, PAGE_REQUESTED);
+			pr.region = dr->r.index;
+			pr.page = p;
+			pr.npages = (uint32_t)n;
+			conn_send(d->demand, FRAME_PAGE_REQUEST, &pr.base);
+			p += n;
+		}
+	}
+	if (d->demand)
+		conn_flush(d->demand);
+}
+
+/*
+ * Every thread stays in ptrace-stop until the pages the target wrote in
+ * private file mappings are in (struct dest): the injection is kept open.
+ */
+int
+dest_hold_target(struct dest *d, struct inject *inj, char *err, size_t errlen)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)d->m->pid);
+	if ((d->memfd = open(path, O_RDWR | O_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (inject_restore(inj) < 0) {
+		snprintf(err, errlen, "holding process %d: %s", (int)d->m->pid,
+			 strerror(errno));
+		close(d->memfd);
+		return -1;
+	}
+	d->hold = xmalloc(sizeof(*d->hold));
+	*d->hold = *inj;
+	log_info("process %d held until the pages it wrote in private file "
+		 "mappings are in",
+		 (int)d->m->pid);
+	return 0;
+}
+
+/*
+ * The hold ends. On success every private file page is in; otherwise the
+ * target is stopped (SIGSTOP, queued before the threads are let go) rather
+ * than left to run on the file's stale pages where the source had its own.
+ */
+void
+dest_release_held(struct dest *d)
+{
+	uint64_t missing;
+
+	if (d->hold == NULL)
+		return;
+	missing = dest_private_missing(d);
+	if (missing > 0 && procref_signal(&d->t, SIGSTOP) == 0)
+		log_warnx("migration %s: process %d left stopped: %llu pages "
+			  "of its private file mappings never arrived",
+			  log_id(d->m->id), (int)d->m->pid,
+			  (unsigned long long)missing);
+	dest_let_go(d, d->hold);
+	free(d->hold);
+	d->hold = NULL;
+	close(d->memfd);
+	d->memfd = -1;
+	if (missing == 0) {
+		log_info("migration %s: private file pages in; process %d "
+			 "runs",
+			 log_id(d->m->id), (int)d->m->pid);
+		dest_persist_dirty(d); /* not held any more */
+	}
+}
+
+/*
+ * Writes the pages of one frame into a private file mapping of the held
+ * target. A write through /proc/PID/mem makes the anonymous copy the source
+ * had (and goes through read-only protection, as RELRO needs); a ZERO
+ * marker is the file's own page, which the target already maps: nothing to
+ * do. Returns -1 when the migration failed.
+ */
+int
+dest_write_private(struct dest *d, struct dst_region *dr,
+		   const Uffdd__PageData *pd, const struct evbuffer_iovec *v,
+		   int nv)
+{
+	uint64_t ps = dr->r.page_size;
+
+	for (uint64_t p = pd->page; p < pd->page + pd->npages; p++) {
+		enum page_state st = pagestate_get(&dr->ps, p);
+		const uint8_t *src;
+
+		/* In already, or unmapped by the target after the release. */
+		if (st == PAGE_PRESENT || st == PAGE_DISCARDED)
+			continue;
+		if (!pd->zero) {
+			dest_frame_pages(d, v, nv, (p - pd->page) * ps, ps, 1,
+					 &src);
+			if (d->hold == NULL ||
+			    pwrite(d->memfd, src, ps,
+				   (off_t)dest_page_addr(dr, p)) !=
+				    (ssize_t)ps) {
+				dest_fail(d,
+					  "writing the private file page at "
+					  "0x%llx of process %d: %s",
+					  (unsigned long long)dest_page_addr(dr,
+									     p),
+					  (int)d->m->pid,
+					  d->hold ? strerror(errno)
+						  : "target not held");
+				return -1;
+			}
+			if (pd->demand)
+				d->m->demand_pages++;
+			else
+				d->m->prefetched_pages++;
+		}
+		pagestate_set(&dr->ps, p, PAGE_PRESENT);
+	}
+	if (d->hold && dest_private_missing(d) == 0)
+		dest_release_held(d);
+	d->m->pages_present = dest_present_total(d);
+	return 0;
+}

@@ -1,0 +1,578 @@
+/*
+ * The source's frames into the target: each PAGE_DATA frame (either lane)
+ * is checked, its bytes taken from the input buffer, and its pages
+ * installed with UFFDIO_COPY or ZEROPAGE into the root and then into its
+ * forked children, every page exactly once. A bulk frame goes in pieces,
+ * so that a fault that comes meanwhile is answered first.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "daemon/compat.h"
+#include "daemon/conn.h"
+#include "daemon/dest/internal.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+
+/* Input-buffer extents one frame's data may span and be used in place. */
+#define PEEK_MAX 16
+
+/*
+ * hugetlb has no UFFDIO_ZEROPAGE: a zero huge page is copied from here,
+ * an untouched mapping that reads as zeros, ZERO_SOURCE_LEN bytes long
+ * (a whole number of every page size a region may have: frame.h).
+ */
+#define ZERO_SOURCE_LEN FRAME_DATA_MAX
+
+/* The zero source, mapped at its first use. */
+static const uint8_t *
+zero_source(void)
+{
+	static void *z;
+
+	if (z == NULL) {
+		z = mmap(NULL, ZERO_SOURCE_LEN, PROT_READ,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (z == MAP_FAILED)
+			fatal("zero buffer");
+	}
+	return z;
+}
+
+/*
+ * Installs zeros at addr, the way the region's kind allows. hugetlb copies
+ * them from the zero source, at most its length at a time: a longer copy
+ * would put the daemon's own memory past its end into the target.
+ */
+enum uffd_res
+dest_install_zero(struct dest *d, const struct dst_region *dr, uint64_t addr,
+		  uint64_t len, uint64_t mode, uint64_t *done)
+{
+	enum uffd_res res = UFFD_OK;
+
+	if (dr->r.kind != REGION_HUGETLB)
+		return uffd_zeropage(d->uffd, addr, len, mode, done);
+	if (dr->r.page_size > ZERO_SOURCE_LEN)
+		fatalx("zero huge page of %u bytes at 0x%llx: larger than "
+		       "the zero source (region_table_check() lets none in)",
+		       dr->r.page_size, (unsigned long long)addr);
+	*done = 0;
+	while (res == UFFD_OK && *done < len) {
+		uint64_t want = len - *done, got;
+
+		if (want > ZERO_SOURCE_LEN)
+			want = ZERO_SOURCE_LEN;
+		res = uffd_copy(d->uffd, addr + *done, zero_source(), want,
+				mode, &got);
+		*done += got;
+	}
+	return res;
+}
+
+/*
+ * An install at addr refused for good (errno says why): the target is
+ * gone, or the migration fails as a lost source fails it (missing pages
+ * poisoned, or the target stopped; the source told), never with threads
+ * left waiting on pages that cannot come. A forked child's failure is its
+ * root's.
+ */
+static void
+install_failed(struct dest *d, enum uffd_res res, int zero, uint64_t addr)
+{
+	if (res == UFFD_GONE) {
+		dest_target_exited(d);
+		return;
+	}
+	dest_fail(d->root ? d->root : d, "%s at 0x%llx: %s",
+		  zero ? "UFFDIO_ZEROPAGE" : "UFFDIO_COPY",
+		  (unsigned long long)addr, strerror(errno));
+}
+
+/*
+ * Installs a run of missing pages, handling each outcome the way DESIGN
+ * section 4 says. Returns the pages this call installed, or -1 when the
+ * migration can no longer go on (failed).
+ */
+static int64_t
+install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
+	    const uint8_t *src, int zero, int likely)
+{
+	uint64_t ps = dr->r.page_size, len = n * ps, off = 0, done;
+	uint64_t addr = dest_page_addr(dr, page);
+	int64_t installed = 0;
+	int piecewise = 0;
+
+	while (off < len) {
+		/*
+		 * A page a thread waits on will be touched at once: young PTE;
+		 * a prefetched one may never be: old PTE, reclaimed first
+		 * (DESIGN section 4). Only where the patched kernel has it.
+		 */
+		uint64_t mode =
+			likely && d->hints ? UFFDIO_COPY_MODE_ACCESS_LIKELY : 0;
+		uint64_t want = piecewise ? ps : len - off;
+		enum uffd_res res =
+			zero ? dest_install_zero(d, dr, addr + off, want, mode,
+						 &done)
+			     : uffd_copy(d->uffd, addr + off, src + off, want,
+					 mode, &done);
+
+		if (res == UFFD_FAIL && errno == EINVAL && mode) {
+			/* This uffd was made without the feature: go on. */
+			d->hints = 0;
+			continue;
+		}
+		/*
+		 * One install must stay inside one mapping, and the target
+		 * may have split a region since (mprotect, madvise with
+		 * flags: no event tells us): page by page, then.
+		 */
+		if (res == UFFD_FAIL && errno == ENOENT && done == 0 &&
+		    !piecewise && want > ps) {
+			piecewise = 1;
+			continue;
+		}
+		if (mode && done)
+			d->m->hinted_pages += done / ps;
+
+		done -= done % ps;
+		pagestate_set_present(&dr->ps, page + off / ps, done / ps);
+		installed += (int64_t)(done / ps);
+		off += done;
+		switch (res) {
+		case UFFD_OK:
+			break;
+		case UFFD_EXISTS:
+			/* Present already: keep it, wake whoever waits. */
+			pagestate_set_present(&dr->ps, page + off / ps, 1);
+			uffd_wake(d->uffd, addr + off, ps);
+			off += ps;
+			break;
+		case UFFD_RETRY:
+			/*
+			 * A partial install goes on; otherwise an event is
+			 * pending: read it, and let the caller look at the
+			 * page map again, which the event may have changed.
+			 */
+			if (done == 0) {
+				dest_read_faults(d);
+				return installed;
+			}
+			break;
+		case UFFD_GONE:
+		case UFFD_FAIL:
+			install_failed(d, res, zero, addr + off);
+			return -1;
+		}
+	}
+	return installed;
+}
+
+/*
+ * Where pages from byte off of a frame's data can be installed from: in
+ * place, as many whole pages (at most max) as one extent of the input
+ * buffer holds, or a page split between two extents gathered into d->buf.
+ * Sets *src; returns the number of pages.
+ */
+uint64_t
+dest_frame_pages(struct dest *d, const struct evbuffer_iovec *v, int nv,
+		 uint64_t off, uint64_t ps, uint64_t max, const uint8_t **src)
+{
+	uint64_t at = 0, got = 0;
+	int i;
+
+	for (i = 0; i < nv && off >= at + v[i].iov_len; i++)
+		at += v[i].iov_len;
+	if (i == nv)
+		fatalx("dest_frame_pages: offset %llu past the frame",
+		       (unsigned long long)off);
+	if (at + v[i].iov_len - off >= ps) {
+		uint64_t k = (at + v[i].iov_len - off) / ps;
+
+		*src = (const uint8_t *)v[i].iov_base + (off - at);
+		return k < max ? k : max;
+	}
+	for (uint64_t from = off - at; i < nv && got < ps; i++, from = 0) {
+		uint64_t l = v[i].iov_len - from;
+
+		if (l > ps - got)
+			l = ps - got;
+		memcpy(d->buf + got, (const uint8_t *)v[i].iov_base + from, l);
+		got += l;
+	}
+	*src = d->buf;
+	return 1;
+}
+
+/*
+ * A ZERO run of the bulk stream is not installed: the page is none
+ * (attach discarded it), reads as zeros once the migration is over, and a
+ * thread that touches it before gets a zero page then, as for a page the
+ * target discarded itself (dest_zero_discarded()). Installing them would
+ * give shared memory and hugetlb a real page each, for guest RAM most of
+ * it. A page a thread waits on is installed.
+ */
+static void
+zero_run_none(struct dest *t, struct dst_region *dr, const Uffdd__PageData *pd)
+{
+	for (uint64_t q = pd->page; q < pd->page + pd->npages; q++) {
+		if (pagestate_get(&dr->ps, q) == PAGE_MISSING) {
+			pagestate_set(&dr->ps, q, PAGE_DISCARDED);
+			t->m->zero_pages++;
+			t->m->prefetched_pages++;
+		}
+	}
+}
+
+/*
+ * Shared memory has one page cache: what the root just installed the
+ * child t has too. Mark it, and wake the child's threads, whose faults
+ * wait on the child's own uffd. A page the root left none is one here
+ * too: a child's thread that waits on it gets a zero page through the
+ * child's uffd. (Once the root's target is gone, the child installs
+ * itself.)
+ */
+static void
+follow_root(struct dest *t, struct dest *root, struct dst_region *dr,
+	    const Uffdd__PageData *pd)
+{
+	struct dst_region *rr = dest_region_by_index(root, pd->region);
+
+	for (uint64_t p = pd->page; rr && p < pd->page + pd->npages; p++) {
+		enum page_state rs = pagestate_get(&rr->ps, p);
+		enum page_state ks = pagestate_get(&dr->ps, p);
+
+		if (rs == PAGE_PRESENT && ks < PAGE_PRESENT) {
+			pagestate_set(&dr->ps, p, PAGE_PRESENT);
+			uffd_wake(t->uffd, dest_page_addr(dr, p),
+				  dr->r.page_size);
+		} else if (rs == PAGE_DISCARDED && ks == PAGE_MISSING) {
+			pagestate_set(&dr->ps, p, PAGE_DISCARDED);
+		} else if (rs == PAGE_DISCARDED && ks == PAGE_REQUESTED) {
+			dest_zero_discarded(t, dr, p);
+		}
+	}
+}
+
+/*
+ * Installs the pages of frame pd that t is missing, run by run, from the
+ * input buffer extent by extent (dest_frame_pages() gathers into
+ * root->buf what straddles two extents). -1 when t can take no more.
+ */
+static int
+install_missing(struct dest *t, struct dest *root, struct dst_region *dr,
+		const Uffdd__PageData *pd, const struct evbuffer_iovec *v,
+		int nv)
+{
+	uint64_t p = pd->page, end = pd->page + pd->npages;
+	const uint8_t *src;
+	int retries = 0;
+
+	while (p < end) {
+		uint64_t n = pagestate_present_run(&dr->ps, p, end - p);
+		int64_t got;
+
+		p += n;
+		if (p >= end)
+			break;
+		n = pagestate_missing_run(&dr->ps, p, end - p);
+		n = dest_addr_run(dr, p, n);
+		if (!pd->zero) {
+			n = dest_frame_pages(root, v, nv,
+					     (p - pd->page) * dr->r.page_size,
+					     dr->r.page_size, n, &src);
+			got = install_run(t, dr, p, n, src, 0, pd->demand);
+		} else {
+			got = install_run(t, dr, p, n, NULL, 1, pd->demand);
+		}
+		if (got < 0)
+			return -1;
+		if (got == 0 && ++retries > RETRY_MAX) {
+			dest_fail(t->root ? t->root : t,
+				  "install at 0x%llx keeps failing with "
+				  "EAGAIN",
+				  (unsigned long long)dest_page_addr(dr, p));
+			return -1;
+		}
+		if (pd->zero)
+			t->m->zero_pages += (uint64_t)got;
+		if (pd->demand)
+			t->m->demand_pages += (uint64_t)got;
+		else
+			t->m->prefetched_pages += (uint64_t)got;
+		/* The page map is looked at again from p: see install_run. */
+	}
+	return 0;
+}
+
+/*
+ * Installs what one PAGE_DATA frame brings into target t (the root or one
+ * of its forked children): every page t does not have yet. The data is
+ * read from the frame in place. Returns -1 when t can take no more.
+ */
+static int
+install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
+	      const struct evbuffer_iovec *v, int nv)
+{
+	struct dst_region *dr = dest_region_by_index(t, pd->region);
+
+	if (dr == NULL)
+		return 0;
+	if (dr->r.kind == REGION_FILE_PRIVATE)
+		/* A child inherited these at its fork, after the release. */
+		return t->root ? 0 : dest_write_private(t, dr, pd, v, nv);
+	if (pd->zero && !pd->demand)
+		zero_run_none(t, dr, pd);
+	if (t->root && !root->gone && region_kind_shmem(dr->r.kind))
+		/* Nothing to install through the child's uffd. */
+		follow_root(t, root, dr, pd);
+	else if (install_missing(t, root, dr, pd, v, nv) < 0)
+		return -1;
+	if (t->nwaiters)
+		dest_settle(t, pd->region, pd->page, pd->npages);
+	t->m->pages_present = dest_present_total(t);
+	return 0;
+}
+
+/*
+ * The root has what frame pd brings: its children take their part, and
+ * the migration completes once every page is in.
+ */
+static void
+page_done(struct dest *d, const Uffdd__PageData *pd,
+	  const struct evbuffer_iovec *v, int nv)
+{
+	for (size_t i = 0; i < d->nkids;) {
+		struct dest *k = d->kids[i];
+
+		if (install_frame(k, d, pd, v, nv) < 0) {
+			/* Gone (dest_child_done() ran) or failed: off. */
+			if (i < d->nkids && d->kids[i] == k)
+				dest_child_done(k);
+			continue;
+		}
+		if (dest_present_total(k) == k->m->pages_total) {
+			dest_child_done(k); /* removes it from kids */
+			continue;
+		}
+		i++;
+	}
+	d->m->pages_present = dest_present_total(d);
+	if (d->m->state == MIG_RUNNING &&
+	    d->m->pages_present == d->m->pages_total && d->nkids == 0)
+		dest_complete(d);
+}
+
+/*
+ * While one thread waits for a demand answer, the bulk lane waits: on a
+ * busy machine the daemons share CPUs, and installing bulk frames kept the
+ * source from running to answer. Only for one: with several requests in
+ * flight (threads faulting back to back) holding the lane starved it, and
+ * every page came on demand at half the speed.
+ */
+void
+dest_bulk_hold(struct dest *d)
+{
+	if (d->bulk)
+		conn_pause(d->bulk, d->nrequests == 1);
+	if (d->pending && d->nrequests != 1)
+		event_active(d->piece_ev, EV_TIMEOUT, 0);
+}
+
+/* No bulk frame is pending: the bulk lane hands frames again. */
+static void
+pieces_stop(struct dest *d)
+{
+	d->pending = 0;
+	if (d->bulk)
+		conn_stall(d->bulk, 0);
+}
+
+/*
+ * Installs the pending bulk frame a piece at a time, reading the uffd in
+ * between: a fault that comes meanwhile is requested at once, and its
+ * answer goes in before the rest of the frame (the loop serves the demand
+ * lane and the uffd first; dest_bulk_hold() brings us back). A whole 256 KiB
+ * frame takes tens of microseconds to install, which a fault would
+ * otherwise wait out twice: before its request and before its answer.
+ */
+static void
+bulk_pieces(struct dest *d)
+{
+	while (d->pending) {
+		struct dst_region *dr = dest_region_by_index(d, d->pend.region);
+		Uffdd__PageData sub = d->pend;
+		struct evbuffer_iovec v;
+		uint64_t ps, piece;
+
+		if (d->m->state != MIG_RUNNING || d->bulk == NULL ||
+		    dr == NULL) {
+			pieces_stop(d); /* send_holdings() will say */
+			return;
+		}
+		if (d->nrequests == 1)
+			return; /* dest_bulk_hold() lets it go on */
+		ps = dr->r.page_size;
+		piece = DEMAND_STEP_BYTES / ps ? DEMAND_STEP_BYTES / ps : 1;
+		sub.page += d->pdone;
+		sub.npages = (uint32_t)(d->pend.npages - d->pdone < piece
+						? d->pend.npages - d->pdone
+						: piece);
+		v.iov_base = d->pbuf + d->pdone * ps;
+		v.iov_len = sub.npages * ps;
+		d->pdone += sub.npages;
+		if (install_frame(d, d, &sub, &v, 1) < 0) {
+			pieces_stop(
+				d); /* as dest_page_data() gives up a frame */
+			return;
+		}
+		if (d->pdone == d->pend.npages) {
+			v.iov_base = d->pbuf;
+			v.iov_len = d->pend.npages * ps;
+			pieces_stop(d);
+			page_done(d, &d->pend, &v, 1);
+			return;
+		}
+		dest_read_faults(d);
+		if (d->nrequests > 0 && d->nrequests != 1) {
+			/* Several wait: their answers first, then on. */
+			event_active(d->piece_ev, EV_TIMEOUT, 0);
+			return;
+		}
+	}
+}
+
+/* Faults were served meanwhile: the pending frame goes on. */
+static void
+piece_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	bulk_pieces(arg);
+}
+
+/*
+ * A frame the source may send: within one of our regions, as long as its
+ * data says, and no more than a frame covers. Else the lanes go down.
+ */
+static int
+frame_fits(struct dest *d, struct conn *c, const struct frame_hdr *h,
+	   const Uffdd__PageData *pd, const struct dst_region *dr)
+{
+	if (dr == NULL || pd->npages == 0 || pd->page >= dr->npages ||
+	    pd->npages > dr->npages - pd->page ||
+	    h->data_len !=
+		    (pd->zero ? 0 : (uint64_t)pd->npages * dr->r.page_size)) {
+		log_warnx("%s: PAGE_DATA out of bounds (region %u page "
+			  "%llu+%u, %u bytes)",
+			  conn_name(c), pd->region,
+			  (unsigned long long)pd->page, pd->npages,
+			  h->data_len);
+		dest_lanes_down(d, "malformed PAGE_DATA");
+		return 0;
+	}
+	/*
+	 * No source sends more (frame.h): the data would not fit our
+	 * buffers, nor a ZERO run of huge pages the zero source.
+	 */
+	if (frame_pages_fit(dr->r.page_size, pd->npages) != pd->npages) {
+		log_warnx("%s: PAGE_DATA of %u pages of %u bytes (region %u "
+			  "page %llu%s): more than one frame covers (%u "
+			  "bytes); closing the lane",
+			  conn_name(c), pd->npages, dr->r.page_size, pd->region,
+			  (unsigned long long)pd->page,
+			  pd->zero ? ", ZERO" : "", FRAME_DATA_MAX);
+		dest_lanes_down(d, "PAGE_DATA larger than a frame");
+		return 0;
+	}
+	return 1;
+}
+
+/*
+ * A bulk frame's bytes are taken into d->pbuf and installed in pieces
+ * (bulk_pieces()); the bulk lane hands no other frame meanwhile.
+ */
+static void
+bulk_take(struct dest *d, struct conn *c, const struct frame_hdr *h,
+	  const Uffdd__PageData *pd)
+{
+	if (d->pbuf == NULL) {
+		if (posix_memalign((void **)&d->pbuf, 4096, FRAME_DATA_MAX) !=
+		    0)
+			fatal("page buffer");
+		d->piece_ev = event_new(base, -1, 0, piece_cb, d);
+		if (d->piece_ev == NULL)
+			fatalx("event_new");
+		event_priority_set(d->piece_ev, PRIO_BULK);
+	}
+	if (conn_take_data(c, d->pbuf, h->data_len) < 0) {
+		dest_lanes_down(d, "short PAGE_DATA");
+		return;
+	}
+	d->m->bytes += h->data_len;
+	/* Reads in small steps too while faults come. */
+	conn_set_io_max(c, loop_demand_recent() ? DEMAND_STEP_BYTES : 0);
+	loop_bulk();
+	/* The fields alone: msg and what it points to go after us. */
+	d->pend = (Uffdd__PageData)UFFDD__PAGE_DATA__INIT;
+	d->pend.region = pd->region;
+	d->pend.page = pd->page;
+	d->pend.npages = pd->npages;
+	d->pdone = 0;
+	d->pending = 1;
+	conn_stall(c, 1);
+	bulk_pieces(d);
+}
+
+/*
+ * A PAGE_DATA frame from either lane: checked, its bytes taken, and its
+ * pages installed into the root, then into its children (page_done()).
+ */
+void
+dest_page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
+	       const Uffdd__PageData *pd)
+{
+	struct dst_region *dr = dest_region_by_index(d, pd->region);
+	struct evbuffer_iovec v[PEEK_MAX];
+	int nv = 0;
+
+	if (!frame_fits(d, c, h, pd, dr))
+		return;
+	/*
+	 * The page bytes are copied out of the input buffer before anything
+	 * is installed. Installing in place from the buffer lost pages: an
+	 * install can read uffd events and send requests, which may make a
+	 * lane read or write, and an evbuffer that grows can move the bytes
+	 * we pointed into (seen with TLS and plaintext lanes alike).
+	 */
+	if (c == d->bulk && h->data_len && !pd->demand &&
+	    dr->r.kind != REGION_FILE_PRIVATE) {
+		bulk_take(d, c, h, pd);
+		return;
+	}
+	if (h->data_len) {
+		if (conn_take_data(c, d->buf, h->data_len) < 0) {
+			dest_lanes_down(d, "short PAGE_DATA");
+			return;
+		}
+		v[0].iov_base = d->buf;
+		v[0].iov_len = h->data_len;
+		nv = 1;
+	}
+	d->m->bytes += h->data_len;
+	if (pd->demand)
+		loop_poll(); /* the thread's next fault may follow */
+	else
+		loop_bulk();
+	if (install_frame(d, d, pd, v, nv) < 0)
+		return;
+	if (pd->demand && d->bulk)
+		loop_yield_woken(); /* before the bulk work goes on */
+	page_done(d, pd, v, nv);
+}

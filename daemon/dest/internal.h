@@ -1,0 +1,353 @@
+/*
+ * The destination role's parts (daemon/dest/, one concern a file) and
+ * what they share: the migration's state (struct dest), its regions, and
+ * the calls one part makes into another. The rest of the daemon sees
+ * only daemon/dest.h.
+ *
+ * Where to start reading: attach.c takes a target, target.c injects into
+ * it, fault.c reads its faults and events, install.c puts the source's
+ * frames in, lanes.c talks to the source; children.c and find.c follow
+ * the processes it forks, hold.c its private file pages, lifecycle.c
+ * makes a destination and ends it; persist.c writes the state file,
+ * saved.c reads it back and restore.c takes a migration up after a
+ * restart. regions.c says where each page of a region is now.
+ */
+#ifndef UFFDD_DEST_INTERNAL_H
+#define UFFDD_DEST_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "daemon/authz.h"
+#include "daemon/migration.h"
+#include "daemon/pagestate.h"
+#include "daemon/procref.h"
+#include "daemon/region.h"
+#include "daemon/uffd.h"
+#include "proto/frame.h"
+
+struct conn;
+struct event;
+struct evbuffer_iovec;
+struct frame_hdr;
+struct inject;
+struct migration;
+struct uffd_msg;
+
+/* Threads that may wait on a page at once, each migration. */
+#define INFLIGHT_MAX 4096
+/* EAGAIN retries of one install before the migration is declared broken. */
+#define RETRY_MAX 10000
+/*
+ * A lane silent this long is dead: the source pings every second, so this
+ * notices a cut link (whose TCP connection may linger for minutes) quickly.
+ */
+#define LANE_TIMEOUT 3
+
+/* Pages [p0, p1) of a region that the target moved to base (mremap). */
+struct move {
+	uint64_t p0, p1, base;
+};
+
+struct dst_region {
+	struct region r;    /* r.index: the source's index; r.start: ours */
+	uint64_t src_start; /* where the region is in the source */
+	uint64_t npages;
+	struct pagestate ps;
+	struct move *moves; /* later entries win */
+	size_t nmoves;
+	int shared; /* the target maps it MAP_SHARED (hugetlb: a page cache) */
+};
+
+/*
+ * A target thread blocked on a missing page: its wait is its blocktime;
+ * the wait of the fault that sent the request is a latency sample.
+ */
+struct waiter {
+	uint32_t reg;
+	uint64_t page;
+	uint64_t t0;
+	pid_t tid;
+	int first;
+};
+
+/*
+ * One destination migration: the root, into the process attached to, or
+ * one of the processes it forked (a child). Its fields are grouped by the
+ * part whose concern they are, named above each group; the parts that make
+ * a destination (attach.c, children.c, restore.c) fill them in.
+ */
+struct dest {
+	/* lifecycle.c: the record, and whom and what it is for. */
+	struct migration *m;
+	char from[256];
+	char pin[96]; /* attach --pin: the source certificate's SHA-256 */
+	/*
+	 * The target as checked (procref.h): its pidfd for signals, events
+	 * and pidfd_getfd; procref_same() before each injection.
+	 */
+	struct procref t;
+	/*
+	 * Who asked for the attach: every process the migration acts on
+	 * (the target after it is stopped, a forked child before it gets a
+	 * copy of its uffd) must be one this caller could ptrace. In the
+	 * root; a child's is unused.
+	 */
+	struct authz_caller owner;
+	int failing; /* poisoning: faults are no longer requested */
+	/*
+	 * In the root: its target exited while children it forked were still
+	 * migrating (root_gone()). It stays for their sake, with no process,
+	 * no uffd, and every page counted as present.
+	 */
+	int gone;
+	struct event *exit_ev;
+
+	/* attach.c: the control client awaiting the reply, what it asked. */
+	uint64_t serial;
+	struct range *ranges;
+	size_t nranges;
+	struct range *maps; /* attach --map: start = source's, end = ours */
+	size_t nmaps;
+
+	/*
+	 * The migrated regions and their pages' states: regions.c says where
+	 * a page is; fault.c, install.c and hold.c change the states.
+	 */
+	struct dst_region *regs;
+	size_t nregs;
+
+	/* target.c: the userfaultfd, ours and the target's copy. */
+	int uffd, target_fd;
+	/*
+	 * The daemon holds the only copy of the uffd, and the target is held
+	 * so that it dies with the daemon (tracee.h): it could not have made
+	 * this kind of userfaultfd itself. Its forked children likewise.
+	 */
+	int sole;
+	int have_poison; /* UFFDIO_POISON offered on every region */
+	int hints;	 /* ACCESS_LIKELY negotiated on this uffd */
+
+	/* fault.c: what the uffd says, and the threads waiting. */
+	struct event *uffd_ev;
+	struct waiter *waiters;
+	size_t nwaiters;
+	size_t nrequests; /* waiters that sent their page's request */
+	/*
+	 * Faults answered with a zero page that the kernel refused (EAGAIN:
+	 * an event was pending): the fault is read, so nothing else would
+	 * wake the thread. Tried again once dest_read_faults() has read the
+	 * event.
+	 */
+	uint64_t *zretry;
+	size_t nzretry;
+	/*
+	 * Messages read from the uffd while an injection waited for a thread
+	 * to stop (dest_drain_uffd()), handled by the next dest_read_faults().
+	 */
+	struct uffd_msg *backlog;
+	size_t nbacklog;
+	int read_err; /* a failed read of the uffd was logged */
+
+	/* lanes.c: the two lanes to the source, and their reconnection. */
+	struct conn *demand, *bulk;
+	int resuming;	  /* the demand lane is in a resume handshake */
+	uint64_t t_pause; /* ns: when the lanes went down */
+	int backoff_ms;
+	struct event *retry_ev;
+	struct event *bulk_delay; /* UFFDD_BENCH_BULK_DELAY_MS */
+
+	/* install.c: a frame's bytes, and a bulk frame installed in pieces. */
+	uint8_t *buf;
+	/*
+	 * A bulk frame being installed in pieces (bulk_pieces()): its pages
+	 * [pend.page + pdone, pend.page + pend.npages) are still to go in,
+	 * from pbuf + pdone pages; the bulk lane hands no frame meanwhile.
+	 */
+	Uffdd__PageData pend;
+	uint64_t pdone;
+	int pending;
+	uint8_t *pbuf;
+	struct event *piece_ev;
+
+	/*
+	 * hold.c: private file mappings cannot be registered (userfaultfd has
+	 * no MISSING mode for a regular file mapped privately), so nothing
+	 * would stop a thread from reading the file's stale page where the
+	 * source had written its own. Every thread stays in ptrace-stop (the
+	 * attach injection is kept open) until each such page is written
+	 * through /proc/PID/mem (memfd); dest_release_held() lets them go.
+	 */
+	struct inject *hold;
+	int memfd;
+
+	/*
+	 * children.c: forked children of the target (UFFD_EVENT_FORK): each
+	 * is a dest of its own (its uffd, page map, move table, migration
+	 * record) that shares the root's lanes; the root completes when they
+	 * all have.
+	 */
+	struct dest *root;  /* set in a child */
+	struct dest **kids; /* in the root */
+	size_t nkids;
+	struct event *find_ev; /* a child whose pid was not known yet */
+	pid_t parent_pid;      /* a child's parent, to find it by */
+	int find_tries;
+	unsigned long long fork_ticks; /* when its fork event came */
+
+	/*
+	 * find.c, in the root: the processes no fork event may be matched
+	 * with, by pid and start time (a pid is reused): children the target
+	 * had when we attached or restored, and every child matched since.
+	 */
+	struct proc_id {
+		pid_t pid;
+		unsigned long long start;
+	} * seen;
+	size_t nseen;
+
+	/* persist.c, in the root: its state file. */
+	int saved; /* the state file on disk is up to date */
+	/* m->pid's start time (proc.h), taken at the first save. */
+	unsigned long long start;
+	int dirty;	       /* changed since the file was written */
+	struct event *save_ev; /* writes it once the callback returns */
+};
+
+/* lifecycle.c */
+/*
+ * A new destination for process pid of migration id (the root's ID for
+ * a child), its record listed: no process, no uffd, no regions yet.
+ */
+struct dest *dest_new(const char *id, pid_t pid, const char *from,
+		      const char *pin);
+/* The target's exit is an event, once its process is known. */
+void dest_exit_watch(struct dest *);
+void dest_drop_target(struct dest *, int kill);
+void dest_complete(struct dest *);
+void dest_fail(struct dest *, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void dest_target_exited(struct dest *);
+void dest_gone_reason(struct dest *);
+
+/* attach.c */
+void dest_attach_fail(struct dest *, uint32_t code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void dest_attach_regions(struct dest *, const Uffdd__RegionTable *);
+
+/* target.c */
+int dest_setup_target(struct dest *, char *err, size_t errlen, uint32_t *code);
+void dest_reap_later(void);
+void dest_close_target_fd(struct dest *);
+void dest_let_go(struct dest *, struct inject *);
+int dest_poison_usable(void);
+
+/* regions.c */
+uint64_t dest_present_total(const struct dest *);
+uint64_t dest_page_addr(const struct dst_region *, uint64_t page);
+uint64_t dest_addr_run(const struct dst_region *, uint64_t page, uint64_t max);
+struct dst_region *dest_region_by_index(struct dest *, uint32_t idx);
+void dest_add_move(struct dst_region *, uint64_t p0, uint64_t p1, uint64_t at);
+
+/* fault.c */
+void dest_fault_watch(struct dest *);
+void dest_read_faults(struct dest *);
+void dest_drain_uffd(void *dest);
+void dest_request_page(struct dest *, struct dst_region *, uint64_t page);
+void dest_settle(struct dest *, uint32_t idx, uint64_t page, uint64_t n);
+void dest_zero_discarded(struct dest *, struct dst_region *, uint64_t page);
+
+/* install.c */
+enum uffd_res dest_install_zero(struct dest *, const struct dst_region *,
+				uint64_t addr, uint64_t len, uint64_t mode,
+				uint64_t *done);
+uint64_t dest_frame_pages(struct dest *, const struct evbuffer_iovec *, int nv,
+			  uint64_t off, uint64_t ps, uint64_t max,
+			  const uint8_t **src);
+void dest_page_data(struct dest *, struct conn *, const struct frame_hdr *,
+		    const Uffdd__PageData *);
+void dest_bulk_hold(struct dest *);
+
+/* lanes.c */
+int dest_connect_demand(struct dest *, int resuming, char *err, size_t errlen);
+int dest_open_bulk(struct dest *);
+void dest_lanes_down(struct dest *, const char *why);
+void dest_schedule_retry(struct dest *);
+
+/* hold.c */
+uint64_t dest_private_missing(const struct dest *);
+void dest_request_private(struct dest *);
+int dest_hold_target(struct dest *, struct inject *, char *err, size_t errlen);
+void dest_release_held(struct dest *);
+int dest_write_private(struct dest *, struct dst_region *,
+		       const Uffdd__PageData *, const struct evbuffer_iovec *,
+		       int nv);
+
+/* children.c */
+struct dest *dest_child_new(struct dest *root, const struct dest *parent,
+			    pid_t pid, int ufd);
+void dest_child_start(struct dest *root, struct dest *k);
+void dest_child_done(struct dest *k);
+void dest_fork_child(struct dest *parent, int ufd);
+
+/* find.c */
+pid_t dest_claim_child(pid_t parent, struct dest *root, int mark);
+pid_t dest_claim_orphan(struct dest *k);
+void dest_child_open(struct dest *k, pid_t pid);
+unsigned long long dest_boot_ticks(void);
+int dest_proc_gone(pid_t pid);
+
+/* persist.c */
+void dest_persist_dirty(struct dest *);
+int dest_persist_now(struct dest *);
+void dest_persist_remove(struct dest *);
+void dest_persist_free(struct dest *);
+
+/* saved.c: what a destination's state file says (persist.c writes it). */
+/* A saved run of discarded pages: the root's (pid 0) or a child's. */
+struct gone {
+	int pid;
+	size_t reg;
+	uint64_t p0, p1;
+};
+
+/* A forked child as a state file names it. */
+struct saved_kid {
+	pid_t pid;
+	unsigned long long start;
+	int tfd;
+};
+
+/* Pages [mv.p0, mv.p1) of region reg moved (save_regions(), persist.c). */
+struct saved_move {
+	size_t reg;
+	struct move mv;
+};
+
+/* What a destination's state file says (save_more(), persist.c). */
+struct saved {
+	char id[MIG_ID_LEN + 1], from[256], pin[96], state[16];
+	pid_t pid;
+	unsigned long long start;
+	struct authz_caller owner;
+	int tfd; /* -1: the attach had not taken the uffd yet */
+	int held, gone;
+	int sole;	     /* the daemon held the only uffd (tracee.h) */
+	struct region *regs; /* vma_start: the source's start */
+	size_t nregs;
+	struct range *ranges;
+	size_t nranges;
+	struct saved_move *moves;
+	size_t nmoves;
+	struct gone *runs;
+	size_t nruns;
+	struct saved_kid *kids;
+	size_t nkids;
+};
+
+struct state_tbl;
+int dest_saved_read(struct state_tbl *, struct saved *);
+void dest_saved_free(struct saved *);
+
+#endif

@@ -1,0 +1,440 @@
+/*
+ * The two lanes to the source: the demand lane (faults' requests and their
+ * answers, at the fault priority) and the bulk lane (the rest of the pages,
+ * in the background). A lost lane pauses the migration and is reconnected
+ * with backoff until the pause deadline; a resume tells the source which
+ * pages we hold (HAVE bitmaps) and asks again for what threads wait on.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <event2/event.h>
+
+#include "daemon/conffile.h"
+#include "daemon/conn.h"
+#include "daemon/dest/internal.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/peer.h"
+#include "daemon/stats.h"
+
+/* Frames of the bulk lane handled before the loop looks at faults again. */
+#define BULK_BUDGET 2
+#define HANDSHAKE_TIMEOUT 15
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 2000
+
+/*
+ * Whether every forked child needs nothing more of a page: the source
+ * sends no page again that HAVE names, and a child lacks what its parent
+ * got after the fork.
+ */
+static int
+kids_have(const struct dest *d, uint32_t idx, uint64_t page)
+{
+	for (size_t k = 0; k < d->nkids; k++) {
+		struct dst_region *kr = dest_region_by_index(d->kids[k], idx);
+
+		if (kr && page < kr->npages &&
+		    pagestate_get(&kr->ps, page) < PAGE_PRESENT)
+			return 0;
+	}
+	return 1;
+}
+
+/* Tells the source which pages of a region we hold, in bounded frames. */
+static void
+send_have(struct dest *d, const struct dst_region *dr)
+{
+	const uint64_t chunk = 1ULL << 21; /* pages a frame: 256 KiB of bits */
+
+	for (uint64_t first = 0; first < dr->npages; first += chunk) {
+		Uffdd__PageBitmap b = UFFDD__PAGE_BITMAP__INIT;
+		uint64_t n =
+			dr->npages - first < chunk ? dr->npages - first : chunk;
+		uint8_t *bits = xcalloc((n + 7) / 8, 1);
+
+		for (uint64_t i = 0; i < n; i++)
+			if (pagestate_get(&dr->ps, first + i) == PAGE_PRESENT &&
+			    kids_have(d, dr->r.index, first + i))
+				bits[i / 8] |= (uint8_t)(1u << (i % 8));
+		b.region = dr->r.index;
+		b.first_page = first;
+		b.npages = n;
+		b.bits.len = (n + 7) / 8;
+		b.bits.data = bits;
+		conn_send(d->demand, FRAME_HAVE, &b.base);
+		free(bits);
+	}
+}
+
+/*
+ * Names the regions we take and the pages we hold in them: the source
+ * forgets what it sent before and sends everything else (again).
+ */
+static void
+send_holdings(struct dest *d)
+{
+	Uffdd__RegionTable acc = UFFDD__REGION_TABLE__INIT;
+	Uffdd__Region *rb = xcalloc(d->nregs, sizeof(*rb));
+	Uffdd__Region **rp = xcalloc(d->nregs, sizeof(*rp));
+
+	for (size_t i = 0; i < d->nregs; i++) {
+		const struct region *r = &d->regs[i].r;
+
+		uffdd__region__init(&rb[i]);
+		rb[i].index = r->index;
+		rb[i].name = (char *)r->name;
+		rb[i].start = d->regs[i].src_start;
+		rb[i].length = r->length;
+		rb[i].page_size = r->page_size;
+		rb[i].kind = (Uffdd__RegionKind)r->kind;
+		rp[i] = &rb[i];
+	}
+	acc.n_regions = d->nregs;
+	acc.regions = rp;
+	conn_send(d->demand, FRAME_REGIONS, &acc.base);
+	free(rb);
+	free(rp);
+	for (size_t i = 0; i < d->nregs; i++)
+		send_have(d, &d->regs[i]);
+}
+
+/* Asks again for every page a thread waits on; the old requests died. */
+static void
+rerequest(struct dest *d)
+{
+	struct conn *lane = d->root ? d->root->demand : d->demand;
+
+	for (size_t k = 0; k < d->nkids; k++)
+		rerequest(d->kids[k]);
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+
+		for (uint64_t p = 0; dr->ps.requested && p < dr->npages; p++) {
+			Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
+
+			if (pagestate_get(&dr->ps, p) != PAGE_REQUESTED)
+				continue;
+			pr.region = dr->r.index;
+			pr.page = p;
+			pr.npages = 1;
+			conn_send(lane, FRAME_PAGE_REQUEST, &pr.base);
+		}
+	}
+}
+
+/*
+ * The backoff is over: reopen the bulk lane, or both lanes (a resume),
+ * unless the pause deadline has passed.
+ */
+static void
+retry_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct dest *d = arg;
+	char err[256];
+
+	if (d->m->state == MIG_RUNNING && d->demand && d->bulk == NULL) {
+		if (dest_open_bulk(d) < 0)
+			dest_schedule_retry(d);
+		return;
+	}
+	if (d->m->state != MIG_PAUSED || d->demand)
+		return;
+	if (now_ns() - d->t_pause >
+	    (uint64_t)conf.pause_deadline * 1000000000ULL) {
+		dest_fail(d, "source %s unreachable for %d s (pause deadline)",
+			  d->from, conf.pause_deadline);
+		return;
+	}
+	log_debug("migration %s: reconnecting to %s", log_id(d->m->id),
+		  d->from);
+	if (dest_connect_demand(d, 1, err, sizeof(err)) < 0) {
+		log_warnx("migration %s: %s", log_id(d->m->id), err);
+		dest_schedule_retry(d);
+	}
+}
+
+/* The next try, after a backoff that doubles up to BACKOFF_MAX_MS. */
+void
+dest_schedule_retry(struct dest *d)
+{
+	struct timeval tv;
+
+	if (d->retry_ev == NULL)
+		d->retry_ev = evtimer_new(base, retry_cb, d);
+
+	d->backoff_ms = d->backoff_ms ? d->backoff_ms * 2 : BACKOFF_MIN_MS;
+	if (d->backoff_ms > BACKOFF_MAX_MS)
+		d->backoff_ms = BACKOFF_MAX_MS;
+	tv.tv_sec = d->backoff_ms / 1000;
+	tv.tv_usec = (d->backoff_ms % 1000) * 1000;
+	evtimer_add(d->retry_ev, &tv);
+}
+
+/*
+ * A lane broke: the migration pauses, faulting threads keep waiting (their
+ * requests stay marked and go out again on reconnect), and the destination
+ * reconnects with backoff until the pause deadline.
+ */
+void
+dest_lanes_down(struct dest *d, const char *why)
+{
+	/* Before the region table nothing waits to resume: the attach fails. */
+	if (d->m->state == MIG_CONNECTING) {
+		dest_attach_fail(d, ERR_PROTOCOL, "source %s: %s", d->from,
+				 why);
+		return;
+	}
+	conn_free(d->demand);
+	conn_free(d->bulk);
+	d->demand = d->bulk = NULL;
+	d->resuming = 0;
+	d->pending = 0;
+	if (d->m->state == MIG_RUNNING) {
+		log_warnx("migration %s: source lost (%s); faulting threads "
+			  "wait",
+			  log_id(d->m->id), why);
+		migration_set_state(d->m, MIG_PAUSED);
+		d->t_pause = now_ns();
+		d->backoff_ms = 0;
+		dest_persist_dirty(d);
+	}
+	if (d->m->state == MIG_PAUSED)
+		dest_schedule_retry(d);
+}
+
+/* A frame on the bulk lane: pages, or the source's word that it broke. */
+static void
+bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
+	   void *arg)
+{
+	struct dest *d = arg;
+
+	if (h->type == FRAME_PAGE_DATA) {
+		if (d->m->state == MIG_RUNNING)
+			dest_page_data(d, c, h, (const Uffdd__PageData *)msg);
+	} else if (h->type == FRAME_ERROR) {
+		dest_lanes_down(d, ((const Uffdd__Error *)msg)->message);
+	} else if (h->type != FRAME_HELLO && h->type != FRAME_PING) {
+		dest_lanes_down(d, "unexpected frame on the bulk lane");
+	}
+}
+
+/*
+ * The bulk lane alone broke: the demand lane goes on serving faults and the
+ * bulk lane is opened again after a backoff. What was queued or in flight
+ * on it is gone, though the source counts it sent: tell the source what we
+ * hold, as a resume does, so that it sends the rest again (and drops the
+ * lane if it still holds it open). (The source closes bulk first when it
+ * fails, with its reason queued on the demand lane.)
+ */
+static void
+bulk_close(struct conn *c, const char *why, void *arg)
+{
+	struct dest *d = arg;
+
+	conn_free(d->bulk);
+	d->bulk = NULL;
+	d->pending = 0; /* its pages are not ours: send_holdings() says so */
+	if (d->demand && d->m->state == MIG_RUNNING) {
+		log_warnx("migration %s: bulk lane lost (%s); %llu of %llu "
+			  "pages present, the source sends the rest again",
+			  log_id(d->m->id), why,
+			  (unsigned long long)dest_present_total(d),
+			  (unsigned long long)d->m->pages_total);
+		send_holdings(d);
+		dest_schedule_retry(d);
+	} else {
+		dest_lanes_down(d, why);
+	}
+}
+
+/* The benchmark's delay is over: the bulk lane opens now. */
+static void
+bulk_delay_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct dest *d = arg;
+
+	if (d->m->state == MIG_RUNNING && dest_open_bulk(d) < 0)
+		dest_lanes_down(d, "bulk lane unreachable");
+}
+
+/* Opens the bulk lane and says hello; the rest is in bulk_frame. */
+int
+dest_open_bulk(struct dest *d)
+{
+	Uffdd__Hello h = UFFDD__HELLO__INIT;
+	char err[256], name[300];
+	const char *delay = getenv("UFFDD_BENCH_BULK_DELAY_MS");
+
+	/*
+	 * Benchmark knob (tests/bench): hold the bulk lane back so that demand
+	 * faults can be timed on an idle path. Never set in production.
+	 */
+	if (delay && d->bulk_delay == NULL) {
+		struct timeval tv = {atoi(delay) / 1000,
+				     atoi(delay) % 1000 * 1000};
+
+		d->bulk_delay = evtimer_new(base, bulk_delay_cb, d);
+		evtimer_add(d->bulk_delay, &tv);
+		return 0;
+	}
+	snprintf(name, sizeof(name), "source %s bulk", d->from);
+	d->bulk = peer_connect(d->from, d->pin, name, bulk_frame, bulk_close, d,
+			       err, sizeof(err));
+	if (d->bulk == NULL) {
+		log_warnx("migration %s: bulk lane: %s", log_id(d->m->id), err);
+		return -1;
+	}
+	conn_set_priority(d->bulk, PRIO_BULK);
+	conn_set_budget(d->bulk, BULK_BUDGET);
+	conn_set_timeout(d->bulk, LANE_TIMEOUT);
+	h.version = UFFDD_PROTO_VERSION;
+	h.lane = UFFDD__LANE__LANE_BULK;
+	h.migration_id = d->m->id;
+	return conn_send(d->bulk, FRAME_HELLO, &h.base);
+}
+
+/*
+ * The source answered a resume: check that its regions are still the ones
+ * we hold, tell it what we hold (it sends nothing else), ask again for what
+ * threads wait on, and reopen the bulk lane.
+ */
+static void
+resume(struct dest *d, const Uffdd__RegionTable *t)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		const struct region *r = &d->regs[i].r;
+		const Uffdd__Region *s = NULL;
+
+		for (size_t k = 0; k < t->n_regions; k++)
+			if (t->regions[k]->index == r->index)
+				s = t->regions[k];
+		if (s == NULL || s->start != d->regs[i].src_start ||
+		    s->length != r->length || s->page_size != r->page_size) {
+			dest_fail(d,
+				  "source %s: region 0x%llx changed across "
+				  "the reconnect",
+				  d->from, (unsigned long long)r->start);
+			return;
+		}
+	}
+	send_holdings(d);
+	rerequest(d);
+	d->resuming = 0;
+	d->backoff_ms = 0;
+	d->m->reconnects++;
+	log_info("migration %s: resumed after %.1f s paused; %llu of %llu "
+		 "pages present",
+		 log_id(d->m->id), (double)(now_ns() - d->t_pause) / 1e9,
+		 (unsigned long long)dest_present_total(d),
+		 (unsigned long long)d->m->pages_total);
+	migration_set_state(d->m, MIG_RUNNING);
+	dest_persist_dirty(d);
+	if (dest_present_total(d) == d->m->pages_total && d->nkids == 0) {
+		dest_complete(d);
+		return;
+	}
+	if (dest_open_bulk(d) < 0)
+		dest_lanes_down(d, "bulk lane unreachable");
+}
+
+/*
+ * A frame on the demand lane: the handshake and region table of an attach
+ * or a resume, the answers to requests, or the source's error.
+ */
+static void
+demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
+	     void *arg)
+{
+	struct dest *d = arg;
+
+	switch (h->type) {
+	case FRAME_HELLO:
+		if (((const Uffdd__Hello *)msg)->version == UFFDD_PROTO_VERSION)
+			break;
+		if (d->m->state == MIG_CONNECTING)
+			dest_attach_fail(
+				d, ERR_PROTOCOL,
+				"source %s speaks protocol version %u, "
+				"we speak %u",
+				d->from, ((const Uffdd__Hello *)msg)->version,
+				UFFDD_PROTO_VERSION);
+		else
+			dest_lanes_down(d, "protocol version changed");
+		break;
+	case FRAME_REGIONS:
+		if (d->m->state == MIG_CONNECTING)
+			dest_attach_regions(d, (const Uffdd__RegionTable *)msg);
+		else if (d->resuming)
+			resume(d, (const Uffdd__RegionTable *)msg);
+		else
+			dest_lanes_down(d, "second region table");
+		break;
+	case FRAME_PAGE_DATA:
+		if (d->m->state == MIG_RUNNING)
+			dest_page_data(d, c, h, (const Uffdd__PageData *)msg);
+		break;
+	case FRAME_PING:
+		break;
+	case FRAME_ERROR: {
+		const Uffdd__Error *e = (const Uffdd__Error *)msg;
+
+		if (d->m->state == MIG_CONNECTING)
+			dest_attach_fail(d,
+					 e->code == ERR_UNKNOWN_ID
+						 ? ERR_UNKNOWN_ID
+						 : ERR_SOURCE,
+					 "source %s: %s", d->from, e->message);
+		else if (e->code == ERR_SOURCE || e->code == ERR_UNKNOWN_ID)
+			dest_fail(d, "source %s: %s", d->from, e->message);
+		else
+			dest_lanes_down(d, e->message);
+		break;
+	}
+	default:
+		dest_lanes_down(d, "unexpected frame on the demand lane");
+		break;
+	}
+}
+
+/* The demand lane broke: an attach fails, a migration pauses. */
+static void
+demand_close(struct conn *c, const char *why, void *arg)
+{
+	struct dest *d = arg;
+
+	if (d->m->state == MIG_CONNECTING)
+		dest_attach_fail(d, ERR_UNREACHABLE,
+				 "source %s unreachable: %s", d->from, why);
+	else
+		dest_lanes_down(d, why);
+}
+
+/* Opens the demand lane and says hello; the rest is in demand_frame. */
+int
+dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
+{
+	Uffdd__Hello h = UFFDD__HELLO__INIT;
+	char name[300];
+
+	snprintf(name, sizeof(name), "source %s demand", d->from);
+	d->demand = peer_connect(d->from, d->pin, name, demand_frame,
+				 demand_close, d, err, errlen);
+	if (d->demand == NULL)
+		return -1;
+	conn_set_priority(d->demand, PRIO_FAULT);
+	conn_set_timeout(d->demand,
+			 resuming ? LANE_TIMEOUT : HANDSHAKE_TIMEOUT);
+	peer_set_nodelay(d->demand);
+	d->resuming = resuming;
+	h.version = UFFDD_PROTO_VERSION;
+	h.lane = UFFDD__LANE__LANE_DEMAND;
+	h.migration_id = d->m->id;
+	h.resume = resuming;
+	return conn_send(d->demand, FRAME_HELLO, &h.base);
+}

@@ -1,0 +1,425 @@
+/*
+ * How a destination is made, and how it ends: complete (every page in),
+ * failed (the missing pages poisoned, or the target stopped), or its
+ * target gone; then teardown lets go of the target, the lanes and the
+ * state file, and the memory goes once the current callback returns.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "daemon/compat.h"
+#include "daemon/conn.h"
+#include "daemon/dest.h"
+#include "daemon/dest/internal.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/tracee.h"
+
+/* The events of every part, those that were made. */
+static void
+free_events(struct dest *d)
+{
+	struct event *evs[] = {d->uffd_ev,    d->exit_ev, d->retry_ev,
+			       d->bulk_delay, d->find_ev, d->piece_ev};
+
+	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
+		if (evs[i]) /* event_free() takes no NULL */
+			event_free(evs[i]);
+}
+
+/*
+ * The role's memory (migration.h, impl_free): once the migration ended,
+ * or as the daemon shuts down. A write of the state file still pending
+ * is done first (persist.c).
+ */
+static void
+dest_free(struct migration *m)
+{
+	struct dest *d = m->impl;
+
+	if (d == NULL)
+		return;
+	dest_release_held(d);
+	dest_persist_free(d);
+	conn_free(d->demand);
+	conn_free(d->bulk);
+	free_events(d);
+	free(d->pbuf);
+	free(d->seen);
+	free(d->zretry);
+	for (size_t i = 0; i < d->nbacklog; i++)
+		if (d->backlog[i].event == UFFD_EVENT_FORK)
+			close((int)d->backlog[i].arg.fork.ufd);
+	free(d->backlog);
+	if (d->uffd >= 0)
+		close(d->uffd);
+	procref_close(&d->t);
+	for (size_t i = 0; i < d->nregs; i++) {
+		pagestate_free(&d->regs[i].ps);
+		free(d->regs[i].moves);
+	}
+	free(d->regs);
+	free(d->ranges);
+	free(d->maps);
+	free(d->buf);
+	free(d->waiters);
+	free(d->kids);
+	free(d);
+	m->impl = NULL;
+}
+
+/* One place makes a destination: attach, a fork, and a restart use it. */
+struct dest *
+dest_new(const char *id, pid_t pid, const char *from, const char *pin)
+{
+	struct migration *m = migration_new(ROLE_DEST, id);
+	struct dest *d = xcalloc(1, sizeof(*d));
+
+	m->impl = d;
+	m->impl_free = dest_free;
+	m->pid = pid;
+	d->m = m;
+	d->uffd = d->target_fd = -1;
+	d->t = (struct procref)PROCREF_NONE;
+	snprintf(d->from, sizeof(d->from), "%s", from);
+	snprintf(d->pin, sizeof(d->pin), "%s", pin);
+	d->waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->waiters));
+	return d;
+}
+
+/* What a failed migration does with a target it cannot poison. */
+static const char *
+fate(const struct dest *d)
+{
+	return d->sole ? "killed (it held no copy of its userfaultfd)"
+		       : "stopped";
+}
+
+/* The target's process is gone (its pidfd is readable). */
+static void
+exit_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	dest_target_exited(arg);
+}
+
+/* The target's exit is an event, once its process is known (a pidfd). */
+void
+dest_exit_watch(struct dest *d)
+{
+	if (d->t.pidfd < 0 || d->exit_ev != NULL)
+		return;
+	d->exit_ev =
+		event_new(base, d->t.pidfd, EV_READ | EV_PERSIST, exit_cb, d);
+	event_priority_set(d->exit_ev, PRIO_CONTROL);
+	event_add(d->exit_ev, NULL);
+}
+
+/* No more faults and events of the target, nor its exit: our uffd goes. */
+static void
+unwatch(struct dest *d)
+{
+	if (d->uffd_ev)
+		event_del(d->uffd_ev);
+	if (d->exit_ev)
+		event_del(d->exit_ev);
+	if (d->uffd >= 0)
+		close(d->uffd);
+	d->uffd = -1;
+}
+
+/*
+ * d's target is none of ours any more: one held with no copy of its uffd
+ * (sole, tracee.h) is let go, or killed first when kill is set; its faults,
+ * events and exit are no longer watched, and our uffd goes.
+ */
+void
+dest_drop_target(struct dest *d, int kill)
+{
+	if (d->sole && kill)
+		procref_signal(&d->t, SIGKILL);
+	if (d->sole)
+		tracee_release(d->m->pid);
+	unwatch(d);
+}
+
+/*
+ * The end of a migration, either way: lanes, registration and both copies
+ * of the uffd go (the target's only when close_target is set), the state
+ * file too, and the role's memory once the current callback returns.
+ */
+static void
+teardown(struct dest *d, int close_target)
+{
+	dest_release_held(d);
+	if (d->demand)
+		conn_finish(d->demand);
+	if (d->bulk)
+		conn_finish(d->bulk);
+	d->demand = d->bulk = NULL;
+	if (close_target && d->uffd >= 0) {
+		for (size_t i = 0; i < d->nregs; i++)
+			if (d->regs[i].r.kind != REGION_FILE_PRIVATE &&
+			    uffd_unregister(d->uffd, d->regs[i].r.start,
+					    d->regs[i].r.length) < 0 &&
+			    errno != ESRCH)
+				log_warn(
+					"migration %s: unregister 0x%llx",
+					log_id(d->m->id),
+					(unsigned long long)d->regs[i].r.start);
+		dest_close_target_fd(d);
+	}
+	/*
+	 * A target with no copy of its own loses its registration with ours:
+	 * left stopped (no UFFDIO_POISON here), it would read zeros once
+	 * continued. It goes, as it would with the daemon (tracee.h).
+	 */
+	dest_drop_target(d, !close_target);
+	if (d->retry_ev)
+		event_del(d->retry_ev);
+	dest_persist_remove(d);
+	migration_release(d->m);
+}
+
+/*
+ * Every page is in: tell the source, unregister, and close both copies of
+ * the uffd. Only now may the target's copy go (DESIGN section 5).
+ */
+void
+dest_complete(struct dest *d)
+{
+	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
+
+	c.pages = dest_present_total(d);
+	if (d->demand)
+		conn_send(d->demand, FRAME_COMPLETE, &c.base);
+	migration_set_state(d->m, MIG_COMPLETE);
+	teardown(d, 1);
+}
+
+/*
+ * Marks every page that is not present as lost: UFFDIO_POISON where the
+ * kernel has it, so a thread touching one gets SIGBUS instead of a zero page
+ * or an endless wait. Returns 0, or -1 when poisoning is impossible.
+ */
+static int
+poison_missing(struct dest *d)
+{
+	d->failing = 1;
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t p = 0, ps = dr->r.page_size;
+
+		while (p < dr->npages) {
+			uint64_t n;
+
+			p += pagestate_present_run(&dr->ps, p, dr->npages - p);
+			if (p >= dr->npages)
+				break;
+			n = pagestate_missing_run(&dr->ps, p, dr->npages - p);
+			n = dest_addr_run(dr, p, n);
+			/* Never registered: dest_release_held() stops it. */
+			if (d->have_poison &&
+			    dr->r.kind != REGION_FILE_PRIVATE) {
+				struct uffdio_poison up = {
+					.range = {dest_page_addr(dr, p),
+						  n * ps}};
+				int tries = 0;
+
+				while (ioctl(d->uffd, UFFDIO_POISON, &up) < 0 &&
+				       errno == EAGAIN && tries++ < RETRY_MAX) {
+					dest_read_faults(d);
+					if (up.updated > 0) {
+						up.range.start +=
+							(uint64_t)up.updated;
+						up.range.len -=
+							(uint64_t)up.updated;
+					}
+					up.updated = 0;
+				}
+			}
+			migration_lost(d->m, dest_page_addr(dr, p),
+				       dest_page_addr(dr, p) + n * ps, n);
+			p += n;
+		}
+	}
+	return d->have_poison ? 0 : -1;
+}
+
+/*
+ * A target that keeps its registration after a failure (no UFFDIO_POISON,
+ * or held for its private file pages) would wait forever on a page that
+ * nobody installs any more. The pages that are zeros, left unpopulated as
+ * ZERO or discarded by the target itself, get their zero page now, so that
+ * only the lost ones are missing.
+ */
+static void
+fill_discarded(struct dest *d)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+		uint64_t ps = dr->r.page_size, max = FRAME_DATA_MAX / ps, p = 0;
+
+		if (dr->r.kind == REGION_FILE_PRIVATE)
+			continue;
+		while (p < dr->npages) {
+			uint64_t n = 0, done = 0;
+
+			while (p + n < dr->npages && n < max &&
+			       pagestate_get(&dr->ps, p + n) == PAGE_DISCARDED)
+				n++;
+			if (n == 0) {
+				p++;
+				continue;
+			}
+			n = dest_addr_run(dr, p, n);
+			if (dest_install_zero(d, dr, dest_page_addr(dr, p),
+					      n * ps, 0, &done) == UFFD_GONE)
+				return;
+			/* Past a page that failed (it exists, or an event). */
+			p += done / ps < n ? done / ps + 1 : n;
+		}
+	}
+}
+
+/*
+ * Loud failure (DESIGN section 6): the pages that are still missing can no
+ * longer be had. They are poisoned and the target goes on with SIGBUS on a
+ * lost page; without UFFDIO_POISON the target is stopped instead and keeps
+ * its registration, so that no missing page ever reads as zeros.
+ */
+void
+dest_fail(struct dest *d, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+	int poisoned;
+
+	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	poisoned = poison_missing(d) == 0;
+	/* Forked children lose the same pages. */
+	while (d->nkids > 0) {
+		struct dest *k = d->kids[0];
+
+		if (poison_missing(k) < 0)
+			fill_discarded(k);
+		migration_fail(k->m, "%s", why);
+		dest_child_done(k);
+	}
+	if (d->hold && dest_private_missing(d) > 0) {
+		/*
+		 * dest_release_held() (in teardown) stops it, poisoned or
+		 * not; it keeps its uffd, as a stopped target does (no
+		 * injection into a process with a stop pending).
+		 */
+		poisoned = 0;
+		migration_fail(d->m,
+			       "%s; %llu pages lost; target %d %s (pages "
+			       "it wrote in private file mappings never "
+			       "arrived)",
+			       why, (unsigned long long)d->m->pages_lost,
+			       (int)d->m->pid, fate(d));
+	} else if (!poisoned) {
+		procref_signal(&d->t, SIGSTOP);
+		migration_fail(d->m,
+			       "%s; %llu pages lost; target %d %s (this "
+			       "kernel has no UFFDIO_POISON)",
+			       why, (unsigned long long)d->m->pages_lost,
+			       (int)d->m->pid, fate(d));
+	} else {
+		migration_fail(d->m,
+			       "%s; %llu pages lost and poisoned (SIGBUS on "
+			       "access)",
+			       why, (unsigned long long)d->m->pages_lost);
+	}
+	if (!poisoned)
+		fill_discarded(d);
+	if (d->demand)
+		conn_send_error(d->demand, ERR_DEST_FAILED, "%s", d->m->reason);
+	teardown(d, poisoned);
+}
+
+/* Fails d's migration now, as its pause deadline would (dest.h). */
+void
+dest_cancel(struct migration *m, const char *why)
+{
+	if (m->role == ROLE_DEST && m->impl != NULL)
+		dest_fail(m->impl, "%s", why);
+}
+
+/* What status says of a root whose target exited (root_gone()). */
+void
+dest_gone_reason(struct dest *d)
+{
+	snprintf(d->m->reason, sizeof(d->m->reason),
+		 "target process %d exited; the processes it forked migrate "
+		 "on",
+		 (int)d->m->pid);
+}
+
+/*
+ * The target exited while processes it forked still migrate, as a daemon
+ * does when it detaches (it forks, and the parent exits): they go on, on
+ * the root's lanes. Nothing of the root's own is wanted any more, so its
+ * pages count as present; the migration completes with its last child.
+ */
+static void
+root_gone(struct dest *d)
+{
+	log_info("migration %s: target process %d exited; %zu process%s it "
+		 "forked go%s on migrating",
+		 log_id(d->m->id), (int)d->m->pid, d->nkids,
+		 d->nkids == 1 ? "" : "es", d->nkids == 1 ? "es" : "");
+	d->gone = 1;
+	dest_gone_reason(d);
+	unwatch(d);
+	d->target_fd = -1;
+	d->nwaiters = d->nrequests = d->nzretry = 0;
+	dest_bulk_hold(d);
+	for (size_t i = 0; i < d->nregs; i++)
+		pagestate_set_present(&d->regs[i].ps, 0, d->regs[i].npages);
+	d->m->pages_present = dest_present_total(d);
+	dest_persist_dirty(d);
+}
+
+/*
+ * The target exited, or an install found its memory gone: a child is
+ * done, a root with children goes on for them (root_gone()), any other
+ * migration fails.
+ */
+void
+dest_target_exited(struct dest *d)
+{
+	if (d->root) {
+		dest_child_done(d);
+		return;
+	}
+	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
+		return;
+	/* A fork's event it left unread, or one an injection read, first. */
+	dest_read_faults(d);
+	if (d->nkids > 0 &&
+	    (d->m->state == MIG_RUNNING || d->m->state == MIG_PAUSED)) {
+		root_gone(d);
+		return;
+	}
+	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
+		return;
+	migration_fail(d->m, "target process %d exited", (int)d->m->pid);
+	if (d->demand)
+		conn_send_error(d->demand, ERR_TARGET_GONE, "%s", d->m->reason);
+	d->target_fd = -1;
+	teardown(d, 0);
+}
