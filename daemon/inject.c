@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/uio.h>
@@ -379,23 +380,19 @@ union fd_cmsg {
 };
 
 /*
- * Sends our descriptor fd with SCM_RIGHTS, in a datagram to the target's
- * socket at sun. The sending socket (kept open until the target has
- * received), or -1 with inj->err set.
+ * Sends our descriptor fd with SCM_RIGHTS on the connected socket cs.
+ * 0, or -1 with inj->err set.
  */
 static int
-send_fd(struct inject *inj, struct sockaddr_un *sun, int fd)
+send_fd(struct inject *inj, int cs, int fd)
 {
 	union fd_cmsg cm;
 	struct msghdr mh = {0};
 	struct iovec iov;
 	char byte = 'u';
-	int ds;
 
 	iov.iov_base = &byte;
 	iov.iov_len = 1;
-	mh.msg_name = sun;
-	mh.msg_namelen = sizeof(*sun);
 	mh.msg_iov = &iov;
 	mh.msg_iovlen = 1;
 	memset(&cm, 0, sizeof(cm));
@@ -405,15 +402,96 @@ send_fd(struct inject *inj, struct sockaddr_un *sun, int fd)
 	CMSG_FIRSTHDR(&mh)->cmsg_type = SCM_RIGHTS;
 	CMSG_FIRSTHDR(&mh)->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(CMSG_FIRSTHDR(&mh)), &fd, sizeof(int));
-	if ((ds = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0 ||
-	    sendmsg(ds, &mh, 0) != 1) {
-		snprintf(inj->err, sizeof(inj->err), "sendmsg to %s: %s",
-			 sun->sun_path, strerror(errno));
-		if (ds >= 0)
-			close(ds);
+	if (sendmsg(cs, &mh, MSG_NOSIGNAL) != 1) {
+		snprintf(inj->err, sizeof(inj->err), "sendmsg to %d: %s",
+			 (int)inj->pid, strerror(errno));
 		return -1;
 	}
-	return ds;
+	return 0;
+}
+
+/*
+ * A private directory for the hand-over that the target can reach: made
+ * through /proc/PID/root, the target's own view of the file system
+ * (whatever its mount namespace, or a private /tmp of ours), in the first
+ * of its /tmp, /dev/shm and /var/tmp that takes it. ours is the path we
+ * use, theirs the same directory as the target names it. 0, or -1.
+ */
+static int
+handover_dir(pid_t pid, char *ours, size_t olen, char *theirs, size_t tlen)
+{
+	static const char *const bases[] = {"/tmp", "/dev/shm", "/var/tmp"};
+
+	for (size_t i = 0; i < sizeof(bases) / sizeof(bases[0]); i++) {
+		size_t cut;
+
+		snprintf(ours, olen, "/proc/%d/root%s/uffdd-pass-XXXXXX",
+			 (int)pid, bases[i]);
+		if (mkdtemp(ours) == NULL)
+			continue;
+		/* Searchable, not listable: the socket's name is no secret. */
+		chmod(ours, 0711);
+		cut = strlen(ours) - strlen(bases[i]) -
+		      strlen("/uffdd-pass-XXXXXX");
+		snprintf(theirs, tlen, "%s", ours + cut);
+		return 0;
+	}
+	return -1;
+}
+
+/*
+ * Our end of the hand-over: a stream socket listening at path, which the
+ * target may connect to (0666 in a directory only we can list). -1 with
+ * inj->err set.
+ */
+static int
+handover_listen(struct inject *inj, const char *path)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	int ls = -1;
+
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		snprintf(inj->err, sizeof(inj->err),
+			 "hand-over socket path too long: %s", path);
+		return -1;
+	}
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (ls < 0 || bind(ls, (struct sockaddr *)&sun, sizeof(sun)) < 0 ||
+	    chmod(path, 0666) < 0 || listen(ls, 4) < 0) {
+		snprintf(inj->err, sizeof(inj->err), "hand-over socket %s: %s",
+			 path, strerror(errno));
+		if (ls >= 0)
+			close(ls);
+		return -1;
+	}
+	return ls;
+}
+
+/*
+ * The connection the target made, and only it: anyone may connect to the
+ * socket, so the peer the kernel recorded must be the target (the calls
+ * run in its main thread, whose pid is the process's). -1 with inj->err.
+ */
+static int
+handover_accept(struct inject *inj, int ls)
+{
+	for (int tries = 0; tries < 8; tries++) {
+		struct ucred cr;
+		socklen_t len = sizeof(cr);
+		int cs = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+
+		if (cs < 0)
+			break;
+		if (getsockopt(cs, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0 &&
+		    cr.pid == inj->pid)
+			return cs;
+		close(cs); /* someone else's: not given anything */
+	}
+	snprintf(inj->err, sizeof(inj->err),
+		 "process %d did not connect to the hand-over socket",
+		 (int)inj->pid);
+	return -1;
 }
 
 /*
@@ -463,20 +541,20 @@ target_recv_fd(struct inject *inj, long sock, uint64_t scratch)
 }
 
 /*
- * Hands one of our descriptors to the target: the target binds a datagram
- * socket in a directory of its own (made and owned for it, so that neither
- * network namespaces nor other users come in between), we send the
- * descriptor there with SCM_RIGHTS, and the target receives it. The
- * messages live in a scratch page mapped in the target for the purpose.
- * Returns the descriptor's number in the target, or -1 with inj->err set.
+ * Hands one of our descriptors to the target: we listen on a stream socket
+ * in a private directory inside the target's own file system view, the
+ * target connects, we check that the connection is the target's and send
+ * the descriptor with SCM_RIGHTS, and the target receives it. The messages
+ * live in a scratch page mapped in the target for the purpose. Returns the
+ * descriptor's number in the target, or -1 with inj->err set.
  */
 int
-inject_pass_fd(struct inject *inj, int fd, uid_t uid, gid_t gid)
+inject_pass_fd(struct inject *inj, int fd)
 {
-	char dir[] = "/tmp/uffdd-pass-XXXXXX";
+	char dir[128], theirs[96], path[160];
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
 	long scratch, sock = -1, rc;
-	int out = -1, ds = -1;
+	int out = -1, ls = -1, cs = -1;
 
 	scratch = inject_syscall(inj, SYS_mmap, 0, 4096, PROT_READ | PROT_WRITE,
 				 MAP_PRIVATE | MAP_ANONYMOUS, (unsigned long)-1,
@@ -486,35 +564,46 @@ inject_pass_fd(struct inject *inj, int fd, uid_t uid, gid_t gid)
 			 (int)inj->pid, strerror((int)-scratch));
 		return -1;
 	}
-	if (mkdtemp(dir) == NULL || chown(dir, uid, gid) < 0) {
-		snprintf(inj->err, sizeof(inj->err), "%s: %s", dir,
-			 strerror(errno));
+	dir[0] = '\0';
+	if (handover_dir(inj->pid, dir, sizeof(dir), theirs, sizeof(theirs)) <
+	    0) {
+		snprintf(inj->err, sizeof(inj->err),
+			 "no directory for the hand-over in the /tmp, /dev/shm "
+			 "or /var/tmp of process %d",
+			 (int)inj->pid);
+		dir[0] = '\0';
 		goto out;
 	}
-	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/s", dir);
+	snprintf(path, sizeof(path), "%s/s", dir);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/s", theirs);
+	if ((ls = handover_listen(inj, path)) < 0)
+		goto out;
 	sock = inject_syscall(inj, SYS_socket, AF_UNIX,
-			      SOCK_DGRAM | SOCK_CLOEXEC, 0, 0, 0, 0);
+			      SOCK_STREAM | SOCK_CLOEXEC, 0, 0, 0, 0);
 	if (sock < 0 ||
 	    poke_target(inj->pid, (uint64_t)scratch, &sun, sizeof(sun)) < 0 ||
-	    (rc = inject_syscall(inj, SYS_bind, (unsigned long)sock,
+	    (rc = inject_syscall(inj, SYS_connect, (unsigned long)sock,
 				 (unsigned long)scratch, sizeof(sun), 0, 0,
 				 0)) < 0) {
 		snprintf(inj->err, sizeof(inj->err),
-			 "a socket for the hand-over in %d failed",
+			 "process %d could not connect to the hand-over socket",
 			 (int)inj->pid);
 		goto out;
 	}
-	if ((ds = send_fd(inj, &sun, fd)) >= 0)
+	if ((cs = handover_accept(inj, ls)) >= 0 && send_fd(inj, cs, fd) == 0)
 		out = target_recv_fd(inj, sock, (uint64_t)scratch);
 out:
-	if (ds >= 0)
-		close(ds);
+	if (cs >= 0)
+		close(cs);
+	if (ls >= 0)
+		close(ls);
 	if (sock >= 0)
 		inject_syscall(inj, SYS_close, (unsigned long)sock, 0, 0, 0, 0,
 			       0);
-	if (sun.sun_path[0])
-		unlink(sun.sun_path);
-	rmdir(dir);
+	if (dir[0]) {
+		unlink(path);
+		rmdir(dir);
+	}
 	inject_syscall(inj, SYS_munmap, (unsigned long)scratch, 4096, 0, 0, 0,
 		       0);
 	if (out < 0 && inj->err[0] == '\0')

@@ -44,11 +44,12 @@ long inject_syscall(struct inject *inj, long nr, unsigned long a1,
 		    unsigned long a2, unsigned long a3, unsigned long a4,
 		    unsigned long a5, unsigned long a6);
 /*
- * Gives the target a copy of our descriptor fd (SCM_RIGHTS through a
- * socket in a private directory owned by uid/gid, the target's). Returns
- * its number in the target, or -1 with inj->err set.
+ * Gives the target a copy of our descriptor fd, over a unix socket in a
+ * private directory of the target's own /tmp (reached through
+ * /proc/PID/root: a private /tmp of the daemon's does not come between).
+ * Returns its number in the target, or -1 with inj->err set.
  */
-int inject_pass_fd(struct inject *inj, int fd, uid_t uid, gid_t gid);
+int inject_pass_fd(struct inject *inj, int fd);
 /*
  * Restores the registers and keeps every thread stopped, each in an event
  * stop: should the tracer die now, the target goes on where it was, not in

@@ -147,8 +147,6 @@ give_uffd(struct dest *k)
 	struct inject inj = {.err = "no such process"};
 	pid_t pid = k->m->pid;
 	uint32_t code;
-	char path[64];
-	struct stat st;
 
 	/* Its parent held no copy: neither does it; held instead. */
 	if (k->sole) {
@@ -162,8 +160,7 @@ give_uffd(struct dest *k)
 		return;
 	}
 
-	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
-	if (procref_same(&k->t) && stat(path, &st) == 0 &&
+	if (procref_same(&k->t) &&
 	    inject_begin_draining(&inj, pid, 1, k->uffd, dest_drain_uffd, k) ==
 		    0) {
 		/*
@@ -173,8 +170,7 @@ give_uffd(struct dest *k)
 		 */
 		if (authz_may_ptrace(&k->root->owner, &k->t, &code, inj.err,
 				     sizeof(inj.err)) == 0)
-			k->target_fd = inject_pass_fd(&inj, k->uffd, st.st_uid,
-						      st.st_gid);
+			k->target_fd = inject_pass_fd(&inj, k->uffd);
 		inject_end(&inj);
 	} else {
 		dest_reap_later();
