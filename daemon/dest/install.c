@@ -97,8 +97,8 @@ install_failed(struct dest *d, enum uffd_res res, int zero, uint64_t addr)
 }
 
 /*
- * Installs a run of missing pages, handling each outcome the way DESIGN
- * section 4 says. Returns the pages this call installed, or -1 when the
+ * Installs a run of missing pages, handling each outcome the way the
+ * errno map says (uffd.h, docs/design.md). Returns the pages this call installed, or -1 when the
  * migration can no longer go on (failed).
  */
 static int64_t
@@ -114,7 +114,7 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 		/*
 		 * A page a thread waits on will be touched at once: young PTE;
 		 * a prefetched one may never be: old PTE, reclaimed first
-		 * (DESIGN section 4). Only where the patched kernel has it.
+		 * (docs/design.md). Only where the patched kernel has it.
 		 */
 		uint64_t mode =
 			likely && d->hints ? UFFDIO_COPY_MODE_ACCESS_LIKELY : 0;
@@ -372,6 +372,18 @@ page_done(struct dest *d, const Uffdd__PageData *pd,
 }
 
 /*
+ * The install into the root found its target gone, and its forked
+ * children migrate on (root_gone()): the frame is still theirs, all of it.
+ * Dropped there, its pages never came to the children (the source sends
+ * each once), and an idle child's migration waited for good.
+ */
+static int
+root_went(const struct dest *d)
+{
+	return d->gone && d->m->state == MIG_RUNNING;
+}
+
+/*
  * While one thread waits for a demand answer, the bulk lane waits: on a
  * busy machine the daemons share CPUs, and installing bulk frames kept the
  * source from running to answer. Only for one: with several requests in
@@ -429,12 +441,12 @@ bulk_pieces(struct dest *d)
 		v.iov_base = d->pbuf + d->pdone * ps;
 		v.iov_len = sub.npages * ps;
 		d->pdone += sub.npages;
-		if (install_frame(d, d, &sub, &v, 1) < 0) {
+		if (install_frame(d, d, &sub, &v, 1) < 0 && !root_went(d)) {
 			pieces_stop(
 				d); /* as dest_page_data() gives up a frame */
 			return;
 		}
-		if (d->pdone == d->pend.npages) {
+		if (d->pdone == d->pend.npages || d->gone) {
 			v.iov_base = d->pbuf;
 			v.iov_len = d->pend.npages * ps;
 			pieces_stop(d);
@@ -570,7 +582,7 @@ dest_page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		loop_poll(); /* the thread's next fault may follow */
 	else
 		loop_bulk();
-	if (install_frame(d, d, pd, v, nv) < 0)
+	if (install_frame(d, d, pd, v, nv) < 0 && !root_went(d))
 		return;
 	if (pd->demand && d->bulk)
 		loop_yield_woken(); /* before the bulk work goes on */
