@@ -389,7 +389,7 @@ dest_drain_uffd(void *arg)
 
 /*
  * Reads every pending uffd message: page faults become requests, and the
- * target's own changes to its memory (DESIGN section 4, non-cooperative
+ * target's own changes to its memory (docs/design.md, non-cooperative
  * events) update the page map before any page is installed again.
  */
 void

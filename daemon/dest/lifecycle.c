@@ -191,7 +191,7 @@ teardown(struct dest *d, int close_target)
 
 /*
  * Every page is in: tell the source, unregister, and close both copies of
- * the uffd. Only now may the target's copy go (DESIGN section 5).
+ * the uffd. Only now may the target's copy go (docs/design.md).
  */
 void
 dest_complete(struct dest *d)
@@ -291,7 +291,7 @@ fill_discarded(struct dest *d)
 }
 
 /*
- * Loud failure (DESIGN section 6): the pages that are still missing can no
+ * Loud failure (docs/design.md): the pages that are still missing can no
  * longer be had. They are poisoned and the target goes on with SIGBUS on a
  * lost page; without UFFDIO_POISON the target is stopped instead and keeps
  * its registration, so that no missing page ever reads as zeros.

@@ -1,7 +1,7 @@
 /*
  * After a daemon restart: a destination migration taken up again from its
  * state file (saved.c reads it). The target's uffd is copied again from
- * the target (it kept its copy: DESIGN section 5), the page states are
+ * the target (it kept its copy: docs/design.md), the page states are
  * rebuilt from its pagemap and the saved discards, the forked children the
  * file names are taken up likewise, and the lanes reconnect (a resume).
  */
@@ -365,7 +365,7 @@ restored_log(const struct dest *d)
 
 /*
  * After a daemon restart: takes the target's userfaultfd again (the target
- * kept its copy: DESIGN section 5), rebuilds the page states from the
+ * kept its copy: docs/design.md), rebuilds the page states from the
  * target's pagemap (a page is there exactly when it was installed, because
  * attach discarded everything and registered before any thread ran), wakes
  * threads whose faults the dead daemon had read, and resumes.

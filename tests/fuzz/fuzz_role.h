@@ -1,6 +1,6 @@
 /*
  * Shared by fuzz_source and fuzz_dest, which drive the daemon's real role
- * code (daemon/source/, daemon/dest.c) against a real target process: the
+ * code (daemon/source/, daemon/dest/) against a real target process: the
  * target's layout, the daemon's globals, and the loop that feeds a peer
  * lane while reading and checking what the daemon answers.
  *
