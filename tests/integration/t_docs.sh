@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The man pages match --help: every option of uffdd, every command and
 # option of uffd-client, every key of the configuration is documented, and
-# the pages render without warnings.
+# the pages render without warnings; the docs name no path that is not
+# there.
 . "$SRC/tests/lib.sh"
 M=$SRC/man
 # In roff, "-" is written "\-".
@@ -26,3 +27,29 @@ if command -v man >/dev/null; then
 	done
 fi
 info "man pages cover uffdd --help, the configuration keys and uffd-client --help"
+
+# The docs stand alone: every path of the repository they name exists (a
+# program as its .c source, kernel/ paths also relative to kernel/, build
+# output excepted), and none names a file outside the repository.
+cd "$SRC"
+python3 - README.md docs/*.md man/*.[158] kernel/README.md <<'PY' >"$T/paths" ||
+import os, re, sys
+pat = re.compile(r'(?<![\w/.-])((?:daemon|client|proto|tests|kernel|systemd|docs|man|\.ci)/[A-Za-z0-9_./*{},-]*[A-Za-z0-9_*}])')
+bad = 0
+for f in sys.argv[1:]:
+    t = open(f, encoding='utf-8').read().replace('\\-', '-')
+    for m in pat.finditer(t):
+        p = m.group(1)
+        if any(c in p for c in '*{'):
+            continue  # a pattern: client/cmd-*.c
+        if p.startswith('kernel/build') or any(os.path.exists(c) for c in
+                (p, p + '.c', os.path.join('kernel', p))):
+            continue
+        print(f'{f}: {p} does not exist'); bad = 1
+    for out in ('DESIGN.md', 'FACTS.md', 'STYLE.md', '../shared'):
+        if out in t:
+            print(f'{f}: cites {out}, outside the repository'); bad = 1
+sys.exit(bad)
+PY
+	fail "docs name paths that are not there: $(cat "$T/paths")"
+info "every repository path the docs name exists; none names one outside"
