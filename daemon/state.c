@@ -25,7 +25,6 @@
 
 #define SUFFIX ".state"
 #define TMP_SUFFIX ".state.tmp"
-#define REFUSED_SUFFIX ".state.refused"
 
 static int dirfd_state = -1;
 
@@ -113,11 +112,27 @@ state_dir_close(void)
 	dirfd_state = -1;
 }
 
-/* How logs name a file: the directory, and the ID cut short. */
+/*
+ * A migration's file: ID.source.state or ID.destination.state, so that one
+ * daemon may hold both ends of a migration (on one host). A role of -1
+ * gives the name daemons before this one wrote, ID.state, still read.
+ */
 static void
-shown(char *buf, size_t len, const char *id, const char *suffix)
+file_name(char *buf, size_t len, const char *id, int role, const char *suffix)
 {
-	snprintf(buf, len, "%s/%s%s", conf.state_dir, log_id(id), suffix);
+	snprintf(buf, len, "%s%s%s%s", id, role < 0 ? "" : ".",
+		 role < 0	       ? ""
+		 : role == ROLE_SOURCE ? "source"
+				       : "destination",
+		 suffix);
+}
+
+/* How logs name a file: the directory, and the ID in it cut short. */
+static void
+shown(char *buf, size_t len, const char *file)
+{
+	snprintf(buf, len, "%s/%s%s", conf.state_dir, log_id(file),
+		 strlen(file) > MIG_ID_LEN ? file + MIG_ID_LEN : "");
 }
 
 static int
@@ -171,8 +186,8 @@ state_write(const struct migration *m,
 	struct state_out o;
 	int rc = -1, e;
 
-	snprintf(name, sizeof(name), "%s" SUFFIX, m->id);
-	snprintf(tmp, sizeof(tmp), "%s" TMP_SUFFIX, m->id);
+	file_name(name, sizeof(name), m->id, (int)m->role, SUFFIX);
+	file_name(tmp, sizeof(tmp), m->id, (int)m->role, TMP_SUFFIX);
 	state_out_begin(&o);
 	state_put_str(&o, "role",
 		      m->role == ROLE_SOURCE ? "source" : "destination");
@@ -187,7 +202,7 @@ state_write(const struct migration *m,
 	}
 	if (rc < 0) {
 		e = errno;
-		shown(what, sizeof(what), m->id, SUFFIX);
+		shown(what, sizeof(what), name);
 		log_warnx("state file %s: cannot write it: %s", what,
 			  strerror(e));
 		unlinkat(dirfd_state, tmp, 0);
@@ -202,7 +217,7 @@ state_remove(const struct migration *m)
 {
 	char name[MIG_ID_LEN + 32];
 
-	snprintf(name, sizeof(name), "%s" SUFFIX, m->id);
+	file_name(name, sizeof(name), m->id, (int)m->role, SUFFIX);
 	if (dirfd_state >= 0)
 		unlinkat(dirfd_state, name, 0);
 }
@@ -220,15 +235,14 @@ is_id(const char *s, size_t n)
  * with the reason (as the role the file says, if it says one).
  */
 static void
-refuse(const char *id, int role, const char *why)
+refuse(const char *name, const char *id, int role, const char *why)
 {
-	char name[MIG_ID_LEN + 32], aside[MIG_ID_LEN + 32], what[256];
+	char aside[MIG_ID_LEN + 48], what[256];
 	struct migration *m;
 
-	snprintf(name, sizeof(name), "%s" SUFFIX, id);
-	snprintf(aside, sizeof(aside), "%s" REFUSED_SUFFIX, id);
+	snprintf(aside, sizeof(aside), "%s.refused", name);
 	if (renameat(dirfd_state, name, dirfd_state, aside) == 0) {
-		shown(what, sizeof(what), id, REFUSED_SUFFIX);
+		shown(what, sizeof(what), aside);
 		log_warnx("%s; state file refused and kept as %s, migration "
 			  "%s reported failed",
 			  why, what, log_id(id));
@@ -249,7 +263,7 @@ state_restore_buf(const char *name, const char *id, const char *buf, size_t len,
 	struct state_tbl *t = state_parse(name, buf, len);
 	char r[16], fid[MIG_ID_LEN + 2];
 	const struct role_ops *ro;
-	int rc = -2;
+	int rc = -2, named = *role;
 
 	*role = -1;
 	if (state_str(t, "role", r, sizeof(r)) < 0)
@@ -259,6 +273,11 @@ state_restore_buf(const char *name, const char *id, const char *buf, size_t len,
 		goto out;
 	}
 	*role = (int)ro->role;
+	if (named >= 0 && named != *role) {
+		state_bad(t, "role",
+			  "role: not the one the file is named after");
+		goto out;
+	}
 	if (state_str(t, "id", fid, sizeof(fid)) < 0)
 		goto out;
 	if (strcmp(fid, id) != 0) {
@@ -328,16 +347,34 @@ read_whole(int fd, size_t size, char **buf)
 	return (ssize_t)len;
 }
 
-/* One ID.state: restored, refused (moved aside), or not taken up. */
+/*
+ * A file of the old name (ID.state) restored: it takes its role's name,
+ * unless the restore already wrote one, which is newer.
+ */
 static void
-restore_file(const char *file, const char *id)
+rename_old(const char *file, const char *id, int role)
+{
+	char name[MIG_ID_LEN + 32];
+
+	file_name(name, sizeof(name), id, role, SUFFIX);
+	if (renameat2(dirfd_state, file, dirfd_state, name, RENAME_NOREPLACE) <
+	    0)
+		unlinkat(dirfd_state, file, 0);
+}
+
+/*
+ * One state file of migration id, named for role (-1: the old name):
+ * restored, refused (moved aside), or not taken up.
+ */
+static void
+restore_file(const char *file, const char *id, int named)
 {
 	char what[256], why[640], *buf = NULL;
-	int fd, rc = -2, role = -1;
+	int fd, rc = -2, role = named;
 	ssize_t len = -1;
 	size_t size;
 
-	shown(what, sizeof(what), id, SUFFIX);
+	shown(what, sizeof(what), file);
 	if ((fd = open_checked(file, what, &size, why, sizeof(why))) >= 0) {
 		if ((len = read_whole(fd, size, &buf)) < 0)
 			snprintf(why, sizeof(why), "%s: %s", what,
@@ -349,12 +386,14 @@ restore_file(const char *file, const char *id)
 				       sizeof(why), &role);
 	free(buf);
 	if (rc == -2) {
-		refuse(id, role, why);
+		refuse(file, id, role, why);
 	} else if (rc < 0) {
 		log_warnx("state file %s: migration %s not taken up; file "
 			  "removed",
 			  what, log_id(id));
 		unlinkat(dirfd_state, file, 0);
+	} else if (named < 0) {
+		rename_old(file, id, role);
 	}
 }
 
@@ -384,12 +423,33 @@ list_dir(size_t *n)
 	return names;
 }
 
+/*
+ * Whether f is a state file name ending in suffix: ID, then .source,
+ * .destination (*role set) or nothing (the old name, *role -1).
+ */
 static int
-ends_with(const char *s, size_t n, const char *suffix)
+file_named(const char *f, const char *suffix, int *role)
 {
-	size_t k = strlen(suffix);
+	size_t n = strlen(f), k = strlen(suffix);
+	static const struct {
+		const char *tag;
+		int role;
+	} tags[] = {{"", -1},
+		    {".source", ROLE_SOURCE},
+		    {".destination", ROLE_DEST}};
 
-	return n > k && strcmp(s + n - k, suffix) == 0;
+	if (n < MIG_ID_LEN + k || !is_id(f, MIG_ID_LEN) ||
+	    strcmp(f + n - k, suffix) != 0)
+		return 0;
+	for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); i++) {
+		if (n - k - MIG_ID_LEN == strlen(tags[i].tag) &&
+		    strncmp(f + MIG_ID_LEN, tags[i].tag, n - k - MIG_ID_LEN) ==
+			    0) {
+			*role = tags[i].role;
+			return 1;
+		}
+	}
+	return 0;
 }
 
 void
@@ -400,19 +460,15 @@ state_restore_all(void)
 
 	for (size_t i = 0; names && i < n; i++) {
 		const char *f = names[i];
-		size_t len = strlen(f);
+		char id[MIG_ID_LEN + 1];
+		int role;
 
+		snprintf(id, sizeof(id), "%.*s", MIG_ID_LEN, f);
 		/* A crash between create and rename left it: never read. */
-		if (ends_with(f, len, TMP_SUFFIX) &&
-		    is_id(f, len - strlen(TMP_SUFFIX)))
+		if (file_named(f, TMP_SUFFIX, &role))
 			unlinkat(dirfd_state, f, 0);
-		else if (ends_with(f, len, SUFFIX) &&
-			 is_id(f, len - strlen(SUFFIX))) {
-			char id[MIG_ID_LEN + 1];
-
-			snprintf(id, sizeof(id), "%.*s", MIG_ID_LEN, f);
-			restore_file(f, id);
-		}
+		else if (file_named(f, SUFFIX, &role))
+			restore_file(f, id, role);
 		free(names[i]);
 	}
 	free(names);

@@ -25,10 +25,11 @@ void state_remove(const struct migration *);
 /* Restores every migration found in the state directory. */
 void state_restore_all(void);
 /*
- * Restores one migration from the bytes of its file ID.state, shown in
- * messages as name: 0 restored; -1 not taken up (the role said why);
- * -2 refused: why says FILE:LINE and what is wrong, *role is the role the
- * file names (-1 if it names none).
+ * Restores one migration from the bytes of its state file, shown in
+ * messages as name. *role is, on entry, the role the file is named for
+ * (-1: any; another role in the file refuses it). 0 restored; -1 not
+ * taken up (the role said why); -2 refused: why says FILE:LINE and what is
+ * wrong, *role is the role the file names (-1 if it names none).
  */
 int state_restore_buf(const char *name, const char *id, const char *buf,
 		      size_t len, char *why, size_t whylen, int *role);

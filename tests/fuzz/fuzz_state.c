@@ -148,7 +148,7 @@ static void
 restore(const char *b, size_t len, int stop)
 {
 	char why[640], path[512];
-	int role, held;
+	int role = -1, held;
 
 	if (stop) {
 		kill(target, SIGSTOP);
@@ -156,8 +156,11 @@ restore(const char *b, size_t len, int stop)
 	}
 	state_restore_buf("fuzz.state", FZ_ID, b, len, why, sizeof(why), &role);
 	migration_free_all();
-	snprintf(path, sizeof(path), "%s/%s.state", conf.state_dir, FZ_ID);
-	unlink(path);
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s.%s.state", conf.state_dir,
+			 FZ_ID, i ? "source" : "destination");
+		unlink(path);
+	}
 	kill(target, SIGCONT);
 	held = fz_target_has_uffd(target);
 	if (held != 0) {

@@ -47,7 +47,7 @@ info "a missing directory made 0700, a listable one made 0711"
 
 start_workload WS source --size 16M --threads 1
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000)
-S=$T/sd/$ID.state
+S=$T/sd/$ID.source.state
 # Saved again when a restarted daemon takes the export up: through the
 # link, an old daemon overwrote what it points to.
 echo precious >"$T/victim"

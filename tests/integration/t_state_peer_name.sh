@@ -28,7 +28,7 @@ done
 ID=0123456789abcdef0123456789abcdef
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$(cat "$T/port")" \
 	--id "$ID" >"$T/out" 2>&1 || fail "attach: $(cat "$T/out")"
-F=$T/dst.state/$ID.state
+F=$T/dst.state/$ID.destination.state
 for _ in $(seq 100); do
 	grep -qs '^state=running' "$F" && break
 	sleep 0.05

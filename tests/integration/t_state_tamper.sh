@@ -18,7 +18,7 @@ sleep 1.5
 "$CLIENT" --control "$dst_SOCK" status "$ID" --json | grep -q '"state":"running"' ||
 	fail "migration not running when the destination daemon is killed"
 kill_daemon dst
-F=$T/dst.state/$ID.state
+F=$T/dst.state/$ID.destination.state
 cp -p "$F" "$T/pristine"
 head -n 1 "$F" | grep -q '^uffdd-state 1$' || fail "no version line first: $(head -n 3 "$F")"
 tail -n 1 "$F" | grep -qE '^sha256 [0-9a-f]{64}$' || fail "no checksum line last: $(tail -n 1 "$F")"
