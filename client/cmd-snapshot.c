@@ -229,6 +229,7 @@ cmd_snapshot(const struct cmd_entry *self, int argc, char **argv)
 			"uffd-client: %s exists (an image never "
 			"replaces a file: remove it first)\n",
 			to);
+		free_ranges(req.ranges, req.n_ranges);
 		return 1;
 	}
 	sock = connect_daemon();
