@@ -371,12 +371,16 @@ image_run_read(const struct image *im, const struct image_run *u, void *buf,
 int
 image_verify(const struct image *im, char *err, size_t errlen)
 {
-	uint64_t max = IMAGE_PAGE_MAX > IMAGE_RUN_BYTES ? IMAGE_PAGE_MAX
-							: IMAGE_RUN_BYTES;
-	uint8_t *buf = malloc(max);
+	uint64_t max = 0;
+	uint8_t *buf;
 	int rc = 0;
 
-	if (buf == NULL)
+	/* A buffer the size of the largest run (bounded by image_open()). */
+	for (uint64_t k = 0; k < im->nruns; k++)
+		if (im->runs[k].cls == IMAGE_DATA &&
+		    image_run_bytes(im, &im->runs[k]) > max)
+			max = image_run_bytes(im, &im->runs[k]);
+	if ((buf = malloc(max ? max : 1)) == NULL)
 		return bad(err, errlen, "out of memory");
 	for (uint64_t k = 0; k < im->nruns && rc == 0; k++)
 		if (im->runs[k].cls == IMAGE_DATA)

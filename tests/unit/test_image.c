@@ -136,8 +136,12 @@ corruptions(const uint8_t *b, size_t len)
 	int missed = 0;
 
 	for (size_t i = 0; i < len; i++) {
-		/* Bytes of the header after its fields, zero: a sample. */
+		/* Zero bytes of the header, and page data: a sample. */
 		if (i >= IH_END && i < IMAGE_HDR_LEN && i % 512)
+			continue;
+		if (i >= IMAGE_HDR_LEN &&
+		    i < len - 2 * IMAGE_REGION_LEN - 5 * IMAGE_RUN_LEN &&
+		    i % 61)
 			continue;
 		memcpy(c, b, len);
 		c[i] ^= 0x5a;
