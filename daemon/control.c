@@ -203,7 +203,11 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		/* Served by a role besides its own request (role.h). */
 		const struct role_request *q = role_request_by_type(h->type);
 
-		if (q != NULL && allowed(cl, q->verb, q->request_pid(msg), &t))
+		if (q == NULL)
+			conn_send_error(c, ERR_INVALID,
+					"%s is not served by this daemon",
+					frame_type_name(h->type));
+		else if (allowed(cl, q->verb, q->request_pid(msg), &t))
 			q->request(cl->serial, &cl->who, &t, msg);
 		break;
 	}
