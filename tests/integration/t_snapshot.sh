@@ -155,42 +155,74 @@ expect_error "onto a symlink to a root file" "exists" \
 gone "$WN" || fail "own process not killed after its snapshot"
 info "uid 65534: its own process into its own directory; image owned by it"
 
-# The daemon takes only a new nameless file open for writing: a raw
-# client that hands over a named file (or one open read-only) is refused.
+# A raw client (tests the daemon's side alone): the daemon takes only a
+# new nameless file open for writing, and a client that gives up (says
+# anything but C) or hangs up once the image is written has the process
+# let go, not killed.
 command -v python3 >/dev/null || skip "python3 missing"
-start_workload WP source --size 8M --threads 1
-echo keep >"$T/named"
-for mode in named rdonly; do
-	python3 - "$s_SOCK" "$WP" "$T/named" "$mode" >"$T/raw.out" 2>&1 <<'PY' || true
+cat >"$T/raw.py" <<'PY'
 import array, os, socket, struct, sys
-path, pid, f, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-def varint(v):
-    out = b""
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out += bytes([b | (0x80 if v else 0)])
-        if not v:
-            return out
-msg = b"\x08" + varint(pid)
+path, pid, d, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def frame(s):
+    t, _, ml, _ = struct.unpack(">HHII", s.recv(12, socket.MSG_WAITALL))
+    return t, (s.recv(ml, socket.MSG_WAITALL) if ml else b"")
+v, msg = pid, b"\x08"
+while True:
+    msg += bytes([(v & 0x7F) | (0x80 if v >> 7 else 0)])
+    v >>= 7
+    if not v:
+        break
 s = socket.socket(socket.AF_UNIX)
 s.connect(path)
 s.sendall(struct.pack(">HHII", 120, 0, len(msg), 0) + msg)
-hdr = s.recv(12)
-t, _, ml, _ = struct.unpack(">HHII", hdr)
-s.recv(ml) if ml else None
-fd = os.open(f, os.O_RDWR if mode == "named" else os.O_RDONLY)
+print("ready" if frame(s)[0] == 121 else "no ready")
+if mode == "named":
+    fd = os.open(os.path.join(d, "named"), os.O_RDWR)
+else:
+    fd = os.open(d, os.O_TMPFILE | os.O_RDWR, 0o600)
+    if mode == "rdonly":
+        fd = os.open("/proc/self/fd/%d" % fd, os.O_RDONLY)
 s.sendmsg([b"F"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
-hdr = s.recv(12)
-t, _, ml, _ = struct.unpack(">HHII", hdr)
-print(t, s.recv(ml))
+t, m = frame(s)
+if t == 122 and mode == "abort":
+    s.sendall(b"A")
+    t, m = frame(s)
+elif t == 122 and mode == "hangup":
+    s.close()
+    print("hung up")
+    sys.exit(0)
+elif t == 122 and mode == "stall":
+    print("written", flush=True)
+    s.recv(1)
+    sys.exit(0)
+print(t, m)
 PY
-	grep -q "^6 .*not a new, empty and unnamed\|^6 .*not open for writing\|^6 .*not a new" "$T/raw.out" ||
-		fail "raw client, $mode file: not refused: $(cat "$T/raw.out")"
-	info "raw client, $mode file: $(cat "$T/raw.out")"
+start_workload WP source --size 8M --threads 1
+echo keep >"$T/named"
+for mode in named:"not a new, empty and unnamed" rdonly:"not open for writing" \
+	abort:"did not keep the image" hangup:"hung up"; do
+	python3 "$T/raw.py" "$s_SOCK" "$WP" "$T" "${mode%%:*}" >"$T/raw.out" 2>&1 || true
+	grep -q "${mode#*:}" "$T/raw.out" || fail "raw client, ${mode%%:*}: $(cat "$T/raw.out")"
+	for _ in $(seq 50); do
+		[ "$(proc_state "$WP")" != T ] && break
+		sleep 0.1
+	done
+	[ "$(proc_state "$WP")" != T ] || fail "raw client, ${mode%%:*}: process left stopped"
+	info "raw client, ${mode%%:*}: $(tail -n 1 "$T/raw.out"); process running"
 done
 [ "$(cat "$T/named")" = keep ] || fail "named file written"
-[ "$(proc_state "$WP")" != T ] || fail "refused raw snapshot left the process stopped"
+grep -q "the client went away" "$T/s.log" || fail "daemon log does not say the client went away"
+
+# A process continued from elsewhere during the snapshot: refused (when
+# the freeze is not refused first), the process running, no file.
+start_workload WC source --size 64M --threads 2
+(for _ in $(seq 400); do kill -CONT "$WC" 2>/dev/null; sleep 0.005; done) &
+CONTS=$!
+expect_error "continued meanwhile" "continued\|cannot stop" \
+	"$CLIENT" --control "$s_SOCK" snapshot "$WC" --to "$T/cont.img"
+wait "$CONTS" || true
+[ -e "$T/cont.img" ] && fail "a refused snapshot left its file"
+[ "$(proc_state "$WC")" != T ] || fail "continued process left stopped"
 
 # A full disk: the snapshot fails, no file is left, the process runs on.
 mkdir "$T/small"
@@ -206,3 +238,21 @@ expect_error "disk full" "No space left" \
 kill -0 "$WF" || fail "failed snapshot killed the process"
 grep -q "process thawed" "$T/s.log" || fail "daemon log does not say the process was thawed"
 info "disk full: no file left, process running"
+
+# The daemon stops while a snapshot waits for its client: the process is
+# let go, and the daemon exits cleanly (stop_daemon checks its status and
+# its sanitizer reports).
+start_workload WS source --size 8M --threads 1
+python3 "$T/raw.py" "$s_SOCK" "$WS" "$T" stall >"$T/raw.out" 2>&1 &
+RAW=$!
+for _ in $(seq 100); do
+	grep -q written "$T/raw.out" && break
+	sleep 0.1
+done
+grep -q written "$T/raw.out" || fail "raw client, stall: $(cat "$T/raw.out")"
+[ "$(proc_state "$WS")" = T ] || fail "process not frozen while its image waits"
+stop_daemon s
+wait "$RAW" || true
+[ "$(proc_state "$WS")" != T ] || fail "daemon stopped with the process still frozen"
+grep -q "given up: the daemon stops" "$T/s.log" || fail "daemon log does not say the snapshot was given up"
+info "daemon stopped mid-snapshot: process let go, clean exit"
