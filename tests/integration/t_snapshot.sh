@@ -216,10 +216,16 @@ grep -q "the client went away" "$T/s.log" || fail "daemon log does not say the c
 # A process continued from elsewhere during the snapshot: refused (when
 # the freeze is not refused first), the process running, no file.
 start_workload WC source --size 64M --threads 2
-(for _ in $(seq 400); do kill -CONT "$WC" 2>/dev/null; sleep 0.005; done) &
+# Until the snapshot has answered, however long it takes here.
+(while [ ! -e "$T/conts.stop" ]; do
+	kill -CONT "$WC" 2>/dev/null
+	sleep 0.005
+done) &
 CONTS=$!
+on_cleanup "kill $CONTS 2>/dev/null || true"
 expect_error "continued meanwhile" "continued\|cannot stop" \
 	"$CLIENT" --control "$s_SOCK" snapshot "$WC" --to "$T/cont.img"
+touch "$T/conts.stop"
 wait "$CONTS" || true
 [ -e "$T/cont.img" ] && fail "a refused snapshot left its file"
 [ "$(proc_state "$WC")" != T ] || fail "continued process left stopped"
