@@ -165,6 +165,37 @@ corruptions(const uint8_t *b, size_t len)
 	free(c);
 }
 
+/* Data runs stop at IMAGE_RUN_BYTES, so a reader's buffer is bounded. */
+static void
+long_runs(void)
+{
+	struct image_region r = {0};
+	struct image_writer w;
+	struct image im;
+	static uint8_t page[PS];
+	uint64_t n = 2 * IMAGE_RUN_BYTES / PS + 3;
+	char err[256];
+	int fd = memfd_create("long", 0);
+
+	r.start = 0x100000;
+	r.length = n * PS;
+	r.page_size = PS;
+	r.kind = 1;
+	CHECK(image_writer_begin(&w, fd, &r, 1, 1) == 0);
+	for (uint64_t p = 0; p < n; p++) {
+		page[0] = (uint8_t)p;
+		CHECK(image_write_data(&w, 0, p, 1, page) == 0);
+	}
+	CHECK(image_writer_end(&w) == 0);
+	image_writer_free(&w);
+	CHECK(image_open(&im, fd, err, sizeof(err)) == 0);
+	CHECK(im.nruns == 3);
+	CHECK(im.runs[0].npages == IMAGE_RUN_BYTES / PS);
+	CHECK(im.runs[2].npages == 3);
+	CHECK(image_verify(&im, err, sizeof(err)) == 0);
+	image_close(&im);
+}
+
 int
 main(void)
 {
@@ -174,6 +205,7 @@ main(void)
 	make(&b, &len);
 	round_trip(b, len);
 	corruptions(b, len);
+	long_runs();
 	free(b);
 	return UNIT_DONE();
 }
