@@ -184,9 +184,11 @@ run(int sock, const Uffdd__SnapshotRequest *req, const char *path)
 	    (rep = step(sock, FRAME_CTL_SNAPSHOT_DONE)) == NULL) {
 		if (named)
 			fprintf(stderr,
-				"uffd-client: %s is written, but the "
-				"process may still be frozen\n",
-				path);
+				"uffd-client: %s is in place, but the "
+				"snapshot did not end: process %d was not "
+				"killed (it is still stopped if the daemon "
+				"died)\n",
+				path, (int)req->pid);
 		return 1;
 	}
 	printf("%s: image ok (%s); process %d %s\n", path,

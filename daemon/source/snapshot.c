@@ -49,9 +49,13 @@
 #include "daemon/source/internal.h"
 #include "proto/image.h"
 
-/* How long the client has to hand its file over, and to name it. */
+/*
+ * How long the client has to hand its file over, and to name it: it
+ * reads the whole image back first, so a second more each 32 MiB.
+ */
 #define FD_WAIT_SECS 10
 #define COMMIT_WAIT_SECS 120
+#define COMMIT_WAIT_BYTES_A_SEC (32u << 20)
 /* Bytes of pages one turn of the loop writes: other work goes between. */
 #define ROUND_BYTES (16u << 20)
 #ifndef FUSE_SUPER_MAGIC
@@ -236,6 +240,16 @@ recv_byte(int sock, char *b, int *fd)
 static void round_cb(evutil_socket_t, short, void *);
 static void sock_cb(evutil_socket_t, short, void *);
 
+/* The client's time for its next byte, in this phase. */
+static int
+commit_wait(const struct snap *s)
+{
+	if (s->phase == SNAP_WAIT_FD)
+		return FD_WAIT_SECS;
+	return COMMIT_WAIT_SECS +
+	       (int)(s->w.data_end / COMMIT_WAIT_BYTES_A_SEC);
+}
+
 /* Waits for the client's next byte, at most secs seconds. */
 static void
 wait_client(struct snap *s, enum snap_phase phase, int secs)
@@ -378,9 +392,7 @@ sock_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	r = recv_byte(fd, &b, s->phase == SNAP_WAIT_FD ? &got : NULL);
 	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-		wait_client(s, s->phase,
-			    s->phase == SNAP_WAIT_FD ? FD_WAIT_SECS
-						     : COMMIT_WAIT_SECS);
+		wait_client(s, s->phase, commit_wait(s));
 		return;
 	}
 	if (r <= 0) {
@@ -531,7 +543,8 @@ finish(struct snap *s)
 		 (unsigned long long)s->pages[IMAGE_ZERO],
 		 (unsigned long long)s->pages[IMAGE_HOLE]);
 	snap_reply(s, FRAME_CTL_SNAPSHOT_WRITTEN, 0);
-	wait_client(s, SNAP_WAIT_COMMIT, COMMIT_WAIT_SECS);
+	s->phase = SNAP_WAIT_COMMIT;
+	wait_client(s, SNAP_WAIT_COMMIT, commit_wait(s));
 }
 
 /*
