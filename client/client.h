@@ -29,6 +29,8 @@ int cmd_status(const struct cmd_entry *, int argc, char **argv);
 int cmd_wait(const struct cmd_entry *, int argc, char **argv);
 int cmd_migrate_qemu(const struct cmd_entry *, int argc, char **argv);
 int cmd_qmp(const struct cmd_entry *, int argc, char **argv);
+int cmd_snapshot(const struct cmd_entry *, int argc, char **argv);
+int cmd_image(const struct cmd_entry *, int argc, char **argv);
 
 /* call.c: the daemon's control socket. */
 extern const char *control_path;

@@ -27,6 +27,11 @@ static const struct cmd_entry cmds[] = {
 	 "[--no-resume] [--timeout SEC]",
 	 cmd_migrate_qemu},
 	{"qmp", "qmp SOCK COMMAND [ARGUMENTS-JSON]", cmd_qmp},
+	{"snapshot",
+	 "snapshot PID --to FILE [--range START-END]... [--keep-source]",
+	 cmd_snapshot},
+	{"image", "image info|check FILE | image dump FILE START-END",
+	 cmd_image},
 };
 
 /* The help: every command's usage line, and where the socket is. */

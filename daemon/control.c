@@ -78,6 +78,14 @@ control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *msg)
 	conn_send(cl->conn, type, msg);
 }
 
+struct conn *
+control_conn(uint64_t serial)
+{
+	struct client *cl = client_find(serial);
+
+	return cl ? cl->conn : NULL;
+}
+
 void
 control_reply_error(uint64_t serial, uint32_t code, const char *fmt, ...)
 {
@@ -191,6 +199,18 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	case FRAME_CTL_STATUS:
 		do_status(cl, (const Uffdd__StatusRequest *)msg);
 		break;
+	case FRAME_CTL_SNAPSHOT: {
+		/* Served by a role besides its own request (role.h). */
+		const struct role_request *q = role_request_by_type(h->type);
+
+		if (q == NULL)
+			conn_send_error(c, ERR_INVALID,
+					"%s is not served by this daemon",
+					frame_type_name(h->type));
+		else if (allowed(cl, q->verb, q->request_pid(msg), &t))
+			q->request(cl->serial, &cl->who, &t, msg);
+		break;
+	}
 	default:
 		conn_send_error(c, ERR_PROTOCOL,
 				"unexpected %s on the control "

@@ -46,7 +46,23 @@ struct role_ops {
 	int (*hello)(struct conn *, const Uffdd__Hello *);
 };
 
+/*
+ * A control request a role serves besides its own (the source's snapshot),
+ * checked by control.c as the role's own is: its process must be one the
+ * caller could ptrace.
+ */
+struct role_request {
+	uint16_t type;
+	const char *verb;
+	int (*request_pid)(const ProtobufCMessage *);
+	void (*request)(uint64_t serial, const struct authz_caller *who,
+			struct procref *t, const ProtobufCMessage *req);
+};
+
 void role_register(const struct role_ops *);
+void role_register_request(const struct role_request *);
+/* NULL when no role serves a request of that type. */
+const struct role_request *role_request_by_type(uint16_t type);
 /* NULL when no such role is registered. */
 const struct role_ops *role_get(enum mig_role);
 const struct role_ops *role_by_name(const char *name);

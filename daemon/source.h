@@ -28,5 +28,12 @@ int source_hello(struct conn *, const Uffdd__Hello *);
 /* After a restart (role.h, restore). */
 int source_restore(struct state_tbl *);
 int source_restore_check(struct state_tbl *);
+/*
+ * Snapshots (snapshot.c): the control request is registered with the
+ * role; at the daemon's exit, those under way are given up, their
+ * processes thawed.
+ */
+void source_snapshot_register(void);
+void source_snapshot_close_all(void);
 
 #endif

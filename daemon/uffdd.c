@@ -454,6 +454,7 @@ main(int argc, char **argv)
 
 	run_loop();
 
+	source_snapshot_close_all();
 	control_close();
 	peer_close_listeners();
 	migration_free_all();

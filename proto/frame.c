@@ -31,6 +31,13 @@ static const struct frame_type_entry {
 	{FRAME_CTL_STATUS, "STATUS", &uffdd__status_request__descriptor},
 	{FRAME_CTL_STATUS_REPLY, "STATUS_REPLY",
 	 &uffdd__status_reply__descriptor},
+	{FRAME_CTL_SNAPSHOT, "SNAPSHOT", &uffdd__snapshot_request__descriptor},
+	{FRAME_CTL_SNAPSHOT_READY, "SNAPSHOT_READY",
+	 &uffdd__snapshot_reply__descriptor},
+	{FRAME_CTL_SNAPSHOT_WRITTEN, "SNAPSHOT_WRITTEN",
+	 &uffdd__snapshot_reply__descriptor},
+	{FRAME_CTL_SNAPSHOT_DONE, "SNAPSHOT_DONE",
+	 &uffdd__snapshot_reply__descriptor},
 };
 
 /* The table entry of a frame type, NULL for an unknown type. */

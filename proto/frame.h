@@ -56,6 +56,15 @@ enum frame_type {
 	FRAME_CTL_ATTACH_REPLY = 103,
 	FRAME_CTL_STATUS = 104,
 	FRAME_CTL_STATUS_REPLY = 105,
+	/*
+	 * snapshot (docs/image-format.md): the request; READY, the client
+	 * may hand its image file over; WRITTEN, the image is on disk; DONE,
+	 * the client put it in place and the process was dealt with.
+	 */
+	FRAME_CTL_SNAPSHOT = 120,
+	FRAME_CTL_SNAPSHOT_READY = 121,
+	FRAME_CTL_SNAPSHOT_WRITTEN = 122,
+	FRAME_CTL_SNAPSHOT_DONE = 123,
 };
 
 /* Error codes carried in Error frames and control replies. */

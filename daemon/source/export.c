@@ -332,4 +332,23 @@ void
 source_register(void)
 {
 	role_register(&source_ops);
+	source_snapshot_register();
+}
+
+/*
+ * For a snapshot (snapshot.c): the regions an export would take, checked
+ * the same way, and each region's pages classified as an export does.
+ */
+int
+source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
+		     struct region **regs, uint32_t *code, char *err,
+		     size_t errlen)
+{
+	return build_regions(pid, ranges, nranges, regs, code, err, errlen);
+}
+
+int64_t
+source_classify(pid_t pid, struct src_region *sr)
+{
+	return classify(pid, sr);
 }

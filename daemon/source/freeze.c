@@ -313,3 +313,10 @@ source_watch_freeze(struct source *s)
 	free(rs);
 	s->switches = settled_switches(s->m->pid);
 }
+
+/* The switch count of a frozen process once settled (snapshot.c). */
+long long
+source_settled_switches(pid_t pid)
+{
+	return settled_switches(pid);
+}

@@ -9,6 +9,7 @@
  *   serve.c    pages out: demand answers and the bulk stream
  *   lanes.c    the destination's lanes, and how a migration ends
  *   persist.c  the state file: written, deferred, restored from
+ *   snapshot.c a frozen process's memory written to an image file
  */
 #ifndef UFFDD_SOURCE_INTERNAL_H
 #define UFFDD_SOURCE_INTERNAL_H
@@ -91,12 +92,17 @@ void source_thaw(const struct procref *t, int was_stopped);
 long long source_switch_count(pid_t pid, int *running);
 void source_watch_freeze(struct source *);
 int source_continued(const struct source *, char *why, size_t len);
+long long source_settled_switches(pid_t pid);
 
 /* export.c */
 struct source *source_create(struct procref *t, const struct authz_caller *who,
 			     const struct range *ranges, size_t nranges,
 			     int keep, const char *id, uint32_t *code,
 			     char *err, size_t errlen);
+int source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
+			 struct region **regs, uint32_t *code, char *err,
+			 size_t errlen);
+int64_t source_classify(pid_t pid, struct src_region *sr);
 
 /* serve.c */
 void source_serve_start(struct source *);

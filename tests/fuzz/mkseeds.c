@@ -1,7 +1,8 @@
 /*
  * Writes the seed corpus: one well-formed frame of every type (the shapes a
  * real peer and uffd-client send), a stream of several frames for the conn
- * reader, configuration files and state files (fuzz_state). Run from
+ * reader, configuration files, state files (fuzz_state) and snapshot
+ * images (fuzz_image). Run from
  * tests/fuzz/run.sh --seeds; the output is committed in tests/fuzz/corpus/.
  */
 #include "config.h"
@@ -10,9 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "proto/frame.h"
+#include "proto/image.h"
 #include "tests/fuzz/fuzz_role.h"
 
 static const char *dir;
@@ -282,6 +286,51 @@ state_seeds(void)
 		   h, a, end, a, FZ_ANON_PAGES * FZ_PAGE, a);
 }
 
+/*
+ * One image seed for fuzz_image: flags 3 (its checksums made right, which
+ * they are), then an image of nregions 4 KiB-page regions of 6 pages:
+ * data, zero, hole, data, data, hole (the data pages each a byte).
+ */
+static void
+image_seed(const char *name, uint32_t nregions, uint32_t kind)
+{
+	struct image_region r[2] = {{0}};
+	struct image_writer w;
+	static uint8_t page[2 * 4096];
+	uint8_t *b;
+	off_t n;
+	int fd = memfd_create("seed", 0);
+
+	for (uint32_t i = 0; i < nregions; i++) {
+		r[i].start = 0x500000000000 + i * 0x100000;
+		r[i].length = 6 * 4096;
+		r[i].page_size = 4096;
+		r[i].kind = kind;
+		snprintf(r[i].name, sizeof(r[i].name), i ? "/memfd:x" : "");
+	}
+	if (fd < 0 || image_writer_begin(&w, fd, r, nregions, 4242) < 0)
+		exit(1);
+	for (uint32_t i = 0; i < nregions; i++) {
+		memset(page, 0x11 * (int)(i + 1), sizeof(page));
+		if (image_write_data(&w, i, 0, 1, page) < 0 ||
+		    image_write_marker(&w, i, 1, 1, IMAGE_ZERO) < 0 ||
+		    image_write_marker(&w, i, 2, 1, IMAGE_HOLE) < 0 ||
+		    image_write_data(&w, i, 3, 2, page) < 0 ||
+		    image_write_marker(&w, i, 5, 1, IMAGE_HOLE) < 0)
+			exit(1);
+	}
+	if (image_writer_end(&w) < 0 || (n = lseek(fd, 0, SEEK_END)) < 0)
+		exit(1);
+	image_writer_free(&w);
+	if ((b = malloc((size_t)n + 1)) == NULL ||
+	    pread(fd, b + 1, (size_t)n, 0) != n)
+		exit(1);
+	b[0] = 3;
+	put("image", name, b, (size_t)n + 1);
+	free(b);
+	close(fd);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -298,6 +347,7 @@ main(int argc, char **argv)
 	Uffdd__ExportRequest ex = UFFDD__EXPORT_REQUEST__INIT;
 	Uffdd__AttachRequest at = UFFDD__ATTACH_REQUEST__INIT;
 	Uffdd__StatusRequest st = UFFDD__STATUS_REQUEST__INIT;
+	Uffdd__SnapshotRequest sn = UFFDD__SNAPSHOT_REQUEST__INIT;
 	static const char *confs[][2] = {
 		{"full", "# example\nlisten 127.0.0.1:7401\ncontrol "
 			 "\"/run/uffdd/c s\"\ncontrol-mode 0660\ncontrol-group "
@@ -361,10 +411,16 @@ main(int argc, char **argv)
 	frame("ctl_attach", FRAME_CTL_ATTACH, &at.base, 0, stream, &slen);
 	st.id = "";
 	frame("ctl_status", FRAME_CTL_STATUS, &st.base, 0, stream, &slen);
+	sn.pid = 4242;
+	sn.n_ranges = 1;
+	sn.ranges = &rgp;
+	frame("ctl_snapshot", FRAME_CTL_SNAPSHOT, &sn.base, 0, stream, &slen);
 	put("conn", "stream", stream, slen);
 	for (size_t i = 0; i < sizeof(confs) / sizeof(confs[0]); i++)
 		put("conffile", confs[i][0], confs[i][1], strlen(confs[i][1]));
 	role_seeds();
 	state_seeds();
+	image_seed("one_region", 1, 1);
+	image_seed("two_regions", 2, 3);
 	return 0;
 }

@@ -12,7 +12,8 @@ if [ "${1:-}" = --seeds ]; then
 	SRC=$(cd "$HERE/../.." && pwd)
 	cc -I"$SRC" -I"$B" $(pkg-config --cflags libprotobuf-c) -o "$B/tests/fuzz/mkseeds" \
 		"$HERE/mkseeds.c" "$SRC/proto/frame.c" "$B/proto/uffdd.pb-c.c" \
-		$(pkg-config --libs libprotobuf-c) || exit 1
+		"$SRC/proto/image_write.c" \
+		$(pkg-config --libs libprotobuf-c libcrypto) || exit 1
 	rm -rf "$HERE/corpus"
 	exec "$B/tests/fuzz/mkseeds" "$HERE/corpus"
 fi
@@ -21,7 +22,7 @@ SECS=${2:-60}
 ART=$B/fuzz-artifacts
 mkdir -p "$ART"
 failed=0 n=0
-for name in frame conn conffile control source dest state; do
+for name in frame conn conffile control source dest state image; do
 	bin=$B/tests/fuzz/fuzz_$name
 	# The roles' targets export and attach a real process.
 	case $name in source | dest)

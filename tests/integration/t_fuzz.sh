@@ -2,7 +2,8 @@
 # The libFuzzer targets (tests/fuzz: frame decoding, the frame reader on a
 # live connection, the configuration grammar, the control protocol, the
 # source's and the destination's peer-message handlers against a real
-# process, and the state-file reader with the roles' restores from it),
+# process, the state-file reader with the roles' restores from it, and the
+# snapshot image reader),
 # each for FUZZ_SECONDS: 60 in CI, 5 otherwise. A crash, sanitizer report or
 # leak fails the test; reproducers stay in BUILDDIR/fuzz-artifacts.
 . "$SRC/tests/lib.sh"

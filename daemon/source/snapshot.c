@@ -1,0 +1,675 @@
+/*
+ * A snapshot: a process frozen as an export freezes it, its pages
+ * classified as an export classifies them, and written to an image file
+ * (proto/image.h, docs/image-format.md) instead of served to a peer.
+ *
+ * The daemon never opens a path for it. The client makes the file, new
+ * and nameless (O_TMPFILE), in a directory of its choosing with its own
+ * credentials and in its own mount namespace, and hands the descriptor
+ * over the control socket (SCM_RIGHTS); once the image is written and on
+ * disk it gives the file its name (linkat, which never replaces a file)
+ * and says so; only then is the process killed (or, kept, let go). So a
+ * caller can make the daemon write nowhere it could not write itself, a
+ * failed snapshot leaves no file behind, and a process is never killed
+ * for an image that did not reach its place.
+ *
+ * The exchange, on the control connection (its frames paused meanwhile,
+ * the socket read here):
+ *   client SNAPSHOT -> daemon SNAPSHOT_READY -> client one byte with the
+ *   descriptor -> daemon (writes) SNAPSHOT_WRITTEN -> client one byte,
+ *   'C' (named: commit) or anything else (give up) -> daemon SNAPSHOT_DONE.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "daemon/authz.h"
+#include "daemon/conn.h"
+#include "daemon/control.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/pagemap.h"
+#include "daemon/procref.h"
+#include "daemon/role.h"
+#include "daemon/source/internal.h"
+#include "proto/image.h"
+
+/*
+ * How long the client has to hand its file over, and to name it: it
+ * reads the whole image back first, so a second more each 32 MiB.
+ */
+#define FD_WAIT_SECS 10
+#define COMMIT_WAIT_SECS 120
+#define COMMIT_WAIT_BYTES_A_SEC (32u << 20)
+/* Bytes of pages one turn of the loop writes: other work goes between. */
+#define ROUND_BYTES (16u << 20)
+#ifndef FUSE_SUPER_MAGIC
+#define FUSE_SUPER_MAGIC 0x65735546
+#endif
+
+enum snap_phase { SNAP_WAIT_FD, SNAP_WRITING, SNAP_WAIT_COMMIT };
+
+struct snap {
+	TAILQ_ENTRY(snap) link;
+	uint64_t serial;
+	struct authz_caller who;
+	struct procref t;
+	struct range *ranges;
+	size_t nranges;
+	int keep, frozen, was_stopped;
+	enum snap_phase phase;
+	int sock; /* a copy of the client's socket, read while it is paused */
+	int fd;	  /* the image file */
+	struct event *sock_ev, *round_ev;
+	struct src_region *regs;
+	size_t nregs;
+	uint32_t cur_reg;
+	uint64_t cur_page;
+	uint8_t *buf; /* IMAGE_RUN_BYTES */
+	struct image_writer w;
+	long long switches;
+	uint64_t pages[4]; /* by enum image_class */
+	uint64_t synced;   /* bytes of the file whose writeback started */
+	struct timespec t0;
+};
+
+static TAILQ_HEAD(, snap) snaps = TAILQ_HEAD_INITIALIZER(snaps);
+
+/* Frees a snapshot: the process thawed unless done, the client resumed. */
+static void
+snap_free(struct snap *s)
+{
+	struct conn *c = control_conn(s->serial);
+
+	TAILQ_REMOVE(&snaps, s, link);
+	if (s->frozen)
+		source_thaw(&s->t, s->was_stopped);
+	if (c != NULL)
+		conn_pause(c, 0);
+	if (s->sock_ev)
+		event_free(s->sock_ev);
+	if (s->round_ev)
+		event_free(s->round_ev);
+	if (s->sock >= 0)
+		close(s->sock);
+	if (s->fd >= 0)
+		close(s->fd);
+	image_writer_free(&s->w);
+	for (size_t i = 0; i < s->nregs; i++) {
+		free(s->regs[i].data);
+		free(s->regs[i].sent);
+		if (s->regs[i].cache_fd >= 0)
+			close(s->regs[i].cache_fd);
+	}
+	free(s->regs);
+	free(s->ranges);
+	free(s->buf);
+	procref_close(&s->t);
+	free(s);
+}
+
+/* Fails the snapshot: the client told why, the process left running. */
+static void snap_fail(struct snap *s, uint32_t code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void
+snap_fail(struct snap *s, uint32_t code, const char *fmt, ...)
+{
+	char msg[384];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_warnx("snapshot of process %d failed: %s%s", (int)s->t.pid, msg,
+		  s->frozen ? "; process thawed" : "");
+	control_reply_error(
+		s->serial, code, "snapshot: %s%s", msg,
+		s->frozen && !s->was_stopped ? "; process left running" : "");
+	snap_free(s);
+}
+
+/* The reply's totals. */
+static void
+snap_reply(struct snap *s, uint16_t type, int killed)
+{
+	Uffdd__SnapshotReply rep = UFFDD__SNAPSHOT_REPLY__INIT;
+	struct timespec now;
+	struct stat st;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	rep.regions = (uint32_t)s->nregs;
+	rep.data_pages = s->pages[IMAGE_DATA];
+	rep.zero_pages = s->pages[IMAGE_ZERO];
+	rep.hole_pages = s->pages[IMAGE_HOLE];
+	rep.bytes =
+		s->fd >= 0 && fstat(s->fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+	rep.elapsed_s = (double)(now.tv_sec - s->t0.tv_sec) +
+			(double)(now.tv_nsec - s->t0.tv_nsec) / 1e9;
+	rep.killed = killed;
+	control_reply(s->serial, type, &rep.base);
+}
+
+/*
+ * The file handed over must be one the daemon may write without harm:
+ * a new regular file no one can have named yet (O_TMPFILE: no link), open
+ * for writing by the client itself, not appending, and not on FUSE, whose
+ * server (any user) could hold the daemon's writes for ever.
+ */
+static int
+check_file(int fd, char *err, size_t errlen)
+{
+	int fl = fcntl(fd, F_GETFL);
+	struct statfs sf;
+	struct stat st;
+
+	if (fstat(fd, &st) < 0 || fl < 0 || fstatfs(fd, &sf) < 0)
+		snprintf(err, errlen, "the file handed over: %s",
+			 strerror(errno));
+	else if (!S_ISREG(st.st_mode) || st.st_nlink != 0 || st.st_size != 0)
+		snprintf(err, errlen,
+			 "the file handed over is not a new, empty and "
+			 "unnamed regular file (O_TMPFILE)");
+	else if ((fl & O_ACCMODE) == O_RDONLY || (fl & O_APPEND))
+		snprintf(err, errlen,
+			 "the file handed over is not open for "
+			 "writing (or appends)");
+	else if (sf.f_type == FUSE_SUPER_MAGIC)
+		snprintf(err, errlen,
+			 "images are not written to FUSE file "
+			 "systems");
+	else
+		return 0;
+	return -1;
+}
+
+/* One byte from the client, with the descriptor it carries (fd: NULL, none). */
+static ssize_t
+recv_byte(int sock, char *b, int *fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {b, 1};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	struct cmsghdr *c;
+	ssize_t r;
+
+	if (fd != NULL) {
+		*fd = -1;
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof(u.buf);
+	}
+	while ((r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0 &&
+	       errno == EINTR)
+		;
+	/* Whatever came, no descriptor stays open by mistake. */
+	for (c = mh.msg_controllen ? CMSG_FIRSTHDR(&mh) : NULL; c != NULL;
+	     c = CMSG_NXTHDR(&mh, c)) {
+		int *fds = (int *)CMSG_DATA(c);
+		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			if (fd != NULL && *fd < 0 && n == 1)
+				*fd = fds[i];
+			else
+				close(fds[i]);
+		}
+	}
+	return r;
+}
+
+static void round_cb(evutil_socket_t, short, void *);
+static void sock_cb(evutil_socket_t, short, void *);
+
+/* The client's time for its next byte, in this phase. */
+static int
+commit_wait(const struct snap *s)
+{
+	if (s->phase == SNAP_WAIT_FD)
+		return FD_WAIT_SECS;
+	return COMMIT_WAIT_SECS +
+	       (int)(s->w.data_end / COMMIT_WAIT_BYTES_A_SEC);
+}
+
+/* Waits for the client's next byte, at most secs seconds. */
+static void
+wait_client(struct snap *s, enum snap_phase phase, int secs)
+{
+	struct timeval tv = {secs, 0};
+
+	s->phase = phase;
+	event_add(s->sock_ev, &tv);
+}
+
+/*
+ * Freezes the process, with the caller's right checked again, and
+ * classifies the regions in the ranges asked for, as an export does.
+ */
+static int
+freeze_and_classify(struct snap *s)
+{
+	struct region *regs = NULL;
+	uint32_t code;
+	char err[256];
+	int n;
+
+	if (source_freeze_checked(&s->t, &s->who, &s->was_stopped, &code, err,
+				  sizeof(err)) < 0) {
+		snap_fail(s, code, "%s", err);
+		return -1;
+	}
+	s->frozen = 1;
+	n = source_build_regions(s->t.pid, s->ranges, s->nranges, &regs, &code,
+				 err, sizeof(err));
+	if (n <= 0) {
+		snap_fail(s, code, "%s", err);
+		return -1;
+	}
+	s->nregs = (size_t)n;
+	s->regs = xcalloc(s->nregs, sizeof(*s->regs));
+	for (size_t i = 0; i < s->nregs; i++)
+		s->regs[i].cache_fd = -1;
+	for (size_t i = 0; i < s->nregs; i++) {
+		struct src_region *sr = &s->regs[i];
+
+		sr->r = regs[i];
+		sr->npages = sr->r.length / sr->r.page_size;
+		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
+		if (source_classify(s->t.pid, sr) < 0) {
+			free(regs);
+			snap_fail(s, ERR_KERNEL, "classifying 0x%llx: %s",
+				  (unsigned long long)sr->r.start,
+				  strerror(errno));
+			return -1;
+		}
+	}
+	free(regs);
+	return 0;
+}
+
+/* The image's region table, from the regions classified. */
+static int
+begin_image(struct snap *s)
+{
+	struct image_region *ir = xcalloc(s->nregs, sizeof(*ir));
+	int rc;
+
+	for (size_t i = 0; i < s->nregs; i++) {
+		const struct region *r = &s->regs[i].r;
+
+		ir[i].start = r->start;
+		ir[i].length = r->length;
+		ir[i].file_off = r->file_off;
+		ir[i].page_size = r->page_size;
+		ir[i].kind = (uint32_t)r->kind;
+		ir[i].shared = r->shared ? 1 : 0;
+		snprintf(ir[i].name, sizeof(ir[i].name), "%s", r->name);
+	}
+	rc = image_writer_begin(&s->w, s->fd, ir, (uint32_t)s->nregs,
+				(int32_t)s->t.pid);
+	free(ir);
+	return rc;
+}
+
+/* The client's file arrived: check it, freeze, and start writing. */
+static void
+got_file(struct snap *s, int fd)
+{
+	char err[256];
+
+	s->fd = fd;
+	if (check_file(fd, err, sizeof(err)) < 0) {
+		snap_fail(s, ERR_INVALID, "%s", err);
+		return;
+	}
+	if (freeze_and_classify(s) < 0)
+		return;
+	if (begin_image(s) < 0) {
+		snap_fail(s, ERR_INVALID, "image: %s", strerror(errno));
+		return;
+	}
+	s->switches = source_settled_switches(s->t.pid);
+	s->buf = xmalloc(IMAGE_RUN_BYTES);
+	s->phase = SNAP_WRITING;
+	event_active(s->round_ev, EV_TIMEOUT, 0);
+}
+
+/* The client named the image (or gave up): end the process or let it go. */
+static void
+got_commit(struct snap *s, char b)
+{
+	if (b != 'C') {
+		snap_fail(s, ERR_INVALID, "the client did not keep the image");
+		return;
+	}
+	if (s->keep) {
+		log_info("snapshot of process %d done; process left %s",
+			 (int)s->t.pid, s->was_stopped ? "stopped" : "running");
+		snap_reply(s, FRAME_CTL_SNAPSHOT_DONE, 0);
+	} else {
+		log_info("snapshot of process %d done; killing it",
+			 (int)s->t.pid);
+		procref_signal(&s->t, SIGKILL);
+		s->frozen = 0;
+		snap_reply(s, FRAME_CTL_SNAPSHOT_DONE, 1);
+	}
+	snap_free(s);
+}
+
+/* The client's byte: its file, or its commit. */
+static void
+sock_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct snap *s = arg;
+	ssize_t r;
+	int got;
+	char b;
+
+	if (what & EV_TIMEOUT) {
+		snap_fail(s, ERR_INVALID, "the client did not %s in time",
+			  s->phase == SNAP_WAIT_FD ? "hand its file over"
+						   : "name the image");
+		return;
+	}
+	r = recv_byte(fd, &b, s->phase == SNAP_WAIT_FD ? &got : NULL);
+	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		wait_client(s, s->phase, commit_wait(s));
+		return;
+	}
+	if (r <= 0) {
+		snap_fail(s, ERR_INVALID, "the client went away");
+		return;
+	}
+	if (s->phase == SNAP_WAIT_COMMIT) {
+		got_commit(s, b);
+	} else if (got < 0) {
+		snap_fail(s, ERR_INVALID, "no file descriptor from the client");
+	} else {
+		got_file(s, got);
+	}
+}
+
+/*
+ * Reads len bytes of region sr from page on into s->buf: shared hugetlb
+ * from its page cache (export.c says why), the rest with
+ * process_vm_readv, and through /proc/PID/mem where that falls short (a
+ * page the process cannot read itself: the kernel's forced read still
+ * can). Swapped-out pages are read back in. The read named the process
+ * by pid: it read the process checked only if that is still itself.
+ */
+static int
+read_mem(struct snap *s, const struct src_region *sr, uint64_t page,
+	 uint64_t len)
+{
+	uint64_t addr = sr->r.start + page * sr->r.page_size;
+	struct iovec l = {s->buf, len}, r = {(void *)addr, len};
+	ssize_t got;
+
+	if (len > IMAGE_RUN_BYTES)
+		fatalx("snapshot: read of %llu bytes", (unsigned long long)len);
+	if (sr->cache_fd >= 0)
+		got = pread(sr->cache_fd, s->buf, len,
+			    (off_t)(sr->r.file_off + page * sr->r.page_size));
+	else if ((got = process_vm_readv(s->t.pid, &l, 1, &r, 1, 0)) !=
+		 (ssize_t)len)
+		got = pread(s->t.memfd, s->buf, len, (off_t)addr);
+	if (got == (ssize_t)len && procref_same(&s->t))
+		return 0;
+	if (!procref_same(&s->t))
+		snap_fail(s, ERR_NO_PROCESS,
+			  "process %d exited, or runs another program",
+			  (int)s->t.pid);
+	else
+		snap_fail(s, ERR_KERNEL, "reading %llu bytes at 0x%llx: %s",
+			  (unsigned long long)len, (unsigned long long)addr,
+			  got < 0 ? strerror(errno) : "short read");
+	return -1;
+}
+
+/* Whether a page of len bytes is all zero: it goes as a ZERO marker. */
+static int
+page_zero(const uint8_t *p, uint64_t len)
+{
+	return p[0] == 0 && memcmp(p, p + 1, len - 1) == 0;
+}
+
+/*
+ * Pages [page, page + n) of region ri, all holding data, now in s->buf:
+ * the all-zero ones become ZERO markers, the others data runs.
+ */
+static int
+write_read_pages(struct snap *s, uint32_t ri, uint64_t page, uint64_t n)
+{
+	uint64_t ps = s->regs[ri].r.page_size;
+
+	for (uint64_t i = 0; i < n;) {
+		int zero = page_zero(s->buf + i * ps, ps);
+		uint64_t k = 1;
+		int rc;
+
+		while (i + k < n &&
+		       page_zero(s->buf + (i + k) * ps, ps) == zero)
+			k++;
+		rc = zero ? image_write_marker(&s->w, ri, page + i, k,
+					       IMAGE_ZERO)
+			  : image_write_data(&s->w, ri, page + i, k,
+					     s->buf + i * ps);
+		if (rc < 0)
+			return -1;
+		s->pages[zero ? IMAGE_ZERO : IMAGE_DATA] += k;
+		i += k;
+	}
+	return 0;
+}
+
+/*
+ * The next stretch of one class from the current page: holes as a
+ * marker, data read and written. Returns the bytes read, or -1 (the
+ * snapshot failed and is freed).
+ */
+static int64_t
+write_next(struct snap *s)
+{
+	struct src_region *sr = &s->regs[s->cur_reg];
+	uint64_t ps = sr->r.page_size, page = s->cur_page, n = 1;
+	int data = bit_test(sr->data, page);
+	uint64_t max = data ? IMAGE_RUN_BYTES / ps : sr->npages;
+
+	while (n < max && page + n < sr->npages &&
+	       bit_test(sr->data, page + n) == data)
+		n++;
+	s->cur_page += n;
+	if (!data) {
+		s->pages[IMAGE_HOLE] += n;
+		if (image_write_marker(&s->w, s->cur_reg, page, n, IMAGE_HOLE) <
+		    0)
+			goto bad;
+		return 0;
+	}
+	if (read_mem(s, sr, page, n * ps) < 0)
+		return -1;
+	if (write_read_pages(s, s->cur_reg, page, n) < 0)
+		goto bad;
+	return (int64_t)(n * ps);
+bad:
+	snap_fail(s, ERR_INVALID, "writing the image: %s", strerror(errno));
+	return -1;
+}
+
+/* Every page written: the tables, the header, fsync; then the client. */
+static void
+finish(struct snap *s)
+{
+	int running = 0;
+	long long n;
+
+	if (image_writer_end(&s->w) < 0) {
+		snap_fail(s, ERR_INVALID, "writing the image: %s",
+			  strerror(errno));
+		return;
+	}
+	/* A run of the process since the freeze may have torn the image. */
+	n = source_switch_count(s->t.pid, &running);
+	if (running || (n >= 0 && s->switches >= 0 && n != s->switches)) {
+		snap_fail(s, ERR_SOURCE,
+			  "process %d was continued (SIGCONT from elsewhere) "
+			  "during the snapshot: the image is not kept",
+			  (int)s->t.pid);
+		return;
+	}
+	log_info("snapshot of process %d written: %zu regions, %llu data, "
+		 "%llu zero, %llu hole pages",
+		 (int)s->t.pid, s->nregs,
+		 (unsigned long long)s->pages[IMAGE_DATA],
+		 (unsigned long long)s->pages[IMAGE_ZERO],
+		 (unsigned long long)s->pages[IMAGE_HOLE]);
+	snap_reply(s, FRAME_CTL_SNAPSHOT_WRITTEN, 0);
+	s->phase = SNAP_WAIT_COMMIT;
+	wait_client(s, SNAP_WAIT_COMMIT, commit_wait(s));
+}
+
+/*
+ * One turn of writing, ROUND_BYTES of pages read at most: a large
+ * process is written over many turns of the loop, with faults and other
+ * migrations served between them.
+ */
+static void
+round_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct snap *s = arg;
+	uint64_t done = 0;
+
+	while (done < ROUND_BYTES && s->cur_reg < s->nregs) {
+		int64_t got;
+
+		if (s->cur_page == s->regs[s->cur_reg].npages) {
+			s->cur_reg++;
+			s->cur_page = 0;
+			continue;
+		}
+		if ((got = write_next(s)) < 0)
+			return;
+		done += (uint64_t)got;
+	}
+	/*
+	 * Writeback of this turn's pages starts now, so that the fsync at
+	 * the end, which blocks the loop, finds little left to write.
+	 */
+	if (s->w.data_end > s->synced &&
+	    sync_file_range(s->fd, (off_t)s->synced,
+			    (off_t)(s->w.data_end - s->synced),
+			    SYNC_FILE_RANGE_WRITE) == 0)
+		s->synced = s->w.data_end;
+	if (s->cur_reg < s->nregs)
+		event_active(s->round_ev, EV_TIMEOUT, 0);
+	else
+		finish(s);
+}
+
+/*
+ * The control request, for a caller checked to be allowed to export the
+ * process t (control.c): checks the ranges and the regions without
+ * touching the process, then asks the client for its file.
+ */
+static void
+snapshot_request(uint64_t serial, const struct authz_caller *who,
+		 struct procref *t, const ProtobufCMessage *msg)
+{
+	const Uffdd__SnapshotRequest *req = (const void *)msg;
+	Uffdd__SnapshotReply rep = UFFDD__SNAPSHOT_REPLY__INIT;
+	struct conn *c = control_conn(serial);
+	struct region *regs = NULL;
+	struct snap *s;
+	uint32_t code;
+	char err[256];
+
+	s = xcalloc(1, sizeof(*s));
+	TAILQ_INSERT_TAIL(&snaps, s, link);
+	s->serial = serial;
+	s->who = *who;
+	s->sock = s->fd = -1;
+	procref_move(&s->t, t);
+	clock_gettime(CLOCK_MONOTONIC, &s->t0);
+	s->keep = req->keep_source;
+	s->nranges = req->n_ranges;
+	s->ranges =
+		xcalloc(req->n_ranges ? req->n_ranges : 1, sizeof(*s->ranges));
+	for (size_t i = 0; i < req->n_ranges; i++) {
+		s->ranges[i].start = req->ranges[i]->start;
+		s->ranges[i].end = req->ranges[i]->end;
+		if (s->ranges[i].end <= s->ranges[i].start) {
+			snap_fail(s, ERR_INVALID, "empty range");
+			return;
+		}
+	}
+	/* A bad request must leave the process be: checked unfrozen. */
+	if (source_build_regions(s->t.pid, s->ranges, s->nranges, &regs, &code,
+				 err, sizeof(err)) <= 0) {
+		snap_fail(s, code, "%s", err);
+		return;
+	}
+	free(regs);
+	if (c == NULL || (s->sock = dup(conn_fd(c))) < 0) {
+		snap_fail(s, ERR_INVALID, "control connection: %s",
+			  c == NULL ? "gone" : strerror(errno));
+		return;
+	}
+	conn_pause(c, 1);
+	s->sock_ev = event_new(base, s->sock, EV_READ, sock_cb, s);
+	s->round_ev = event_new(base, -1, 0, round_cb, s);
+	if (s->sock_ev == NULL || s->round_ev == NULL)
+		fatalx("event_new");
+	event_priority_set(s->round_ev, PRIO_BULK);
+	control_reply(serial, FRAME_CTL_SNAPSHOT_READY, &rep.base);
+	wait_client(s, SNAP_WAIT_FD, FD_WAIT_SECS);
+}
+
+static int
+snapshot_pid(const ProtobufCMessage *msg)
+{
+	return ((const Uffdd__SnapshotRequest *)msg)->pid;
+}
+
+static const struct role_request snapshot_ops = {
+	.type = FRAME_CTL_SNAPSHOT,
+	.verb = "snapshot",
+	.request_pid = snapshot_pid,
+	.request = snapshot_request,
+};
+
+void
+source_snapshot_register(void)
+{
+	role_register_request(&snapshot_ops);
+}
+
+void
+source_snapshot_close_all(void)
+{
+	struct snap *s;
+
+	while ((s = TAILQ_FIRST(&snaps)) != NULL) {
+		log_warnx("snapshot of process %d given up: the daemon stops",
+			  (int)s->t.pid);
+		snap_free(s);
+	}
+}

@@ -1,0 +1,390 @@
+/*
+ * Reading a snapshot image (image.h, docs/image-format.md). The file is
+ * untrusted: it may be cut short, corrupted on disk, or made by hand to
+ * break the reader. Each value is checked before it sizes or places
+ * anything, and against the file's real size, which fstat gives us.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "proto/frame.h"
+#include "proto/image.h"
+#include "proto/image_fmt.h"
+
+/* Fills err; returns -1. */
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int
+bad(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* Reads exactly len bytes at off: -1 on an error or a file cut short. */
+static int
+pread_all(int fd, void *buf, size_t len, uint64_t off)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t r = pread(fd, p, len, (off_t)off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			if (r == 0)
+				errno = ENODATA;
+			return -1;
+		}
+		p += r;
+		len -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+const char *
+image_class_name(uint32_t cls)
+{
+	return cls == IMAGE_DATA   ? "data"
+	       : cls == IMAGE_ZERO ? "zero"
+	       : cls == IMAGE_HOLE ? "hole"
+				   : "?";
+}
+
+/* Whether the n bytes at p are all zero. */
+static int
+all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return 0;
+	return 1;
+}
+
+/*
+ * The header: magic, version, its own checksum, then the layout: header,
+ * data, region table and page index end to end, ending at the file's end.
+ */
+static int
+check_hdr(struct image *im, const uint8_t *b, struct image_fmt_hdr *h,
+	  char *err, size_t errlen)
+{
+	uint8_t md[IMAGE_SHA_LEN];
+	uint64_t tables;
+
+	if (memcmp(b + IH_MAGIC, IMAGE_MAGIC, 8) != 0)
+		return bad(err, errlen, "not a uffdd image (bad magic)");
+	if ((h->version = get32(b + IH_VERSION)) != IMAGE_VERSION)
+		return bad(err, errlen,
+			   "image format version %u: this uffdd reads "
+			   "version %u",
+			   h->version, IMAGE_VERSION);
+	if (EVP_Digest(b, IH_HDR_SHA, md, NULL, EVP_sha256(), NULL) != 1 ||
+	    memcmp(md, b + IH_HDR_SHA, IMAGE_SHA_LEN) != 0)
+		return bad(err, errlen, "header checksum mismatch");
+	if (get32(b + IH_HDR_LEN) != IMAGE_HDR_LEN ||
+	    get32(b + IH_ALIGN) != IMAGE_ALIGN || get32(b + IH_FLAGS) != 0 ||
+	    !all_zero(b + IH_END, IMAGE_HDR_LEN - IH_END))
+		return bad(err, errlen,
+			   "header: unknown header size, alignment or flags");
+	h->nregions = get32(b + IH_NREGIONS);
+	h->nruns = get64(b + IH_NRUNS);
+	h->data_off = get64(b + IH_DATA_OFF);
+	h->data_len = get64(b + IH_DATA_LEN);
+	h->regions_off = get64(b + IH_REGIONS_OFF);
+	h->runs_off = get64(b + IH_RUNS_OFF);
+	h->file_len = get64(b + IH_FILE_LEN);
+	memcpy(h->tables_sha, b + IH_TABLES_SHA, IMAGE_SHA_LEN);
+	if (h->file_len != im->file_len)
+		return bad(err, errlen,
+			   "file is %llu bytes, its header says %llu: "
+			   "truncated or extended",
+			   (unsigned long long)im->file_len,
+			   (unsigned long long)h->file_len);
+	if (h->nregions == 0 || h->nregions > IMAGE_REGIONS_MAX)
+		return bad(err, errlen, "header: %u regions (1 to %u)",
+			   h->nregions, IMAGE_REGIONS_MAX);
+	/* Each bound below keeps the sums after it from overflowing. */
+	if (h->data_off != IMAGE_HDR_LEN || h->data_len > im->file_len ||
+	    h->data_len % IMAGE_ALIGN ||
+	    h->regions_off != h->data_off + h->data_len ||
+	    h->nruns > im->file_len / IMAGE_RUN_LEN ||
+	    h->runs_off !=
+		    h->regions_off + (uint64_t)h->nregions * IMAGE_REGION_LEN)
+		return bad(err, errlen, "header: inconsistent layout");
+	tables = (uint64_t)h->nregions * IMAGE_REGION_LEN +
+		 h->nruns * IMAGE_RUN_LEN;
+	if (h->runs_off + h->nruns * IMAGE_RUN_LEN != h->file_len)
+		return bad(err, errlen,
+			   "header: tables of %llu bytes do not end the file",
+			   (unsigned long long)tables);
+	im->data_len = h->data_len;
+	im->created = get64(b + IH_CREATED);
+	im->pid = (int32_t)get32(b + IH_PID);
+	return 0;
+}
+
+/* One region record: sizes, kind, name, its place among the others. */
+static int
+check_region(const struct image *im, uint32_t i, const uint8_t *b,
+	     uint64_t runs_before, char *err, size_t errlen)
+{
+	struct image_region *r = &im->regions[i];
+	const struct image_region *prev = i ? &im->regions[i - 1] : NULL;
+
+	r->start = get64(b + IR_START);
+	r->length = get64(b + IR_LENGTH);
+	r->file_off = get64(b + IR_FILE_OFF);
+	r->page_size = get32(b + IR_PAGE_SIZE);
+	r->kind = get32(b + IR_KIND);
+	r->shared = get32(b + IR_SHARED);
+	r->first_run = get64(b + IR_FIRST_RUN);
+	r->nruns = get64(b + IR_NRUNS);
+	r->data_pages = get64(b + IR_DATA);
+	r->zero_pages = get64(b + IR_ZERO);
+	r->hole_pages = get64(b + IR_HOLE);
+	memcpy(r->name, b + IR_NAME, IMAGE_NAME_MAX);
+	if (r->name[IMAGE_NAME_MAX - 1] != '\0' || text_bad_at(r->name) >= 0)
+		return bad(err, errlen, "region %u: name not printable text",
+			   i);
+	if (r->page_size < IMAGE_ALIGN || r->page_size > IMAGE_PAGE_MAX ||
+	    (r->page_size & (r->page_size - 1)))
+		return bad(err, errlen, "region %u: page size %u", i,
+			   r->page_size);
+	if (r->length == 0 || r->length % r->page_size ||
+	    r->start % r->page_size || r->start + r->length < r->start ||
+	    r->kind < 1 || r->kind > 6 || r->shared > 1 ||
+	    get32(b + IR_RESERVED) != 0)
+		return bad(err, errlen, "region %u: bad start, length or kind",
+			   i);
+	if (prev != NULL && r->start < prev->start + prev->length)
+		return bad(err, errlen,
+			   "region %u overlaps or precedes region %u", i,
+			   i - 1);
+	if (r->first_run != runs_before || r->nruns == 0 ||
+	    r->nruns > im->nruns - runs_before)
+		return bad(err, errlen, "region %u: runs out of place", i);
+	return 0;
+}
+
+/* One run of region r, which must start at page *next. */
+static int
+check_run(const struct image *im, uint64_t k, const uint8_t *b, uint32_t ri,
+	  uint64_t *next, uint64_t *data_at, uint64_t cnt[4], char *err,
+	  size_t errlen)
+{
+	struct image_run *u = &im->runs[k];
+	const struct image_region *r = &im->regions[ri];
+	uint64_t npages = r->length / r->page_size, bytes;
+
+	u->region = get32(b + IU_REGION);
+	u->cls = get32(b + IU_CLASS);
+	u->first_page = get64(b + IU_FIRST_PAGE);
+	u->npages = get64(b + IU_NPAGES);
+	u->data_off = get64(b + IU_DATA_OFF);
+	memcpy(u->sha, b + IU_SHA, IMAGE_SHA_LEN);
+	if (u->region != ri || u->cls < IMAGE_DATA || u->cls > IMAGE_HOLE)
+		return bad(err, errlen, "run %llu: bad region or class",
+			   (unsigned long long)k);
+	if (u->first_page != *next || u->npages == 0 ||
+	    u->npages > npages - *next)
+		return bad(err, errlen,
+			   "run %llu: pages out of place in region %u",
+			   (unsigned long long)k, ri);
+	*next += u->npages;
+	cnt[u->cls] += u->npages;
+	if (u->cls != IMAGE_DATA) {
+		if (u->data_off != 0 || !all_zero(u->sha, IMAGE_SHA_LEN))
+			return bad(err, errlen, "run %llu: marker with data",
+				   (unsigned long long)k);
+		return 0;
+	}
+	bytes = u->npages * r->page_size; /* npages <= length / page_size */
+	if (bytes > IMAGE_RUN_BYTES && u->npages > 1)
+		return bad(err, errlen, "run %llu: %llu bytes, more than a run",
+			   (unsigned long long)k, (unsigned long long)bytes);
+	/* Data runs lie end to end in index order: no gap, no overlap. */
+	if (u->data_off != *data_at ||
+	    bytes > im->data_len + IMAGE_HDR_LEN - *data_at)
+		return bad(err, errlen, "run %llu: data out of place",
+			   (unsigned long long)k);
+	*data_at += bytes;
+	return 0;
+}
+
+/* The region table and page index, read and checked together. */
+static int
+check_tables(struct image *im, const struct image_fmt_hdr *h, char *err,
+	     size_t errlen)
+{
+	size_t len = (size_t)(h->file_len - h->regions_off);
+	uint8_t md[IMAGE_SHA_LEN], *b = malloc(len ? len : 1);
+	uint64_t k = 0, data_at = IMAGE_HDR_LEN;
+	int rc = -1;
+
+	if (b == NULL)
+		return bad(err, errlen, "out of memory for %zu bytes", len);
+	if (pread_all(im->fd, b, len, h->regions_off) < 0) {
+		bad(err, errlen, "reading tables: %s", strerror(errno));
+		goto out;
+	}
+	if (EVP_Digest(b, len, md, NULL, EVP_sha256(), NULL) != 1 ||
+	    memcmp(md, h->tables_sha, IMAGE_SHA_LEN) != 0) {
+		bad(err, errlen,
+		    "region table or page index checksum "
+		    "mismatch");
+		goto out;
+	}
+	im->regions = calloc(h->nregions, sizeof(*im->regions));
+	im->runs = calloc(h->nruns ? h->nruns : 1, sizeof(*im->runs));
+	if (im->regions == NULL || im->runs == NULL) {
+		bad(err, errlen, "out of memory for the tables");
+		goto out;
+	}
+	im->nregions = h->nregions;
+	im->nruns = h->nruns;
+	for (uint32_t i = 0; i < h->nregions; i++) {
+		const uint8_t *rb = b + (size_t)i * IMAGE_REGION_LEN;
+		const uint8_t *ub = b + (h->runs_off - h->regions_off);
+		struct image_region *r = &im->regions[i];
+		uint64_t next = 0, cnt[4] = {0};
+
+		if (check_region(im, i, rb, k, err, errlen) < 0)
+			goto out;
+		for (; k < r->first_run + r->nruns; k++)
+			if (check_run(im, k, ub + k * IMAGE_RUN_LEN, i, &next,
+				      &data_at, cnt, err, errlen) < 0)
+				goto out;
+		if (next != r->length / r->page_size ||
+		    cnt[IMAGE_DATA] != r->data_pages ||
+		    cnt[IMAGE_ZERO] != r->zero_pages ||
+		    cnt[IMAGE_HOLE] != r->hole_pages) {
+			bad(err, errlen,
+			    "region %u: its runs do not cover its pages "
+			    "as counted",
+			    i);
+			goto out;
+		}
+	}
+	if (k != h->nruns || data_at != h->regions_off) {
+		bad(err, errlen, "page index: runs or data left over");
+		goto out;
+	}
+	rc = 0;
+out:
+	free(b);
+	return rc;
+}
+
+int
+image_open(struct image *im, int fd, char *err, size_t errlen)
+{
+	uint8_t hdr[IMAGE_HDR_LEN];
+	struct image_fmt_hdr h = {0};
+	struct stat st;
+
+	memset(im, 0, sizeof(*im));
+	im->fd = fd;
+	if (fstat(fd, &st) < 0)
+		return bad(err, errlen, "fstat: %s", strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return bad(err, errlen, "not a regular file");
+	im->file_len = (uint64_t)st.st_size;
+	if (im->file_len < IMAGE_HDR_LEN ||
+	    pread_all(fd, hdr, sizeof(hdr), 0) < 0)
+		return bad(err, errlen,
+			   "%llu bytes: shorter than an image header",
+			   (unsigned long long)im->file_len);
+	if (check_hdr(im, hdr, &h, err, errlen) < 0 ||
+	    check_tables(im, &h, err, errlen) < 0) {
+		free(im->regions);
+		free(im->runs);
+		im->regions = NULL;
+		im->runs = NULL;
+		im->nregions = 0;
+		im->nruns = 0;
+		return -1;
+	}
+	return 0;
+}
+
+void
+image_close(struct image *im)
+{
+	if (im->fd >= 0)
+		close(im->fd);
+	free(im->regions);
+	free(im->runs);
+	memset(im, 0, sizeof(*im));
+	im->fd = -1;
+}
+
+uint64_t
+image_run_bytes(const struct image *im, const struct image_run *u)
+{
+	return u->npages * im->regions[u->region].page_size;
+}
+
+int
+image_run_read(const struct image *im, const struct image_run *u, void *buf,
+	       char *err, size_t errlen)
+{
+	uint8_t md[IMAGE_SHA_LEN];
+	uint64_t len = image_run_bytes(im, u);
+
+	if (u->cls != IMAGE_DATA)
+		return bad(err, errlen, "run of %s pages has no data",
+			   image_class_name(u->cls));
+	if (pread_all(im->fd, buf, (size_t)len, u->data_off) < 0)
+		return bad(err, errlen, "reading %llu bytes at %llu: %s",
+			   (unsigned long long)len,
+			   (unsigned long long)u->data_off,
+			   errno == ENODATA ? "file cut short"
+					    : strerror(errno));
+	if (EVP_Digest(buf, (size_t)len, md, NULL, EVP_sha256(), NULL) != 1 ||
+	    memcmp(md, u->sha, IMAGE_SHA_LEN) != 0)
+		return bad(err, errlen,
+			   "checksum mismatch in the data of region %u, "
+			   "pages %llu-%llu (file offset %llu)",
+			   u->region, (unsigned long long)u->first_page,
+			   (unsigned long long)(u->first_page + u->npages - 1),
+			   (unsigned long long)u->data_off);
+	return 0;
+}
+
+int
+image_verify(const struct image *im, char *err, size_t errlen)
+{
+	uint64_t max = 0;
+	uint8_t *buf;
+	int rc = 0;
+
+	/* A buffer the size of the largest run (bounded by image_open()). */
+	for (uint64_t k = 0; k < im->nruns; k++)
+		if (im->runs[k].cls == IMAGE_DATA &&
+		    image_run_bytes(im, &im->runs[k]) > max)
+			max = image_run_bytes(im, &im->runs[k]);
+	if ((buf = malloc(max ? max : 1)) == NULL)
+		return bad(err, errlen, "out of memory");
+	for (uint64_t k = 0; k < im->nruns && rc == 0; k++)
+		if (im->runs[k].cls == IMAGE_DATA)
+			rc = image_run_read(im, &im->runs[k], buf, err, errlen);
+	free(buf);
+	return rc;
+}

@@ -1,0 +1,123 @@
+/*
+ * Snapshot images (docs/image-format.md): one writer for the daemon and
+ * one reader for everyone (the daemon later, uffd-client's image command,
+ * the fuzz target). An image is a header, the page data, a region table
+ * and a page index of runs: each run a stretch of pages of one region and
+ * one class (data, zero, hole), data runs with their own SHA-256.
+ *
+ * The reader takes nothing from a file on trust: every count, offset and
+ * length is checked against the file's real size and against the others
+ * before anything is allocated or read by it (image_open()).
+ */
+#ifndef UFFDD_IMAGE_H
+#define UFFDD_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define IMAGE_MAGIC "UFFDDIMG"
+#define IMAGE_VERSION 1
+/* The header's size, and the alignment of every data run in the file. */
+#define IMAGE_HDR_LEN 4096u
+#define IMAGE_ALIGN 4096u
+#define IMAGE_REGION_LEN 336u
+#define IMAGE_RUN_LEN 64u
+#define IMAGE_NAME_MAX 256u
+#define IMAGE_SHA_LEN 32u
+/* At most this many regions (the daemon's REGION_TABLE_MAX). */
+#define IMAGE_REGIONS_MAX 4096u
+/* Pages of at most this size (what one frame carries: FRAME_DATA_MAX). */
+#define IMAGE_PAGE_MAX (4u << 20)
+/* A data run holds at most this many bytes (or one page, if larger). */
+#define IMAGE_RUN_BYTES (4u << 20)
+
+enum image_class {
+	IMAGE_DATA = 1, /* bytes in the file, with their checksum */
+	IMAGE_ZERO = 2, /* populated, every byte zero */
+	IMAGE_HOLE = 3, /* never populated: as the mapping gives it */
+};
+
+struct image_region {
+	uint64_t start, length;
+	uint64_t file_off; /* a private file mapping: start's offset in it */
+	uint32_t page_size;
+	uint32_t kind; /* enum region_kind: RegionKind on the wire */
+	uint32_t shared;
+	uint64_t first_run, nruns; /* its runs in the page index */
+	uint64_t data_pages, zero_pages, hole_pages;
+	char name[IMAGE_NAME_MAX];
+};
+
+struct image_run {
+	uint32_t region;
+	uint32_t cls; /* enum image_class */
+	uint64_t first_page, npages;
+	uint64_t data_off; /* IMAGE_DATA: where its bytes start in the file */
+	uint8_t sha[IMAGE_SHA_LEN];
+};
+
+/* An image opened for reading, its tables checked (image_open()). */
+struct image {
+	int fd;
+	uint64_t file_len, data_len;
+	int32_t pid;
+	uint64_t created; /* seconds since the epoch */
+	uint32_t nregions;
+	uint64_t nruns;
+	struct image_region *regions;
+	struct image_run *runs;
+};
+
+/*
+ * Reads and checks the header, the region table and the page index of
+ * the image open at fd (which the image keeps; image_close() closes it).
+ * Returns 0, or -1 with err saying what is wrong and where.
+ */
+int image_open(struct image *, int fd, char *err, size_t errlen);
+void image_close(struct image *);
+/* A run's bytes in the file (npages * page_size of its region). */
+uint64_t image_run_bytes(const struct image *, const struct image_run *);
+/*
+ * Reads data run r into buf (image_run_bytes() long) and checks its
+ * SHA-256. 0, or -1 with err set: a short read or a wrong checksum.
+ */
+int image_run_read(const struct image *, const struct image_run *r, void *buf,
+		   char *err, size_t errlen);
+/* Reads every data run and checks it. 0, or -1 at the first bad one. */
+int image_verify(const struct image *, char *err, size_t errlen);
+const char *image_class_name(uint32_t cls);
+
+/*
+ * Writing, to a new empty file at fd: the regions are given first, then
+ * their pages in order (region by region, page by page, none left out) as
+ * data or markers; adjacent pages of one class join one run.
+ */
+struct image_writer {
+	int fd;
+	int32_t pid;
+	uint32_t nregions;
+	struct image_region *regions;
+	struct image_run *runs;
+	size_t nruns, cap;
+	uint64_t data_end; /* the next data run's offset */
+	void *ctx;	   /* EVP_MD_CTX of the last run while it grows */
+	int err;	   /* errno of the first failure: later calls fail */
+};
+
+/* 0, or -1 with errno set. Only the regions' identities are taken. */
+int image_writer_begin(struct image_writer *, int fd,
+		       const struct image_region *regions, uint32_t nregions,
+		       int32_t pid);
+/* Pages [page, page + n) of region ri, bytes at buf. 0, or -1 (errno). */
+int image_write_data(struct image_writer *, uint32_t ri, uint64_t page,
+		     uint64_t n, const void *buf);
+int image_write_marker(struct image_writer *, uint32_t ri, uint64_t page,
+		       uint64_t n, enum image_class cls);
+/*
+ * The tables and the header, then fsync: the file is whole on disk.
+ * EINVAL when a region was not covered page for page. 0, or -1 (errno).
+ */
+int image_writer_end(struct image_writer *);
+void image_writer_free(struct image_writer *);
+
+#endif
