@@ -9,6 +9,9 @@
  *   before they arrive) and checks every byte; prints the result and waits
  *   for SIGTERM so that its memory can be hashed from outside.
  *
+ * source --hot PCT [--pace-us N] (for pre-copy): the mutators write only to
+ * the first PCT percent of the pages, one word each N us per thread.
+ *
  * dest --touch N (for tests/bench): instead of checking, one thread reads one
  * word of N random pages, one page at a time, timing each read that faults
  * (mincore says the page is not resident yet; pages the bulk lane already
@@ -126,6 +129,12 @@ static int idle_child;
 static int stuck_thread;
 static int map_fd = -1;
 static unsigned pace_us;
+/*
+ * source --hot PCT: the mutators write only to the first PCT percent of
+ * the pages (the hot set; the rest stays cold), one word each pace_us
+ * (--pace-us) when set: a steady writer, for pre-copy.
+ */
+static unsigned hot_pct = 100;
 static atomic_ulong lost;
 static __thread sigjmp_buf bus_jmp;
 static __thread volatile int bus_armed;
@@ -357,12 +366,15 @@ static void *
 mutator(void *arg)
 {
 	uint64_t r = mix((uint64_t)(uintptr_t)arg + seed), npages = size / PS;
+	uint64_t hot = npages * hot_pct / 100 ? npages * hot_pct / 100 : 1;
 
 	for (;;) {
 		uint64_t page, w, *p, ver;
 
+		if (pace_us)
+			usleep(pace_us);
 		r = mix(r);
-		page = r % npages;
+		page = r % hot;
 		if (is_untouched(page) || is_pageout(page) || is_zeroed(page) ||
 		    is_ro(page))
 			continue;
@@ -714,8 +726,7 @@ bench_signals(const char *when)
 	for (unsigned i = 0; i < signal_bench; i++)
 		raise(SIGURG);
 	clock_gettime(CLOCK_MONOTONIC, &b);
-	printf("signals %s %u us_each %.2f\n", when,
-	       atomic_load(&bench_seen),
+	printf("signals %s %u us_each %.2f\n", when, atomic_load(&bench_seen),
 	       ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e3 /
 		       (signal_bench ? signal_bench : 1));
 	fflush(stdout);
@@ -920,7 +931,7 @@ usage(void)
 		"         [--threads N] [--untouched-every K] "
 		"[--pageout-every K]\n"
 		"         [--poke-every K] [--prefault] [--sigbus-ok] "
-		"[--pace-us N]\n"
+		"[--pace-us N] [--hot PCT]\n"
 		"         [--kind anon|thp|hugetlb|hugetlb-shared|shared|memfd|"
 		"tmpfs|\n"
 		"                 file-private --file PATH] [--zero-every K]\n"
@@ -929,7 +940,8 @@ usage(void)
 		"remove|unmap|remap|fork|fork-remove|fork-idle|fork-exit|\n"
 		"                  fork-exit-late|protect|punch|grow]\n"
 		"         [--touch N] [--idle-child] [--stuck-thread]\n"
-		"         [--exec-on-usr2 PATH] [--try-uffd] [--sibling vm|files]\n"
+		"         [--exec-on-usr2 PATH] [--try-uffd] [--sibling "
+		"vm|files]\n"
 		"         [--signal-bench N]\n");
 	exit(2);
 }
@@ -950,6 +962,7 @@ main(int argc, char **argv)
 		{"stuck-thread", no_argument, NULL, 'V'},
 		{"sigbus-ok", no_argument, NULL, 'B'},
 		{"pace-us", required_argument, NULL, 'D'},
+		{"hot", required_argument, NULL, 'H'},
 		{"kind", required_argument, NULL, 'K'},
 		{"zero-every", required_argument, NULL, 'Z'},
 		{"event", required_argument, NULL, 'E'},
@@ -1008,6 +1021,11 @@ main(int argc, char **argv)
 			break;
 		case 'B':
 			sigbus_ok = 1;
+			break;
+		case 'H':
+			hot_pct = (unsigned)atoi(optarg);
+			if (hot_pct == 0 || hot_pct > 100)
+				hot_pct = 100;
 			break;
 		case 'D':
 			pace_us = (unsigned)atoi(optarg);

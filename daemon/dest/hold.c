@@ -97,9 +97,10 @@ dest_hold_target(struct dest *d, struct inject *inj, char *err, size_t errlen)
 	}
 	d->hold = xmalloc(sizeof(*d->hold));
 	*d->hold = *inj;
-	log_info("process %d held until the pages it wrote in private file "
-		 "mappings are in",
-		 (int)d->m->pid);
+	log_info("process %d held until %s", (int)d->m->pid,
+		 d->precopy ? "the pre-copy's switchover"
+			    : "the pages it wrote in private file mappings are "
+			      "in");
 	return 0;
 }
 
@@ -121,15 +122,23 @@ dest_release_held(struct dest *d)
 			  "of its private file mappings never arrived",
 			  log_id(d->m->id), (int)d->m->pid,
 			  (unsigned long long)missing);
+	/* Its pre-copied pages are of several moments: never to run. */
+	if (d->precopy && procref_signal(&d->t, SIGSTOP) == 0) {
+		log_warnx("migration %s: process %d left stopped: the "
+			  "pre-copy ended before its switchover",
+			  log_id(d->m->id), (int)d->m->pid);
+		missing = 1;
+	}
 	dest_let_go(d, d->hold);
 	free(d->hold);
 	d->hold = NULL;
 	close(d->memfd);
 	d->memfd = -1;
 	if (missing == 0) {
-		log_info("migration %s: private file pages in; process %d "
-			 "runs",
-			 log_id(d->m->id), (int)d->m->pid);
+		log_info("migration %s: %s; process %d runs", log_id(d->m->id),
+			 d->m->precopy_rounds ? "switchover"
+					      : "private file pages in",
+			 (int)d->m->pid);
 		dest_persist_dirty(d); /* not held any more */
 	}
 }
@@ -179,7 +188,7 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 		}
 		pagestate_set(&dr->ps, p, PAGE_PRESENT);
 	}
-	if (d->hold && dest_private_missing(d) == 0)
+	if (d->hold && dest_private_missing(d) == 0 && !d->precopy)
 		dest_release_held(d);
 	d->m->pages_present = dest_present_total(d);
 	return 0;

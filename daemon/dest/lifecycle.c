@@ -318,7 +318,7 @@ dest_fail(struct dest *d, const char *fmt, ...)
 		migration_fail(k->m, "%s", why);
 		dest_child_done(k);
 	}
-	if (d->hold && dest_private_missing(d) > 0) {
+	if (d->hold && (dest_private_missing(d) > 0 || d->precopy)) {
 		/*
 		 * dest_release_held() (in teardown) stops it, poisoned or
 		 * not; it keeps its uffd, as a stopped target does (no

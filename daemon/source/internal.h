@@ -9,6 +9,8 @@
  *   serve.c    pages out: demand answers and the bulk stream
  *   lanes.c    the destination's lanes, and how a migration ends
  *   persist.c  the state file: written, deferred, restored from
+ *   precopy.c  export --precopy: rounds while the process runs, the freeze,
+ *              the switchover
  */
 #ifndef UFFDD_SOURCE_INTERNAL_H
 #define UFFDD_SOURCE_INTERNAL_H
@@ -33,6 +35,32 @@ struct migration;
 #define PING_SECS 1
 /* s->scratch: one frame's page bytes (a demand answer, a zero-check). */
 #define SCRATCH_LEN FRAME_DATA_MAX
+
+/* export --precopy defaults (docs/design.md, "Pre-copy"). */
+#define PRECOPY_MAX_ROUNDS 30
+#define PRECOPY_THRESHOLD (4ull << 20)
+/* Rounds without a new smallest dirty set after which the rounds stop. */
+#define PRECOPY_STALL_ROUNDS 3
+
+/*
+ * A pre-copy, until its switchover. ROUNDS: the process runs, each round
+ * sends the pages written since the one before. FINAL: it is frozen, the
+ * last written pages go; then SWITCHOVER, and the export goes on as any
+ * other (DONE).
+ */
+enum pc_phase { PC_ROUNDS, PC_FINAL, PC_DONE };
+
+struct precopy {
+	enum pc_phase phase;
+	uint32_t max_rounds;
+	uint64_t threshold;   /* a dirty set this small (bytes) is the last */
+	uint64_t round_start; /* m->bytes when the round began */
+	uint64_t best;	      /* the smallest dirty set so far, bytes */
+	uint32_t since_best;  /* rounds since */
+	uint64_t t_freeze;    /* ns, when the freeze began */
+	uint64_t final_pages; /* sent during the freeze */
+	int sent_since;	      /* the round's marked pages were queued */
+};
 
 struct src_region {
 	struct region r;
@@ -80,7 +108,8 @@ struct source {
 	uint64_t cur_page;
 	uint32_t hint_reg;
 	uint64_t hint_page, hint_left;
-	uint8_t *scratch; /* SCRATCH_LEN bytes */
+	uint8_t *scratch;   /* SCRATCH_LEN bytes */
+	struct precopy *pc; /* export --precopy (precopy.c); else NULL */
 };
 
 /* freeze.c */
@@ -90,6 +119,7 @@ int source_freeze_checked(const struct procref *t,
 void source_thaw(const struct procref *t, int was_stopped);
 long long source_switch_count(pid_t pid, int *running);
 void source_watch_freeze(struct source *);
+long long source_settled_switches(pid_t pid);
 int source_continued(const struct source *, char *why, size_t len);
 
 /* export.c */
@@ -103,6 +133,17 @@ void source_serve_start(struct source *);
 void source_demand_request(struct source *, const Uffdd__PageRequest *);
 void source_bulk_lane(struct source *, struct conn *);
 void source_bulk_produce(struct source *);
+void source_bulk_drain_at(struct source *, int empty);
+
+/* precopy.c */
+int source_precopy_arm(const struct procref *t, const struct region *regs,
+		       size_t n, struct wptrack *wp, uint32_t *code, char *err,
+		       size_t errlen);
+void source_precopy_init(struct source *, struct wptrack *,
+			 const Uffdd__ExportRequest *);
+int source_precopy_running(const struct source *);
+void source_precopy_round_end(struct source *);
+int source_precopy_hello(struct source *, struct conn *, const Uffdd__Hello *);
 
 /* lanes.c */
 void source_lanes_start(struct source *);

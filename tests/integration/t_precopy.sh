@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# export --precopy: a process that keeps writing to a hot set (3% of 256
+# MiB) and owns a cold rest is migrated while it runs; the destination ends
+# byte for byte equal to the source at its freeze (kept with --keep-source,
+# hashed by memhash). The same migration without --precopy runs beside it,
+# and both print their post-copy demand faults and freeze time. Then the
+# refusal: a daemon whose kernel cannot track writes (UFFDD_TEST_NO_WP_TRACKING)
+# refuses --precopy naming the feature, and leaves the process running.
+. "$SRC/tests/lib.sh"
+need_root
+start_daemon src
+start_daemon dst
+SIZE=256M
+BASE=0x500000000000
+END=$(printf '0x%x' $((BASE + $(numfmt --from=iec $SIZE))))
+RANGE=$(printf '%x-%x' $((BASE)) $((END)))
+key() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# one_migration precopy|postcopy: a migration of a steadily writing
+# process, checked byte for byte; sets FAULTS, FREEZE_MS and ROUNDS.
+one_migration() {
+	local mode=$1 exportargs=(--keep-source) t0 t1 h_src h_dst
+	[ "$mode" = precopy ] && exportargs+=(--precopy)
+	start_workload WS source --size $SIZE --threads 2 --hot 3 --pace-us 20
+	start_workload WD dest --size $SIZE --threads 4 --prefault
+	sleep 0.2
+	t0=$(now_ms)
+	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE" "${exportargs[@]}") ||
+		fail "$mode: export failed"
+	if [ "$mode" = precopy ]; then
+		[ "$(proc_state "$WS")" != T ] || fail "precopy: source stopped at the export"
+	else
+		[ "$(proc_state "$WS")" = T ] || fail "postcopy: source not stopped at the export"
+	fi
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+		--id "$ID" --range "$RANGE" >"$T/attach.out" || fail "$mode: attach: $(cat "$T/attach.out")"
+	t1=$(now_ms)
+	kill -USR1 "$WD"
+	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" ||
+		fail "$mode: wait: $(cat "$T/wait.out")"
+	wait_verified WD
+	"$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 >/dev/null 2>&1 ||
+		fail "$mode: source side did not complete: $("$CLIENT" --control "$src_SOCK" status "$ID")"
+	[ "$(proc_state "$WS")" = T ] || fail "$mode: source not left stopped"
+	h_src=$("$MEMHASH" "$WS" $BASE "$END")
+	h_dst=$("$MEMHASH" "$WD" $BASE "$END")
+	[ "$h_src" = "$h_dst" ] || fail "$mode: destination differs from the source at its freeze"
+	"$CLIENT" --control "$dst_SOCK" status "$ID" --json >"$T/$mode.dst.json"
+	"$CLIENT" --control "$src_SOCK" status "$ID" --json >"$T/$mode.src.json"
+	FAULTS=$(key "$T/$mode.dst.json" demand_faults)
+	ROUNDS=$(key "$T/$mode.dst.json" precopy_rounds)
+	if [ "$mode" = precopy ]; then
+		FREEZE_MS=$(key "$T/$mode.dst.json" downtime_ms)
+	else
+		# Frozen at the export; the target runs once attach returns.
+		FREEZE_MS=$((t1 - t0))
+	fi
+	info "$mode: sha256 $h_src equal on both sides"
+	kill -9 "$WS" "$WD" 2>/dev/null || true
+}
+
+one_migration precopy
+P_FAULTS=$FAULTS P_FREEZE=$FREEZE_MS P_ROUNDS=$ROUNDS
+[ "$P_ROUNDS" -ge 2 ] || fail "precopy: $P_ROUNDS rounds"
+grep -q '"precopy_round_bytes":\[[0-9]' "$T/precopy.src.json" ||
+	fail "precopy: no bytes per round in the source's status: $(cat "$T/precopy.src.json")"
+"$CLIENT" --control "$src_SOCK" status "$ID" | grep -E 'pre-copy|freeze'
+one_migration postcopy
+info "precopy:  $P_FAULTS demand faults after the switchover, freeze $P_FREEZE ms (daemon), $P_ROUNDS rounds"
+info "postcopy: $FAULTS demand faults, freeze $FREEZE_MS ms (export to attach returned)"
+[ "$P_FAULTS" -le "$FAULTS" ] || fail "precopy took more demand faults ($P_FAULTS) than post-copy ($FAULTS)"
+
+info "refused where writes cannot be tracked (as before 6.7)"
+UFFDD_TEST_NO_WP_TRACKING=1
+export UFFDD_TEST_NO_WP_TRACKING
+start_daemon src_old
+unset UFFDD_TEST_NO_WP_TRACKING
+start_workload WS source --size 32M --threads 1 --hot 3 --pace-us 100
+R32=$(printf '%x-%x' $((BASE)) $((BASE + 32 * 1024 * 1024)))
+if "$CLIENT" --control "$src_old_SOCK" export "$WS" --range "$R32" --precopy >"$T/refused.out" 2>&1; then
+	fail "--precopy accepted without write tracking: $(cat "$T/refused.out")"
+fi
+grep -q 'UFFD_FEATURE_WP_ASYNC' "$T/refused.out" && grep -q 'PAGEMAP_SCAN' "$T/refused.out" ||
+	fail "refusal does not name the kernel feature: $(cat "$T/refused.out")"
+info "refused: $(cat "$T/refused.out")"
+h1=$("$MEMHASH" "$WS" $BASE $((BASE + 32 * 1024 * 1024)))
+sleep 0.3
+h2=$("$MEMHASH" "$WS" $BASE $((BASE + 32 * 1024 * 1024)))
+[ "$(proc_state "$WS")" != T ] && [ "$h1" != "$h2" ] || fail "refused export left the process stopped"
+ls -l "/proc/$WS/fd" | grep -q userfaultfd && fail "refused export left a userfaultfd in the process"
+"$CLIENT" --control "$src_old_SOCK" status --json | grep -q '"id"' &&
+	fail "refused export is listed: $("$CLIENT" --control "$src_old_SOCK" status)"
+kill -9 "$WS"
+info "process kept running, nothing registered"
