@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -127,10 +128,34 @@ dest_precopy_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 }
 
 /*
+ * The freeze time: from the source's freeze (its wall clock) to now, when
+ * the clocks agree that far: it is at least the time the source says it
+ * was frozen when it sent SWITCHOVER, plus ours since it came (t0). Else
+ * (clocks out of step) those two parts only, the wire between not
+ * counted. ns.
+ */
+static uint64_t
+downtime(const Uffdd__Switchover *sw, uint64_t t0)
+{
+	uint64_t frozen = sw->frozen_us < UINT64_MAX / 2000
+				  ? sw->frozen_us * 1000
+				  : UINT64_MAX / 2;
+	uint64_t parts = frozen + (now_ns() - t0);
+	struct timespec ts;
+	uint64_t wall;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	wall = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	if (sw->freeze_unix_ns && wall > sw->freeze_unix_ns &&
+	    wall - sw->freeze_unix_ns >= parts &&
+	    wall - sw->freeze_unix_ns < parts + 60000000000ULL)
+		return wall - sw->freeze_unix_ns;
+	return parts;
+}
+
+/*
  * The source is frozen and has sent every page as it is now (the frames
- * before this one on the same lane): the target runs. The freeze time is
- * the source's part (frozen until it sent this) and ours (until the
- * threads went); the time on the wire between is not counted.
+ * before this one on the same lane): the target runs.
  */
 void
 dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
@@ -147,10 +172,7 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 	d->m->precopy_rounds = sw->rounds;
 	d->m->precopy_bytes = sw->bytes;
 	dest_release_held(d);
-	d->m->downtime_ns =
-		(sw->frozen_us < UINT64_MAX / 2000 ? sw->frozen_us * 1000
-						   : UINT64_MAX / 2) +
-		(now_ns() - t0);
+	d->m->downtime_ns = downtime(sw, t0);
 	log_info("migration %s: pre-copy over after %u rounds, %llu bytes; "
 		 "target %d ran %.1f ms after the source froze; %llu of %llu "
 		 "pages present",

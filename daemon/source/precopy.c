@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "daemon/compat.h"
 #include "daemon/conn.h"
@@ -23,6 +24,16 @@
 #include "daemon/proc.h"
 #include "daemon/source/internal.h"
 #include "daemon/wptrack.h"
+
+/* Wall-clock time, ns since the epoch (SWITCHOVER's freeze_unix_ns). */
+static uint64_t
+wall_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
 
 /* Rounds a request may ask for at most. */
 #define PRECOPY_ROUNDS_LIMIT 1000
@@ -171,6 +182,7 @@ freeze_now(struct source *s)
 	int64_t dirty;
 
 	pc->t_freeze = now_ns();
+	pc->wall_freeze = wall_ns();
 	if (source_freeze_checked(&s->t, NULL, &s->was_stopped, &code, err,
 				  sizeof(err)) < 0) {
 		source_fail(s, "pre-copy: freezing for the switchover: %s",
@@ -209,6 +221,7 @@ switchover(struct source *s)
 	sw.bytes = s->m->precopy_bytes;
 	sw.frozen_us = (now - pc->t_freeze) / 1000;
 	sw.final_pages = pc->final_pages;
+	sw.freeze_unix_ns = pc->wall_freeze;
 	conn_send(s->bulk, FRAME_SWITCHOVER, &sw.base);
 	pc->phase = PC_DONE;
 	s->m->precopy = 0;

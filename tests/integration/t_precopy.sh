@@ -66,6 +66,7 @@ P_FAULTS=$FAULTS P_FREEZE=$FREEZE_MS P_ROUNDS=$ROUNDS
 grep -q '"precopy_round_bytes":\[[0-9]' "$T/precopy.src.json" ||
 	fail "precopy: no bytes per round in the source's status: $(cat "$T/precopy.src.json")"
 "$CLIENT" --control "$src_SOCK" status "$ID" | grep -E 'pre-copy|freeze'
+info "source: $(grep -o 'frozen after.*' "$T/src.log" | tail -n 1)"
 one_migration postcopy
 info "precopy:  $P_FAULTS demand faults after the switchover, freeze $P_FREEZE ms (daemon), $P_ROUNDS rounds"
 info "postcopy: $FAULTS demand faults, freeze $FREEZE_MS ms (export to attach returned)"
