@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/syscall.h>
 
 #include "daemon/conn.h"
 #include "daemon/dest/internal.h"
@@ -122,7 +123,29 @@ dest_release_held(struct dest *d)
 			  "of its private file mappings never arrived",
 			  log_id(d->m->id), (int)d->m->pid,
 			  (unsigned long long)missing);
-	/* Its pre-copied pages are of several moments: never to run. */
+	/*
+	 * Its pre-copied pages are of several moments: never to run. Its
+	 * copy of the uffd goes while it is held (a stopped process gets no
+	 * injection), so that nothing of the migration stays in it.
+	 */
+	if (d->precopy && d->target_fd >= 0) {
+		long rc = -EINTR;
+
+		/*
+		 * A signal that came while it was held is delivered first
+		 * (EINTR): once it is, the close goes through. The target
+		 * is stopped for good after this anyway.
+		 */
+		for (int i = 0; i < 3 && rc == -EINTR; i++)
+			rc = inject_syscall(d->hold, SYS_close,
+					    (unsigned long)d->target_fd, 0, 0,
+					    0, 0, 0);
+		if (rc < 0)
+			log_warnx("migration %s: close(%d) in process %d: %s",
+				  log_id(d->m->id), d->target_fd,
+				  (int)d->m->pid, strerror((int)-rc));
+		d->target_fd = -1;
+	}
 	if (d->precopy && procref_signal(&d->t, SIGSTOP) == 0) {
 		log_warnx("migration %s: process %d left stopped: the "
 			  "pre-copy ended before its switchover",

@@ -297,6 +297,7 @@ int dest_write_private(struct dest *, struct dst_region *,
 void dest_precopy_hello(struct dest *, const Uffdd__Hello *);
 void dest_precopy_data(struct dest *, struct conn *, const struct frame_hdr *,
 		       const Uffdd__PageData *, struct dst_region *);
+void dest_precopy_sync(struct dest *, struct conn *, const Uffdd__Ping *);
 void dest_switchover(struct dest *, struct conn *, const Uffdd__Switchover *);
 
 /* children.c */

@@ -219,6 +219,8 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 			dest_page_data(d, c, h, (const Uffdd__PageData *)msg);
 	} else if (h->type == FRAME_SWITCHOVER) {
 		dest_switchover(d, c, (const Uffdd__Switchover *)msg);
+	} else if (h->type == FRAME_ROUND_SYNC) {
+		dest_precopy_sync(d, c, (const Uffdd__Ping *)msg);
 	} else if (h->type == FRAME_ERROR) {
 		dest_lanes_down(d, ((const Uffdd__Error *)msg)->message);
 	} else if (h->type != FRAME_HELLO && h->type != FRAME_PING) {

@@ -128,6 +128,23 @@ dest_precopy_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 }
 
 /*
+ * The source's ROUND_SYNC, behind a round's last page: every frame before
+ * it is installed (pre-copy frames are, as they come). Echoed on the
+ * demand lane: the source freezes its process then.
+ */
+void
+dest_precopy_sync(struct dest *d, struct conn *c, const Uffdd__Ping *p)
+{
+	if (!d->precopy || c != d->bulk || d->demand == NULL ||
+	    d->m->state != MIG_RUNNING) {
+		dest_lanes_down(d, "unexpected ROUND_SYNC");
+		return;
+	}
+	conn_send(d->demand, FRAME_ROUND_SYNC, &p->base);
+	conn_flush(d->demand);
+}
+
+/*
  * The freeze time: from the source's freeze (its wall clock) to now, when
  * the clocks agree that far: it is at least the time the source says it
  * was frozen when it sent SWITCHOVER, plus ours since it came (t0). Else

@@ -44,11 +44,13 @@ struct migration;
 
 /*
  * A pre-copy, until its switchover. ROUNDS: the process runs, each round
- * sends the pages written since the one before. FINAL: it is frozen, the
- * last written pages go; then SWITCHOVER, and the export goes on as any
- * other (DONE).
+ * sends the pages written since the one before. LAST: the rounds are
+ * over, one more sends what the last left written. SYNC: waiting for the
+ * destination to have installed it all (ROUND_SYNC echoed). FINAL: the
+ * process is frozen, the pages written since go; then SWITCHOVER, and the
+ * export goes on as any other (DONE).
  */
-enum pc_phase { PC_ROUNDS, PC_FINAL, PC_DONE };
+enum pc_phase { PC_ROUNDS, PC_LAST, PC_SYNC, PC_FINAL, PC_DONE };
 
 struct precopy {
 	enum pc_phase phase;
@@ -144,6 +146,7 @@ void source_precopy_init(struct source *, struct wptrack *,
 			 const Uffdd__ExportRequest *);
 int source_precopy_running(const struct source *);
 void source_precopy_round_end(struct source *);
+int source_precopy_synced(struct source *, const Uffdd__Ping *);
 int source_precopy_hello(struct source *, struct conn *, const Uffdd__Hello *);
 
 /* lanes.c */

@@ -274,6 +274,13 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		break;
 	case FRAME_PING:
 		break;
+	case FRAME_ROUND_SYNC:
+		if (source_precopy_synced(s, (const Uffdd__Ping *)msg) < 0) {
+			log_warnx("%s: ROUND_SYNC outside a pre-copy",
+				  conn_name(c));
+			lanes_down(s, "protocol error");
+		}
+		break;
 	case FRAME_ERROR: {
 		const Uffdd__Error *e = (const Uffdd__Error *)msg;
 

@@ -238,6 +238,17 @@ switchover(struct source *s)
 			  log_id(s->m->id));
 }
 
+/* The last round is on the wire: ask the destination to say when it is in. */
+static void
+send_sync(struct source *s)
+{
+	Uffdd__Ping p = UFFDD__PING__INIT;
+
+	p.seq = s->m->precopy_rounds;
+	s->pc->phase = PC_SYNC;
+	conn_send(s->bulk, FRAME_ROUND_SYNC, &p.base);
+}
+
 /*
  * The bulk stream has sent every page marked (source_bulk_produce()): the
  * round is over. Another one, the freeze, or (frozen) the switchover.
@@ -252,6 +263,8 @@ source_precopy_round_end(struct source *s)
 		switchover(s);
 		return;
 	}
+	if (pc->phase == PC_SYNC)
+		return; /* source_precopy_synced() goes on */
 	/*
 	 * The round is over once its pages are on the wire, not just queued
 	 * here (up to 4 MiB): the writes made while they wait belong to it,
@@ -264,6 +277,10 @@ source_precopy_round_end(struct source *s)
 	source_bulk_drain_at(s, 0);
 	migration_round(s->m, s->m->bytes - pc->round_start);
 	pc->round_start = s->m->bytes;
+	if (pc->phase == PC_LAST) {
+		send_sync(s);
+		return;
+	}
 	if ((dirty = wptrack_collect(&s->wp, mark_dirty, s)) < 0) {
 		source_fail(s, "pre-copy: PAGEMAP_SCAN of process %d: %s",
 			    (int)s->m->pid, strerror(errno));
@@ -279,17 +296,33 @@ source_precopy_round_end(struct source *s)
 		pc->since_best++;
 	}
 	/*
-	 * The last round: its dirty set is small enough to send frozen, the
-	 * rounds stopped shrinking it (the process writes as fast as we
-	 * send), or the rounds asked for are done.
+	 * The rounds are over when the dirty set is small enough, the rounds
+	 * stopped shrinking it (the process writes as fast as we send), or
+	 * the rounds asked for are done. One more, still running, sends it:
+	 * the freeze is left only what the process writes meanwhile.
 	 */
-	if ((uint64_t)dirty > pc->threshold &&
-	    s->m->precopy_rounds < pc->max_rounds &&
-	    pc->since_best < PRECOPY_STALL_ROUNDS) {
-		restart_sweep(s);
-		return;
-	}
-	freeze_now(s);
+	if ((uint64_t)dirty <= pc->threshold ||
+	    s->m->precopy_rounds >= pc->max_rounds ||
+	    pc->since_best >= PRECOPY_STALL_ROUNDS)
+		pc->phase = PC_LAST;
+	restart_sweep(s);
+}
+
+/*
+ * The destination echoes ROUND_SYNC once it has installed every page of
+ * the rounds (it takes bulk frames in order): the freeze comes then, not
+ * while the destination still works through megabytes in flight, which
+ * the frozen process would wait out. Returns -1 for one it never asked
+ * for (the lanes go down), 0 otherwise (a stale echo is ignored).
+ */
+int
+source_precopy_synced(struct source *s, const Uffdd__Ping *p)
+{
+	if (!source_precopy_running(s))
+		return -1;
+	if (s->pc->phase == PC_SYNC && p->seq == s->m->precopy_rounds)
+		freeze_now(s);
+	return 0;
 }
 
 /*

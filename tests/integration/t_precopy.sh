@@ -72,6 +72,42 @@ info "precopy:  $P_FAULTS demand faults after the switchover, freeze $P_FREEZE m
 info "postcopy: $FAULTS demand faults, freeze $FREEZE_MS ms (export to attach returned)"
 [ "$P_FAULTS" -le "$FAULTS" ] || fail "precopy took more demand faults ($P_FAULTS) than post-copy ($FAULTS)"
 
+info "source daemon killed during pre-copy"
+start_daemon src2 --bulk-rate 8M
+start_workload WS source --size 32M --threads 1 --hot 3 --pace-us 100
+start_workload WD dest --size 32M --threads 2 --prefault
+R32=$(printf '%x-%x' $((BASE)) $((BASE + 32 * 1024 * 1024)))
+E32=$((BASE + 32 * 1024 * 1024))
+ID=$("$CLIENT" --control "$src2_SOCK" export "$WS" --range "$R32" --precopy)
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src2_PORT" \
+	--id "$ID" --range "$R32" >/dev/null || fail "attach to a pre-copy failed"
+sleep 1
+st=$("$CLIENT" --control "$dst_SOCK" status "$ID" --json | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p')
+[ "$st" = precopy ] || fail "destination state $st during pre-copy, not precopy"
+[ "$(proc_state "$WD")" = t ] || [ "$(proc_state "$WD")" = T ] ||
+	fail "destination target runs before the switchover (state $(proc_state "$WD"))"
+kill_daemon src2
+h1=$("$MEMHASH" "$WS" $BASE $E32)
+sleep 0.3
+h2=$("$MEMHASH" "$WS" $BASE $E32)
+[ "$(proc_state "$WS")" != T ] && [ "$h1" != "$h2" ] ||
+	fail "source process not running after its daemon died during pre-copy"
+ls -l "/proc/$WS/fd" | grep -q userfaultfd && fail "source process holds a userfaultfd"
+grep -qE 'VmFlags:.* (um|uw)( |$)' "/proc/$WS/smaps" &&
+	fail "source process still has ranges registered with a userfaultfd"
+restart_daemon src2
+for _ in $(seq 100); do
+	st=$("$CLIENT" --control "$dst_SOCK" status "$ID" --json | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p')
+	[ "$st" = failed ] && break
+	sleep 0.1
+done
+[ "$st" = failed ] || fail "destination state $st, not failed, after the source forgot the pre-copy"
+[ "$(proc_state "$WD")" = T ] || fail "destination target not left stopped (state $(proc_state "$WD"))"
+ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "stopped target still holds a userfaultfd"
+info "destination: $("$CLIENT" --control "$dst_SOCK" status "$ID" --json | sed -n 's/.*"reason":"\([^"]*\)".*/\1/p')"
+info "source process runs on, unregistered; destination target left stopped"
+kill -9 "$WS" "$WD"
+
 info "refused where writes cannot be tracked (as before 6.7)"
 UFFDD_TEST_NO_WP_TRACKING=1
 export UFFDD_TEST_NO_WP_TRACKING
