@@ -17,13 +17,19 @@ RANGE=$(printf '%x-%x' $((BASE)) $((END)))
 key() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-# one_migration precopy|postcopy: a migration of a steadily writing
-# process, checked byte for byte; sets FAULTS, FREEZE_MS and ROUNDS.
+# one_migration precopy|postcopy [SIZE [WORKLOAD ARGS]]: a migration of a
+# steadily writing process, checked byte for byte; sets FAULTS, FREEZE_MS
+# and ROUNDS.
 one_migration() {
-	local mode=$1 exportargs=(--keep-source) t0 t1 h_src h_dst
+	local mode=$1 size=${2:-$SIZE} wargs=${3:-} exportargs=(--keep-source)
+	local t0 t1 h_src h_dst
+	END=$(printf '0x%x' $((BASE + $(numfmt --from=iec "$size"))))
+	RANGE=$(printf '%x-%x' $((BASE)) $((END)))
 	[ "$mode" = precopy ] && exportargs+=(--precopy)
-	start_workload WS source --size $SIZE --threads 2 --hot 3 --pace-us 20
-	start_workload WD dest --size $SIZE --threads 4 --prefault
+	# shellcheck disable=SC2086
+	start_workload WS source --size "$size" --threads 2 --hot 3 --pace-us 20 $wargs
+	# shellcheck disable=SC2086
+	start_workload WD dest --size "$size" --threads 4 --prefault $wargs
 	sleep 0.2
 	t0=$(now_ms)
 	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE" "${exportargs[@]}") ||
@@ -71,6 +77,15 @@ one_migration postcopy
 info "precopy:  $P_FAULTS demand faults after the switchover, freeze $P_FREEZE ms (daemon), $P_ROUNDS rounds"
 info "postcopy: $FAULTS demand faults, freeze $FREEZE_MS ms (export to attach returned)"
 [ "$P_FAULTS" -le "$FAULTS" ] || fail "precopy took more demand faults ($P_FAULTS) than post-copy ($FAULTS)"
+
+for kind in memfd shared hugetlb; do
+	if [ $kind = hugetlb ] && ! reserve_huge_pages 40; then
+		info "kind hugetlb: skipped, no 2 MiB huge pages to be had"
+		continue
+	fi
+	one_migration precopy 32M "--kind $kind --zero-every 16"
+	info "kind $kind: pre-copied in $ROUNDS rounds, $FAULTS demand faults, freeze $FREEZE_MS ms"
+done
 
 info "source daemon killed during pre-copy"
 start_daemon src2 --bulk-rate 8M
