@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/ptrace.h>
 #include <sys/syscall.h>
 
 #include "daemon/conn.h"
@@ -96,6 +97,16 @@ dest_hold_target(struct dest *d, struct inject *inj, char *err, size_t errlen)
 		close(d->memfd);
 		return -1;
 	}
+	/*
+	 * A pre-copy's target dies with the daemon (the kernel kills it when
+	 * its tracer exits): its source still runs, or is let go, so nothing
+	 * is lost, and no target runs on pages of several moments.
+	 */
+	for (size_t i = 0; d->precopy && i < inj->ntids; i++)
+		if (ptrace(PTRACE_SETOPTIONS, inj->tids[i], 0,
+			   PTRACE_O_EXITKILL) < 0)
+			log_warn("migration %s: PTRACE_O_EXITKILL on %d",
+				 log_id(d->m->id), (int)inj->tids[i]);
 	d->hold = xmalloc(sizeof(*d->hold));
 	*d->hold = *inj;
 	log_info("process %d held until %s", (int)d->m->pid,

@@ -123,6 +123,38 @@ info "destination: $("$CLIENT" --control "$dst_SOCK" status "$ID" --json | sed -
 info "source process runs on, unregistered; destination target left stopped"
 kill -9 "$WS" "$WD"
 
+info "destination daemon killed during pre-copy"
+start_daemon dst2
+start_workload WS source --size 32M --threads 1 --hot 3 --pace-us 100
+start_workload WD dest --size 32M --threads 2 --prefault
+ID=$("$CLIENT" --control "$src2_SOCK" export "$WS" --range "$R32" --precopy)
+"$CLIENT" --control "$dst2_SOCK" attach "$WD" --from "127.0.0.1:$src2_PORT" \
+	--id "$ID" --range "$R32" >/dev/null || fail "attach to a pre-copy failed"
+sleep 1
+kill_daemon dst2
+for _ in $(seq 50); do
+	kill -0 "$WD" 2>/dev/null && [ "$(proc_state "$WD")" != Z ] || break
+	sleep 0.1
+done
+kill -0 "$WD" 2>/dev/null && [ "$(proc_state "$WD")" != Z ] &&
+	fail "destination target outlived its daemon during pre-copy (state $(proc_state "$WD"))"
+for _ in $(seq 100); do
+	st=$("$CLIENT" --control "$src2_SOCK" status "$ID" --json | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p')
+	[ "$st" = failed ] && break
+	sleep 0.1
+done
+[ "$st" = failed ] || fail "source state $st, not failed, after the destination died"
+h1=$("$MEMHASH" "$WS" $BASE $E32)
+sleep 0.3
+h2=$("$MEMHASH" "$WS" $BASE $E32)
+[ "$(proc_state "$WS")" != T ] && [ "$h1" != "$h2" ] ||
+	fail "source process not running after its destination died during pre-copy"
+grep -qE 'VmFlags:.* (um|uw)( |$)' "/proc/$WS/smaps" &&
+	fail "source process still has ranges registered with a userfaultfd"
+info "source: $("$CLIENT" --control "$src2_SOCK" status "$ID" --json | sed -n 's/.*"reason":"\([^"]*\)".*/\1/p')"
+info "target killed with its daemon; source process runs on, unregistered"
+kill -9 "$WS"
+
 info "refused where writes cannot be tracked (as before 6.7)"
 UFFDD_TEST_NO_WP_TRACKING=1
 export UFFDD_TEST_NO_WP_TRACKING
