@@ -8,6 +8,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "client/client.h"
@@ -36,6 +37,28 @@ parse_count(const char *opt, const char *s, const char *u)
 		die_usage(u);
 	}
 	return v;
+}
+
+/*
+ * Whether the daemon knows pre-copy: an older one ignores the request's
+ * precopy field (an unknown field) and would export the process frozen.
+ */
+static int
+daemon_precopies(void)
+{
+	Uffdd__StatusRequest req = UFFDD__STATUS_REQUEST__INIT;
+	Uffdd__StatusReply *rep;
+	int fd = connect_daemon(), yes = 0;
+
+	req.id = "";
+	rep = (Uffdd__StatusReply *)call(fd, FRAME_CTL_STATUS, &req.base,
+					 FRAME_CTL_STATUS_REPLY);
+	for (size_t i = 0; i < rep->n_features; i++)
+		if (strcmp(rep->features[i], FEATURE_PRECOPY) == 0)
+			yes = 1;
+	frame_free(&rep->base);
+	close(fd);
+	return yes;
 }
 
 /* export PID [--range START-END]... [--keep-source] [--precopy ...] */
@@ -84,6 +107,15 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 	}
 	req.max_rounds = (uint32_t)rounds;
 	req.pid = parse_pid(argv[optind], u);
+	if (req.precopy && !daemon_precopies()) {
+		fprintf(stderr,
+			"uffd-client: export --precopy: the daemon at %s does "
+			"not know pre-copy (an older uffdd); nothing was "
+			"exported\n",
+			control_path);
+		free_ranges(req.ranges, req.n_ranges);
+		return 1;
+	}
 	fd = connect_daemon();
 	rep = (Uffdd__ExportReply *)call(fd, FRAME_CTL_EXPORT, &req.base,
 					 FRAME_CTL_EXPORT_REPLY);

@@ -131,6 +131,8 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 	} else {
 		rep.n_migrations = i;
 		rep.migrations = ptrs;
+		rep.n_features = 1;
+		rep.features = (char *[]){FEATURE_PRECOPY};
 		conn_send(cl->conn, FRAME_CTL_STATUS_REPLY, &rep.base);
 	}
 	for (size_t k = 0; k < i; k++) {
