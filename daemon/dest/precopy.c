@@ -178,16 +178,19 @@ void
 dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 {
 	uint64_t t0 = now_ns();
+	size_t kept =
+		sw->rounds < MIG_ROUNDS_KEPT ? sw->rounds : MIG_ROUNDS_KEPT;
 
 	if (!d->precopy || c != d->bulk || d->m->state != MIG_RUNNING ||
-	    d->hold == NULL || sw->rounds == 0) {
-		dest_lanes_down(d, "unexpected SWITCHOVER");
+	    d->hold == NULL || sw->rounds == 0 || sw->n_round_bytes != kept) {
+		dest_lanes_down(d, "unexpected or malformed SWITCHOVER");
 		return;
 	}
 	d->precopy = 0;
 	d->m->precopy = 0;
 	d->m->precopy_rounds = sw->rounds;
 	d->m->precopy_bytes = sw->bytes;
+	memcpy(d->m->round_bytes, sw->round_bytes, kept * sizeof(uint64_t));
 	dest_release_held(d);
 	d->m->downtime_ns = downtime(sw, t0);
 	log_info("migration %s: pre-copy over after %u rounds, %llu bytes; "

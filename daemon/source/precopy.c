@@ -222,6 +222,10 @@ switchover(struct source *s)
 	sw.frozen_us = (now - pc->t_freeze) / 1000;
 	sw.final_pages = pc->final_pages;
 	sw.freeze_unix_ns = pc->wall_freeze;
+	sw.n_round_bytes = s->m->precopy_rounds < MIG_ROUNDS_KEPT
+				   ? s->m->precopy_rounds
+				   : MIG_ROUNDS_KEPT;
+	sw.round_bytes = s->m->round_bytes;
 	conn_send(s->bulk, FRAME_SWITCHOVER, &sw.base);
 	pc->phase = PC_DONE;
 	s->m->precopy = 0;

@@ -266,6 +266,8 @@ precopy_seeds(Uffdd__RegionTable *t)
 	add(&l, FRAME_ROUND_SYNC, &sync.base);
 	sw.rounds = 3, sw.bytes = 8 * 4096, sw.frozen_us = 1500;
 	sw.final_pages = 1;
+	sw.n_round_bytes = 3;
+	sw.round_bytes = (uint64_t[]){4 * 4096, 4 * 4096, 4096};
 	add(&l, FRAME_SWITCHOVER, &sw.base);
 	pd.region = 1, pd.page = 0, pd.npages = FZ_SHM_PAGES, pd.zero = 1;
 	add(&l, FRAME_PAGE_DATA, &pd.base);

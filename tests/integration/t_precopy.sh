@@ -10,7 +10,7 @@
 need_root
 start_daemon src
 start_daemon dst
-SIZE=256M
+SIZE=${PRECOPY_SIZE:-256M} # the size of the main comparison
 BASE=0x500000000000
 END=$(printf '0x%x' $((BASE + $(numfmt --from=iec $SIZE))))
 RANGE=$(printf '%x-%x' $((BASE)) $((END)))
@@ -69,8 +69,10 @@ one_migration() {
 one_migration precopy
 P_FAULTS=$FAULTS P_FREEZE=$FREEZE_MS P_ROUNDS=$ROUNDS
 [ "$P_ROUNDS" -ge 2 ] || fail "precopy: $P_ROUNDS rounds"
-grep -q '"precopy_round_bytes":\[[0-9]' "$T/precopy.src.json" ||
-	fail "precopy: no bytes per round in the source's status: $(cat "$T/precopy.src.json")"
+for side in src dst; do
+	grep -q '"precopy_round_bytes":\[[0-9]' "$T/precopy.$side.json" ||
+		fail "precopy: no bytes per round in the $side status: $(cat "$T/precopy.$side.json")"
+done
 "$CLIENT" --control "$src_SOCK" status "$ID" | grep -E 'pre-copy|freeze'
 info "source: $(grep -o 'frozen after.*' "$T/src.log" | tail -n 1)"
 one_migration postcopy
