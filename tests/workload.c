@@ -10,7 +10,8 @@
  *   for SIGTERM so that its memory can be hashed from outside.
  *
  * source --hot PCT [--pace-us N] (for pre-copy): the mutators write only to
- * the first PCT percent of the pages, one word each N us per thread.
+ * the first PCT percent of the pages, one word each N us per thread;
+ * --discard-every K drops one cold page in K mutations instead.
  *
  * dest --touch N (for tests/bench): instead of checking, one thread reads one
  * word of N random pages, one page at a time, timing each read that faults
@@ -135,6 +136,13 @@ static unsigned pace_us;
  * (--pace-us) when set: a steady writer, for pre-copy.
  */
 static unsigned hot_pct = 100;
+/*
+ * source --discard-every K (with --hot): one mutation in K drops a whole
+ * cold page instead (MADV_DONTNEED: it reads as zeros from then on), as a
+ * process that frees memory it no longer uses.
+ * Such pages fail a destination's check: compare memory hashes instead.
+ */
+static unsigned discard_every;
 static atomic_ulong lost;
 static __thread sigjmp_buf bus_jmp;
 static __thread volatile int bus_armed;
@@ -375,6 +383,12 @@ mutator(void *arg)
 			usleep(pace_us);
 		r = mix(r);
 		page = r % hot;
+		if (discard_every && (r >> 16) % discard_every == 0 &&
+		    npages > hot) {
+			page = hot + (r >> 24) % (npages - hot);
+			madvise(mem + page * PS, PS, MADV_DONTNEED);
+			continue;
+		}
 		if (is_untouched(page) || is_pageout(page) || is_zeroed(page) ||
 		    is_ro(page))
 			continue;
@@ -932,6 +946,7 @@ usage(void)
 		"[--pageout-every K]\n"
 		"         [--poke-every K] [--prefault] [--sigbus-ok] "
 		"[--pace-us N] [--hot PCT]\n"
+		"         [--discard-every K]\n"
 		"         [--kind anon|thp|hugetlb|hugetlb-shared|shared|memfd|"
 		"tmpfs|\n"
 		"                 file-private --file PATH] [--zero-every K]\n"
@@ -963,6 +978,7 @@ main(int argc, char **argv)
 		{"sigbus-ok", no_argument, NULL, 'B'},
 		{"pace-us", required_argument, NULL, 'D'},
 		{"hot", required_argument, NULL, 'H'},
+		{"discard-every", required_argument, NULL, 'J'},
 		{"kind", required_argument, NULL, 'K'},
 		{"zero-every", required_argument, NULL, 'Z'},
 		{"event", required_argument, NULL, 'E'},
@@ -1021,6 +1037,9 @@ main(int argc, char **argv)
 			break;
 		case 'B':
 			sigbus_ok = 1;
+			break;
+		case 'J':
+			discard_every = (unsigned)atoi(optarg);
 			break;
 		case 'H':
 			hot_pct = (unsigned)atoi(optarg);

@@ -71,6 +71,42 @@ classify(pid_t pid, struct src_region *sr)
 }
 
 /*
+ * Pre-copy, once frozen: pages sent as data that hold nothing now (the
+ * process dropped them: MADV_DONTNEED, a hole punched) go again, as ZERO
+ * markers. Write tracking need not show a drop (a zapped anonymous page
+ * keeps no protection marker), and the destination would keep the bytes
+ * it had. Returns the pages marked, or -1 with errno set.
+ */
+int64_t
+source_mark_dropped(struct source *s)
+{
+	int64_t n = 0;
+
+	for (size_t i = 0; i < s->nregs && n >= 0; i++) {
+		struct src_region *sr = &s->regs[i], now = *sr;
+
+		/* Shared hugetlb counts every page as data (its page cache). */
+		if (sr->cache_fd >= 0 || !sr->accepted)
+			continue;
+		now.data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
+		if (classify(s->t.pid, &now) < 0)
+			n = -1;
+		for (uint64_t p = 0; n >= 0 && p < sr->npages; p++) {
+			if (!bit_test(sr->data, p) || bit_test(now.data, p))
+				continue;
+			bit_clear(sr->data, p);
+			if (bit_test(sr->sent, p)) {
+				bit_clear(sr->sent, p);
+				s->m->pages_present--;
+			}
+			n++;
+		}
+		free(now.data);
+	}
+	return n;
+}
+
+/*
  * The regions of process pid in the ranges asked for, checked against what
  * a destination accepts. Returns their number (> 0), or 0 with *code and
  * err set.

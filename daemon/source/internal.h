@@ -131,6 +131,8 @@ struct source *source_create(struct procref *t, const struct authz_caller *who,
 			     int keep, const char *id, uint32_t *code,
 			     char *err, size_t errlen);
 
+int64_t source_mark_dropped(struct source *);
+
 /* serve.c */
 void source_serve_start(struct source *);
 void source_demand_request(struct source *, const Uffdd__PageRequest *);

@@ -179,7 +179,7 @@ freeze_now(struct source *s)
 	struct precopy *pc = s->pc;
 	char err[256];
 	uint32_t code;
-	int64_t dirty;
+	int64_t dirty, dropped;
 
 	pc->t_freeze = now_ns();
 	pc->wall_freeze = wall_ns();
@@ -195,6 +195,12 @@ freeze_now(struct source *s)
 			    (int)s->m->pid, strerror(errno));
 		return;
 	}
+	if ((dropped = source_mark_dropped(s)) < 0) {
+		source_fail(s, "pre-copy: classifying process %d again: %s",
+			    (int)s->m->pid, strerror(errno));
+		return;
+	}
+	pc->final_pages += (uint64_t)dropped;
 	s->switches = source_settled_switches(s->m->pid);
 	log_info("migration %s: process %d frozen after %u pre-copy rounds "
 		 "(in %.1f ms); %llu pages written since the last",

@@ -89,12 +89,27 @@ for kind in memfd shared hugetlb; do
 	info "kind $kind: pre-copied in $ROUNDS rounds, $FAULTS demand faults, freeze $FREEZE_MS ms"
 done
 
+info "pages the source discards (MADV_DONTNEED) during pre-copy"
+start_workload WS source --size 32M --threads 2 --hot 3 --pace-us 50 --discard-every 8
+start_workload WD dest --size 32M --touch 0
+R32=$(printf '%x-%x' $((BASE)) $((BASE + 32 * 1024 * 1024)))
+E32=$((BASE + 32 * 1024 * 1024))
+ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$R32" --precopy --keep-source)
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	--id "$ID" --range "$R32" >/dev/null || fail "discards: attach failed"
+"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" ||
+	fail "discards: wait: $(cat "$T/wait.out")"
+"$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 >/dev/null 2>&1 ||
+	fail "discards: source side did not complete"
+[ "$("$MEMHASH" "$WS" $BASE $E32)" = "$("$MEMHASH" "$WD" $BASE $E32)" ] ||
+	fail "discards: destination differs from the source at its freeze"
+info "discards: destination equal to the source at its freeze"
+kill -9 "$WS" "$WD"
+
 info "source daemon killed during pre-copy"
 start_daemon src2 --bulk-rate 8M
 start_workload WS source --size 32M --threads 1 --hot 3 --pace-us 100
 start_workload WD dest --size 32M --threads 2 --prefault
-R32=$(printf '%x-%x' $((BASE)) $((BASE + 32 * 1024 * 1024)))
-E32=$((BASE + 32 * 1024 * 1024))
 ID=$("$CLIENT" --control "$src2_SOCK" export "$WS" --range "$R32" --precopy)
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src2_PORT" \
 	--id "$ID" --range "$R32" >/dev/null || fail "attach to a pre-copy failed"
