@@ -426,6 +426,7 @@ demand_close(struct conn *c, const char *why, void *arg)
 int
 dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 {
+	static char *feat[] = {FEATURE_PRECOPY};
 	Uffdd__Hello h = UFFDD__HELLO__INIT;
 	char name[300];
 
@@ -445,6 +446,6 @@ dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 	h.resume = resuming;
 	/* We know SWITCHOVER: a pre-copy's source may go on with us. */
 	h.n_features = 1;
-	h.features = (char *[]){FEATURE_PRECOPY};
+	h.features = feat;
 	return conn_send(d->demand, FRAME_HELLO, &h.base);
 }

@@ -433,6 +433,7 @@ send_regions(struct source *s, struct conn *c)
 static int
 demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 {
+	static char *feat[] = {FEATURE_PRECOPY};
 	Uffdd__Hello me = UFFDD__HELLO__INIT;
 
 	if (hello->lane == UFFDD__LANE__LANE_DEMAND && hello->resume &&
@@ -467,7 +468,7 @@ demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 	me.lane = UFFDD__LANE__LANE_DEMAND;
 	if (source_precopy_running(s)) {
 		me.n_features = 1;
-		me.features = (char *[]){FEATURE_PRECOPY};
+		me.features = feat;
 	}
 	conn_send(c, FRAME_HELLO, &me.base);
 	send_regions(s, c);
