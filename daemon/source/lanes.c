@@ -263,7 +263,12 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 					      (const Uffdd__PageRequest *)msg);
 		break;
 	case FRAME_COMPLETE:
-		if (s->m->state == MIG_RUNNING || s->m->state == MIG_PAUSED)
+		/* Its target ran before the switchover: not a pre-copy's. */
+		if (source_precopy_running(s))
+			source_fail(s, "destination completed before the "
+				       "pre-copy's switchover");
+		else if (s->m->state == MIG_RUNNING ||
+			 s->m->state == MIG_PAUSED)
 			complete(s);
 		break;
 	case FRAME_HAVE:
