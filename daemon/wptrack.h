@@ -1,5 +1,6 @@
 /*
- * Proof that a frozen source stays frozen: its exported ranges are
+ * Proof that a frozen source stays frozen, and the dirty pages of a
+ * pre-copy's rounds (wptrack_collect()): its exported ranges are
  * write-protected with a userfaultfd in async mode (UFFD_FEATURE_WP_ASYNC,
  * 6.7+), which needs no fault handler: a write just clears the page's
  * protection, and PAGEMAP_SCAN finds such pages later. A page written after

@@ -3,9 +3,11 @@
  * to the destination. Writes are tracked with an async write-protecting
  * userfaultfd (wptrack.h); each round sends the pages written since the
  * round before, read again. When a round's dirty set is small enough, or
- * the rounds stop shrinking it, or --max-rounds is reached, the process is
- * frozen, the last dirty set goes, and SWITCHOVER tells the destination
- * that its target may run. From then on the export is like any other.
+ * the rounds stop shrinking it, or --max-rounds is reached, one last round
+ * sends that set while the process still runs; once the destination says
+ * it has installed it all (ROUND_SYNC), the process is frozen, what it
+ * wrote meanwhile goes, and SWITCHOVER tells the destination that its
+ * target may run. From then on the export is like any other.
  */
 #include "config.h"
 
