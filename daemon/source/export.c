@@ -73,9 +73,11 @@ classify(pid_t pid, struct src_region *sr)
 /*
  * Pre-copy, once frozen: pages sent as data that hold nothing now (the
  * process dropped them: MADV_DONTNEED, a hole punched) go again, as ZERO
- * markers. Write tracking need not show a drop (a zapped anonymous page
- * keeps no protection marker), and the destination would keep the bytes
- * it had. Returns the pages marked, or -1 with errno set.
+ * markers, or the destination would keep the bytes it had. Linux 6.18
+ * reports a dropped anonymous page as written (it keeps no protection
+ * marker, and a page without one counts as written); this check does not
+ * depend on that, for one classification at the freeze. Returns the pages
+ * marked, or -1 with errno set.
  */
 int64_t
 source_mark_dropped(struct source *s)
