@@ -100,6 +100,7 @@ source_mark_dropped(struct source *s)
 			if (bit_test(sr->sent, p)) {
 				bit_clear(sr->sent, p);
 				s->m->pages_present--;
+				s->m->prefetched_pages--;
 			}
 			n++;
 		}

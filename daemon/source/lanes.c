@@ -258,7 +258,12 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		accept_regions(s, (const Uffdd__RegionTable *)msg);
 		break;
 	case FRAME_PAGE_REQUEST:
-		if (s->m->state == MIG_RUNNING)
+		/* A pre-copy's target is held: nothing of it faults yet. */
+		if (source_precopy_running(s) && s->m->state == MIG_RUNNING) {
+			log_warnx("%s: page request during a pre-copy",
+				  conn_name(c));
+			lanes_down(s, "protocol error");
+		} else if (s->m->state == MIG_RUNNING)
 			source_demand_request(s,
 					      (const Uffdd__PageRequest *)msg);
 		break;

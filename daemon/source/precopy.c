@@ -149,10 +149,15 @@ mark_dirty(void *arg, uint64_t start, uint64_t end)
 			continue;
 		for (uint64_t p = (a - sr->r.start) / ps;
 		     p < (b - sr->r.start + ps - 1) / ps; p++) {
+			int was_data = bit_test(sr->data, p);
+
 			bit_set(sr->data, p);
 			if (bit_test(sr->sent, p)) {
+				/* Counted again when it goes again. */
 				bit_clear(sr->sent, p);
 				s->m->pages_present--;
+				s->m->prefetched_pages--;
+				s->m->zero_pages -= (uint64_t)!was_data;
 			}
 			if (s->pc->phase == PC_FINAL && sr->accepted)
 				s->pc->final_pages++;
