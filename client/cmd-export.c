@@ -1,14 +1,67 @@
-/* export PID [--range START-END]... [--keep-source]: a process to serve. */
+/*
+ * export PID [--range START-END]... [--keep-source] [--precopy
+ * [--max-rounds N] [--precopy-threshold BYTES]]: a process to serve.
+ */
 #include "config.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "client/client.h"
 #include "proto/frame.h"
 
-/* export PID [--range START-END]... [--keep-source] */
+/* A count or size: decimal, with an optional K, M or G (powers of 1024). */
+static uint64_t
+parse_count(const char *opt, const char *s, const char *u)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (end != s && (*end == 'K' || *end == 'M' || *end == 'G')) {
+		int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : 30;
+
+		if (v > (~0ULL >> shift))
+			errno = ERANGE;
+		v <<= shift;
+		end++;
+	}
+	if (errno || end == s || *end || s[0] == '-' || v == 0) {
+		fprintf(stderr, "uffd-client: %s %s: want a number above 0\n",
+			opt, s);
+		die_usage(u);
+	}
+	return v;
+}
+
+/*
+ * Whether the daemon knows pre-copy: an older one ignores the request's
+ * precopy field (an unknown field) and would export the process frozen.
+ */
+static int
+daemon_precopies(void)
+{
+	Uffdd__StatusRequest req = UFFDD__STATUS_REQUEST__INIT;
+	Uffdd__StatusReply *rep;
+	int fd = connect_daemon(), yes = 0;
+
+	req.id = "";
+	rep = (Uffdd__StatusReply *)call(fd, FRAME_CTL_STATUS, &req.base,
+					 FRAME_CTL_STATUS_REPLY);
+	for (size_t i = 0; i < rep->n_features; i++)
+		if (strcmp(rep->features[i], FEATURE_PRECOPY) == 0)
+			yes = 1;
+	frame_free(&rep->base);
+	close(fd);
+	return yes;
+}
+
+/* export PID [--range START-END]... [--keep-source] [--precopy ...] */
 int
 cmd_export(const struct cmd_entry *self, int argc, char **argv)
 {
@@ -16,9 +69,13 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 	static const struct option o[] = {
 		{"range", required_argument, NULL, 'r'},
 		{"keep-source", no_argument, NULL, 'k'},
+		{"precopy", no_argument, NULL, 'p'},
+		{"max-rounds", required_argument, NULL, 'n'},
+		{"precopy-threshold", required_argument, NULL, 't'},
 		{NULL, 0, NULL, 0}};
 	Uffdd__ExportRequest req = UFFDD__EXPORT_REQUEST__INIT;
 	Uffdd__ExportReply *rep;
+	uint64_t rounds = 0;
 	int ch, fd;
 
 	while ((ch = getopt_long(argc, argv, "r:k", o, NULL)) != -1) {
@@ -27,12 +84,38 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 				add_range(req.ranges, &req.n_ranges, optarg, u);
 		else if (ch == 'k')
 			req.keep_source = 1;
+		else if (ch == 'p')
+			req.precopy = 1;
+		else if (ch == 'n')
+			rounds = parse_count("--max-rounds", optarg, u);
+		else if (ch == 't')
+			req.threshold_bytes =
+				parse_count("--precopy-threshold", optarg, u);
 		else
 			die_usage(u);
 	}
 	if (argc - optind != 1)
 		die_usage(u);
+	if ((rounds || req.threshold_bytes) && !req.precopy) {
+		fprintf(stderr, "uffd-client: --max-rounds and "
+				"--precopy-threshold go with --precopy\n");
+		die_usage(u);
+	}
+	if (rounds > 1000) {
+		fprintf(stderr, "uffd-client: --max-rounds: at most 1000\n");
+		die_usage(u);
+	}
+	req.max_rounds = (uint32_t)rounds;
 	req.pid = parse_pid(argv[optind], u);
+	if (req.precopy && !daemon_precopies()) {
+		fprintf(stderr,
+			"uffd-client: export --precopy: the daemon at %s does "
+			"not know pre-copy (an older uffdd); nothing was "
+			"exported\n",
+			control_path);
+		free_ranges(req.ranges, req.n_ranges);
+		return 1;
+	}
 	fd = connect_daemon();
 	rep = (Uffdd__ExportReply *)call(fd, FRAME_CTL_EXPORT, &req.base,
 					 FRAME_CTL_EXPORT_REPLY);

@@ -85,6 +85,20 @@ print_status_text(const Uffdd__MigrationStatus *s)
 			       s->lost[i]->end);
 		printf("%s\n", s->n_lost >= 16 ? " ..." : "");
 	}
+	if (s->precopy_rounds || strcmp(s->state, "precopy") == 0) {
+		printf("  pre-copy     %u rounds, %s", s->precopy_rounds,
+		       human_bytes((double)s->precopy_bytes, b1, sizeof(b1)));
+		for (size_t i = 0; i < s->n_precopy_round_bytes; i++)
+			printf("%s%s", i ? ", " : " (per round: ",
+			       human_bytes((double)s->precopy_round_bytes[i],
+					   b2, sizeof(b2)));
+		printf("%s\n", s->n_precopy_round_bytes ? ")" : "");
+	}
+	if (s->downtime_ms > 0)
+		printf("  freeze       %.1f ms (source stopped to %s)\n",
+		       s->downtime_ms,
+		       strcmp(s->role, "source") == 0 ? "switchover sent"
+						      : "target running");
 	printf("  moved        %s in %.2f s (%s/s)\n",
 	       human_bytes((double)s->bytes, b1, sizeof(b1)), s->elapsed_s,
 	       human_bytes(s->elapsed_s > 0 ? (double)s->bytes / s->elapsed_s
@@ -152,9 +166,27 @@ json_threads_lost(json_object *o, const Uffdd__MigrationStatus *s)
 	json_object_object_add(o, "lost", lost);
 }
 
+/* Pre-copy's keys: rounds, bytes (in all and per round), freeze time. */
+static void
+json_precopy(json_object *o, const Uffdd__MigrationStatus *s)
+{
+	json_object *rounds = json_object_new_array();
+
+	for (size_t i = 0; i < s->n_precopy_round_bytes; i++)
+		json_object_array_add(
+			rounds,
+			json_object_new_uint64(s->precopy_round_bytes[i]));
+	json_object_object_add(o, "precopy_rounds",
+			       json_object_new_uint64(s->precopy_rounds));
+	json_object_object_add(o, "precopy_bytes",
+			       json_object_new_uint64(s->precopy_bytes));
+	json_object_object_add(o, "precopy_round_bytes", rounds);
+	json_object_object_add(o, "downtime_ms", json_fixed(3, s->downtime_ms));
+}
+
 /*
  * One migration's status as a JSON object, its keys in the order scripts
- * have always seen them.
+ * have always seen them (newer keys last).
  */
 static json_object *
 status_json(const Uffdd__MigrationStatus *s)
@@ -204,6 +236,7 @@ status_json(const Uffdd__MigrationStatus *s)
 			       json_fixed(3, s->blocktime_ms));
 	json_threads_lost(o, s);
 	json_object_object_add(o, "kernel", json_text(s->kernel));
+	json_precopy(o, s);
 	return o;
 }
 

@@ -13,7 +13,9 @@
 
 /* The commands, in the order the help lists them. */
 static const struct cmd_entry cmds[] = {
-	{"export", "export PID [--range START-END]... [--keep-source]",
+	{"export",
+	 "export PID [--range START-END]... [--keep-source] "
+	 "[--precopy [--max-rounds N] [--precopy-threshold BYTES]]",
 	 cmd_export},
 	{"attach",
 	 "attach PID --from HOST:PORT --id ID [--range START-END]... "

@@ -139,6 +139,10 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 	} else {
 		rep.n_migrations = i;
 		rep.migrations = ptrs;
+		static char *feat[] = {FEATURE_PRECOPY};
+
+		rep.n_features = 1;
+		rep.features = feat;
 		conn_send(cl->conn, FRAME_CTL_STATUS_REPLY, &rep.base);
 	}
 	for (size_t k = 0; k < i; k++) {

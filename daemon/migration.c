@@ -243,7 +243,9 @@ migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 
 	s->id = (char *)m->id;
 	s->role = m->role == ROLE_SOURCE ? "source" : "destination";
-	s->state = (char *)migration_state_name(m->state);
+	s->state = m->precopy && m->state == MIG_RUNNING
+			   ? "precopy"
+			   : (char *)migration_state_name(m->state);
 	s->reason = (char *)m->reason;
 	s->pid = m->pid;
 	s->peer = (char *)m->peer;
@@ -262,7 +264,29 @@ migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 	s->hinted_pages = m->hinted_pages;
 	s->zero_content_pages = m->zero_content_pages;
 	s->blocktime_ms = (double)m->blocked_ns / 1e6;
+	s->precopy_rounds = m->precopy_rounds;
+	s->precopy_bytes = m->precopy_bytes;
+	s->downtime_ms = (double)m->downtime_ns / 1e6;
+	s->n_precopy_round_bytes = m->precopy_rounds < MIG_ROUNDS_KEPT
+					   ? m->precopy_rounds
+					   : MIG_ROUNDS_KEPT;
+	s->precopy_round_bytes = (uint64_t *)m->round_bytes;
 	s->kernel = (char *)probe_summary();
+}
+
+void
+migration_round(struct migration *m, uint64_t bytes)
+{
+	size_t n = m->precopy_rounds;
+
+	if (n >= MIG_ROUNDS_KEPT) {
+		memmove(m->round_bytes, m->round_bytes + 1,
+			(MIG_ROUNDS_KEPT - 1) * sizeof(m->round_bytes[0]));
+		n = MIG_ROUNDS_KEPT - 1;
+	}
+	m->round_bytes[n] = bytes;
+	m->precopy_rounds++;
+	m->precopy_bytes += bytes;
 }
 
 /* The lost ranges as protobuf messages; free with free(*out). */

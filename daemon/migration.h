@@ -11,7 +11,8 @@
 
 #define MIG_ID_LEN 32 /* 128 random bits in hex */
 #define MIG_LOST_RANGES 16
-#define MIG_THREADS 64 /* threads whose blocktime is kept one by one */
+#define MIG_THREADS 64	   /* threads whose blocktime is kept one by one */
+#define MIG_ROUNDS_KEPT 16 /* pre-copy rounds whose bytes are kept */
 
 enum mig_role { ROLE_SOURCE, ROLE_DEST };
 enum mig_state {
@@ -54,6 +55,17 @@ struct migration {
 		uint64_t ns, faults;
 	} threads[MIG_THREADS];
 	size_t nthreads;
+	/*
+	 * Pre-copy (export --precopy): set while its rounds run, before the
+	 * switchover (status shows state "precopy"); rounds done, their page
+	 * bytes (all, and each of the last MIG_ROUNDS_KEPT, oldest first),
+	 * and the freeze time.
+	 */
+	int precopy;
+	uint32_t precopy_rounds;
+	uint64_t precopy_bytes;
+	uint64_t round_bytes[MIG_ROUNDS_KEPT];
+	uint64_t downtime_ns;
 	void *impl; /* struct source or struct dest */
 	void (*impl_free)(struct migration *);
 	/* The control caller whose request made it (authz.c, for status). */
@@ -101,6 +113,8 @@ void migration_release(struct migration *);
 void migration_blocked(struct migration *, pid_t tid, uint64_t ns);
 size_t migration_threads(const struct migration *, Uffdd__ThreadBlock **out,
 			 Uffdd__ThreadBlock ***ptrs);
+/* A pre-copy round of bytes page bytes is done (struct migration). */
+void migration_round(struct migration *, uint64_t bytes);
 size_t migration_lost_ranges(const struct migration *, Uffdd__Range **out,
 			     Uffdd__Range ***ptrs);
 

@@ -21,6 +21,12 @@ bit_set(uint64_t *b, uint64_t i)
 	b[i >> 6] |= 1ULL << (i & 63);
 }
 
+static inline void
+bit_clear(uint64_t *b, uint64_t i)
+{
+	b[i >> 6] &= ~(1ULL << (i & 63));
+}
+
 static inline uint64_t
 bit_words(uint64_t n)
 {

@@ -150,6 +150,55 @@ wptrack_written(const struct wptrack *w, uint64_t *addr)
 	return w->uffd >= 0 ? 0 : -1;
 }
 
+/* Runs of written pages one PAGEMAP_SCAN call reports at most. */
+#define COLLECT_VEC 256
+
+int64_t
+wptrack_collect(const struct wptrack *w,
+		void (*fn)(void *arg, uint64_t start, uint64_t end), void *arg)
+{
+	struct page_region *v = xcalloc(COLLECT_VEC, sizeof(*v));
+	int64_t bytes = 0;
+
+	for (size_t i = 0; w->uffd >= 0 && i < w->n && bytes >= 0; i++) {
+		uint64_t at = w->rs[i].start;
+
+		while (at < w->rs[i].end) {
+			struct pm_scan_arg a = {
+				.size = sizeof(a),
+				.flags = PM_SCAN_WP_MATCHING |
+					 PM_SCAN_CHECK_WPASYNC,
+				.start = at,
+				.end = w->rs[i].end,
+				.vec = (uint64_t)(uintptr_t)v,
+				.vec_len = COLLECT_VEC,
+				.category_mask = PAGE_IS_WRITTEN,
+				.return_mask = PAGE_IS_WRITTEN,
+			};
+			long got = ioctl(w->pagemap, PAGEMAP_SCAN, &a);
+
+			if (got < 0) {
+				bytes = -1;
+				break;
+			}
+			for (long k = 0; k < got; k++) {
+				fn(arg, v[k].start, v[k].end);
+				bytes += (int64_t)(v[k].end - v[k].start);
+			}
+			/* A full vector ends the walk early: go on from there. */
+			if (a.walk_end <= at)
+				break;
+			at = a.walk_end;
+		}
+	}
+	free(v);
+	if (w->uffd < 0) {
+		errno = EBADF;
+		return -1;
+	}
+	return bytes;
+}
+
 void
 wptrack_stop(struct wptrack *w)
 {

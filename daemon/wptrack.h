@@ -1,5 +1,6 @@
 /*
- * Proof that a frozen source stays frozen: its exported ranges are
+ * Proof that a frozen source stays frozen, and the dirty pages of a
+ * pre-copy's rounds (wptrack_collect()): its exported ranges are
  * write-protected with a userfaultfd in async mode (UFFD_FEATURE_WP_ASYNC,
  * 6.7+), which needs no fault handler: a write just clears the page's
  * protection, and PAGEMAP_SCAN finds such pages later. A page written after
@@ -43,6 +44,16 @@ int wptrack_start(struct wptrack *, const struct procref *t,
  * them), 0 if none was, -1 if it cannot be told.
  */
 int wptrack_written(const struct wptrack *, uint64_t *addr);
+/*
+ * Pre-copy: calls fn(arg, start, end) for each run [start, end) of tracked
+ * pages written since wptrack_start() or the last call, and protects them
+ * again in the same PAGEMAP_SCAN (PM_SCAN_WP_MATCHING), so that a write
+ * after the scan shows in the next one. Returns the bytes found, or -1
+ * with errno set.
+ */
+int64_t wptrack_collect(const struct wptrack *,
+			void (*fn)(void *arg, uint64_t start, uint64_t end),
+			void *arg);
 /* Ends tracking: closing our descriptor unregisters the ranges. */
 void wptrack_stop(struct wptrack *);
 

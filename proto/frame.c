@@ -22,6 +22,8 @@ static const struct frame_type_entry {
 	{FRAME_ERROR, "ERROR", &uffdd__error__descriptor},
 	{FRAME_HAVE, "HAVE", &uffdd__page_bitmap__descriptor},
 	{FRAME_PING, "PING", &uffdd__ping__descriptor},
+	{FRAME_SWITCHOVER, "SWITCHOVER", &uffdd__switchover__descriptor},
+	{FRAME_ROUND_SYNC, "ROUND_SYNC", &uffdd__ping__descriptor},
 	{FRAME_CTL_EXPORT, "EXPORT", &uffdd__export_request__descriptor},
 	{FRAME_CTL_EXPORT_REPLY, "EXPORT_REPLY",
 	 &uffdd__export_reply__descriptor},

@@ -40,6 +40,12 @@ frame_pages_fit(uint64_t page_size, uint64_t max)
  */
 #define REQUEST_PAGES_MIN 256
 #define UFFDD_PROTO_VERSION 1
+/*
+ * Hello feature of a peer that knows pre-copy (FRAME_SWITCHOVER): a
+ * destination says it on its demand lane, a source that pre-copies says it
+ * back. A pre-copy export refuses a destination that does not say it.
+ */
+#define FEATURE_PRECOPY "precopy"
 
 enum frame_type {
 	FRAME_HELLO = 1,
@@ -50,6 +56,8 @@ enum frame_type {
 	FRAME_ERROR = 6,
 	FRAME_HAVE = 7,
 	FRAME_PING = 8,
+	FRAME_SWITCHOVER = 9,
+	FRAME_ROUND_SYNC = 10,
 	FRAME_CTL_EXPORT = 100,
 	FRAME_CTL_EXPORT_REPLY = 101,
 	FRAME_CTL_ATTACH = 102,

@@ -9,6 +9,10 @@
  *   before they arrive) and checks every byte; prints the result and waits
  *   for SIGTERM so that its memory can be hashed from outside.
  *
+ * source --hot PCT [--pace-us N] (for pre-copy): the mutators write only to
+ * the first PCT percent of the pages, one word each N us per thread;
+ * --discard-every K drops one cold page in K mutations instead.
+ *
  * dest --touch N (for tests/bench): instead of checking, one thread reads one
  * word of N random pages, one page at a time, timing each read that faults
  * (mincore says the page is not resident yet; pages the bulk lane already
@@ -126,6 +130,19 @@ static int idle_child;
 static int stuck_thread;
 static int map_fd = -1;
 static unsigned pace_us;
+/*
+ * source --hot PCT: the mutators write only to the first PCT percent of
+ * the pages (the hot set; the rest stays cold), one word each pace_us
+ * (--pace-us) when set: a steady writer, for pre-copy.
+ */
+static unsigned hot_pct = 100;
+/*
+ * source --discard-every K (with --hot): one mutation in K drops a whole
+ * cold page instead (MADV_DONTNEED: it reads as zeros from then on), as a
+ * process that frees memory it no longer uses.
+ * Such pages fail a destination's check: compare memory hashes instead.
+ */
+static unsigned discard_every;
 static atomic_ulong lost;
 static __thread sigjmp_buf bus_jmp;
 static __thread volatile int bus_armed;
@@ -357,12 +374,21 @@ static void *
 mutator(void *arg)
 {
 	uint64_t r = mix((uint64_t)(uintptr_t)arg + seed), npages = size / PS;
+	uint64_t hot = npages * hot_pct / 100 ? npages * hot_pct / 100 : 1;
 
 	for (;;) {
 		uint64_t page, w, *p, ver;
 
+		if (pace_us)
+			usleep(pace_us);
 		r = mix(r);
-		page = r % npages;
+		page = r % hot;
+		if (discard_every && (r >> 16) % discard_every == 0 &&
+		    npages > hot) {
+			page = hot + (r >> 24) % (npages - hot);
+			madvise(mem + page * PS, PS, MADV_DONTNEED);
+			continue;
+		}
 		if (is_untouched(page) || is_pageout(page) || is_zeroed(page) ||
 		    is_ro(page))
 			continue;
@@ -714,8 +740,7 @@ bench_signals(const char *when)
 	for (unsigned i = 0; i < signal_bench; i++)
 		raise(SIGURG);
 	clock_gettime(CLOCK_MONOTONIC, &b);
-	printf("signals %s %u us_each %.2f\n", when,
-	       atomic_load(&bench_seen),
+	printf("signals %s %u us_each %.2f\n", when, atomic_load(&bench_seen),
 	       ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e3 /
 		       (signal_bench ? signal_bench : 1));
 	fflush(stdout);
@@ -920,7 +945,8 @@ usage(void)
 		"         [--threads N] [--untouched-every K] "
 		"[--pageout-every K]\n"
 		"         [--poke-every K] [--prefault] [--sigbus-ok] "
-		"[--pace-us N]\n"
+		"[--pace-us N] [--hot PCT]\n"
+		"         [--discard-every K]\n"
 		"         [--kind anon|thp|hugetlb|hugetlb-shared|shared|memfd|"
 		"tmpfs|\n"
 		"                 file-private --file PATH] [--zero-every K]\n"
@@ -929,7 +955,8 @@ usage(void)
 		"remove|unmap|remap|fork|fork-remove|fork-idle|fork-exit|\n"
 		"                  fork-exit-late|protect|punch|grow]\n"
 		"         [--touch N] [--idle-child] [--stuck-thread]\n"
-		"         [--exec-on-usr2 PATH] [--try-uffd] [--sibling vm|files]\n"
+		"         [--exec-on-usr2 PATH] [--try-uffd] [--sibling "
+		"vm|files]\n"
 		"         [--signal-bench N]\n");
 	exit(2);
 }
@@ -950,6 +977,8 @@ main(int argc, char **argv)
 		{"stuck-thread", no_argument, NULL, 'V'},
 		{"sigbus-ok", no_argument, NULL, 'B'},
 		{"pace-us", required_argument, NULL, 'D'},
+		{"hot", required_argument, NULL, 'H'},
+		{"discard-every", required_argument, NULL, 'J'},
 		{"kind", required_argument, NULL, 'K'},
 		{"zero-every", required_argument, NULL, 'Z'},
 		{"event", required_argument, NULL, 'E'},
@@ -1008,6 +1037,14 @@ main(int argc, char **argv)
 			break;
 		case 'B':
 			sigbus_ok = 1;
+			break;
+		case 'J':
+			discard_every = (unsigned)atoi(optarg);
+			break;
+		case 'H':
+			hot_pct = (unsigned)atoi(optarg);
+			if (hot_pct == 0 || hot_pct > 100)
+				hot_pct = 100;
 			break;
 		case 'D':
 			pace_us = (unsigned)atoi(optarg);

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
 
 #include "daemon/conn.h"
 #include "daemon/dest/internal.h"
@@ -95,11 +97,22 @@ dest_hold_target(struct dest *d, struct inject *inj, char *err, size_t errlen)
 		close(d->memfd);
 		return -1;
 	}
+	/*
+	 * A pre-copy's target dies with the daemon (the kernel kills it when
+	 * its tracer exits): its source still runs, or is let go, so nothing
+	 * is lost, and no target runs on pages of several moments.
+	 */
+	for (size_t i = 0; d->precopy && i < inj->ntids; i++)
+		if (ptrace(PTRACE_SETOPTIONS, inj->tids[i], 0,
+			   PTRACE_O_EXITKILL) < 0)
+			log_warn("migration %s: PTRACE_O_EXITKILL on %d",
+				 log_id(d->m->id), (int)inj->tids[i]);
 	d->hold = xmalloc(sizeof(*d->hold));
 	*d->hold = *inj;
-	log_info("process %d held until the pages it wrote in private file "
-		 "mappings are in",
-		 (int)d->m->pid);
+	log_info("process %d held until %s", (int)d->m->pid,
+		 d->precopy ? "the pre-copy's switchover"
+			    : "the pages it wrote in private file mappings are "
+			      "in");
 	return 0;
 }
 
@@ -121,15 +134,45 @@ dest_release_held(struct dest *d)
 			  "of its private file mappings never arrived",
 			  log_id(d->m->id), (int)d->m->pid,
 			  (unsigned long long)missing);
+	/*
+	 * Its pre-copied pages are of several moments: never to run. Its
+	 * copy of the uffd goes while it is held (a stopped process gets no
+	 * injection), so that nothing of the migration stays in it.
+	 */
+	if (d->precopy && d->target_fd >= 0) {
+		long rc = -EINTR;
+
+		/*
+		 * A signal that came while it was held is delivered first
+		 * (EINTR): once it is, the close goes through. The target
+		 * is stopped for good after this anyway.
+		 */
+		for (int i = 0; i < 3 && rc == -EINTR; i++)
+			rc = inject_syscall(d->hold, SYS_close,
+					    (unsigned long)d->target_fd, 0, 0,
+					    0, 0, 0);
+		if (rc < 0)
+			log_warnx("migration %s: close(%d) in process %d: %s",
+				  log_id(d->m->id), d->target_fd,
+				  (int)d->m->pid, strerror((int)-rc));
+		d->target_fd = -1;
+	}
+	if (d->precopy && procref_signal(&d->t, SIGSTOP) == 0) {
+		log_warnx("migration %s: process %d left stopped: the "
+			  "pre-copy ended before its switchover",
+			  log_id(d->m->id), (int)d->m->pid);
+		missing = 1;
+	}
 	dest_let_go(d, d->hold);
 	free(d->hold);
 	d->hold = NULL;
 	close(d->memfd);
 	d->memfd = -1;
 	if (missing == 0) {
-		log_info("migration %s: private file pages in; process %d "
-			 "runs",
-			 log_id(d->m->id), (int)d->m->pid);
+		log_info("migration %s: %s; process %d runs", log_id(d->m->id),
+			 d->m->precopy_rounds ? "switchover"
+					      : "private file pages in",
+			 (int)d->m->pid);
 		dest_persist_dirty(d); /* not held any more */
 	}
 }
@@ -179,7 +222,7 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 		}
 		pagestate_set(&dr->ps, p, PAGE_PRESENT);
 	}
-	if (d->hold && dest_private_missing(d) == 0)
+	if (d->hold && dest_private_missing(d) == 0 && !d->precopy)
 		dest_release_held(d);
 	d->m->pages_present = dest_present_total(d);
 	return 0;

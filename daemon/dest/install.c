@@ -267,10 +267,10 @@ follow_root(struct dest *t, struct dest *root, struct dst_region *dr,
  * input buffer extent by extent (dest_frame_pages() gathers into
  * root->buf what straddles two extents). -1 when t can take no more.
  */
-static int
-install_missing(struct dest *t, struct dest *root, struct dst_region *dr,
-		const Uffdd__PageData *pd, const struct evbuffer_iovec *v,
-		int nv)
+int
+dest_install_missing(struct dest *t, struct dest *root, struct dst_region *dr,
+		     const Uffdd__PageData *pd, const struct evbuffer_iovec *v,
+		     int nv)
 {
 	uint64_t p = pd->page, end = pd->page + pd->npages;
 	const uint8_t *src;
@@ -334,7 +334,7 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 	if (t->root && !root->gone && region_kind_shmem(dr->r.kind))
 		/* Nothing to install through the child's uffd. */
 		follow_root(t, root, dr, pd);
-	else if (install_missing(t, root, dr, pd, v, nv) < 0)
+	else if (dest_install_missing(t, root, dr, pd, v, nv) < 0)
 		return -1;
 	if (t->nwaiters)
 		dest_settle(t, pd->region, pd->page, pd->npages);
@@ -366,7 +366,7 @@ page_done(struct dest *d, const Uffdd__PageData *pd,
 		i++;
 	}
 	d->m->pages_present = dest_present_total(d);
-	if (d->m->state == MIG_RUNNING &&
+	if (d->m->state == MIG_RUNNING && !d->precopy &&
 	    d->m->pages_present == d->m->pages_total && d->nkids == 0)
 		dest_complete(d);
 }
@@ -556,6 +556,10 @@ dest_page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 
 	if (!frame_fits(d, c, h, pd, dr))
 		return;
+	if (d->precopy) {
+		dest_precopy_data(d, c, h, pd, dr);
+		return;
+	}
 	/*
 	 * The page bytes are copied out of the input buffer before anything
 	 * is installed. Installing in place from the buffer lost pages: an

@@ -181,6 +181,12 @@ struct dest {
 	 */
 	struct inject *hold;
 	int memfd;
+	/*
+	 * precopy.c: the source pre-copies (its HELLO said so). The target
+	 * is held as above until SWITCHOVER; until then a page sent again
+	 * replaces the copy installed before (through memfd).
+	 */
+	int precopy;
 
 	/*
 	 * children.c: forked children of the target (UFFD_EVENT_FORK): each
@@ -267,6 +273,9 @@ uint64_t dest_frame_pages(struct dest *, const struct evbuffer_iovec *, int nv,
 			  const uint8_t **src);
 void dest_page_data(struct dest *, struct conn *, const struct frame_hdr *,
 		    const Uffdd__PageData *);
+int dest_install_missing(struct dest *t, struct dest *root, struct dst_region *,
+			 const Uffdd__PageData *, const struct evbuffer_iovec *,
+			 int nv);
 void dest_bulk_hold(struct dest *);
 
 /* lanes.c */
@@ -283,6 +292,13 @@ void dest_release_held(struct dest *);
 int dest_write_private(struct dest *, struct dst_region *,
 		       const Uffdd__PageData *, const struct evbuffer_iovec *,
 		       int nv);
+
+/* precopy.c */
+void dest_precopy_hello(struct dest *, const Uffdd__Hello *);
+void dest_precopy_data(struct dest *, struct conn *, const struct frame_hdr *,
+		       const Uffdd__PageData *, struct dst_region *);
+void dest_precopy_sync(struct dest *, struct conn *, const Uffdd__Ping *);
+void dest_switchover(struct dest *, struct conn *, const Uffdd__Switchover *);
 
 /* children.c */
 struct dest *dest_child_new(struct dest *root, const struct dest *parent,

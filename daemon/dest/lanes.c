@@ -217,6 +217,10 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	if (h->type == FRAME_PAGE_DATA) {
 		if (d->m->state == MIG_RUNNING)
 			dest_page_data(d, c, h, (const Uffdd__PageData *)msg);
+	} else if (h->type == FRAME_SWITCHOVER) {
+		dest_switchover(d, c, (const Uffdd__Switchover *)msg);
+	} else if (h->type == FRAME_ROUND_SYNC) {
+		dest_precopy_sync(d, c, (const Uffdd__Ping *)msg);
 	} else if (h->type == FRAME_ERROR) {
 		dest_lanes_down(d, ((const Uffdd__Error *)msg)->message);
 	} else if (h->type != FRAME_HELLO && h->type != FRAME_PING) {
@@ -355,8 +359,11 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 
 	switch (h->type) {
 	case FRAME_HELLO:
-		if (((const Uffdd__Hello *)msg)->version == UFFDD_PROTO_VERSION)
+		if (((const Uffdd__Hello *)msg)->version ==
+		    UFFDD_PROTO_VERSION) {
+			dest_precopy_hello(d, (const Uffdd__Hello *)msg);
 			break;
+		}
 		if (d->m->state == MIG_CONNECTING)
 			dest_attach_fail(
 				d, ERR_PROTOCOL,
@@ -419,6 +426,7 @@ demand_close(struct conn *c, const char *why, void *arg)
 int
 dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 {
+	static char *feat[] = {FEATURE_PRECOPY};
 	Uffdd__Hello h = UFFDD__HELLO__INIT;
 	char name[300];
 
@@ -436,5 +444,8 @@ dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 	h.lane = UFFDD__LANE__LANE_DEMAND;
 	h.migration_id = d->m->id;
 	h.resume = resuming;
+	/* We know SWITCHOVER: a pre-copy's source may go on with us. */
+	h.n_features = 1;
+	h.features = feat;
 	return conn_send(d->demand, FRAME_HELLO, &h.base);
 }

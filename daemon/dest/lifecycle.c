@@ -318,19 +318,21 @@ dest_fail(struct dest *d, const char *fmt, ...)
 		migration_fail(k->m, "%s", why);
 		dest_child_done(k);
 	}
-	if (d->hold && dest_private_missing(d) > 0) {
+	if (d->hold && (dest_private_missing(d) > 0 || d->precopy)) {
 		/*
 		 * dest_release_held() (in teardown) stops it, poisoned or
 		 * not; it keeps its uffd, as a stopped target does (no
-		 * injection into a process with a stop pending).
+		 * injection into a process with a stop pending), but for a
+		 * pre-copy's, closed while it is still held.
 		 */
 		poisoned = 0;
-		migration_fail(d->m,
-			       "%s; %llu pages lost; target %d %s (pages "
-			       "it wrote in private file mappings never "
-			       "arrived)",
+		migration_fail(d->m, "%s; %llu pages lost; target %d %s (%s)",
 			       why, (unsigned long long)d->m->pages_lost,
-			       (int)d->m->pid, fate(d));
+			       (int)d->m->pid, fate(d),
+			       d->precopy ? "the pre-copy ended before its "
+					    "switchover"
+					  : "pages it wrote in private file "
+					    "mappings never arrived");
 	} else if (!poisoned) {
 		procref_signal(&d->t, SIGSTOP);
 		migration_fail(d->m,

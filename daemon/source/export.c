@@ -71,6 +71,45 @@ classify(pid_t pid, struct src_region *sr)
 }
 
 /*
+ * Pre-copy, once frozen: pages sent as data that hold nothing now (the
+ * process dropped them: MADV_DONTNEED, a hole punched) go again, as ZERO
+ * markers, or the destination would keep the bytes it had. Linux 6.18
+ * reports a dropped anonymous page as written (it keeps no protection
+ * marker, and a page without one counts as written); this check does not
+ * depend on that, for one classification at the freeze. Returns the pages
+ * marked, or -1 with errno set.
+ */
+int64_t
+source_mark_dropped(struct source *s)
+{
+	int64_t n = 0;
+
+	for (size_t i = 0; i < s->nregs && n >= 0; i++) {
+		struct src_region *sr = &s->regs[i], now = *sr;
+
+		/* Shared hugetlb counts every page as data (its page cache). */
+		if (sr->cache_fd >= 0 || !sr->accepted)
+			continue;
+		now.data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
+		if (classify(s->t.pid, &now) < 0)
+			n = -1;
+		for (uint64_t p = 0; n >= 0 && p < sr->npages; p++) {
+			if (!bit_test(sr->data, p) || bit_test(now.data, p))
+				continue;
+			bit_clear(sr->data, p);
+			if (bit_test(sr->sent, p)) {
+				bit_clear(sr->sent, p);
+				s->m->pages_present--;
+				s->m->prefetched_pages--;
+			}
+			n++;
+		}
+		free(now.data);
+	}
+	return n;
+}
+
+/*
  * The regions of process pid in the ranges asked for, checked against what
  * a destination accepts. Returns their number (> 0), or 0 with *code and
  * err set.
@@ -209,8 +248,40 @@ out:
 }
 
 /*
+ * export --precopy: like source_create(), but the process runs on. Its
+ * writes are tracked before its pages are classified, so that a page
+ * written after it was looked at goes again. Takes t over.
+ */
+static struct source *
+source_create_precopy(struct procref *t, const struct range *ranges,
+		      size_t nranges, const Uffdd__ExportRequest *req,
+		      uint32_t *code, char *err, size_t errlen)
+{
+	struct wptrack wp = WPTRACK_NONE;
+	struct region *regs = NULL;
+	struct source *s = NULL;
+	int n = build_regions(t->pid, ranges, nranges, &regs, code, err,
+			      errlen);
+
+	if (n > 0 &&
+	    source_precopy_arm(t, regs, (size_t)n, &wp, code, err, errlen) == 0)
+		s = source_new(t, regs, (size_t)n, ranges, nranges, NULL, code,
+			       err, errlen);
+	if (s != NULL) {
+		source_precopy_init(s, &wp, req);
+		s->keep_source = req->keep_source;
+		source_start(s);
+	}
+	wptrack_stop(&wp);
+	free(regs);
+	procref_close(t);
+	return s;
+}
+
+/*
  * The control request: checks the ranges, exports, and answers with the
- * new ID only once the state file holds the export.
+ * new ID only once the state file holds the export (a pre-copy's, at its
+ * switchover: source_persist_now()).
  */
 void
 source_export(uint64_t serial, const struct authz_caller *who,
@@ -233,14 +304,20 @@ source_export(uint64_t serial, const struct authz_caller *who,
 			return;
 		}
 	}
-	s = source_create(t, who, ranges, req->n_ranges, req->keep_source, NULL,
-			  &code, err, sizeof(err));
+	if (req->precopy)
+		s = source_create_precopy(t, ranges, req->n_ranges, req, &code,
+					  err, sizeof(err));
+	else
+		s = source_create(t, who, ranges, req->n_ranges,
+				  req->keep_source, NULL, &code, err,
+				  sizeof(err));
 	free(ranges);
 	if (s == NULL) {
 		control_reply_error(serial, code, "export: %s", err);
 		return;
 	}
-	source_watch_freeze(s);
+	if (!s->pc)
+		source_watch_freeze(s);
 	/*
 	 * Without its state file a restart would forget the export and
 	 * leave the process frozen for good: refuse it instead.
@@ -256,9 +333,11 @@ source_export(uint64_t serial, const struct authz_caller *who,
 				    conf.state_dir, strerror(e), (int)req->pid);
 		return;
 	}
-	log_info("exported process %d as %s: %zu regions, %llu pages",
+	log_info("exported process %d as %s: %zu regions, %llu pages%s",
 		 (int)req->pid, log_id(s->m->id), s->nregs,
-		 (unsigned long long)s->m->pages_total);
+		 (unsigned long long)s->m->pages_total,
+		 s->pc ? "; pre-copy, the process runs until the switchover"
+		       : "");
 	rep.id = s->m->id;
 	control_reply(serial, FRAME_CTL_EXPORT_REPLY, &rep.base);
 }
@@ -296,6 +375,7 @@ source_free(struct migration *m)
 	}
 	free(s->regs);
 	free(s->scratch);
+	free(s->pc);
 	free(s);
 	m->impl = NULL;
 }

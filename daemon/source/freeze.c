@@ -266,8 +266,8 @@ off_cpu(pid_t pid)
  * (its group stop is reinstated), so wait for that too, and take the
  * count when two looks agree. -1 when unknown.
  */
-static long long
-settled_switches(pid_t pid)
+long long
+source_settled_switches(pid_t pid)
 {
 	long long n = -1, was;
 
@@ -311,7 +311,7 @@ source_watch_freeze(struct source *s)
 			 "at the next ping",
 			 log_id(s->m->id), (int)s->m->pid, why);
 	free(rs);
-	s->switches = settled_switches(s->m->pid);
+	s->switches = source_settled_switches(s->m->pid);
 }
 
 /* The switch count of a frozen process once settled (snapshot.c). */

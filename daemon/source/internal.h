@@ -9,6 +9,8 @@
  *   serve.c    pages out: demand answers and the bulk stream
  *   lanes.c    the destination's lanes, and how a migration ends
  *   persist.c  the state file: written, deferred, restored from
+ *   precopy.c  export --precopy: rounds while the process runs, the freeze,
+ *              the switchover
  *   snapshot.c a frozen process's memory written to an image file
  */
 #ifndef UFFDD_SOURCE_INTERNAL_H
@@ -34,6 +36,35 @@ struct migration;
 #define PING_SECS 1
 /* s->scratch: one frame's page bytes (a demand answer, a zero-check). */
 #define SCRATCH_LEN FRAME_DATA_MAX
+
+/* export --precopy defaults (docs/design.md, "Pre-copy"). */
+#define PRECOPY_MAX_ROUNDS 30
+#define PRECOPY_THRESHOLD (4ull << 20)
+/* Rounds without a new smallest dirty set after which the rounds stop. */
+#define PRECOPY_STALL_ROUNDS 3
+
+/*
+ * A pre-copy, until its switchover. ROUNDS: the process runs, each round
+ * sends the pages written since the one before. LAST: the rounds are
+ * over, one more sends what the last left written. SYNC: waiting for the
+ * destination to have installed it all (ROUND_SYNC echoed). FINAL: the
+ * process is frozen, the pages written since go; then SWITCHOVER, and the
+ * export goes on as any other (DONE).
+ */
+enum pc_phase { PC_ROUNDS, PC_LAST, PC_SYNC, PC_FINAL, PC_DONE };
+
+struct precopy {
+	enum pc_phase phase;
+	uint32_t max_rounds;
+	uint64_t threshold;   /* a dirty set this small (bytes) is the last */
+	uint64_t round_start; /* m->bytes when the round began */
+	uint64_t best;	      /* the smallest dirty set so far, bytes */
+	uint32_t since_best;  /* rounds since */
+	uint64_t t_freeze;    /* ns, when the freeze began */
+	uint64_t wall_freeze; /* the same, CLOCK_REALTIME */
+	uint64_t final_pages; /* sent during the freeze */
+	int sent_since;	      /* the round's marked pages were queued */
+};
 
 struct src_region {
 	struct region r;
@@ -81,7 +112,8 @@ struct source {
 	uint64_t cur_page;
 	uint32_t hint_reg;
 	uint64_t hint_page, hint_left;
-	uint8_t *scratch; /* SCRATCH_LEN bytes */
+	uint8_t *scratch;   /* SCRATCH_LEN bytes */
+	struct precopy *pc; /* export --precopy (precopy.c); else NULL */
 };
 
 /* freeze.c */
@@ -91,6 +123,7 @@ int source_freeze_checked(const struct procref *t,
 void source_thaw(const struct procref *t, int was_stopped);
 long long source_switch_count(pid_t pid, int *running);
 void source_watch_freeze(struct source *);
+long long source_settled_switches(pid_t pid);
 int source_continued(const struct source *, char *why, size_t len);
 long long source_settled_switches(pid_t pid);
 
@@ -104,11 +137,25 @@ int source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 			 size_t errlen);
 int64_t source_classify(pid_t pid, struct src_region *sr);
 
+int64_t source_mark_dropped(struct source *);
+
 /* serve.c */
 void source_serve_start(struct source *);
 void source_demand_request(struct source *, const Uffdd__PageRequest *);
 void source_bulk_lane(struct source *, struct conn *);
 void source_bulk_produce(struct source *);
+void source_bulk_drain_at(struct source *, int empty);
+
+/* precopy.c */
+int source_precopy_arm(const struct procref *t, const struct region *regs,
+		       size_t n, struct wptrack *wp, uint32_t *code, char *err,
+		       size_t errlen);
+void source_precopy_init(struct source *, struct wptrack *,
+			 const Uffdd__ExportRequest *);
+int source_precopy_running(const struct source *);
+void source_precopy_round_end(struct source *);
+int source_precopy_synced(struct source *, const Uffdd__Ping *);
+int source_precopy_hello(struct source *, struct conn *, const Uffdd__Hello *);
 
 /* lanes.c */
 void source_lanes_start(struct source *);

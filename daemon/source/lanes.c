@@ -39,6 +39,16 @@ source_fail(struct source *s, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
+	/*
+	 * Before the switchover the destination's target has not run: the
+	 * process goes on where it was (frozen for the last round only).
+	 */
+	if (source_precopy_running(s)) {
+		if (s->pc->phase == PC_FINAL)
+			source_thaw(&s->t, s->was_stopped);
+		log_warnx("migration %s: pre-copy ends; process %d runs on",
+			  log_id(s->m->id), (int)s->m->pid);
+	}
 	migration_fail(s->m, "%s", why);
 	if (s->demand)
 		conn_send_error(s->demand, ERR_SOURCE, "%s", s->m->reason);
@@ -66,7 +76,9 @@ ping_cb(evutil_socket_t fd, short ev, void *arg)
 	Uffdd__Ping p = UFFDD__PING__INIT;
 	char why[256];
 
-	if (source_continued(s, why, sizeof(why))) {
+	/* Before a pre-copy's freeze the process runs, as it should. */
+	if (!source_precopy_running(s) &&
+	    source_continued(s, why, sizeof(why))) {
 		source_fail(s, "%s", why);
 		return;
 	}
@@ -88,6 +100,14 @@ lanes_down(struct source *s, const char *why)
 	conn_free(s->bulk);
 	s->demand = s->bulk = NULL;
 	event_del(s->bulk_ev);
+	/*
+	 * What a pre-copy sent may have been replaced since: a resume's
+	 * HAVE cannot say which copies are stale. It ends here (stage 1).
+	 */
+	if (source_precopy_running(s) && s->m->state == MIG_RUNNING) {
+		source_fail(s, "destination lost during pre-copy (%s)", why);
+		return;
+	}
 	if (s->m->state == MIG_RUNNING) {
 		log_warnx("migration %s: destination lost (%s); the process "
 			  "stays frozen",
@@ -160,6 +180,11 @@ accept_regions(struct source *s, const Uffdd__RegionTable *t)
 {
 	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
 		return;
+	if (source_precopy_running(s) && s->m->state == MIG_RUNNING) {
+		source_fail(s,
+			    "destination lost its bulk lane during pre-copy");
+		return;
+	}
 	if (s->bulk) {
 		log_info("migration %s: destination lost its bulk lane; "
 			 "sending again what it lacks",
@@ -233,12 +258,22 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		accept_regions(s, (const Uffdd__RegionTable *)msg);
 		break;
 	case FRAME_PAGE_REQUEST:
-		if (s->m->state == MIG_RUNNING)
+		/* A pre-copy's target is held: nothing of it faults yet. */
+		if (source_precopy_running(s) && s->m->state == MIG_RUNNING) {
+			log_warnx("%s: page request during a pre-copy",
+				  conn_name(c));
+			lanes_down(s, "protocol error");
+		} else if (s->m->state == MIG_RUNNING)
 			source_demand_request(s,
 					      (const Uffdd__PageRequest *)msg);
 		break;
 	case FRAME_COMPLETE:
-		if (s->m->state == MIG_RUNNING || s->m->state == MIG_PAUSED)
+		/* Its target ran before the switchover: not a pre-copy's. */
+		if (source_precopy_running(s))
+			source_fail(s, "destination completed before the "
+				       "pre-copy's switchover");
+		else if (s->m->state == MIG_RUNNING ||
+			 s->m->state == MIG_PAUSED)
 			complete(s);
 		break;
 	case FRAME_HAVE:
@@ -248,6 +283,13 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		}
 		break;
 	case FRAME_PING:
+		break;
+	case FRAME_ROUND_SYNC:
+		if (source_precopy_synced(s, (const Uffdd__Ping *)msg) < 0) {
+			log_warnx("%s: ROUND_SYNC outside a pre-copy",
+				  conn_name(c));
+			lanes_down(s, "protocol error");
+		}
 		break;
 	case FRAME_ERROR: {
 		const Uffdd__Error *e = (const Uffdd__Error *)msg;
@@ -293,7 +335,7 @@ bulk_close(struct conn *c, const char *why, void *arg)
 	conn_free(s->bulk);
 	s->bulk = NULL;
 	event_del(s->bulk_ev);
-	if (s->demand == NULL)
+	if (s->demand == NULL || source_precopy_running(s))
 		lanes_down(s, why);
 }
 
@@ -401,6 +443,7 @@ send_regions(struct source *s, struct conn *c)
 static int
 demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 {
+	static char *feat[] = {FEATURE_PRECOPY};
 	Uffdd__Hello me = UFFDD__HELLO__INIT;
 
 	if (hello->lane == UFFDD__LANE__LANE_DEMAND && hello->resume &&
@@ -422,6 +465,8 @@ demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 		conn_finish(c);
 		return -1;
 	}
+	if (source_precopy_hello(s, c, hello) < 0)
+		return -1;
 	s->demand = c;
 	s->resume_pending = hello->resume;
 	migration_set_peer(s->m, conn_name(c));
@@ -431,6 +476,10 @@ demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 	conn_read_direct(c);
 	me.version = UFFDD_PROTO_VERSION;
 	me.lane = UFFDD__LANE__LANE_DEMAND;
+	if (source_precopy_running(s)) {
+		me.n_features = 1;
+		me.features = feat;
+	}
 	conn_send(c, FRAME_HELLO, &me.base);
 	send_regions(s, c);
 	return 0;

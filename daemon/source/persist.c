@@ -51,6 +51,13 @@ int
 source_persist_now(struct source *s)
 {
 	s->dirty = 0;
+	/*
+	 * Not before a pre-copy's switchover: a restart could not tell which
+	 * of the destination's copies are stale, and the process runs (a
+	 * daemon that dies leaves it running, its tracking gone with it).
+	 */
+	if (source_precopy_running(s))
+		return 0;
 	return state_write(s->m, save_more);
 }
 

@@ -426,8 +426,12 @@ source_bulk_produce(struct source *s)
 		int64_t got;
 		int zero;
 
-		if (!next_unsent(s, &ri, &page, &max))
-			return; /* everything sent */
+		if (!next_unsent(s, &ri, &page, &max)) {
+			/* Everything sent; a pre-copy round is over. */
+			if (source_precopy_running(s))
+				source_precopy_round_end(s);
+			return;
+		}
 		zero = !bit_test(s->regs[ri].data, page);
 		if (max > (zero ? BULK_ZERO_PAGES : frame))
 			max = zero ? BULK_ZERO_PAGES : frame;
@@ -476,6 +480,17 @@ static void
 bulk_drain(struct conn *c, void *arg)
 {
 	source_bulk_produce(arg);
+}
+
+/*
+ * Pre-copy: the bulk lane's next drain callback comes once its output is
+ * empty (empty set), or below BULK_LOW again.
+ */
+void
+source_bulk_drain_at(struct source *s, int empty)
+{
+	if (s->bulk)
+		conn_set_drain(s->bulk, bulk_drain, empty ? 0 : BULK_LOW);
 }
 
 /*

@@ -119,6 +119,8 @@ role_table(Uffdd__RegionTable *t)
 	t->regions = rp;
 }
 
+static void precopy_seeds(Uffdd__RegionTable *t);
+
 /*
  * Seeds for the roles: what a destination says to fuzz_source (a flag
  * byte first, see there) and what a source says to fuzz_dest.
@@ -225,6 +227,70 @@ role_seeds(void)
 	e.code = 1, e.message = "unknown migration ID";
 	add(&l, FRAME_ERROR, &e.base);
 	put("dest", "unknown_id", l.p, l.n);
+	precopy_seeds(&t);
+}
+
+/*
+ * fuzz_dest: a pre-copy (the source's HELLO says so): rounds on the bulk
+ * lane, a page sent twice, ROUND_SYNC, SWITCHOVER; and SWITCHOVER and
+ * ROUND_SYNC where no pre-copy runs. fuzz_source: a ROUND_SYNC echo no
+ * pre-copy asked for.
+ */
+static void
+precopy_seeds(Uffdd__RegionTable *t)
+{
+	static struct lane l;
+	static char *feat[] = {FEATURE_PRECOPY};
+	Uffdd__Hello h = UFFDD__HELLO__INIT;
+	Uffdd__PageData pd = UFFDD__PAGE_DATA__INIT;
+	Uffdd__Ping sync = UFFDD__PING__INIT;
+	Uffdd__Switchover sw = UFFDD__SWITCHOVER__INIT;
+
+	h.version = UFFDD_PROTO_VERSION;
+	h.lane = UFFDD__LANE__LANE_DEMAND;
+	h.migration_id = "";
+	h.n_features = 1;
+	h.features = feat;
+	l.n = 0;
+	add(&l, FRAME_HELLO, &h.base);
+	add(&l, FRAME_REGIONS, &t->base);
+	add_bytes(&l, FZ_BULK_MARK, strlen(FZ_BULK_MARK));
+	h.lane = UFFDD__LANE__LANE_BULK;
+	h.n_features = 0;
+	add(&l, FRAME_HELLO, &h.base);
+	pd.region = 0, pd.page = 0, pd.npages = 4;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	pd.page = 4, pd.npages = FZ_ANON_PAGES - 4, pd.zero = 1;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	pd.page = 2, pd.npages = 4, pd.zero = 0;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	pd.page = 0, pd.npages = 1, pd.zero = 1;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	sync.seq = 2;
+	add(&l, FRAME_ROUND_SYNC, &sync.base);
+	sw.rounds = 3, sw.bytes = 8 * 4096, sw.frozen_us = 1500;
+	sw.final_pages = 1;
+	sw.n_round_bytes = 3;
+	sw.round_bytes = (uint64_t[]){4 * 4096, 4 * 4096, 4096};
+	add(&l, FRAME_SWITCHOVER, &sw.base);
+	pd.region = 1, pd.page = 0, pd.npages = FZ_SHM_PAGES, pd.zero = 1;
+	add(&l, FRAME_PAGE_DATA, &pd.base);
+	put("dest", "precopy", l.p, l.n);
+	l.n = 0;
+	h.lane = UFFDD__LANE__LANE_DEMAND;
+	add(&l, FRAME_HELLO, &h.base);
+	add(&l, FRAME_REGIONS, &t->base);
+	add_bytes(&l, FZ_BULK_MARK, strlen(FZ_BULK_MARK));
+	h.lane = UFFDD__LANE__LANE_BULK;
+	add(&l, FRAME_HELLO, &h.base);
+	add(&l, FRAME_ROUND_SYNC, &sync.base);
+	add(&l, FRAME_SWITCHOVER, &sw.base);
+	put("dest", "switchover_unasked", l.p, l.n);
+	l.n = 0;
+	add_bytes(&l, "\0", 1);
+	add(&l, FRAME_REGIONS, &t->base);
+	add(&l, FRAME_ROUND_SYNC, &sync.base);
+	put("source", "round_sync_unasked", l.p, l.n);
 }
 
 /*

@@ -1,0 +1,366 @@
+/*
+ * export --precopy: the process keeps running while rounds of its pages go
+ * to the destination. Writes are tracked with an async write-protecting
+ * userfaultfd (wptrack.h); each round sends the pages written since the
+ * round before, read again. When a round's dirty set is small enough, or
+ * the rounds stop shrinking it, or --max-rounds is reached, one last round
+ * sends that set while the process still runs; once the destination says
+ * it has installed it all (ROUND_SYNC), the process is frozen, what it
+ * wrote meanwhile goes, and SWITCHOVER tells the destination that its
+ * target may run. From then on the export is like any other.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/compat.h"
+#include "daemon/conn.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/pagemap.h"
+#include "daemon/proc.h"
+#include "daemon/source/internal.h"
+#include "daemon/wptrack.h"
+
+/* Wall-clock time, ns since the epoch (SWITCHOVER's freeze_unix_ns). */
+static uint64_t
+wall_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Rounds a request may ask for at most. */
+#define PRECOPY_ROUNDS_LIMIT 1000
+
+/*
+ * Checks that process t can be pre-copied in regions [regs, regs + n) and
+ * write-protects them (async: the process runs on and nothing handles its
+ * writes). Before anything is done to it: a refusal leaves it as it was.
+ */
+int
+source_precopy_arm(const struct procref *t, const struct region *regs, size_t n,
+		   struct wptrack *wp, uint32_t *code, char *err, size_t errlen)
+{
+	struct range *rs;
+	char why[256];
+	int r;
+
+	if (!wptrack_usable()) {
+		*code = ERR_KERNEL;
+		snprintf(err, errlen,
+			 "--precopy needs write tracking of a running process "
+			 "(UFFD_FEATURE_WP_ASYNC and the PAGEMAP_SCAN ioctl, "
+			 "Linux 6.7 and later), which this kernel does not "
+			 "offer; process %d left running: export it without "
+			 "--precopy",
+			 (int)t->pid);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (regs[i].kind != REGION_FILE_PRIVATE)
+			continue;
+		*code = ERR_INVALID;
+		snprintf(err, errlen,
+			 "--precopy: 0x%llx-0x%llx (%.100s) is a private file "
+			 "mapping, which userfaultfd cannot write-protect: "
+			 "leave it out with --range",
+			 (unsigned long long)regs[i].start,
+			 (unsigned long long)(regs[i].start + regs[i].length),
+			 regs[i].name);
+		return -1;
+	}
+	/* Their writes would be tracked, but the freeze would not stop them. */
+	if (proc_sharers(t->pid, PROC_SHARE_VM, why, sizeof(why)) > 0) {
+		*code = ERR_INVALID;
+		snprintf(err, errlen,
+			 "process %d shares its memory with %.120s, which "
+			 "stopping it does not stop: export refused",
+			 (int)t->pid, why);
+		return -1;
+	}
+	rs = xcalloc(n, sizeof(*rs));
+	for (size_t i = 0; i < n; i++) {
+		rs[i].start = regs[i].start;
+		rs[i].end = regs[i].start + regs[i].length;
+	}
+	r = wptrack_start(wp, t, rs, n, why, sizeof(why));
+	free(rs);
+	if (r < 0) {
+		*code = ERR_KERNEL;
+		snprintf(err, errlen,
+			 "--precopy: tracking the writes of process %d: %s; "
+			 "process left running",
+			 (int)t->pid, why);
+	}
+	return r;
+}
+
+/* The export s pre-copies, its writes tracked by wp (taken over). */
+void
+source_precopy_init(struct source *s, struct wptrack *wp,
+		    const Uffdd__ExportRequest *req)
+{
+	s->wp = *wp;
+	*wp = (struct wptrack)WPTRACK_NONE;
+	s->pc = xcalloc(1, sizeof(*s->pc));
+	s->pc->phase = PC_ROUNDS;
+	s->pc->max_rounds =
+		req->max_rounds ? req->max_rounds : PRECOPY_MAX_ROUNDS;
+	if (s->pc->max_rounds > PRECOPY_ROUNDS_LIMIT)
+		s->pc->max_rounds = PRECOPY_ROUNDS_LIMIT;
+	s->pc->threshold =
+		req->threshold_bytes ? req->threshold_bytes : PRECOPY_THRESHOLD;
+	s->pc->best = UINT64_MAX;
+	s->m->precopy = 1;
+}
+
+/* Whether s pre-copies and has not switched over yet. */
+int
+source_precopy_running(const struct source *s)
+{
+	return s->pc != NULL && s->pc->phase != PC_DONE;
+}
+
+/*
+ * Pages [start, end) were written since the last scan: they go again, as
+ * data (a page first written after it was classified has some now).
+ */
+static void
+mark_dirty(void *arg, uint64_t start, uint64_t end)
+{
+	struct source *s = arg;
+
+	for (size_t i = 0; i < s->nregs; i++) {
+		struct src_region *sr = &s->regs[i];
+		uint64_t rend = sr->r.start + sr->r.length,
+			 ps = sr->r.page_size;
+		uint64_t a = start > sr->r.start ? start : sr->r.start;
+		uint64_t b = end < rend ? end : rend;
+
+		if (a >= b)
+			continue;
+		for (uint64_t p = (a - sr->r.start) / ps;
+		     p < (b - sr->r.start + ps - 1) / ps; p++) {
+			int was_data = bit_test(sr->data, p);
+
+			bit_set(sr->data, p);
+			if (bit_test(sr->sent, p)) {
+				/* Counted again when it goes again. */
+				bit_clear(sr->sent, p);
+				s->m->pages_present--;
+				s->m->prefetched_pages--;
+				s->m->zero_pages -= (uint64_t)!was_data;
+			}
+			if (s->pc->phase == PC_FINAL && sr->accepted)
+				s->pc->final_pages++;
+		}
+	}
+}
+
+/* The bulk stream sweeps every region again for the pages marked. */
+static void
+restart_sweep(struct source *s)
+{
+	s->cur_reg = 0;
+	s->cur_page = 0;
+	s->hint_left = 0;
+	event_active(s->bulk_ev, EV_TIMEOUT, 0);
+}
+
+/*
+ * The rounds are over: the process is frozen, the pages written since the
+ * last round are found (and protected again: a write from now on is a run
+ * of the frozen process, as for any export) and sent.
+ */
+static void
+freeze_now(struct source *s)
+{
+	struct precopy *pc = s->pc;
+	char err[256];
+	uint32_t code;
+	int64_t dirty, dropped;
+
+	pc->t_freeze = now_ns();
+	pc->wall_freeze = wall_ns();
+	if (source_freeze_checked(&s->t, NULL, &s->was_stopped, &code, err,
+				  sizeof(err)) < 0) {
+		source_fail(s, "pre-copy: freezing for the switchover: %s",
+			    err);
+		return;
+	}
+	pc->phase = PC_FINAL;
+	if ((dirty = wptrack_collect(&s->wp, mark_dirty, s)) < 0) {
+		source_fail(s, "pre-copy: PAGEMAP_SCAN of process %d: %s",
+			    (int)s->m->pid, strerror(errno));
+		return;
+	}
+	if ((dropped = source_mark_dropped(s)) < 0) {
+		source_fail(s, "pre-copy: classifying process %d again: %s",
+			    (int)s->m->pid, strerror(errno));
+		return;
+	}
+	pc->final_pages += (uint64_t)dropped;
+	s->switches = source_settled_switches(s->m->pid);
+	log_info("migration %s: process %d frozen after %u pre-copy rounds "
+		 "(in %.1f ms); %llu pages written since the last",
+		 log_id(s->m->id), (int)s->m->pid, s->m->precopy_rounds,
+		 (double)(now_ns() - pc->t_freeze) / 1e6,
+		 (unsigned long long)pc->final_pages);
+	restart_sweep(s);
+}
+
+/*
+ * Every page is sent as it was at the freeze: the destination's target
+ * may run. Behind the last pages on the same lane, so it comes after them.
+ */
+static void
+switchover(struct source *s)
+{
+	struct precopy *pc = s->pc;
+	Uffdd__Switchover sw = UFFDD__SWITCHOVER__INIT;
+	uint64_t now;
+
+	migration_round(s->m, s->m->bytes - pc->round_start);
+	now = now_ns();
+	sw.rounds = s->m->precopy_rounds;
+	sw.bytes = s->m->precopy_bytes;
+	sw.frozen_us = (now - pc->t_freeze) / 1000;
+	sw.final_pages = pc->final_pages;
+	sw.freeze_unix_ns = pc->wall_freeze;
+	sw.n_round_bytes = s->m->precopy_rounds < MIG_ROUNDS_KEPT
+				   ? s->m->precopy_rounds
+				   : MIG_ROUNDS_KEPT;
+	sw.round_bytes = s->m->round_bytes;
+	conn_send(s->bulk, FRAME_SWITCHOVER, &sw.base);
+	pc->phase = PC_DONE;
+	s->m->precopy = 0;
+	s->m->downtime_ns = now - pc->t_freeze;
+	log_info("migration %s: switchover after %u rounds, %llu bytes; "
+		 "frozen %.1f ms for the last %llu pages",
+		 log_id(s->m->id), sw.rounds, (unsigned long long)sw.bytes,
+		 (double)sw.frozen_us / 1e3,
+		 (unsigned long long)pc->final_pages);
+	/* From here a restart takes the export up as any other. */
+	if (source_persist_now(s) < 0)
+		log_warnx("migration %s: the state file could not be written: "
+			  "a restart would forget this export",
+			  log_id(s->m->id));
+}
+
+/* The last round is on the wire: ask the destination to say when it is in. */
+static void
+send_sync(struct source *s)
+{
+	Uffdd__Ping p = UFFDD__PING__INIT;
+
+	p.seq = s->m->precopy_rounds;
+	s->pc->phase = PC_SYNC;
+	conn_send(s->bulk, FRAME_ROUND_SYNC, &p.base);
+}
+
+/*
+ * The bulk stream has sent every page marked (source_bulk_produce()): the
+ * round is over. Another one, the freeze, or (frozen) the switchover.
+ */
+void
+source_precopy_round_end(struct source *s)
+{
+	struct precopy *pc = s->pc;
+	int64_t dirty;
+
+	if (pc->phase == PC_FINAL) {
+		switchover(s);
+		return;
+	}
+	if (pc->phase == PC_SYNC)
+		return; /* source_precopy_synced() goes on */
+	/*
+	 * The round is over once its pages are on the wire, not just queued
+	 * here (up to 4 MiB): the writes made while they wait belong to it,
+	 * and a freeze now would also wait for their sending.
+	 */
+	if (s->bulk && conn_output_len(s->bulk) > 0) {
+		source_bulk_drain_at(s, 1);
+		return;
+	}
+	source_bulk_drain_at(s, 0);
+	migration_round(s->m, s->m->bytes - pc->round_start);
+	pc->round_start = s->m->bytes;
+	if (pc->phase == PC_LAST) {
+		send_sync(s);
+		return;
+	}
+	if ((dirty = wptrack_collect(&s->wp, mark_dirty, s)) < 0) {
+		source_fail(s, "pre-copy: PAGEMAP_SCAN of process %d: %s",
+			    (int)s->m->pid, strerror(errno));
+		return;
+	}
+	log_debug("migration %s: pre-copy round %u done; %lld bytes written "
+		  "meanwhile",
+		  log_id(s->m->id), s->m->precopy_rounds, (long long)dirty);
+	if ((uint64_t)dirty < pc->best) {
+		pc->best = (uint64_t)dirty;
+		pc->since_best = 0;
+	} else {
+		pc->since_best++;
+	}
+	/*
+	 * The rounds are over when the dirty set is small enough, the rounds
+	 * stopped shrinking it (the process writes as fast as we send), or
+	 * the rounds asked for are done. One more, still running, sends it:
+	 * the freeze is left only what the process writes meanwhile.
+	 */
+	if ((uint64_t)dirty <= pc->threshold ||
+	    s->m->precopy_rounds >= pc->max_rounds ||
+	    pc->since_best >= PRECOPY_STALL_ROUNDS)
+		pc->phase = PC_LAST;
+	restart_sweep(s);
+}
+
+/*
+ * The destination echoes ROUND_SYNC once it has installed every page of
+ * the rounds (it takes bulk frames in order): the freeze comes then, not
+ * while the destination still works through megabytes in flight, which
+ * the frozen process would wait out. Returns -1 for one it never asked
+ * for (the lanes go down), 0 otherwise (a stale echo is ignored).
+ */
+int
+source_precopy_synced(struct source *s, const Uffdd__Ping *p)
+{
+	if (!source_precopy_running(s))
+		return -1;
+	if (s->pc->phase == PC_SYNC && p->seq == s->m->precopy_rounds)
+		freeze_now(s);
+	return 0;
+}
+
+/*
+ * A destination's demand HELLO for a pre-copy: it must know pre-copy (an
+ * older one would run its target at once and keep the first copy of every
+ * page). Returns 0, or -1 once it was told why.
+ */
+int
+source_precopy_hello(struct source *s, struct conn *c, const Uffdd__Hello *h)
+{
+	if (!source_precopy_running(s))
+		return 0;
+	for (size_t i = 0; i < h->n_features; i++)
+		if (strcmp(h->features[i], FEATURE_PRECOPY) == 0)
+			return 0;
+	log_warnx("%s: destination does not know pre-copy; refused",
+		  conn_name(c));
+	conn_send_error(c, ERR_PROTOCOL,
+			"migration is exported with --precopy, which this "
+			"destination's uffdd does not support: upgrade it, or "
+			"export without --precopy");
+	conn_finish(c);
+	return -1;
+}
