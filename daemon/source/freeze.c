@@ -313,10 +313,3 @@ source_watch_freeze(struct source *s)
 	free(rs);
 	s->switches = source_settled_switches(s->m->pid);
 }
-
-/* The switch count of a frozen process once settled (snapshot.c). */
-long long
-source_settled_switches(pid_t pid)
-{
-	return settled_switches(pid);
-}

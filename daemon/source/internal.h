@@ -125,7 +125,6 @@ long long source_switch_count(pid_t pid, int *running);
 void source_watch_freeze(struct source *);
 long long source_settled_switches(pid_t pid);
 int source_continued(const struct source *, char *why, size_t len);
-long long source_settled_switches(pid_t pid);
 
 /* export.c */
 struct source *source_create(struct procref *t, const struct authz_caller *who,
