@@ -108,6 +108,43 @@ migrate_once() {
 # rec NAME VALUE: one raw figure of the current round.
 rec() { echo "$ROUND $1 $2" >>"$OUT"; }
 
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# switch_once precopy|postcopy: one migration of BIG whose source keeps
+# writing a hot set (3%) until it is frozen, and whose target's four
+# threads then read every page. Sets M_FAULTS (demand faults after the
+# target runs) and M_FREEZE (ms from the source's stop to the target
+# running: the daemon's figure for a pre-copy; export to attach returned
+# for post-copy, which freezes at the export).
+switch_once() {
+	local mode=$1 end range id t0 t1 args=()
+	end=$(printf '0x%x' $((BASE + $(numfmt --from=iec "$BIG"))))
+	range=$(printf '%x-%x' $((BASE)) $((end)))
+	[ "$mode" = precopy ] && args=(--precopy)
+	start_workload WS source --size "$BIG" --threads 2 --hot 3 --pace-us 20
+	start_workload WD dest --size "$BIG" --threads 4 --prefault
+	sleep 0.2
+	t0=$(now_ms)
+	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range" "${args[@]}") ||
+		fail "$mode: export failed"
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+		--id "$id" --range "$range" >"$T/attach.out" 2>&1 ||
+		fail "$mode: attach: $(cat "$T/attach.out")"
+	t1=$(now_ms)
+	kill -USR1 "$WD"
+	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 600 >"$T/wait.out" 2>&1 ||
+		fail "$mode: wait: $(cat "$T/wait.out")"
+	"$CLIENT" --control "$dst_SOCK" status "$id" --json >"$T/status.json"
+	M_FAULTS=$(json_field "$T/status.json" demand_faults)
+	if [ "$mode" = precopy ]; then
+		M_FREEZE=$(json_field "$T/status.json" downtime_ms)
+	else
+		M_FREEZE=$((t1 - t0))
+	fi
+	kill -9 "$WD" "$WS" 2>/dev/null || true
+	wait "$WD" "$WS" 2>/dev/null || true
+}
+
 # Plaintext daemons (--insecure, loopback) for every row but the TLS one,
 # which has its own pair with the test PKI of tests/lib.sh.
 # shellcheck disable=SC2086
@@ -231,6 +268,12 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 		read -r secs _ < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
 			tr '=' ' ' | awk '{print $5}')
 		rec floor_bulk_again_s "$secs"
+		# Pre-copy against pure post-copy, the same writing process.
+		for mode in precopy postcopy; do
+			switch_once "$mode"
+			rec "${mode}_faults" "$M_FAULTS"
+			rec "${mode}_freeze_ms" "$M_FREEZE"
+		done
 	fi
 	migrate_once "$BIG" dst "$NFAULT"
 	rec busy_p50 "$M_P50"
@@ -327,6 +370,12 @@ fig med 3 "CPU s/GiB, source (floor: sender)" src_cpu floor_send_cpu -
 fig med 3 "CPU s/GiB, destination (floor: receiver)" dst_cpu floor_recv_cpu -
 fig med 3 "CPU s/GiB, both daemons (floor: both)" both_cpu floor_bulk_cpu -
 fig med 3 "shmem install CPU/GiB, CONTINUE v COPY" shmem_continue_cpu shmem_copy_cpu -
+# Pre-copy: the figures against pure post-copy's; the freeze's target is
+# absolute (20 ms for 1 GiB), so its verdict is on the figure itself.
+fig med 0 "faults after start, --precopy v post-copy" precopy_faults postcopy_faults 0.1
+fig med 1 "freeze (ms), --precopy v post-copy" precopy_freeze_ms postcopy_freeze_ms -
+row "freeze (ms), --precopy (ratio: to 20 ms)" "$(fmt 1 "$(med precopy_freeze_ms)")" - \
+	"$(fmt 2 "$(awk -v f="$(med precopy_freeze_ms)" 'BEGIN {print f / 20}')")" 1
 # Best rounds: each side's least figure over the rounds, and their ratio.
 # Where the noise of this machine only adds time, the floor's as often as
 # uffdd's, a round's ratio says more of the noise than of the code
