@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/evp.h>
 
 #include "daemon/statefmt.h"
+#include "proto/range.h"
 
 #define SUM_PREFIX "sha256 "
 #define SUM_HEX 64
@@ -501,6 +503,28 @@ state_u64s(struct state_tbl *t, const char *key, uint64_t *v, size_t n)
 		tbl_err(t, r->line, "%s: more than %zu number%s", key, n,
 			n == 1 ? "" : "s");
 		return -1;
+	}
+	return 0;
+}
+
+int
+state_ranges(struct state_tbl *t, const char *name, struct range **out,
+	     size_t *n)
+{
+	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE), v[2];
+	char key[STATE_KEY_MAX];
+
+	*n = state_count(t, name);
+	*out = xcalloc(*n + 1, sizeof(**out));
+	for (size_t i = 0; i < *n; i++) {
+		if (state_u64s(t, state_key(key, name, i), v, 2) < 0)
+			return -1;
+		if (v[0] >= v[1] || v[0] % ps || v[1] % ps)
+			return state_bad(t, key,
+					 "%s: not a page-aligned START END "
+					 "with START < END",
+					 key);
+		(*out)[i] = (struct range){v[0], v[1]};
 	}
 	return 0;
 }

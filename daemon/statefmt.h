@@ -75,6 +75,14 @@ int state_u64s(struct state_tbl *, const char *key, uint64_t *v, size_t n);
 int state_str(struct state_tbl *, const char *key, char *buf, size_t len);
 /* How many of name.0, name.1, ... there are, without a gap. */
 size_t state_count(const struct state_tbl *, const char *name);
+/*
+ * name.0, name.1, ...: START END each, page-aligned, START < END, into a
+ * new array *out of *n (one spare zeroed entry). 0, or -1 with the error
+ * set (*out is the caller's to free either way).
+ */
+struct range;
+int state_ranges(struct state_tbl *, const char *name, struct range **out,
+		 size_t *n);
 /* Sets the error at key's line (or the file's); returns -1. */
 int state_bad(struct state_tbl *, const char *key, const char *fmt, ...)
 	ATTR_PRINTF(3, 4);

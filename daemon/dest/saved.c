@@ -187,28 +187,6 @@ saved_regions(struct state_tbl *t, struct saved *sv)
 	return rc;
 }
 
-/* range.I: START END, as attach --range gave them. */
-static int
-saved_ranges(struct state_tbl *t, struct saved *sv)
-{
-	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE), v[2];
-	char key[STATE_KEY_MAX];
-
-	sv->nranges = state_count(t, "range");
-	sv->ranges = xcalloc(sv->nranges + 1, sizeof(*sv->ranges));
-	for (size_t i = 0; i < sv->nranges; i++) {
-		if (state_u64s(t, state_key(key, "range", i), v, 2) < 0)
-			return -1;
-		if (v[0] >= v[1] || v[0] % ps || v[1] % ps)
-			return state_bad(t, key,
-					 "%s: not a page-aligned START END "
-					 "with START < END",
-					 key);
-		sv->ranges[i] = (struct range){v[0], v[1]};
-	}
-	return 0;
-}
-
 /* Pages v[1] to v[2] (not included) of region v[0]. */
 static int
 saved_run(struct state_tbl *t, const char *key, const struct saved *sv,
@@ -321,8 +299,9 @@ dest_saved_read(struct state_tbl *t, struct saved *sv)
 {
 	memset(sv, 0, sizeof(*sv));
 	if (saved_head(t, sv) < 0 || saved_regions(t, sv) < 0 ||
-	    saved_ranges(t, sv) < 0 || saved_moves(t, sv) < 0 ||
-	    saved_kids(t, sv) < 0 || saved_runs(t, sv) < 0)
+	    state_ranges(t, "range", &sv->ranges, &sv->nranges) < 0 ||
+	    saved_moves(t, sv) < 0 || saved_kids(t, sv) < 0 ||
+	    saved_runs(t, sv) < 0)
 		return -1;
 	return state_all_read(t);
 }

@@ -132,28 +132,6 @@ struct saved {
 	size_t nranges;
 };
 
-/* The ranges exported (range.N START END), each page-aligned. */
-static int
-saved_ranges(struct state_tbl *t, struct saved *sv)
-{
-	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE), r[2];
-	char key[STATE_KEY_MAX];
-
-	sv->nranges = state_count(t, "range");
-	sv->ranges = xcalloc(sv->nranges + 1, sizeof(*sv->ranges));
-	for (size_t i = 0; i < sv->nranges; i++) {
-		if (state_u64s(t, state_key(key, "range", i), r, 2) < 0)
-			return -1;
-		if (r[0] >= r[1] || r[0] % ps || r[1] % ps)
-			return state_bad(t, key,
-					 "%s: not a page-aligned START END "
-					 "with START < END",
-					 key);
-		sv->ranges[i] = (struct range){r[0], r[1]};
-	}
-	return 0;
-}
-
 /*
  * Reads and checks every record; touches nothing. sv->live: the state is
  * one an export is taken up from (else it had ended).
@@ -192,7 +170,7 @@ saved_read(struct state_tbl *t, struct saved *sv)
 		   strcmp(st, "paused") == 0;
 	if (!sv->live && strcmp(st, "complete") && strcmp(st, "failed"))
 		return state_bad(t, "state", "state %s: not a source's", st);
-	if (saved_ranges(t, sv) < 0)
+	if (state_ranges(t, "range", &sv->ranges, &sv->nranges) < 0)
 		return -1;
 	return state_all_read(t);
 }
