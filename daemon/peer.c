@@ -218,6 +218,14 @@ peer_set_nodelay(struct conn *c)
 	conn_set_direct(c);
 }
 
+void
+peer_set_user_timeout(struct conn *c, unsigned secs)
+{
+	unsigned ms = secs * 1000;
+
+	setsockopt(conn_fd(c), IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+}
+
 /* The first frame on an accepted connection says which role it is for. */
 static void
 accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,

@@ -22,5 +22,11 @@ struct conn *peer_connect(const char *hostport, const char *pin,
 			  void *arg, char *err, size_t errlen);
 /* The demand lane: TCP_NODELAY, and frames written in the call (conn.h). */
 void peer_set_nodelay(struct conn *);
+/*
+ * Bytes sent on c and not acknowledged for secs seconds (0: the kernel's
+ * default, many minutes) close it: how a sender notices a peer that went
+ * silent when nothing it reads would tell it.
+ */
+void peer_set_user_timeout(struct conn *, unsigned secs);
 
 #endif

@@ -181,6 +181,15 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 	size_t kept =
 		sw->rounds < MIG_ROUNDS_KEPT ? sw->rounds : MIG_ROUNDS_KEPT;
 
+	/*
+	 * After a resume the source sends it again, as it cannot know
+	 * whether the first one arrived: here it did, and the target runs.
+	 */
+	if (!d->precopy && d->m->precopy_rounds && c == d->bulk) {
+		log_debug("migration %s: SWITCHOVER again, ignored",
+			  log_id(d->m->id));
+		return;
+	}
 	if (!d->precopy || c != d->bulk || d->m->state != MIG_RUNNING ||
 	    d->hold == NULL || sw->rounds == 0 || sw->n_round_bytes != kept) {
 		dest_lanes_down(d, "unexpected or malformed SWITCHOVER");

@@ -365,6 +365,7 @@ source_free(struct migration *m)
 	if (s->rate_ev)
 		event_free(s->rate_ev);
 	wptrack_stop(&s->wp);
+	source_precopy_free(s);
 	procref_close(&s->t);
 	free(s->ranges);
 	for (size_t i = 0; i < s->nregs; i++) {

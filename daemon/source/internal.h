@@ -42,6 +42,14 @@ struct migration;
 #define PRECOPY_THRESHOLD (4ull << 20)
 /* Rounds without a new smallest dirty set after which the rounds stop. */
 #define PRECOPY_STALL_ROUNDS 3
+/*
+ * During the rounds only the destination notices a silent link (the
+ * source reads nothing it waits for): the pings the source sends going
+ * unacknowledged this long close the demand lane, and pause-deadline
+ * starts. Longer than the destination's own LANE_TIMEOUT, so that a cut
+ * it resumes from is not cut again here.
+ */
+#define PRECOPY_LINK_SECS 10
 
 /*
  * A pre-copy, until its switchover. ROUNDS: the process runs, each round
@@ -56,14 +64,16 @@ enum pc_phase { PC_ROUNDS, PC_LAST, PC_SYNC, PC_FINAL, PC_DONE };
 struct precopy {
 	enum pc_phase phase;
 	uint32_t max_rounds;
-	uint64_t threshold;   /* a dirty set this small (bytes) is the last */
-	uint64_t round_start; /* m->bytes when the round began */
-	uint64_t best;	      /* the smallest dirty set so far, bytes */
-	uint32_t since_best;  /* rounds since */
-	uint64_t t_freeze;    /* ns, when the freeze began */
-	uint64_t wall_freeze; /* the same, CLOCK_REALTIME */
-	uint64_t final_pages; /* sent during the freeze */
-	int sent_since;	      /* the round's marked pages were queued */
+	uint64_t threshold;	/* a dirty set this small (bytes) is the last */
+	uint64_t round_start;	/* m->bytes when the round began */
+	uint64_t best;		/* the smallest dirty set so far, bytes */
+	uint32_t since_best;	/* rounds since */
+	uint64_t t_freeze;	/* ns, when the freeze began */
+	uint64_t wall_freeze;	/* the same, CLOCK_REALTIME */
+	uint64_t final_pages;	/* sent during the freeze */
+	int sent_since;		/* the round's marked pages were queued */
+	struct event *pause_ev; /* the destination's time to come back */
+	int again; /* resumed after the switchover: send it again */
 };
 
 struct src_region {
@@ -71,6 +81,12 @@ struct src_region {
 	uint64_t npages;
 	uint64_t *data; /* page holds data (else: ZERO marker) */
 	uint64_t *sent;
+	/*
+	 * export --precopy, from the freeze: the pages the frozen round
+	 * sent. A resume's HAVE cannot vouch for them (the destination may
+	 * hold an older copy), so they go again.
+	 */
+	uint64_t *final;
 	int accepted;
 	/*
 	 * Shared hugetlb: its page cache, read with pread. A page this
@@ -155,6 +171,12 @@ int source_precopy_running(const struct source *);
 void source_precopy_round_end(struct source *);
 int source_precopy_synced(struct source *, const Uffdd__Ping *);
 int source_precopy_hello(struct source *, struct conn *, const Uffdd__Hello *);
+void source_precopy_lost(struct source *, const char *why);
+void source_precopy_resumed(struct source *);
+void source_precopy_swept(struct source *);
+int source_precopy_vouched(const struct source *, const struct src_region *,
+			   uint64_t page);
+void source_precopy_free(struct source *);
 
 /* lanes.c */
 void source_lanes_start(struct source *);

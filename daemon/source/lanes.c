@@ -100,12 +100,9 @@ lanes_down(struct source *s, const char *why)
 	conn_free(s->bulk);
 	s->demand = s->bulk = NULL;
 	event_del(s->bulk_ev);
-	/*
-	 * What a pre-copy sent may have been replaced since: a resume's
-	 * HAVE cannot say which copies are stale. It ends here (stage 1).
-	 */
+	/* Before the switchover the process runs on (source_precopy_lost()). */
 	if (source_precopy_running(s) && s->m->state == MIG_RUNNING) {
-		source_fail(s, "destination lost during pre-copy (%s)", why);
+		source_precopy_lost(s, why);
 		return;
 	}
 	if (s->m->state == MIG_RUNNING) {
@@ -180,11 +177,8 @@ accept_regions(struct source *s, const Uffdd__RegionTable *t)
 {
 	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
 		return;
-	if (source_precopy_running(s) && s->m->state == MIG_RUNNING) {
-		source_fail(s,
-			    "destination lost its bulk lane during pre-copy");
-		return;
-	}
+	if (s->pc && s->m->state != MIG_WAITING)
+		source_precopy_resumed(s);
 	if (s->bulk) {
 		log_info("migration %s: destination lost its bulk lane; "
 			 "sending again what it lacks",
@@ -238,7 +232,8 @@ have_pages(struct source *s, const Uffdd__PageBitmap *b)
 		uint64_t p = b->first_page + i;
 
 		if ((b->bits.data[i / 8] >> (i % 8) & 1) &&
-		    !bit_test(sr->sent, p)) {
+		    !bit_test(sr->sent, p) &&
+		    source_precopy_vouched(s, sr, p)) {
 			bit_set(sr->sent, p);
 			s->m->pages_present++;
 		}
@@ -479,6 +474,7 @@ demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 	if (source_precopy_running(s)) {
 		me.n_features = 1;
 		me.features = feat;
+		peer_set_user_timeout(c, PRECOPY_LINK_SECS);
 	}
 	conn_send(c, FRAME_HELLO, &me.base);
 	send_regions(s, c);

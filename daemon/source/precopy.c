@@ -18,11 +18,13 @@
 #include <time.h>
 
 #include "daemon/compat.h"
+#include "daemon/conffile.h"
 #include "daemon/conn.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
+#include "daemon/peer.h"
 #include "daemon/proc.h"
 #include "daemon/source/internal.h"
 #include "daemon/wptrack.h"
@@ -176,6 +178,24 @@ restart_sweep(struct source *s)
 }
 
 /*
+ * The pages the frozen round is about to send (all others were sent, and
+ * not written since): what a resume after the switchover sends again.
+ */
+static void
+mark_final(struct source *s)
+{
+	for (size_t i = 0; i < s->nregs; i++) {
+		struct src_region *sr = &s->regs[i];
+		size_t words = bit_words(sr->npages);
+
+		if (sr->final == NULL)
+			sr->final = xcalloc(words, sizeof(uint64_t));
+		for (size_t w = 0; w < words; w++)
+			sr->final[w] = ~sr->sent[w];
+	}
+}
+
+/*
  * The rounds are over: the process is frozen, the pages written since the
  * last round are found (and protected again: a write from now on is a run
  * of the frozen process, as for any export) and sent.
@@ -208,6 +228,7 @@ freeze_now(struct source *s)
 		return;
 	}
 	pc->final_pages += (uint64_t)dropped;
+	mark_final(s);
 	s->switches = source_settled_switches(s->m->pid);
 	log_info("migration %s: process %d frozen after %u pre-copy rounds "
 		 "(in %.1f ms); %llu pages written since the last",
@@ -218,21 +239,18 @@ freeze_now(struct source *s)
 }
 
 /*
- * Every page is sent as it was at the freeze: the destination's target
- * may run. Behind the last pages on the same lane, so it comes after them.
+ * SWITCHOVER, behind the frozen round's pages on the bulk lane: every page
+ * is sent as it was at the freeze, the destination's target may run.
  */
 static void
-switchover(struct source *s)
+send_switchover(struct source *s)
 {
 	struct precopy *pc = s->pc;
 	Uffdd__Switchover sw = UFFDD__SWITCHOVER__INIT;
-	uint64_t now;
 
-	migration_round(s->m, s->m->bytes - pc->round_start);
-	now = now_ns();
 	sw.rounds = s->m->precopy_rounds;
 	sw.bytes = s->m->precopy_bytes;
-	sw.frozen_us = (now - pc->t_freeze) / 1000;
+	sw.frozen_us = (now_ns() - pc->t_freeze) / 1000;
 	sw.final_pages = pc->final_pages;
 	sw.freeze_unix_ns = pc->wall_freeze;
 	sw.n_round_bytes = s->m->precopy_rounds < MIG_ROUNDS_KEPT
@@ -240,13 +258,27 @@ switchover(struct source *s)
 				   : MIG_ROUNDS_KEPT;
 	sw.round_bytes = s->m->round_bytes;
 	conn_send(s->bulk, FRAME_SWITCHOVER, &sw.base);
+}
+
+/* The frozen round is sent: the switchover, and the export goes on as any. */
+static void
+switchover(struct source *s)
+{
+	struct precopy *pc = s->pc;
+
+	migration_round(s->m, s->m->bytes - pc->round_start);
+	send_switchover(s);
+	/* From here a silent link is the destination's to notice. */
+	if (s->demand)
+		peer_set_user_timeout(s->demand, 0);
 	pc->phase = PC_DONE;
 	s->m->precopy = 0;
-	s->m->downtime_ns = now - pc->t_freeze;
+	s->m->downtime_ns = now_ns() - pc->t_freeze;
 	log_info("migration %s: switchover after %u rounds, %llu bytes; "
 		 "frozen %.1f ms for the last %llu pages",
-		 log_id(s->m->id), sw.rounds, (unsigned long long)sw.bytes,
-		 (double)sw.frozen_us / 1e3,
+		 log_id(s->m->id), s->m->precopy_rounds,
+		 (unsigned long long)s->m->precopy_bytes,
+		 (double)s->m->downtime_ns / 1e6,
 		 (unsigned long long)pc->final_pages);
 	/* From here a restart takes the export up as any other. */
 	if (source_persist_now(s) < 0)
@@ -363,4 +395,129 @@ source_precopy_hello(struct source *s, struct conn *c, const Uffdd__Hello *h)
 			"export without --precopy");
 	conn_finish(c);
 	return -1;
+}
+
+/* The destination did not come back within pause-deadline: it ends here. */
+static void
+pause_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct source *s = arg;
+
+	source_fail(s,
+		    "pre-copy: the destination did not come back within "
+		    "%d s (pause-deadline)",
+		    conf.pause_deadline);
+}
+
+/*
+ * Both lanes went down before the switchover (a cut link, or the
+ * destination's daemon gone). The process runs on, its writes still
+ * tracked (thawed, if the last round had frozen it); the destination has
+ * pause-deadline seconds to resume, and the rounds start again then.
+ */
+void
+source_precopy_lost(struct source *s, const char *why)
+{
+	struct precopy *pc = s->pc;
+	struct timeval tv = {conf.pause_deadline, 0};
+
+	if (pc->phase == PC_FINAL)
+		source_thaw(&s->t, s->was_stopped);
+	pc->phase = PC_ROUNDS;
+	log_warnx("migration %s: destination lost during pre-copy (%s); "
+		  "process %d runs on, the rounds start again if it comes "
+		  "back within %d s",
+		  log_id(s->m->id), why, (int)s->m->pid, conf.pause_deadline);
+	migration_set_state(s->m, MIG_PAUSED);
+	if (pc->pause_ev == NULL &&
+	    (pc->pause_ev = evtimer_new(base, pause_cb, s)) == NULL)
+		fatalx("evtimer_new");
+	evtimer_add(pc->pause_ev, &tv);
+}
+
+/*
+ * Every page counted sent is counted out again: all go once more
+ * (source_precopy_resumed()), and are counted as they go.
+ */
+static void
+uncount_sent(struct source *s)
+{
+	for (size_t i = 0; i < s->nregs; i++) {
+		struct src_region *sr = &s->regs[i];
+
+		for (uint64_t p = 0; p < sr->npages; p++) {
+			if (!bit_test(sr->sent, p))
+				continue;
+			s->m->prefetched_pages--;
+			s->m->zero_pages -= (uint64_t)!bit_test(sr->data, p);
+		}
+	}
+}
+
+/*
+ * The destination named its regions again: a resume, or a new bulk lane.
+ * Before the switchover, which of its copies are current nobody can say
+ * (a page sent again may have been lost on the way, with an older copy
+ * there), so the rounds start over and every page goes again, replacing
+ * what it holds; HAVE is not trusted (source_precopy_vouched()). After
+ * the switchover, the frozen round's pages go again, then SWITCHOVER: a
+ * destination that never saw the first one is still holding its target.
+ * Called before accept_regions() forgets what was sent.
+ */
+void
+source_precopy_resumed(struct source *s)
+{
+	struct precopy *pc = s->pc;
+
+	if (pc->pause_ev)
+		evtimer_del(pc->pause_ev);
+	if (pc->phase == PC_DONE) {
+		pc->again = 1;
+		return;
+	}
+	uncount_sent(s);
+	pc->phase = PC_ROUNDS;
+	pc->best = UINT64_MAX;
+	pc->since_best = 0;
+	pc->round_start = s->m->bytes;
+	log_info("migration %s: destination back during pre-copy; every page "
+		 "goes again",
+		 log_id(s->m->id));
+}
+
+/*
+ * Whether a resuming destination's HAVE may be believed for page p of sr:
+ * never during the rounds, and not for the frozen round's pages after.
+ */
+int
+source_precopy_vouched(const struct source *s, const struct src_region *sr,
+		       uint64_t p)
+{
+	if (s->pc == NULL)
+		return 1;
+	if (source_precopy_running(s))
+		return 0;
+	return sr->final == NULL || !bit_test(sr->final, p);
+}
+
+/* The bulk stream found nothing left to send (outside the rounds). */
+void
+source_precopy_swept(struct source *s)
+{
+	if (s->pc == NULL || !s->pc->again || s->bulk == NULL)
+		return;
+	s->pc->again = 0;
+	send_switchover(s);
+	log_info("migration %s: SWITCHOVER sent again after the resume",
+		 log_id(s->m->id));
+}
+
+/* What pre-copy holds beyond the struct itself. */
+void
+source_precopy_free(struct source *s)
+{
+	if (s->pc && s->pc->pause_ev)
+		event_free(s->pc->pause_ev);
+	for (size_t i = 0; i < s->nregs; i++)
+		free(s->regs[i].final);
 }

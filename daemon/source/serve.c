@@ -430,6 +430,8 @@ source_bulk_produce(struct source *s)
 			/* Everything sent; a pre-copy round is over. */
 			if (source_precopy_running(s))
 				source_precopy_round_end(s);
+			else
+				source_precopy_swept(s);
 			return;
 		}
 		zero = !bit_test(s->regs[ri].data, page);

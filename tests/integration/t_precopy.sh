@@ -107,7 +107,8 @@ info "discards: destination equal to the source at its freeze"
 kill -9 "$WS" "$WD"
 
 info "source daemon killed during pre-copy"
-start_daemon src2 --bulk-rate 8M
+# pause-deadline: how long src2 waits for a destination that went away.
+start_daemon src2 --bulk-rate 8M --pause-deadline 3
 start_workload WS source --size 32M --threads 1 --hot 3 --pace-us 100
 start_workload WD dest --size 32M --threads 2 --prefault
 ID=$("$CLIENT" --control "$src2_SOCK" export "$WS" --range "$R32" --precopy)
@@ -155,12 +156,12 @@ for _ in $(seq 50); do
 done
 kill -0 "$WD" 2>/dev/null && [ "$(proc_state "$WD")" != Z ] &&
 	fail "destination target outlived its daemon during pre-copy (state $(proc_state "$WD"))"
-for _ in $(seq 100); do
+for _ in $(seq 150); do
 	st=$("$CLIENT" --control "$src2_SOCK" status "$ID" --json | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p')
 	[ "$st" = failed ] && break
 	sleep 0.1
 done
-[ "$st" = failed ] || fail "source state $st, not failed, after the destination died"
+[ "$st" = failed ] || fail "source state $st, not failed, 15 s after the destination died (pause-deadline 3)"
 h1=$("$MEMHASH" "$WS" $BASE $E32)
 sleep 0.3
 h2=$("$MEMHASH" "$WS" $BASE $E32)
