@@ -339,7 +339,9 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 		 (unsigned long long)d->m->pages_total);
 	migration_set_state(d->m, MIG_RUNNING);
 	dest_persist_dirty(d);
-	if (dest_present_total(d) == d->m->pages_total && d->nkids == 0) {
+	/* A pre-copy's pages are all present, yet SWITCHOVER is to come. */
+	if (!d->precopy && dest_present_total(d) == d->m->pages_total &&
+	    d->nkids == 0) {
 		dest_complete(d);
 		return;
 	}

@@ -191,13 +191,17 @@ teardown(struct dest *d, int close_target)
 
 /*
  * Every page is in: tell the source, unregister, and close both copies of
- * the uffd. Only now may the target's copy go (docs/design.md).
+ * the uffd. Only now may the target's copy go (docs/design.md). Not before
+ * a pre-copy's switchover: every page is present after its first round,
+ * and later ones still replace them.
  */
 void
 dest_complete(struct dest *d)
 {
 	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
 
+	if (d->precopy)
+		return;
 	c.pages = dest_present_total(d);
 	if (d->demand)
 		conn_send(d->demand, FRAME_COMPLETE, &c.base);

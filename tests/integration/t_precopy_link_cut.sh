@@ -5,7 +5,11 @@
 # on (its writes still tracked), the destination's target stays held, and
 # when the link is back the destination resumes and the rounds start over,
 # every page sent again. The result is byte for byte the source at its
-# freeze (--keep-source). Then a destination that never comes back: after
+# freeze (--keep-source). Then a cut just after the source sent SWITCHOVER
+# behind a frozen round still on the wire (a slow link, tbf): the
+# destination never saw it and holds its target; on the resume the source
+# sends the frozen round's pages and SWITCHOVER again. Then a destination
+# that never comes back: after
 # pause-deadline the source ends the pre-copy and its process runs on,
 # unregistered.
 . "$SRC/tests/lib.sh"
@@ -55,6 +59,39 @@ rc=$(echo "$JSON" | sed -n 's/.*"reconnects":\([0-9]*\).*/\1/p')
 rounds=$(echo "$JSON" | sed -n 's/.*"precopy_rounds":\([0-9]*\).*/\1/p')
 [ "${rc:-0}" -ge 2 ] || fail "expected 2 reconnects, saw ${rc:-none}: $JSON"
 info "byte-exact after 2 cuts during pre-copy: $rc reconnects, $rounds rounds"
+kill -9 "$WS" "$WD"
+
+info "a cut after SWITCHOVER was sent, before it arrived"
+tc -n "$NS_SRC" qdisc add dev "$VETH_SRC" root tbf rate 16mbit burst 32kbit latency 400ms ||
+	skip "no tbf qdisc to slow the link"
+start_workload WS source --base $BASE --size 16M --threads 1 --hot 30 --pace-us 100
+start_workload WD dest --base $BASE --size 16M --threads 2 --prefault
+R16=$(printf '%x-%x' $((BASE)) $((BASE + 16 * 1024 * 1024)))
+E16=$((BASE + 16 * 1024 * 1024))
+ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$R16" --precopy \
+	--max-rounds 2 --keep-source) || fail "export --precopy failed"
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$ID" --range "$R16" >/dev/null || fail "attach failed"
+for _ in $(seq 1200); do
+	grep -q "migration ${ID:0:8}.*switchover after" "$T/src.log" && break
+	sleep 0.05
+done
+cut_link "$src_PORT"
+grep -q "migration ${ID:0:8}.*switchover after" "$T/src.log" || fail "no switchover in 60 s"
+[ "$(st "$dst_SOCK")" = precopy ] ||
+	fail "SWITCHOVER arrived before the cut ($(st "$dst_SOCK")): the test proves nothing"
+sleep 5
+heal_link
+tc -n "$NS_SRC" qdisc del dev "$VETH_SRC" root
+kill -USR1 "$WD"
+"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 120 >"$T/wait.out" ||
+	fail "after switchover: wait: $(cat "$T/wait.out")"
+wait_verified WD
+grep -q "migration ${ID:0:8}.*SWITCHOVER sent again" "$T/src.log" ||
+	fail "the source did not send SWITCHOVER again"
+[ "$("$MEMHASH" "$WS" $BASE $E16)" = "$("$MEMHASH" "$WD" $BASE $E16)" ] ||
+	fail "after switchover: destination differs from the source at its freeze"
+info "byte-exact: SWITCHOVER and the frozen round's pages sent again on the resume"
 kill -9 "$WS" "$WD"
 
 info "a destination that never comes back"
