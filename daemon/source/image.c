@@ -117,7 +117,8 @@ source_image_create(int fd, int local, uint32_t *code, char *err, size_t errlen)
 	}
 	si = xcalloc(1, sizeof(*si));
 	si->local = local;
-	si->run[0] = si->run[1] = NO_RUN;
+	for (int j = 0; j < IMG_SLOTS; j++)
+		si->run[j] = NO_RUN;
 	if (image_open(&si->img, fd, err, errlen) < 0) {
 		free(si);
 		return NULL;
@@ -134,27 +135,42 @@ source_image_create(int fd, int local, uint32_t *code, char *err, size_t errlen)
 }
 
 /*
- * The run k, checked, in one of the two buffers (0: demand answers, 1:
- * the bulk stream, so that neither evicts the other's run); NULL when it
- * cannot be read whole or its checksum is wrong: the migration fails.
+ * The run k, checked, in one of the buffers (struct src_image); NULL when
+ * it cannot be read whole or its checksum is wrong: the migration fails.
  */
 static const uint8_t *
-checked_run(struct source *s, uint64_t k, int slot)
+checked_run(struct source *s, uint64_t k, int demand)
 {
 	struct src_image *si = s->img;
+	uint64_t need = image_run_bytes(&si->img, &si->img.runs[k]);
 	char err[256];
+	int slot = 0;
 
-	for (int j = 0; j < 2; j++)
-		if (si->run[j] == k)
+	for (int j = 0; j < IMG_SLOTS; j++) {
+		if (si->run[j] == k) {
+			si->used[j] = ++si->tick;
 			return si->buf[j];
-	if (si->buf[slot] == NULL &&
-	    posix_memalign((void **)&si->buf[slot], 4096, IMAGE_RUN_BYTES) != 0)
-		fatal("image buffer");
-	si->run[slot] = NO_RUN;
-	if (image_run_bytes(&si->img, &si->img.runs[k]) > IMAGE_RUN_BYTES) {
+		}
+	}
+	/* The bulk stream has slot 0; demand the least recently used other. */
+	if (demand) {
+		slot = 1;
+		for (int j = 2; j < IMG_SLOTS; j++)
+			if (si->used[j] < si->used[slot])
+				slot = j;
+	}
+	if (need > IMAGE_RUN_BYTES) {
 		source_fail(s, "image: a run larger than %u bytes",
 			    IMAGE_RUN_BYTES);
 		return NULL;
+	}
+	si->run[slot] = NO_RUN;
+	if (si->cap[slot] < need) {
+		free(si->buf[slot]);
+		si->buf[slot] = NULL;
+		if (posix_memalign((void **)&si->buf[slot], 4096, need) != 0)
+			fatal("image buffer");
+		si->cap[slot] = need;
 	}
 	if (image_run_read(&si->img, &si->img.runs[k], si->buf[slot], err,
 			   sizeof(err)) < 0) {
@@ -162,12 +178,13 @@ checked_run(struct source *s, uint64_t k, int slot)
 		return NULL;
 	}
 	si->run[slot] = k;
+	si->used[slot] = ++si->tick;
 	return si->buf[slot];
 }
 
 int
 source_image_read(struct source *s, const struct src_region *sr, uint64_t page,
-		  uint8_t *dst, uint64_t len, int slot)
+		  uint8_t *dst, uint64_t len, int demand)
 {
 	const struct image *im = &s->img->img;
 	const struct image_region *ir = &im->regions[sr->r.index];
@@ -192,7 +209,7 @@ source_image_read(struct source *s, const struct src_region *sr, uint64_t page,
 		if (n > end - page)
 			n = end - page;
 		if (u->cls == IMAGE_DATA) {
-			if ((b = checked_run(s, k, slot)) == NULL)
+			if ((b = checked_run(s, k, demand)) == NULL)
 				return -1;
 			memcpy(dst, b + from * ps, n * ps);
 		} else {
@@ -227,8 +244,8 @@ source_image_free(struct source *s)
 	if (s->img == NULL)
 		return;
 	image_close(&s->img->img);
-	free(s->img->buf[0]);
-	free(s->img->buf[1]);
+	for (int j = 0; j < IMG_SLOTS; j++)
+		free(s->img->buf[j]);
 	free(s->img);
 	s->img = NULL;
 }

@@ -87,13 +87,19 @@ struct src_region {
 
 /*
  * A source that serves an image (image.c): the image's tables, checked at
- * open, and the last data run checked for each of two readers.
+ * open, and the last data runs checked: slot 0 the bulk stream's, the
+ * others demand answers', the least recently used one reused first, so
+ * that threads faulting in a few places do not evict each other's run.
  */
+#define IMG_SLOTS 4
 struct src_image {
 	struct image img;
 	int local; /* attach --image's: lanes from this daemon only */
-	uint8_t *buf[2];
-	uint64_t run[2]; /* the run each buffer holds, checked */
+	uint8_t *buf[IMG_SLOTS];
+	size_t cap[IMG_SLOTS];
+	uint64_t run[IMG_SLOTS];  /* the run each buffer holds, checked */
+	uint64_t used[IMG_SLOTS]; /* when it was last read (tick) */
+	uint64_t tick;
 };
 
 struct source {
@@ -164,11 +170,11 @@ struct source *source_image_create(int fd, int local, uint32_t *code, char *err,
 				   size_t errlen);
 /*
  * Bytes of pages [page, page + len / page size) of region sr into dst,
- * every data run's checksum checked first (slot: 0 demand, 1 bulk: the
- * run buffer used). 0, or -1: the migration has failed.
+ * every data run's checksum checked first (demand: for a demand answer,
+ * else the bulk stream). 0, or -1: the migration has failed.
  */
 int source_image_read(struct source *, const struct src_region *sr,
-		      uint64_t page, uint8_t *dst, uint64_t len, int slot);
+		      uint64_t page, uint8_t *dst, uint64_t len, int demand);
 int source_image_lane_ok(const struct source *, const struct conn *);
 void source_image_free(struct source *);
 
