@@ -8,7 +8,8 @@
 # restores byte-exact too, also once its file is removed. An image that is
 # corrupted, truncated or missing is refused at attach, with the target
 # left as it was; one corrupted or truncated during the restore fails it
-# loudly: lost pages poisoned (SIGBUS), and no page ever reads wrong.
+# loudly: lost pages poisoned (SIGBUS), and no page ever reads wrong; so
+# does one found in its state directory by a restarted daemon.
 . "$SRC/tests/lib.sh"
 need_root
 BASE=0x500000000000
@@ -205,3 +206,30 @@ broken_restore() {
 broken_restore truncated "truncate -s $((SZ / 2)) $T/truncated.img"
 broken_restore corrupted "printf '\x55' | dd of=$T/corrupted.img bs=1 seek=$((SZ / 2)) conv=notrunc status=none"
 grep -q "checksum mismatch" "$T/broken.out" || fail "corrupted: the reason does not say checksum: $(cat "$T/broken.out")"
+
+# A restarted daemon has no image: the restore it finds in its state
+# directory resumes, is told the ID is unknown, and fails loudly.
+cp "$T/served2.img" "$T/restart.img"
+start_workload WD1 dest --size 32M --threads 2 --prefault --untouched-every 7 \
+	--zero-every 5 --sigbus-ok
+"$CLIENT" --control "$f_SOCK" attach "$WD1" --image "$T/restart.img" --range "$RANGE" \
+	>"$T/attach.out" || fail "restart: attach: $(cat "$T/attach.out")"
+stop_daemon f
+restart_daemon f
+for _ in $(seq 100); do
+	"$CLIENT" --control "$f_SOCK" status --json >"$T/status.json" 2>/dev/null
+	grep -q '"state":"failed"' "$T/status.json" && break
+	sleep 0.1
+done
+grep -q '"state":"failed".*unknown migration ID' "$T/status.json" ||
+	fail "restart: the restore did not fail: $(cat "$T/status.json")"
+grep -q '"pages_lost":[1-9]' "$T/status.json" || fail "restart: no page counted lost: $(cat "$T/status.json")"
+kill -USR1 "$WD1"
+for _ in $(seq 600); do
+	grep -q "^verified" "$T/WD1.out" && break
+	sleep 0.1
+done
+grep -q '^verified [0-9]* pages, 0 mismatches, [1-9][0-9]* lost' "$T/WD1.out" ||
+	fail "restart: want no mismatch and lost pages: $(tail -3 "$T/WD1.out" "$T/WD1.log")"
+info "restart: the restore failed loudly; target: $(grep '^verified' "$T/WD1.out")"
+kill -9 "$WD1"
