@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,5 +125,69 @@ call(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want)
 
 	if (rep == NULL)
 		exit(1);
+	return rep;
+}
+
+int
+send_byte_fd(int sock, char b, int fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {&b, 1};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+
+	if (fd >= 0) {
+		memset(&u, 0, sizeof(u));
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof(u.buf);
+		CMSG_FIRSTHDR(&mh)->cmsg_level = SOL_SOCKET;
+		CMSG_FIRSTHDR(&mh)->cmsg_type = SCM_RIGHTS;
+		CMSG_FIRSTHDR(&mh)->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(CMSG_FIRSTHDR(&mh)), &fd, sizeof(int));
+	}
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
+/*
+ * call() for a request that takes an image (export and attach --image):
+ * the file is opened here, read-only with the caller's own rights (the
+ * daemon never opens a path for a client), and handed over when the
+ * daemon says FILE_READY. Exits on any error.
+ */
+ProtobufCMessage *
+call_with_file(int sock, uint16_t type, const ProtobufCMessage *req,
+	       uint16_t want, const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	ProtobufCMessage *rep;
+	uint16_t got;
+
+	if (fd < 0) {
+		fprintf(stderr, "uffd-client: %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+	rep = call(sock, type, req, FRAME_CTL_FILE_READY);
+	frame_free(rep);
+	if (send_byte_fd(sock, 'F', fd) < 0 ||
+	    frame_recv_fd(sock, &got, &rep) < 0) {
+		fprintf(stderr, "uffd-client: uffdd at %s: %s\n", control_path,
+			errno == ECONNRESET ? "closed the connection"
+					    : strerror(errno));
+		exit(1);
+	}
+	close(fd);
+	frame_clean_strings(rep);
+	if (got == FRAME_ERROR) {
+		fprintf(stderr, "uffd-client: %s\n",
+			((Uffdd__Error *)rep)->message);
+		exit(1);
+	}
+	if (got != want) {
+		fprintf(stderr, "uffd-client: unexpected %s reply\n",
+			frame_type_name(got));
+		exit(1);
+	}
 	return rep;
 }

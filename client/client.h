@@ -48,6 +48,15 @@ ProtobufCMessage *call_try(int fd, uint16_t type, const ProtobufCMessage *req,
 			   uint16_t want, int *answered);
 ProtobufCMessage *call(int fd, uint16_t type, const ProtobufCMessage *req,
 		       uint16_t want);
+/* Sends one byte, with descriptor fd when fd >= 0 (SCM_RIGHTS). */
+int send_byte_fd(int sock, char b, int fd);
+/*
+ * call() for a request that takes a file: path is opened read-only here
+ * and handed over at the daemon's FILE_READY. Exits on an error.
+ */
+ProtobufCMessage *call_with_file(int sock, uint16_t type,
+				 const ProtobufCMessage *req, uint16_t want,
+				 const char *path);
 
 /* args.c: arguments, checked before anything is asked of a daemon. */
 void check_id(const char *s, const char *u);

@@ -1,6 +1,7 @@
 /*
  * attach PID --from HOST:PORT --id ID ...: a process to fill post-copy
- * from a source daemon's export.
+ * from a source daemon's export; attach PID --image FILE ...: from a
+ * snapshot image, which the daemon serves to itself.
  */
 #include "config.h"
 
@@ -99,8 +100,9 @@ cmd_attach(const struct cmd_entry *self, int argc, char **argv)
 		{"wait", no_argument, NULL, 'w'},
 		{"map", required_argument, NULL, 'm'},
 		{"pin", required_argument, NULL, 'p'},
+		{"image", required_argument, NULL, 'I'},
 		{NULL, 0, NULL, 0}};
-	const char *u = self->usage;
+	const char *u = self->usage, *image = NULL;
 	Uffdd__AttachRequest req = UFFDD__ATTACH_REQUEST__INIT;
 	Uffdd__AttachReply *rep;
 	int ch, fd, wait = 0, rc = 0;
@@ -128,19 +130,35 @@ cmd_attach(const struct cmd_entry *self, int argc, char **argv)
 		case 'm':
 			add_map(&req, optarg, u);
 			break;
+		case 'I':
+			image = optarg;
+			break;
 		default:
 			die_usage(u);
 		}
 	}
-	if (argc - optind != 1 || req.from[0] == '\0' || req.id[0] == '\0')
+	if (argc - optind != 1)
+		die_usage(u);
+	/* From a source daemon, or from an image: one or the other. */
+	if (image ? req.from[0] || req.id[0] || req.pin[0] || !*image
+		  : req.from[0] == '\0' || req.id[0] == '\0')
 		die_usage(u);
 	check_maps(&req, u);
 	req.pid = parse_pid(argv[optind], u);
+	req.image = image != NULL;
 	fd = connect_daemon();
-	rep = (Uffdd__AttachReply *)call(fd, FRAME_CTL_ATTACH, &req.base,
-					 FRAME_CTL_ATTACH_REPLY);
+	if (image)
+		rep = (Uffdd__AttachReply *)call_with_file(
+			fd, FRAME_CTL_ATTACH, &req.base, FRAME_CTL_ATTACH_REPLY,
+			image);
+	else
+		rep = (Uffdd__AttachReply *)call(fd, FRAME_CTL_ATTACH,
+						 &req.base,
+						 FRAME_CTL_ATTACH_REPLY);
 	print_regions("attached", rep->matched, rep->n_matched, stdout);
 	print_regions("unmatched", rep->unmatched, rep->n_unmatched, stdout);
+	/* Attached: said now, not when --wait ends (stdout may be a file). */
+	fflush(stdout);
 	snprintf(id, sizeof(id), "%s", rep->id);
 	frame_free(&rep->base);
 	free_ranges(req.ranges, req.n_ranges);

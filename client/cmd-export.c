@@ -1,6 +1,7 @@
 /*
  * export PID [--range START-END]... [--keep-source] [--precopy
- * [--max-rounds N] [--precopy-threshold BYTES]]: a process to serve.
+ * [--max-rounds N] [--precopy-threshold BYTES]]: a process to serve;
+ * export --image FILE: a snapshot image to serve.
  */
 #include "config.h"
 
@@ -61,7 +62,8 @@ daemon_precopies(void)
 	return yes;
 }
 
-/* export PID [--range START-END]... [--keep-source] [--precopy ...] */
+/* export PID [--range START-END]... [--keep-source] [--precopy ...],
+ * or export --image FILE */
 int
 cmd_export(const struct cmd_entry *self, int argc, char **argv)
 {
@@ -72,10 +74,12 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 		{"precopy", no_argument, NULL, 'p'},
 		{"max-rounds", required_argument, NULL, 'n'},
 		{"precopy-threshold", required_argument, NULL, 't'},
+		{"image", required_argument, NULL, 'I'},
 		{NULL, 0, NULL, 0}};
 	Uffdd__ExportRequest req = UFFDD__EXPORT_REQUEST__INIT;
 	Uffdd__ExportReply *rep;
 	uint64_t rounds = 0;
+	const char *image = NULL;
 	int ch, fd;
 
 	while ((ch = getopt_long(argc, argv, "r:k", o, NULL)) != -1) {
@@ -91,8 +95,26 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 		else if (ch == 't')
 			req.threshold_bytes =
 				parse_count("--precopy-threshold", optarg, u);
+		else if (ch == 'I')
+			image = optarg;
 		else
 			die_usage(u);
+	}
+	if (image) {
+		/* An image is served as it is: nothing to narrow or keep. */
+		if (argc != optind || !*image || req.n_ranges ||
+		    req.keep_source || req.precopy || rounds ||
+		    req.threshold_bytes)
+			die_usage(u);
+		req.image = 1;
+		fd = connect_daemon();
+		rep = (Uffdd__ExportReply *)call_with_file(
+			fd, FRAME_CTL_EXPORT, &req.base, FRAME_CTL_EXPORT_REPLY,
+			image);
+		printf("%s\n", rep->id);
+		frame_free(&rep->base);
+		close(fd);
+		return 0;
 	}
 	if (argc - optind != 1)
 		die_usage(u);

@@ -24,29 +24,6 @@
 #include "proto/frame.h"
 #include "proto/image.h"
 
-/* Sends one byte, with descriptor fd when fd >= 0 (SCM_RIGHTS). */
-static int
-send_byte(int sock, char b, int fd)
-{
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = {&b, 1};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-
-	if (fd >= 0) {
-		memset(&u, 0, sizeof(u));
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
-		CMSG_FIRSTHDR(&mh)->cmsg_level = SOL_SOCKET;
-		CMSG_FIRSTHDR(&mh)->cmsg_type = SCM_RIGHTS;
-		CMSG_FIRSTHDR(&mh)->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(CMSG_FIRSTHDR(&mh)), &fd, sizeof(int));
-	}
-	return sendmsg(sock, &mh, MSG_NOSIGNAL) == 1 ? 0 : -1;
-}
-
 /*
  * The new nameless file in the directory of path, readable by the caller
  * alone (it holds the process's memory). Exits when it cannot be made.
@@ -165,7 +142,7 @@ run(int sock, const Uffdd__SnapshotRequest *req, const char *path)
 		return 1;
 	frame_free(&rep->base);
 	fd = make_file(path, &dirfd);
-	if (send_byte(sock, 'F', fd) < 0 ||
+	if (send_byte_fd(sock, 'F', fd) < 0 ||
 	    (rep = step(sock, FRAME_CTL_SNAPSHOT_WRITTEN)) == NULL)
 		return 1;
 	mib = (double)rep->bytes / (1 << 20);
@@ -180,7 +157,7 @@ run(int sock, const Uffdd__SnapshotRequest *req, const char *path)
 	close(fd);
 	close(dirfd);
 	/* Anything but 'C' and the daemon lets the process go on. */
-	if (send_byte(sock, named ? 'C' : 'A', -1) < 0 || !named ||
+	if (send_byte_fd(sock, named ? 'C' : 'A', -1) < 0 || !named ||
 	    (rep = step(sock, FRAME_CTL_SNAPSHOT_DONE)) == NULL) {
 		if (named)
 			fprintf(stderr,

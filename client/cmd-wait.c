@@ -120,6 +120,15 @@ wait_for(const char *id, double timeout)
 			exit(1);
 		}
 		s = rep->migrations[0];
+		/*
+		 * An attach --image's daemon holds the ID twice, as the
+		 * image's source and as the destination: the latter is the
+		 * one to wait for.
+		 */
+		for (size_t i = rep->n_migrations; i-- > 0;)
+			if (strcmp(rep->migrations[i]->role, "destination") ==
+			    0)
+				s = rep->migrations[i];
 		progress(s, tty);
 		if (strcmp(s->state, "complete") == 0 ||
 		    strcmp(s->state, "failed") == 0) {

@@ -15,11 +15,12 @@
 static const struct cmd_entry cmds[] = {
 	{"export",
 	 "export PID [--range START-END]... [--keep-source] "
-	 "[--precopy [--max-rounds N] [--precopy-threshold BYTES]]",
+	 "[--precopy [--max-rounds N] [--precopy-threshold BYTES]] "
+	 "| export --image FILE",
 	 cmd_export},
 	{"attach",
-	 "attach PID --from HOST:PORT --id ID [--range START-END]... "
-	 "[--map SRC:DST]... [--pin SHA256] [--wait]",
+	 "attach PID (--from HOST:PORT --id ID [--pin SHA256] | --image FILE) "
+	 "[--range START-END]... [--map SRC:DST]... [--wait]",
 	 cmd_attach},
 	{"status", "status [ID] [--json]", cmd_status},
 	{"wait", "wait ID [--timeout SEC]", cmd_wait},

@@ -196,8 +196,14 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		/* The role that serves it, with the process checked. */
 		const struct role_ops *r = role_by_request(h->type);
 
-		if (r != NULL && allowed(cl, r->verb, r->request_pid(msg), &t))
+		if (r != NULL && r->request_no_process &&
+		    r->request_no_process(msg)) {
+			t = (struct procref)PROCREF_NONE;
 			r->request(cl->serial, &cl->who, &t, msg);
+		} else if (r != NULL &&
+			   allowed(cl, r->verb, r->request_pid(msg), &t)) {
+			r->request(cl->serial, &cl->who, &t, msg);
+		}
 		break;
 	}
 	case FRAME_CTL_STATUS:

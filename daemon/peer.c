@@ -13,6 +13,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <event2/bufferevent.h>
 #include <event2/listener.h>
@@ -264,13 +266,14 @@ accepted_close(struct conn *c, const char *why, void *arg)
 	conn_free(c);
 }
 
+static void accepted(evutil_socket_t fd, const char *name,
+		     const struct sockaddr *sa, int sl, int tls);
+
 static void
 accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	  int sl, void *arg)
 {
 	char host[INET6_ADDRSTRLEN + 8] = "?", name[96];
-	struct timeval tv = {0, 0};
-	struct bufferevent *bev;
 	struct pending *p;
 	int port = 0, same = 0;
 
@@ -303,7 +306,22 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	snprintf(name, sizeof(name), "%s%s%s:%d",
 		 sa->sa_family == AF_INET6 ? "[" : "", host,
 		 sa->sa_family == AF_INET6 ? "]" : "", port);
-	if (tls_enabled())
+	accepted(fd, name, sa, sl, tls_enabled());
+}
+
+/*
+ * A peer connection, until its HELLO: under the deadline, and counted
+ * (sa: its address, as accepted).
+ */
+static void
+accepted(evutil_socket_t fd, const char *name, const struct sockaddr *sa,
+	 int sl, int tls)
+{
+	struct timeval tv = {0, 0};
+	struct bufferevent *bev;
+	struct pending *p;
+
+	if (tls)
 		bev = tls_accept(base, fd);
 	else
 		bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
@@ -387,6 +405,36 @@ peer_close_listeners(void)
 		evconnlistener_free(listeners[--nlisteners]);
 }
 
+/*
+ * A connection to this daemon's own source role (PEER_LOCAL): a socket
+ * pair, whose other end is accepted as a peer's would be. No TLS: the
+ * bytes never leave the daemon.
+ */
+static struct conn *
+connect_local(const char *name, conn_frame_cb fcb, conn_close_cb ccb, void *arg,
+	      char *err, size_t errlen)
+{
+	struct sockaddr_storage ss = {.ss_family = AF_UNIX};
+	struct bufferevent *bev;
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
+		       sv) < 0) {
+		snprintf(err, errlen, "socketpair: %s", strerror(errno));
+		return NULL;
+	}
+	if ((bev = bufferevent_socket_new(base, sv[0],
+					  BEV_OPT_CLOSE_ON_FREE)) == NULL) {
+		snprintf(err, errlen, "bufferevent: %s", strerror(errno));
+		close(sv[0]);
+		close(sv[1]);
+		return NULL;
+	}
+	accepted(sv[1], "this daemon (image)", (struct sockaddr *)&ss,
+		 (int)sizeof(sa_family_t), 0);
+	return conn_new(base, bev, name, fcb, ccb, arg);
+}
+
 struct conn *
 peer_connect(const char *hostport, const char *pin, const char *name,
 	     conn_frame_cb fcb, conn_close_cb ccb, void *arg, char *err,
@@ -398,6 +446,8 @@ peer_connect(const char *hostport, const char *pin, const char *name,
 	struct conn *c;
 	socklen_t sl;
 
+	if (strcmp(hostport, PEER_LOCAL) == 0)
+		return connect_local(name, fcb, ccb, arg, err, errlen);
 	if (resolve(hostport, &ss, &sl, host, err, errlen) < 0)
 		return NULL;
 	if (tls_enabled()) {

@@ -13,7 +13,12 @@
 int peer_listen(const char *list);
 void peer_close_listeners(void);
 /*
- * Starts a connection to hostport, whose certificate must have the SHA-256
+ * The source of an attach --image, as its hostport: this daemon's own
+ * source role, reached over a socket pair (peer_connect()).
+ */
+#define PEER_LOCAL "local-image"
+/*
+ * Starts a connection to hostport (or PEER_LOCAL), whose certificate must have the SHA-256
  * pin if one is given (tls.h); frames and errors (including a refused
  * connect) arrive through the callbacks. NULL with err filled on bad input.
  */

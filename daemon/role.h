@@ -25,6 +25,11 @@ struct role_ops {
 	const char *verb;			      /* "export", "attach" */
 	int (*request_pid)(const ProtobufCMessage *); /* its process */
 	/*
+	 * 1 when the request names no process (export --image): it is served
+	 * without the ptrace check, with no process (NULL: always 0).
+	 */
+	int (*request_no_process)(const ProtobufCMessage *);
+	/*
 	 * Serves that request for the caller who (checked by control.c),
 	 * whose process t it takes over; it answers control client serial.
 	 */
@@ -44,6 +49,14 @@ struct role_ops {
 	 * when refused: an ERROR is queued and the connection is finishing.
 	 */
 	int (*hello)(struct conn *, const Uffdd__Hello *);
+	/*
+	 * The source's, for attach --image: serves the image at fd (taken
+	 * over) to this daemon's own destination under a new ID, written to
+	 * id (MIG_ID_LEN + 1 bytes), owned by who. 0, or -1 with *code and
+	 * err set.
+	 */
+	int (*serve_image)(int fd, const struct authz_caller *who, char *id,
+			   uint32_t *code, char *err, size_t errlen);
 };
 
 /*

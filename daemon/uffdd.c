@@ -16,6 +16,7 @@
 #include "daemon/conffile.h"
 #include "daemon/control.h"
 #include "daemon/dest.h"
+#include "daemon/fdpass.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
@@ -457,6 +458,7 @@ main(int argc, char **argv)
 
 	run_loop();
 
+	fdpass_close_all();
 	source_snapshot_close_all();
 	control_close();
 	peer_close_listeners();

@@ -40,6 +40,7 @@ static const struct frame_type_entry {
 	 &uffdd__snapshot_reply__descriptor},
 	{FRAME_CTL_SNAPSHOT_DONE, "SNAPSHOT_DONE",
 	 &uffdd__snapshot_reply__descriptor},
+	{FRAME_CTL_FILE_READY, "FILE_READY", &uffdd__file_ready__descriptor},
 };
 
 /* The table entry of a frame type, NULL for an unknown type. */

@@ -73,6 +73,8 @@ enum frame_type {
 	FRAME_CTL_SNAPSHOT_READY = 121,
 	FRAME_CTL_SNAPSHOT_WRITTEN = 122,
 	FRAME_CTL_SNAPSHOT_DONE = 123,
+	/* export/attach --image: the daemon waits for the image file. */
+	FRAME_CTL_FILE_READY = 124,
 };
 
 /* Error codes carried in Error frames and control replies. */

@@ -110,7 +110,7 @@ close_data(struct image_writer *w)
 
 /*
  * The run pages [page, page + n) of region ri continue, when it is the
- * last one, of the same class and (data) still short of IMAGE_RUN_BYTES;
+ * last one, of the same class and (data) still short of IMAGE_RUN_WRITE;
  * else a new run, in order: the previous one must end where it starts.
  */
 static struct image_run *
@@ -142,7 +142,7 @@ run_for(struct image_writer *w, uint32_t ri, uint64_t page, uint64_t n,
 	}
 	*joined = last != NULL && last->region == ri && last->cls == cls &&
 		  (cls != IMAGE_DATA ||
-		   (last->npages + n) * r->page_size <= IMAGE_RUN_BYTES);
+		   (last->npages + n) * r->page_size <= IMAGE_RUN_WRITE);
 	if (*joined)
 		return last;
 	/* The last run is complete: its checksum is final. */
@@ -169,9 +169,10 @@ run_for(struct image_writer *w, uint32_t ri, uint64_t page, uint64_t n,
 	return last;
 }
 
-int
-image_write_data(struct image_writer *w, uint32_t ri, uint64_t page, uint64_t n,
-		 const void *buf)
+/* Pages [page, page + n) of region ri as data, in the last run or a new one. */
+static int
+write_data_run(struct image_writer *w, uint32_t ri, uint64_t page, uint64_t n,
+	       const void *buf)
 {
 	int joined;
 	struct image_run *run = run_for(w, ri, page, n, IMAGE_DATA, &joined);
@@ -193,6 +194,42 @@ image_write_data(struct image_writer *w, uint32_t ri, uint64_t page, uint64_t n,
 	w->data_end += len;
 	run->npages += n;
 	w->regions[ri].data_pages += n;
+	return 0;
+}
+
+/*
+ * Data pages go in runs of at most IMAGE_RUN_WRITE bytes (one page if
+ * larger), however many come in one call: the last run is filled up first.
+ */
+int
+image_write_data(struct image_writer *w, uint32_t ri, uint64_t page, uint64_t n,
+		 const void *buf)
+{
+	const uint8_t *b = buf;
+	uint64_t ps, max;
+
+	if (w->err)
+		return -1;
+	if (ri >= w->nregions)
+		return failed(w, EINVAL);
+	ps = w->regions[ri].page_size;
+	max = IMAGE_RUN_WRITE / ps ? IMAGE_RUN_WRITE / ps : 1;
+	while (n > 0) {
+		const struct image_run *last =
+			w->nruns ? &w->runs[w->nruns - 1] : NULL;
+		uint64_t k = max;
+
+		if (last != NULL && last->region == ri &&
+		    last->cls == IMAGE_DATA && last->npages < max)
+			k = max - last->npages;
+		if (k > n)
+			k = n;
+		if (write_data_run(w, ri, page, k, b) < 0)
+			return -1;
+		page += k;
+		n -= k;
+		b += k * ps;
+	}
 	return 0;
 }
 

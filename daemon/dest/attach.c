@@ -18,8 +18,10 @@
 #include "daemon/control.h"
 #include "daemon/dest.h"
 #include "daemon/dest/internal.h"
+#include "daemon/fdpass.h"
 #include "daemon/log.h"
 #include "daemon/migration.h"
+#include "daemon/peer.h"
 #include "daemon/role.h"
 #include "daemon/tls.h"
 
@@ -422,6 +424,25 @@ pin_ok(const char *pin)
 	return strlen(pin) < sizeof(d->pin) && tls_parse_pin(pin, fp) == 0;
 }
 
+/* A process that is a target already: -1, the client told. */
+static int
+target_busy(uint64_t serial, pid_t pid)
+{
+	struct migration *m;
+
+	TAILQ_FOREACH (m, &migrations, link) {
+		if (m->role == ROLE_DEST && m->pid == pid &&
+		    m->state != MIG_COMPLETE && m->state != MIG_FAILED) {
+			control_reply_error(serial, ERR_BUSY,
+					    "attach: process "
+					    "%d is already a migration target",
+					    (int)pid);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /*
  * An attach request refused before anything is made: a malformed ID or
  * pin, or a process that is a target already. 0, or -1 when answered.
@@ -429,8 +450,6 @@ pin_ok(const char *pin)
 static int
 attach_refused(uint64_t serial, const Uffdd__AttachRequest *req, pid_t pid)
 {
-	struct migration *m;
-
 	if (strlen(req->id) != MIG_ID_LEN ||
 	    strspn(req->id, "0123456789abcdef") != MIG_ID_LEN) {
 		control_reply_error(serial, ERR_UNKNOWN_ID,
@@ -454,40 +473,32 @@ attach_refused(uint64_t serial, const Uffdd__AttachRequest *req, pid_t pid)
 				    "runs plaintext (insecure)");
 		return -1;
 	}
-	TAILQ_FOREACH (m, &migrations, link) {
-		if (m->role == ROLE_DEST && m->pid == pid &&
-		    m->state != MIG_COMPLETE && m->state != MIG_FAILED) {
-			control_reply_error(serial, ERR_BUSY,
-					    "attach: process "
-					    "%d is already a migration target",
-					    (int)pid);
-			return -1;
-		}
+	if (strcmp(req->from, PEER_LOCAL) == 0) {
+		control_reply_error(serial, ERR_INVALID,
+				    "attach: --from %s: want HOST:PORT",
+				    req->from);
+		return -1;
 	}
-	return 0;
+	return target_busy(serial, pid);
 }
 
 /*
- * An attach request (control.c checked the caller who may act on t): a
- * destination for process t, which asks the source for its region table.
+ * A destination for process t (taken over), which asks the source at from
+ * for the region table of migration id.
  */
-void
-dest_attach(uint64_t serial, const struct authz_caller *who, struct procref *t,
-	    const Uffdd__AttachRequest *req)
+static void
+attach_go(uint64_t serial, const struct authz_caller *who, struct procref *t,
+	  const Uffdd__AttachRequest *req, const char *id, const char *from)
 {
 	struct dest *d;
 	char err[256];
 
-	if (attach_refused(serial, req, t->pid) < 0) {
-		procref_close(t);
-		return;
-	}
-	d = dest_new(req->id, t->pid, req->from, req->pin);
+	d = dest_new(id, t->pid, from, req->pin);
 	d->m->start = t->start;
 	procref_move(&d->t, t);
 	d->owner = *who;
 	d->serial = serial;
-	migration_set_peer(d->m, req->from);
+	migration_set_peer(d->m, from);
 	d->nranges = req->n_ranges;
 	d->ranges = xcalloc(req->n_ranges, sizeof(*d->ranges));
 	for (size_t i = 0; i < req->n_ranges; i++) {
@@ -506,6 +517,94 @@ dest_attach(uint64_t serial, const struct authz_caller *who, struct procref *t,
 		dest_attach_fail(d, ERR_UNREACHABLE, "%s", err);
 		return;
 	}
+}
+
+/* attach --image: waiting for the client's image file (fdpass.h). */
+struct image_attach {
+	uint64_t serial;
+	struct authz_caller who;
+	struct procref t;
+	uint8_t *req; /* the request, packed: it outlives its frame */
+	size_t len;
+};
+
+/*
+ * The image arrived: this daemon's source role serves it under a new ID
+ * (role.h, serve_image), and the destination attaches to that as to any
+ * source, over a socket pair (PEER_LOCAL). Region matching, setup, the
+ * lanes, the failure rules: all the attach's own.
+ */
+static void
+image_fd(void *arg, int fd, const char *why)
+{
+	struct image_attach *a = arg;
+	const struct role_ops *src = role_get(ROLE_SOURCE);
+	Uffdd__AttachRequest *req =
+		uffdd__attach_request__unpack(NULL, a->len, a->req);
+	char id[MIG_ID_LEN + 1], err[256];
+	uint32_t code = ERR_INVALID;
+
+	if (req == NULL)
+		fatalx("attach --image: the request copy");
+	if (fd < 0) {
+		control_reply_error(a->serial, ERR_INVALID, "attach: %s", why);
+	} else if (target_busy(a->serial, a->t.pid) < 0) {
+		close(fd);
+	} else if (src == NULL || src->serve_image == NULL) {
+		close(fd);
+		control_reply_error(a->serial, ERR_INVALID,
+				    "attach: this daemon serves no images");
+	} else if (src->serve_image(fd, &a->who, id, &code, err, sizeof(err)) <
+		   0) {
+		control_reply_error(a->serial, code, "attach: %s", err);
+	} else {
+		log_info("attach %d: restoring from an image as %s",
+			 (int)a->t.pid, log_id(id));
+		attach_go(a->serial, &a->who, &a->t, req, id, PEER_LOCAL);
+	}
+	procref_close(&a->t);
+	uffdd__attach_request__free_unpacked(req, NULL);
+	free(a->req);
+	free(a);
+}
+
+/*
+ * An attach request (control.c checked the caller who may act on t): a
+ * destination for process t, which asks the source for its region table;
+ * with --image, once the client has handed the image over.
+ */
+void
+dest_attach(uint64_t serial, const struct authz_caller *who, struct procref *t,
+	    const Uffdd__AttachRequest *req)
+{
+	struct image_attach *a;
+
+	if (!req->image) {
+		if (attach_refused(serial, req, t->pid) < 0)
+			procref_close(t);
+		else
+			attach_go(serial, who, t, req, req->id, req->from);
+		return;
+	}
+	if (req->from[0] || req->id[0] || req->pin[0]) {
+		control_reply_error(serial, ERR_INVALID,
+				    "attach --image takes no --from, --id or "
+				    "--pin");
+		procref_close(t);
+		return;
+	}
+	if (target_busy(serial, t->pid) < 0) {
+		procref_close(t);
+		return;
+	}
+	a = xcalloc(1, sizeof(*a));
+	a->serial = serial;
+	a->who = *who;
+	procref_move(&a->t, t);
+	a->len = uffdd__attach_request__get_packed_size(req);
+	a->req = xmalloc(a->len ? a->len : 1);
+	uffdd__attach_request__pack(req, a->req);
+	fdpass_ask(serial, image_fd, a);
 }
 
 /* The role's control request (role.h): an attach. */

@@ -14,7 +14,9 @@
 #include "daemon/compat.h"
 #include "daemon/conffile.h"
 #include "daemon/conn.h"
+#include "daemon/authz.h"
 #include "daemon/control.h"
+#include "daemon/fdpass.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
@@ -148,23 +150,34 @@ build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 	return n;
 }
 
-/* The export's record and its regions, classified; NULL on failure. */
-static struct source *
-source_new(struct procref *t, const struct region *regs, size_t nregs,
-	   const struct range *ranges, size_t nranges, const char *id,
-	   uint32_t *code, char *err, size_t errlen)
+/* A source's record, with no process and no regions yet. */
+struct source *
+source_new_bare(const char *id)
 {
 	struct migration *m = migration_new(ROLE_SOURCE, id);
 	struct source *s = xcalloc(1, sizeof(*s));
 
 	m->impl = s;
 	m->impl_free = source_free;
-	m->pid = t->pid;
-	m->start = t->start;
 	s->m = m;
-	procref_move(&s->t, t);
+	s->t = (struct procref)PROCREF_NONE;
 	s->switches = -1; /* source_watch_freeze() */
 	s->wp = (struct wptrack)WPTRACK_NONE;
+	return s;
+}
+
+/* The export's record and its regions, classified; NULL on failure. */
+static struct source *
+source_new(struct procref *t, const struct region *regs, size_t nregs,
+	   const struct range *ranges, size_t nranges, const char *id,
+	   uint32_t *code, char *err, size_t errlen)
+{
+	struct source *s = source_new_bare(id);
+	struct migration *m = s->m;
+
+	m->pid = t->pid;
+	m->start = t->start;
+	procref_move(&s->t, t);
 	s->nranges = nranges;
 	s->ranges = xcalloc(nranges, sizeof(*s->ranges));
 	memcpy(s->ranges, ranges, nranges * sizeof(*ranges));
@@ -199,7 +212,7 @@ source_new(struct procref *t, const struct region *regs, size_t nregs,
  * The events of a live export: bulk work (serve.c), its process's exit and
  * the pings (lanes.c), the deferred state write (persist.c).
  */
-static void
+void
 source_start(struct source *s)
 {
 	source_serve_start(s);
@@ -278,6 +291,53 @@ source_create_precopy(struct procref *t, const struct range *ranges,
 	return s;
 }
 
+/* export --image: waiting for the client's file (fdpass.h). */
+struct image_ask {
+	uint64_t serial;
+	struct authz_caller who;
+};
+
+static void
+export_image_fd(void *arg, int fd, const char *why)
+{
+	struct image_ask *a = arg;
+	struct source *s;
+	char err[256];
+	uint32_t code;
+
+	if (fd < 0) {
+		control_reply_error(a->serial, ERR_INVALID, "export: %s", why);
+	} else if ((s = source_image_create(fd, 0, &code, err, sizeof(err))) ==
+		   NULL) {
+		control_reply_error(a->serial, code, "export: %s", err);
+	} else {
+		Uffdd__ExportReply rep = UFFDD__EXPORT_REPLY__INIT;
+
+		log_info("exported an image as %s: %zu regions, %llu pages "
+			 "(pid %d when it was taken)",
+			 log_id(s->m->id), s->nregs,
+			 (unsigned long long)s->m->pages_total,
+			 (int)s->img->img.pid);
+		rep.id = s->m->id;
+		control_reply(a->serial, FRAME_CTL_EXPORT_REPLY, &rep.base);
+	}
+	free(a);
+}
+
+/* The role's operation for attach --image (role.h, serve_image). */
+static int
+serve_image(int fd, const struct authz_caller *who, char *id, uint32_t *code,
+	    char *err, size_t errlen)
+{
+	struct source *s = source_image_create(fd, 1, code, err, errlen);
+
+	if (s == NULL)
+		return -1;
+	authz_set_owner(who, s->m);
+	memcpy(id, s->m->id, MIG_ID_LEN + 1);
+	return 0;
+}
+
 /*
  * The control request: checks the ranges, exports, and answers with the
  * new ID only once the state file holds the export (a pre-copy's, at its
@@ -293,6 +353,23 @@ source_export(uint64_t serial, const struct authz_caller *who,
 	char err[256];
 	uint32_t code;
 
+	if (req->image) {
+		struct image_ask *a = xcalloc(1, sizeof(*a));
+
+		procref_close(t);
+		free(ranges);
+		if (req->n_ranges || req->precopy || req->keep_source) {
+			control_reply_error(serial, ERR_INVALID,
+					    "export --image takes no range, "
+					    "--precopy or --keep-source");
+			free(a);
+			return;
+		}
+		a->serial = serial;
+		a->who = *who;
+		fdpass_ask(serial, export_image_fd, a);
+		return;
+	}
 	for (size_t i = 0; i < req->n_ranges; i++) {
 		ranges[i].start = req->ranges[i]->start;
 		ranges[i].end = req->ranges[i]->end;
@@ -377,6 +454,7 @@ source_free(struct migration *m)
 	free(s->regs);
 	free(s->scratch);
 	free(s->pc);
+	source_image_free(s);
 	free(s);
 	m->impl = NULL;
 }
@@ -396,16 +474,25 @@ export_pid(const ProtobufCMessage *req)
 	return ((const Uffdd__ExportRequest *)req)->pid;
 }
 
+/* export --image names no process: the image is what is served. */
+static int
+export_no_process(const ProtobufCMessage *req)
+{
+	return ((const Uffdd__ExportRequest *)req)->image;
+}
+
 static const struct role_ops source_ops = {
 	.role = ROLE_SOURCE,
 	.name = "source",
 	.request_type = FRAME_CTL_EXPORT,
 	.verb = "export",
 	.request_pid = export_pid,
+	.request_no_process = export_no_process,
 	.request = export_request,
 	.restore = source_restore,
 	.restore_check = source_restore_check,
 	.hello = source_hello,
+	.serve_image = serve_image,
 };
 
 /* Makes the source role known to the daemon (role.h). */

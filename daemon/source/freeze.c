@@ -206,9 +206,12 @@ int
 source_continued(const struct source *s, char *why, size_t len)
 {
 	int running = 0;
-	long long n = source_switch_count(s->m->pid, &running);
+	long long n;
 	uint64_t addr;
 
+	if (s->img)
+		return 0; /* no process: nothing can run */
+	n = source_switch_count(s->m->pid, &running);
 	if (wptrack_written(&s->wp, &addr) == 1) {
 		snprintf(why, len,
 			 "source process %d ran after the export (continued "

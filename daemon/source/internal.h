@@ -12,6 +12,7 @@
  *   precopy.c  export --precopy: rounds while the process runs, the freeze,
  *              the switchover
  *   snapshot.c a frozen process's memory written to an image file
+ *   image.c    a snapshot image served in place of a frozen process
  */
 #ifndef UFFDD_SOURCE_INTERNAL_H
 #define UFFDD_SOURCE_INTERNAL_H
@@ -25,6 +26,7 @@
 #include "daemon/source.h"
 #include "daemon/wptrack.h"
 #include "proto/frame.h"
+#include "proto/image.h"
 #include "proto/range.h"
 
 struct authz_caller;
@@ -99,8 +101,26 @@ struct src_region {
 	int cache_fd;
 };
 
+/*
+ * A source that serves an image (image.c): the image's tables, checked at
+ * open, and the last data runs checked: slot 0 the bulk stream's, the
+ * others demand answers', the least recently used one reused first, so
+ * that threads faulting in a few places do not evict each other's run.
+ */
+#define IMG_SLOTS 4
+struct src_image {
+	struct image img;
+	int local; /* attach --image's: lanes from this daemon only */
+	uint8_t *buf[IMG_SLOTS];
+	size_t cap[IMG_SLOTS];
+	uint64_t run[IMG_SLOTS];  /* the run each buffer holds, checked */
+	uint64_t used[IMG_SLOTS]; /* when it was last read (tick) */
+	uint64_t tick;
+};
+
 struct source {
 	struct migration *m;
+	struct src_image *img; /* serving an image, not a process */
 	struct src_region *regs;
 	size_t nregs;
 	struct conn *demand, *bulk;
@@ -143,6 +163,8 @@ long long source_settled_switches(pid_t pid);
 int source_continued(const struct source *, char *why, size_t len);
 
 /* export.c */
+struct source *source_new_bare(const char *id);
+void source_start(struct source *);
 struct source *source_create(struct procref *t, const struct authz_caller *who,
 			     const struct range *ranges, size_t nranges,
 			     int keep, const char *id, uint32_t *code,
@@ -153,6 +175,24 @@ int source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 int64_t source_classify(pid_t pid, struct src_region *sr);
 
 int64_t source_mark_dropped(struct source *);
+
+/* image.c */
+/*
+ * A source for the image at fd (taken over, closed on failure), checked
+ * and opened; local: its lanes may come from this daemon only. NULL with
+ * *code and err set.
+ */
+struct source *source_image_create(int fd, int local, uint32_t *code, char *err,
+				   size_t errlen);
+/*
+ * Bytes of pages [page, page + len / page size) of region sr into dst,
+ * every data run's checksum checked first (demand: for a demand answer,
+ * else the bulk stream). 0, or -1: the migration has failed.
+ */
+int source_image_read(struct source *, const struct src_region *sr,
+		      uint64_t page, uint8_t *dst, uint64_t len, int demand);
+int source_image_lane_ok(const struct source *, const struct conn *);
+void source_image_free(struct source *);
 
 /* serve.c */
 void source_serve_start(struct source *);

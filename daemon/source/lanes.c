@@ -111,6 +111,11 @@ lanes_down(struct source *s, const char *why)
 			  log_id(s->m->id), why);
 		migration_set_state(s->m, MIG_PAUSED);
 		source_persist_dirty(s);
+	} else if (s->m->state == MIG_WAITING && s->img && s->img->local) {
+		/* The attach --image it was made for gave up. */
+		migration_fail(s->m, "the attach from this image failed (%s)",
+			       why);
+		teardown(s);
 	} else if (s->m->state == MIG_WAITING) {
 		for (size_t i = 0; i < s->nregs; i++)
 			s->regs[i].accepted = 0;
@@ -154,7 +159,10 @@ complete(struct source *s)
 		return;
 	}
 	migration_set_state(s->m, MIG_COMPLETE);
-	if (s->keep_source) {
+	if (s->img) {
+		log_info("migration %s complete: the image is restored",
+			 log_id(s->m->id));
+	} else if (s->keep_source) {
 		log_info("migration %s complete; process %d left stopped",
 			 log_id(s->m->id), (int)s->m->pid);
 	} else {
@@ -292,10 +300,14 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		log_warnx("migration %s: destination says: %s",
 			  log_id(s->m->id), e->message);
 		if (e->code == ERR_TARGET_GONE || e->code == ERR_DEST_FAILED) {
-			migration_fail(s->m,
-				       "destination: %s; source process %d "
-				       "left stopped",
-				       e->message, (int)s->m->pid);
+			if (s->img)
+				migration_fail(s->m, "destination: %s",
+					       e->message);
+			else
+				migration_fail(s->m,
+					       "destination: %s; source "
+					       "process %d left stopped",
+					       e->message, (int)s->m->pid);
 			teardown(s);
 		} else {
 			lanes_down(s, e->message);
@@ -489,6 +501,13 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 
 	if (s == NULL)
 		return -1;
+	if (!source_image_lane_ok(s, c)) {
+		log_warnx("%s: migration ID %s is this daemon's own restore",
+			  conn_name(c), log_id(hello->migration_id));
+		conn_send_error(c, ERR_UNKNOWN_ID, "unknown migration ID");
+		conn_finish(c);
+		return -1;
+	}
 	if (hello->lane == UFFDD__LANE__LANE_BULK)
 		return bulk_hello(s, c);
 	return demand_hello(s, c, hello);
@@ -500,10 +519,12 @@ source_lanes_start(struct source *s)
 {
 	struct timeval tv = {PING_SECS, 0};
 
-	s->exit_ev =
-		event_new(base, s->t.pidfd, EV_READ | EV_PERSIST, exit_cb, s);
-	event_priority_set(s->exit_ev, PRIO_CONTROL);
-	event_add(s->exit_ev, NULL);
+	if (s->img == NULL) {
+		s->exit_ev = event_new(base, s->t.pidfd, EV_READ | EV_PERSIST,
+				       exit_cb, s);
+		event_priority_set(s->exit_ev, PRIO_CONTROL);
+		event_add(s->exit_ev, NULL);
+	}
 	s->ping_ev = event_new(base, -1, EV_PERSIST, ping_cb, s);
 	event_add(s->ping_ev, &tv);
 }

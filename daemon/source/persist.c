@@ -52,6 +52,13 @@ source_persist_now(struct source *s)
 {
 	s->dirty = 0;
 	/*
+	 * An image's source does not outlive the daemon: the file was the
+	 * client's descriptor, which a restart does not have (a destination
+	 * that resumes is told the ID is unknown, and fails loudly).
+	 */
+	if (s->img)
+		return 0;
+	/*
 	 * Not before a pre-copy's switchover: a restart could not tell which
 	 * of the destination's copies are stale, and the process runs (a
 	 * daemon that dies leaves it running, its tracking gone with it).

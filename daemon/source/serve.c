@@ -92,6 +92,8 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 
 	if (!room_for(s, len, room))
 		return -1;
+	if (s->img)
+		return source_image_read(s, sr, page, dst, len, 0);
 	got = sr->cache_fd >= 0 ? read_cache(sr, page, dst, len)
 				: process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
 	if (got == (ssize_t)len && procref_same(&s->t))
@@ -123,6 +125,8 @@ read_demand(struct source *s, struct src_region *sr, uint64_t page,
 
 	if (!room_for(s, len, room))
 		return -1;
+	if (s->img)
+		return source_image_read(s, sr, page, dst, len, 1);
 	if (sr->cache_fd < 0 &&
 	    pread(s->t.memfd, dst, len, (off_t)addr) == (ssize_t)len)
 		return 0;

@@ -41,6 +41,7 @@
 #include "daemon/authz.h"
 #include "daemon/conn.h"
 #include "daemon/control.h"
+#include "daemon/fdpass.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/pagemap.h"
@@ -198,45 +199,6 @@ check_file(int fd, char *err, size_t errlen)
 	return -1;
 }
 
-/* One byte from the client, with the descriptor it carries (fd: NULL, none). */
-static ssize_t
-recv_byte(int sock, char *b, int *fd)
-{
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = {b, 1};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	struct cmsghdr *c;
-	ssize_t r;
-
-	if (fd != NULL) {
-		*fd = -1;
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
-	}
-	while ((r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0 &&
-	       errno == EINTR)
-		;
-	/* Whatever came, no descriptor stays open by mistake. */
-	for (c = mh.msg_controllen ? CMSG_FIRSTHDR(&mh) : NULL; c != NULL;
-	     c = CMSG_NXTHDR(&mh, c)) {
-		int *fds = (int *)CMSG_DATA(c);
-		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		for (size_t i = 0; i < n; i++) {
-			if (fd != NULL && *fd < 0 && n == 1)
-				*fd = fds[i];
-			else
-				close(fds[i]);
-		}
-	}
-	return r;
-}
-
 static void round_cb(evutil_socket_t, short, void *);
 static void sock_cb(evutil_socket_t, short, void *);
 
@@ -390,7 +352,7 @@ sock_cb(evutil_socket_t fd, short what, void *arg)
 						   : "name the image");
 		return;
 	}
-	r = recv_byte(fd, &b, s->phase == SNAP_WAIT_FD ? &got : NULL);
+	r = fdpass_recv_byte(fd, &b, s->phase == SNAP_WAIT_FD ? &got : NULL);
 	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 		wait_client(s, s->phase, commit_wait(s));
 		return;

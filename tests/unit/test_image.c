@@ -165,7 +165,11 @@ corruptions(const uint8_t *b, size_t len)
 	free(c);
 }
 
-/* Data runs stop at IMAGE_RUN_BYTES, so a reader's buffer is bounded. */
+/*
+ * Data runs stop at IMAGE_RUN_WRITE, page by page or given all at once,
+ * so that a restore reads little for one page, and never past
+ * IMAGE_RUN_BYTES, so that a reader's buffer is bounded.
+ */
 static void
 long_runs(void)
 {
@@ -173,7 +177,8 @@ long_runs(void)
 	struct image_writer w;
 	struct image im;
 	static uint8_t page[PS];
-	uint64_t n = 2 * IMAGE_RUN_BYTES / PS + 3;
+	uint64_t n = 2 * IMAGE_RUN_WRITE / PS + 3;
+	static uint8_t all[(2 * IMAGE_RUN_WRITE / PS + 3) * PS];
 	char err[256];
 	int fd = memfd_create("long", 0);
 
@@ -190,7 +195,21 @@ long_runs(void)
 	image_writer_free(&w);
 	CHECK(image_open(&im, fd, err, sizeof(err)) == 0);
 	CHECK(im.nruns == 3);
-	CHECK(im.runs[0].npages == IMAGE_RUN_BYTES / PS);
+	CHECK(im.runs[0].npages == IMAGE_RUN_WRITE / PS);
+	CHECK(im.runs[2].npages == 3);
+	CHECK(image_verify(&im, err, sizeof(err)) == 0);
+	image_close(&im);
+	/* One call for every page, after one page alone. */
+	fd = memfd_create("long", 0);
+	CHECK(image_writer_begin(&w, fd, &r, 1, 1) == 0);
+	CHECK(image_write_data(&w, 0, 0, 1, page) == 0);
+	CHECK(image_write_data(&w, 0, 1, n - 1, all) == 0);
+	CHECK(image_writer_end(&w) == 0);
+	image_writer_free(&w);
+	CHECK(image_open(&im, fd, err, sizeof(err)) == 0);
+	CHECK(im.nruns == 3);
+	CHECK(im.runs[0].npages == IMAGE_RUN_WRITE / PS);
+	CHECK(im.runs[1].npages == IMAGE_RUN_WRITE / PS);
 	CHECK(im.runs[2].npages == 3);
 	CHECK(image_verify(&im, err, sizeof(err)) == 0);
 	image_close(&im);

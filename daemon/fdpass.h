@@ -1,0 +1,35 @@
+/*
+ * A file handed over the control socket (SCM_RIGHTS): the daemon never
+ * opens a path on a client's behalf (docs/image-format.md, "Who writes the
+ * file"). The client opens it with its own credentials, in its own mount
+ * namespace, and sends one byte with the descriptor attached.
+ */
+#ifndef UFFDD_FDPASS_H
+#define UFFDD_FDPASS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/*
+ * One byte from a client socket, with the descriptor it carries (fd NULL:
+ * none is taken). Descriptors that come otherwise (several, or when none
+ * is wanted) are closed. As recvmsg(), non-blocking.
+ */
+ssize_t fdpass_recv_byte(int sock, char *b, int *fd);
+
+/*
+ * The answer to fdpass_ask(): the descriptor (the callee owns it), or -1
+ * with why (the client went away, sent none, was too slow, the daemon
+ * stops). The control client is reading frames again by then.
+ */
+typedef void (*fdpass_cb)(void *arg, int fd, const char *why);
+
+/*
+ * Tells control client serial FILE_READY and waits (its frames paused) for
+ * its byte and descriptor; cb is called exactly once, later.
+ */
+void fdpass_ask(uint64_t serial, fdpass_cb cb, void *arg);
+/* At exit: every ask still waiting is answered with -1. */
+void fdpass_close_all(void);
+
+#endif

@@ -1,0 +1,251 @@
+/*
+ * A source that serves a snapshot image instead of a frozen process
+ * (docs/image-format.md, "Restoring from an image"): export --image for
+ * remote destinations, and the in-daemon source an attach --image pairs
+ * its destination with. The region table is the image's; the page
+ * classes give the data bitmap; the bytes of pages [P, P+n) of a region
+ * are read from the file, each data run read whole and its SHA-256
+ * checked before any of its bytes leaves (source_image_read()). Everything
+ * else, lanes, requests, the bulk stream, HAVE and resume, is the source
+ * role's as for a process.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "daemon/conn.h"
+#include "daemon/log.h"
+#include "daemon/migration.h"
+#include "daemon/pagemap.h"
+#include "daemon/source/internal.h"
+#include "proto/image.h"
+
+#ifndef FUSE_SUPER_MAGIC
+#define FUSE_SUPER_MAGIC 0x65735546
+#endif
+#define NO_RUN UINT64_MAX
+
+/*
+ * The file handed over must be one the daemon may read without harm: a
+ * regular file the client opened for reading, and not on FUSE, whose
+ * server (any user) could hold the daemon's reads, and its loop, for ever.
+ */
+static int
+check_file(int fd, char *err, size_t errlen)
+{
+	int fl = fcntl(fd, F_GETFL);
+	struct statfs sf;
+	struct stat st;
+
+	if (fstat(fd, &st) < 0 || fl < 0 || fstatfs(fd, &sf) < 0)
+		snprintf(err, errlen, "the image handed over: %s",
+			 strerror(errno));
+	else if (!S_ISREG(st.st_mode))
+		snprintf(err, errlen,
+			 "the image handed over is not a regular file");
+	else if ((fl & O_ACCMODE) == O_WRONLY)
+		snprintf(err, errlen,
+			 "the image handed over is not open for reading");
+	else if (sf.f_type == FUSE_SUPER_MAGIC)
+		snprintf(err, errlen,
+			 "images are not read from FUSE file "
+			 "systems");
+	else
+		return 0;
+	return -1;
+}
+
+/*
+ * Region ri of the image as the source role holds a region: its identity
+ * for the table sent, its data bitmap from the runs. A zero page of a
+ * private file mapping is data (zeros the process wrote over the file's
+ * page): on the wire a ZERO marker there means "the file's own page".
+ */
+static void
+image_region(struct source *s, uint32_t ri)
+{
+	const struct image *im = &s->img->img;
+	const struct image_region *ir = &im->regions[ri];
+	struct src_region *sr = &s->regs[ri];
+	int file_private = ir->kind == REGION_FILE_PRIVATE;
+
+	sr->r.index = ri;
+	snprintf(sr->r.name, sizeof(sr->r.name), "%s", ir->name);
+	sr->r.start = ir->start;
+	sr->r.length = ir->length;
+	sr->r.page_size = ir->page_size;
+	sr->r.kind = (enum region_kind)ir->kind;
+	sr->r.shared = (int)ir->shared;
+	sr->r.file_off = ir->file_off;
+	sr->npages = ir->length / ir->page_size;
+	sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
+	sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
+	sr->cache_fd = -1;
+	for (uint64_t k = ir->first_run; k < ir->first_run + ir->nruns; k++) {
+		const struct image_run *u = &im->runs[k];
+
+		if (u->cls != IMAGE_DATA &&
+		    !(u->cls == IMAGE_ZERO && file_private))
+			continue;
+		for (uint64_t p = u->first_page; p < u->first_page + u->npages;
+		     p++)
+			bit_set(sr->data, p);
+		sr->r.data_pages += u->npages;
+	}
+	sr->r.zero_pages = sr->npages - sr->r.data_pages;
+	s->m->pages_total += sr->npages;
+}
+
+struct source *
+source_image_create(int fd, int local, uint32_t *code, char *err, size_t errlen)
+{
+	struct src_image *si;
+	struct source *s;
+
+	*code = ERR_INVALID;
+	if (check_file(fd, err, errlen) < 0) {
+		close(fd);
+		return NULL;
+	}
+	si = xcalloc(1, sizeof(*si));
+	si->local = local;
+	for (int j = 0; j < IMG_SLOTS; j++)
+		si->run[j] = NO_RUN;
+	if (image_open(&si->img, fd, err, errlen) < 0) {
+		free(si);
+		return NULL;
+	}
+	s = source_new_bare(NULL);
+	s->img = si;
+	s->keep_source = 1; /* there is no process to end */
+	s->nregs = si->img.nregions;
+	s->regs = xcalloc(s->nregs, sizeof(*s->regs));
+	for (uint32_t i = 0; i < si->img.nregions; i++)
+		image_region(s, i);
+	source_start(s);
+	return s;
+}
+
+/*
+ * The run k, checked, in one of the buffers (struct src_image); NULL when
+ * it cannot be read whole or its checksum is wrong: the migration fails.
+ */
+static const uint8_t *
+checked_run(struct source *s, uint64_t k, int demand)
+{
+	struct src_image *si = s->img;
+	uint64_t need = image_run_bytes(&si->img, &si->img.runs[k]);
+	char err[256];
+	int slot = 0;
+
+	for (int j = 0; j < IMG_SLOTS; j++) {
+		if (si->run[j] == k) {
+			si->used[j] = ++si->tick;
+			return si->buf[j];
+		}
+	}
+	/* The bulk stream has slot 0; demand the least recently used other. */
+	if (demand) {
+		slot = 1;
+		for (int j = 2; j < IMG_SLOTS; j++)
+			if (si->used[j] < si->used[slot])
+				slot = j;
+	}
+	if (need > IMAGE_RUN_BYTES) {
+		source_fail(s, "image: a run larger than %u bytes",
+			    IMAGE_RUN_BYTES);
+		return NULL;
+	}
+	si->run[slot] = NO_RUN;
+	if (si->cap[slot] < need) {
+		free(si->buf[slot]);
+		si->buf[slot] = NULL;
+		if (posix_memalign((void **)&si->buf[slot], 4096, need) != 0)
+			fatal("image buffer");
+		si->cap[slot] = need;
+	}
+	if (image_run_read(&si->img, &si->img.runs[k], si->buf[slot], err,
+			   sizeof(err)) < 0) {
+		source_fail(s, "image: %s", err);
+		return NULL;
+	}
+	si->run[slot] = k;
+	si->used[slot] = ++si->tick;
+	return si->buf[slot];
+}
+
+int
+source_image_read(struct source *s, const struct src_region *sr, uint64_t page,
+		  uint8_t *dst, uint64_t len, int demand)
+{
+	const struct image *im = &s->img->img;
+	const struct image_region *ir = &im->regions[sr->r.index];
+	uint64_t ps = sr->r.page_size, end = page + len / ps;
+	uint64_t lo = ir->first_run, hi = ir->first_run + ir->nruns;
+
+	/* The run that holds page: the runs cover the region in order. */
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (im->runs[mid].first_page <= page)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	for (uint64_t k = lo; page < end; k++) {
+		const struct image_run *u = &im->runs[k];
+		uint64_t from = page - u->first_page;
+		uint64_t n = u->npages - from;
+		const uint8_t *b;
+
+		if (n > end - page)
+			n = end - page;
+		if (u->cls == IMAGE_DATA) {
+			if ((b = checked_run(s, k, demand)) == NULL)
+				return -1;
+			memcpy(dst, b + from * ps, n * ps);
+		} else {
+			memset(dst, 0, n * ps);
+		}
+		dst += n * ps;
+		page += n;
+	}
+	return 0;
+}
+
+/*
+ * A lane of an attach --image's source comes from this daemon only (a
+ * socket pair, peer.h): its ID was never given out, and is no credential
+ * for anyone else.
+ */
+int
+source_image_lane_ok(const struct source *s, const struct conn *c)
+{
+	int dom = 0;
+	socklen_t l = sizeof(dom);
+
+	if (s->img == NULL || !s->img->local)
+		return 1;
+	return getsockopt(conn_fd(c), SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 &&
+	       dom == AF_UNIX;
+}
+
+void
+source_image_free(struct source *s)
+{
+	if (s->img == NULL)
+		return;
+	image_close(&s->img->img);
+	for (int j = 0; j < IMG_SLOTS; j++)
+		free(s->img->buf[j]);
+	free(s->img);
+	s->img = NULL;
+}
