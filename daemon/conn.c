@@ -207,10 +207,8 @@ conn_fail(struct conn *c, const char *why)
 /*
  * libevent's OpenSSL bufferevent reads past its read high watermark: a
  * bulk lane whose frames were handled two a round held up to 850 MB of
- * input, every page of it fresh memory faulted in (a page fault per 4 KiB
- * received, most of the destination's CPU: docs/benchmarks.md, "The busy
- * destination"). So a TLS connection holds its reading itself at
- * CONN_READ_HIGH and reads again once half of that is handled.
+ * input (docs/busy-destination.md). So a TLS connection holds its reading
+ * itself at CONN_READ_HIGH and reads again once half of that is handled.
  */
 static void
 conn_bound(struct conn *c)
@@ -377,7 +375,7 @@ conn_input_frozen(struct conn *c, int frozen)
  * (evbuffer_reserve_space(), as for plaintext) grew the heap of a
  * destination by about what its bulk lane carried (900 MB for 1 GiB,
  * freed only with the lane), every page of it faulted in fresh, most of
- * the daemon's CPU (docs/benchmarks.md, "The busy destination"). The copy
+ * the daemon's CPU (docs/busy-destination.md). The copy
  * costs far less. At most want bytes; as conn_read_iov() returns.
  */
 static ssize_t

@@ -224,8 +224,7 @@ dest_frame_pages(struct dest *d, const struct evbuffer_iovec *v, int nv,
  * there UFFDIO_ZEROPAGE maps the kernel's one zero page, which costs no
  * memory, and a page left none costs a thread that reads it a round trip
  * through this daemon, which a busy target starves of CPU (the demo's
- * checkers, one zero page in 16: docs/benchmarks.md, "The busy
- * destination").
+ * checkers, one zero page in 16: docs/busy-destination.md).
  */
 static int
 zero_run_installed(const struct dst_region *dr)

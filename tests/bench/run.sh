@@ -16,7 +16,8 @@
 # BENCH_LATENCY_ONLY=1 the idle and the during-bulk fault cases alone,
 # BENCH_DST_ARGS adds arguments to the plaintext destination daemons and
 # BENCH_ARGS to every daemon (A/B runs of a daemon option, e.g.
-# BENCH_ARGS="--poll-us 0"). The idle fault case runs twice a round: once
+# BENCH_ARGS="--poll-us 0"), BENCH_BUSY_ONLY=1 the busy destination's pair
+# alone (the demo's workload against nothing touched, TLS). The idle fault case runs twice a round: once
 # with every process of it (the floor's three; the two daemons and the
 # workloads of the uffdd case) on one CPU, BENCH_PIN (default 1), floor
 # and uffdd alike, and once unpinned. On one CPU, placement across vCPUs
@@ -413,6 +414,13 @@ fig med 1 "fault during bulk p50, two hosts (us)" hosts_busy_p50 hosts_idle_p50 
 fig med 3 "$BIG attach to resident (s)" bulk_s floor_bulk_s 1.3
 fig med 3 "$BIG attach to resident, TLS (s)" tls_bulk_s floor_bulk_s 1.6
 fig med 3 "$BIG resident, $NFAULT faults too (s)" busy_bulk_s floor_bulk_s -
+# The busy destination (issue 24): the demo's 8 checking threads against
+# nothing touched, TLS, same round; then what the daemons spent and waited.
+fig med 3 "$BIG resident, TLS, demo v untouched (s)" tls_demo_s tls_none_s 2
+fig med 3 "  dest daemon CPU (s), demo v untouched" tls_demo_dcpu tls_none_dcpu -
+fig med 3 "  src daemon CPU (s), demo v untouched" tls_demo_scpu tls_none_scpu -
+fig med 3 "  dest daemon run-queue wait (s)" tls_demo_dwait tls_none_dwait -
+fig med 3 "  src daemon run-queue wait (s)" tls_demo_swait tls_none_swait -
 fig med 3 "CPU s/GiB, source (floor: sender)" src_cpu floor_send_cpu -
 fig med 3 "CPU s/GiB, destination (floor: receiver)" dst_cpu floor_recv_cpu -
 fig med 3 "CPU s/GiB, both daemons (floor: both)" both_cpu floor_bulk_cpu -
@@ -434,6 +442,7 @@ fig best 1 "fault during bulk p99, two hosts (us)" hosts_busy_p99 hosts_idle_p99
 FB=floor_bulk_s,floor_bulk_again_s
 fig best 3 "$BIG attach to resident (s)" bulk_s "$FB" 1.3
 fig best 3 "$BIG attach to resident, TLS (s)" tls_bulk_s "$FB" 1.6
+fig best 3 "$BIG resident, TLS, demo v untouched (s)" tls_demo_s tls_none_s 2
 echo "(unpinned, a fault's three processes land on one vCPU or on two, the floor's as
  uffdd's, and a wakeup across vCPUs costs 20-70 us here: the unpinned idle
  rows say where the scheduler put them, the one-CPU rows what the code costs)"
