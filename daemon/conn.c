@@ -205,10 +205,12 @@ conn_fail(struct conn *c, const char *why)
 }
 
 /*
- * libevent's OpenSSL bufferevent reads past its read high watermark: a
- * bulk lane whose frames were handled two a round held up to 850 MB of
- * input (docs/busy-destination.md). So a TLS connection holds its reading
- * itself at CONN_READ_HIGH and reads again once half of that is handled.
+ * A TLS bulk lane whose frames were handled two a round held up to 850 MB
+ * of input (docs/busy-destination.md): conn_fill() then filled all the
+ * space libevent reserved, more than it asked for, and the bufferevent's
+ * own reads add a record each whatever conn_fill() holds back. conn_fill()
+ * now reads no more than it asks; this holds a TLS connection's reading
+ * at CONN_READ_HIGH whoever reads, and reads again below half of it.
  */
 static void
 conn_bound(struct conn *c)
