@@ -73,6 +73,7 @@ struct conn {
 	int direct;
 	int paused;
 	int stalled; /* the owner is not done with the last frame (conn_stall) */
+	int full; /* TLS input at CONN_READ_HIGH: reading held (conn_bound) */
 	size_t fill_max; /* conn_set_io_max(): bytes a read round takes */
 	/*
 	 * The socket carries TLS records: nothing may read or write it but
@@ -113,6 +114,8 @@ conn_linger(struct conn *c)
 static void
 conn_reading(struct conn *c, int on)
 {
+	if (on && c->full)
+		return; /* conn_bound() turns it on again */
 	if (c->rd == NULL) {
 		if (on)
 			bufferevent_enable(c->bev, EV_READ);
@@ -201,6 +204,32 @@ conn_fail(struct conn *c, const char *why)
 	cb(c, why, c->arg);
 }
 
+/*
+ * A TLS bulk lane whose frames were handled two a round held up to 850 MB
+ * of input (docs/busy-destination.md): conn_fill() then filled all the
+ * space libevent reserved, more than it asked for, and the bufferevent's
+ * own reads add a record each whatever conn_fill() holds back. conn_fill()
+ * now reads no more than it asks; this holds a TLS connection's reading
+ * at CONN_READ_HIGH whoever reads, and reads again below half of it.
+ */
+static void
+conn_bound(struct conn *c)
+{
+	size_t len;
+
+	if (!c->tls || c->dead || c->finishing || c->lingering)
+		return;
+	len = evbuffer_get_length(bufferevent_get_input(c->bev));
+	if (!c->full && len >= CONN_READ_HIGH) {
+		bufferevent_disable(c->bev, EV_READ);
+		c->full = 1;
+	} else if (c->full && len < CONN_READ_HIGH / 2) {
+		c->full = 0;
+		if (!c->paused)
+			conn_reading(c, 1);
+	}
+}
+
 static void
 conn_process(struct conn *c)
 {
@@ -271,6 +300,7 @@ conn_process(struct conn *c)
 		more = 1;
 	if (c->failing && !more && !c->dead)
 		conn_fail(c, c->fail_why);
+	conn_bound(c);
 	c->in_cb--;
 	if (c->dead && c->in_cb == 0)
 		conn_destroy(c);
@@ -342,6 +372,29 @@ conn_input_frozen(struct conn *c, int frozen)
 }
 
 /*
+ * A TLS connection decrypts into one buffer that stays and appends what
+ * came to the input: reading into space reserved in the input
+ * (evbuffer_reserve_space(), as for plaintext) grew the heap of a
+ * destination by about what its bulk lane carried (900 MB for 1 GiB,
+ * freed only with the lane), every page of it faulted in fresh, most of
+ * the daemon's CPU (docs/busy-destination.md). The copy
+ * costs far less. At most want bytes; as conn_read_iov() returns.
+ */
+static ssize_t
+conn_read_tls(struct conn *c, struct evbuffer *in, size_t want)
+{
+	static uint8_t buf[CONN_FILL_MAX];
+	struct iovec one = {buf, want < sizeof(buf) ? want : sizeof(buf)};
+	ssize_t r = conn_read_iov(c, bufferevent_getfd(c->bev), &one, 1);
+
+	if (r > 0 && evbuffer_add(in, buf, (size_t)r) < 0) {
+		conn_set_failing(c, "out of memory");
+		return -1;
+	}
+	return r;
+}
+
+/*
  * libevent 2.1 reads at most 4 KiB per read event (EVBUFFER_MAX_READ), so a
  * 4 KiB page with its header takes two loop rounds and the bulk lane one
  * round per 4 KiB; its OpenSSL bufferevent decrypts one 16 KiB record per
@@ -379,6 +432,22 @@ conn_fill(struct conn *c)
 			want = held;
 		if (want == 0)
 			break;
+		if (c->tls) {
+			r = conn_read_tls(c, in, want);
+			if (r > 0) {
+				have += (size_t)r;
+				taken += (size_t)r;
+				if ((size_t)r == want)
+					continue;
+				break;
+			}
+			if (r == 0)
+				errno = 0;
+			if (taken == 0 &&
+			    (r == 0 || (errno != EAGAIN && errno != EINTR)))
+				return -1;
+			break;
+		}
 		conn_input_frozen(c, 0);
 		n = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
 		for (int i = 0; i < n; i++) {
@@ -424,6 +493,7 @@ static void
 conn_read_cb(struct bufferevent *bev, void *arg)
 {
 	conn_fill(arg);
+	conn_bound(arg);
 	conn_process(arg);
 }
 

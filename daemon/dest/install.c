@@ -213,13 +213,25 @@ dest_frame_pages(struct dest *d, const struct evbuffer_iovec *v, int nv,
 }
 
 /*
- * A ZERO run of the bulk stream is not installed: the page is none
- * (attach discarded it), reads as zeros once the migration is over, and a
- * thread that touches it before gets a zero page then, as for a page the
- * target discarded itself (dest_zero_discarded()). Installing them would
- * give shared memory and hugetlb a real page each, for guest RAM most of
- * it. A page a thread waits on is installed.
+ * A ZERO run of the bulk stream is not installed in shared memory and
+ * hugetlb: the page is none (attach discarded it), reads as zeros once the
+ * migration is over, and a thread that touches it before gets a zero page
+ * then, as for a page the target discarded itself (dest_zero_discarded()).
+ * Installing them would give each a real page, for guest RAM most of it. A
+ * page a thread waits on is installed.
+ *
+ * Private anonymous memory gets them installed (zero_run_installed()):
+ * there UFFDIO_ZEROPAGE maps the kernel's one zero page, which costs no
+ * memory, and a page left none costs a thread that reads it a round trip
+ * through this daemon, which a busy target starves of CPU (the demo's
+ * checkers, one zero page in 16: docs/busy-destination.md).
  */
+static int
+zero_run_installed(const struct dst_region *dr)
+{
+	return dr->r.kind == REGION_ANON_PRIVATE;
+}
+
 static void
 zero_run_none(struct dest *t, struct dst_region *dr, const Uffdd__PageData *pd)
 {
@@ -329,7 +341,7 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 	if (dr->r.kind == REGION_FILE_PRIVATE)
 		/* A child inherited these at its fork, after the release. */
 		return t->root ? 0 : dest_write_private(t, dr, pd, v, nv);
-	if (pd->zero && !pd->demand)
+	if (pd->zero && !pd->demand && !zero_run_installed(dr))
 		zero_run_none(t, dr, pd);
 	if (t->root && !root->gone && region_kind_shmem(dr->r.kind))
 		/* Nothing to install through the child's uffd. */

@@ -16,7 +16,8 @@
 # BENCH_LATENCY_ONLY=1 the idle and the during-bulk fault cases alone,
 # BENCH_DST_ARGS adds arguments to the plaintext destination daemons and
 # BENCH_ARGS to every daemon (A/B runs of a daemon option, e.g.
-# BENCH_ARGS="--poll-us 0"). The idle fault case runs twice a round: once
+# BENCH_ARGS="--poll-us 0"), BENCH_BUSY_ONLY=1 the busy destination's pair
+# alone (the demo's workload against nothing touched, TLS). The idle fault case runs twice a round: once
 # with every process of it (the floor's three; the two daemons and the
 # workloads of the uffdd case) on one CPU, BENCH_PIN (default 1), floor
 # and uffdd alike, and once unpinned. On one CPU, placement across vCPUs
@@ -54,13 +55,24 @@ cpu_s() {
 
 json_field() { sed -n "s/.*\"$2\":\\([0-9.e+-]*\\).*/\\1/p" "$1"; }
 
+# Seconds the threads of a process have so far waited on a run queue,
+# runnable but not running (schedstat's second field, summed).
+rundelay_s() {
+	cat /proc/"$1"/task/*/schedstat 2>/dev/null |
+		awk '{d += $2} END {printf "%.3f", d / 1e9}'
+}
+
 # One migration of SIZE through daemons src and DST, the destination
-# touching TOUCH random pages one at a time (0: none, the bulk lane alone).
-# Sets M_SECS (attach to fully resident), M_P50, M_P99, M_FAULTS, M_SCPU and
-# M_DCPU (CPU seconds of each daemon during the migration).
+# touching TOUCH random pages one at a time (0: none, the bulk lane alone;
+# "demo": the demo's workload, 8 threads reading and checking every page
+# at full speed, tests/demo.sh). Sets M_SECS (attach to fully resident),
+# M_P50, M_P99, M_FAULTS, M_SCPU and M_DCPU (CPU seconds of each daemon
+# during the migration), M_SWAIT and M_DWAIT (seconds each daemon's
+# threads waited for a CPU meanwhile) and, from the destination's status,
+# M_BLOCK (blocktime, ms, summed over threads) and M_DP99 (demand p99, us).
 migrate_once() {
 	local size=$1 dst=$2 touch=$3 src=${4:-src} end range id sc0 dc0 sock pid
-	local s_sock s_port s_pid
+	local s_sock s_port s_pid sw0 dw0 wargs=(--touch "$touch")
 	s_sock=$(eval echo "\$${src}_SOCK")
 	s_port=$(eval echo "\$${src}_PORT")
 	s_pid=$(eval echo "\$${src}_PID")
@@ -69,7 +81,8 @@ migrate_once() {
 	end=$(printf '0x%x' $((BASE + $(numfmt --from=iec "$size"))))
 	range=$(printf '%x-%x' $((BASE)) $((end)))
 	start_workload WS source --size "$size" --threads 1 --untouched-every 0
-	start_workload WD dest --size "$size" --touch "$touch"
+	[ "$touch" = demo ] && wargs=(--threads 8 --untouched-every 0)
+	start_workload WD dest --size "$size" "${wargs[@]}"
 	if [ -n "$PLACE_S" ]; then
 		taskset -a -p -c "$PLACE_S" "$WS" >/dev/null
 		taskset -a -p -c "$PLACE_D" "$WD" >/dev/null
@@ -82,6 +95,8 @@ migrate_once() {
 	fi
 	sc0=$(cpu_s "$s_pid")
 	dc0=$(cpu_s "${!pid}")
+	sw0=$(rundelay_s "$s_pid")
+	dw0=$(rundelay_s "${!pid}")
 	"$CLIENT" --control "${!sock}" attach "$WD" --from "127.0.0.1:$s_port" \
 		--id "$id" --range "$range" >"$T/attach.out" 2>&1 ||
 		fail "attach: $(cat "$T/attach.out")"
@@ -91,10 +106,16 @@ migrate_once() {
 	"$CLIENT" --control "$s_sock" wait "$id" --timeout 60 >/dev/null 2>&1 || true
 	M_SCPU=$(echo "$(cpu_s "$s_pid") - $sc0" | bc -l)
 	M_DCPU=$(echo "$(cpu_s "${!pid}") - $dc0" | bc -l)
+	M_SWAIT=$(echo "$(rundelay_s "$s_pid") - $sw0" | bc -l)
+	M_DWAIT=$(echo "$(rundelay_s "${!pid}") - $dw0" | bc -l)
 	"$CLIENT" --control "${!sock}" status "$id" --json >"$T/status.json"
 	M_SECS=$(json_field "$T/status.json" elapsed_s)
+	M_BLOCK=$(json_field "$T/status.json" blocktime_ms)
+	M_DP99=$(json_field "$T/status.json" latency_p99_us)
 	M_P50=0 M_P99=0 M_FAULTS=0
-	if [ "$touch" -gt 0 ]; then
+	if [ "$touch" = demo ]; then
+		wait_verified WD >/dev/null
+	elif [ "$touch" -gt 0 ]; then
 		for _ in $(seq 600); do
 			grep -q '^touched' "$T/WD.out" && break
 			sleep 0.05
@@ -203,8 +224,35 @@ floor_fault() {
 		tr '=' ' ' | awk '{print $5, $7}')
 }
 
+# busy_dest_pair: the demo's workload (8 threads checking every page of
+# BIG, TLS) and the same migration with nothing touched, through the TLS
+# daemons, in an order that alternates by round (issue 24, "the busy
+# destination"): the target's threads keep both CPUs busy while they fault.
+busy_dest_pair() {
+	local order=(demo 0) t name
+	[ $((ROUND % 2)) = 1 ] && order=(0 demo)
+	for t in "${order[@]}"; do
+		name=none
+		[ "$t" = demo ] && name=demo
+		migrate_once "$BIG" dstt "$t" srct
+		rec "tls_${name}_s" "$M_SECS"
+		rec "tls_${name}_scpu" "$M_SCPU"
+		rec "tls_${name}_dcpu" "$M_DCPU"
+		rec "tls_${name}_swait" "$M_SWAIT"
+		rec "tls_${name}_dwait" "$M_DWAIT"
+		rec "tls_${name}_block_ms" "$M_BLOCK"
+		rec "tls_${name}_p99" "$M_DP99"
+	done
+}
+
 for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	info "round $ROUND of $ROUNDS"
+	busy_dest_pair
+	# BENCH_BUSY_ONLY=1: that pair alone (quick A/B of builds).
+	if [ -n "${BENCH_BUSY_ONLY:-}" ]; then
+		tail -n 40 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
+		continue
+	fi
 	# Demand faults, idle, every process on CPU $PIN: the floor, the floor
 	# whose server reads each page from another process and whose two
 	# sides wait in epoll_wait() (what a daemon with an event loop cannot
@@ -376,6 +424,13 @@ fig med 1 "fault during bulk p50, two hosts (us)" hosts_busy_p50 hosts_idle_p50 
 fig med 3 "$BIG attach to resident (s)" bulk_s floor_bulk_s 1.3
 fig med 3 "$BIG attach to resident, TLS (s)" tls_bulk_s floor_bulk_s 1.6
 fig med 3 "$BIG resident, $NFAULT faults too (s)" busy_bulk_s floor_bulk_s -
+# The busy destination (issue 24): the demo's 8 checking threads against
+# nothing touched, TLS, same round; then what the daemons spent and waited.
+fig med 3 "$BIG resident, TLS, demo v untouched (s)" tls_demo_s tls_none_s 2
+fig med 3 "  dest daemon CPU (s), demo v untouched" tls_demo_dcpu tls_none_dcpu -
+fig med 3 "  src daemon CPU (s), demo v untouched" tls_demo_scpu tls_none_scpu -
+fig med 3 "  dest daemon run-queue wait (s)" tls_demo_dwait tls_none_dwait -
+fig med 3 "  src daemon run-queue wait (s)" tls_demo_swait tls_none_swait -
 fig med 3 "CPU s/GiB, source (floor: sender)" src_cpu floor_send_cpu -
 fig med 3 "CPU s/GiB, destination (floor: receiver)" dst_cpu floor_recv_cpu -
 fig med 3 "CPU s/GiB, both daemons (floor: both)" both_cpu floor_bulk_cpu 1.2
@@ -399,6 +454,7 @@ fig best 1 "fault during bulk p99, two hosts (us)" hosts_busy_p99 hosts_idle_p99
 FB=floor_bulk_s,floor_bulk_again_s
 fig best 3 "$BIG attach to resident (s)" bulk_s "$FB" 1.3
 fig best 3 "$BIG attach to resident, TLS (s)" tls_bulk_s "$FB" 1.6
+fig best 3 "$BIG resident, TLS, demo v untouched (s)" tls_demo_s tls_none_s 2
 echo "(unpinned, a fault's three processes land on one vCPU or on two, the floor's as
  uffdd's, and a wakeup across vCPUs costs 20-70 us here: the unpinned idle
  rows say where the scheduler put them, the one-CPU rows what the code costs)"
