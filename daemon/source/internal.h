@@ -64,6 +64,9 @@ struct precopy {
 	uint64_t wall_freeze; /* the same, CLOCK_REALTIME */
 	uint64_t final_pages; /* sent during the freeze */
 	int sent_since;	      /* the round's marked pages were queued */
+	struct event *wp_ev;  /* a sync tracker's faults (wptrack_serve()) */
+	uint64_t faults_at;   /* its faults answered, at the round's start */
+	long long minflt_at, majflt_at; /* the process's, the same */
 };
 
 struct src_region {
@@ -118,8 +121,9 @@ struct source {
 
 /* freeze.c */
 int source_freeze_checked(const struct procref *t,
-			  const struct authz_caller *who, int *was_stopped,
-			  uint32_t *code, char *err, size_t errlen);
+			  const struct authz_caller *who, struct wptrack *serve,
+			  int *was_stopped, uint32_t *code, char *err,
+			  size_t errlen);
 void source_thaw(const struct procref *t, int was_stopped);
 long long source_switch_count(pid_t pid, int *running);
 void source_watch_freeze(struct source *);
@@ -155,6 +159,8 @@ int source_precopy_running(const struct source *);
 void source_precopy_round_end(struct source *);
 int source_precopy_synced(struct source *, const Uffdd__Ping *);
 int source_precopy_hello(struct source *, struct conn *, const Uffdd__Hello *);
+void source_precopy_untrack(struct source *);
+void source_precopy_free(struct source *);
 
 /* lanes.c */
 void source_lanes_start(struct source *);
