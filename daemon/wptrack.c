@@ -120,6 +120,42 @@ take_uffd(const struct procref *t, int sync, char *why, size_t len)
 	return ours;
 }
 
+/* One UFFDIO_WRITEPROTECT: 0, 1 for ENOENT (no registered mapping), -1. */
+static int
+wp_one(int uffd, uint64_t a, uint64_t b, int wp)
+{
+	if (uffd_writeprotect(uffd, a, b - a, wp) == 0)
+		return 0;
+	return errno == ENOENT ? 1 : -1;
+}
+
+/*
+ * UFFDIO_WRITEPROTECT of [a, b), for a sync tracker. On 6.1 it takes
+ * one mapping a call (ENOENT across two, as after an mprotect() that split
+ * one): then block by block, and a failing block page by page; a page of
+ * no registered mapping is skipped (a sync tracker counts a page without
+ * the protection as written: it is sent again, never lost). 0, or -1 with
+ * errno set for any other error.
+ */
+static int
+wp_range(int uffd, uint64_t a, uint64_t b, int wp)
+{
+	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE);
+	int r = wp_one(uffd, a, b, wp);
+
+	for (uint64_t x = a, y; r > 0 && x < b; x = y) {
+		y = (x & ~(uint64_t)(WPTRACK_SYNC_BLOCK - 1)) +
+		    WPTRACK_SYNC_BLOCK;
+		y = y < b ? y : b;
+		r = wp_one(uffd, x, y, wp);
+		for (uint64_t p = x; r > 0 && p < y; p += ps)
+			if (wp_one(uffd, p, p + ps, wp) < 0)
+				return -1;
+		r = r < 0 ? -1 : 1;
+	}
+	return r < 0 ? -1 : 0;
+}
+
 int
 wptrack_start(struct wptrack *w, const struct procref *t,
 	      const struct range *rs, size_t n, enum wptrack_mode mode,
@@ -152,7 +188,9 @@ wptrack_start(struct wptrack *w, const struct procref *t,
 
 		if (uffd_register(w->uffd, rs[i].start, l,
 				  UFFDIO_REGISTER_MODE_WP, NULL) < 0 ||
-		    uffd_writeprotect(w->uffd, rs[i].start, l, 1) < 0) {
+		    (w->sync ? wp_range(w->uffd, rs[i].start, rs[i].end, 1)
+			     : uffd_writeprotect(w->uffd, rs[i].start, l, 1)) <
+			    0) {
 			/* EBUSY: the process has a userfaultfd there itself. */
 			snprintf(why, len, "write-protecting 0x%llx-0x%llx: %s",
 				 (unsigned long long)rs[i].start,
@@ -244,9 +282,7 @@ collect_range_sync(const struct wptrack *w, const struct range *r, uint64_t *e,
 				continue;
 			fn(arg, run, at);
 			bytes += (int64_t)(at - run);
-			/* ENOENT: unmapped meanwhile, nothing to protect. */
-			if (uffd_writeprotect(w->uffd, run, at - run, 1) < 0 &&
-			    errno != ENOENT)
+			if (wp_range(w->uffd, run, at, 1) < 0)
 				return -1;
 			run = 0;
 		}
@@ -379,8 +415,7 @@ wptrack_stop(struct wptrack *w)
 {
 	/* Nothing protected stays behind a descriptor nobody reads. */
 	for (size_t i = 0; w->uffd >= 0 && w->sync && i < w->n; i++)
-		uffd_writeprotect(w->uffd, w->rs[i].start,
-				  w->rs[i].end - w->rs[i].start, 0);
+		wp_range(w->uffd, w->rs[i].start, w->rs[i].end, 0);
 	if (w->uffd >= 0)
 		close(w->uffd);
 	if (w->pagemap >= 0)
