@@ -4,8 +4,10 @@
 # WP_ASYNC): a process writing to a hot set is pre-copied while the source
 # daemon answers its write faults, and the destination ends byte for byte
 # equal to the source at its freeze (kept with --keep-source, hashed by
-# memhash), also with pages discarded during the rounds. The frozen source
-# is left with nothing protected and no userfaultfd. Shared memory, which
+# memhash), also with some writes made by the kernel (read() into the hot
+# set: they must wait for the daemon, not fail with EFAULT) and with pages
+# discarded during the rounds. The frozen source is left with nothing
+# protected and no userfaultfd. Shared memory, which
 # the fallback cannot track, is refused naming the feature, and the process
 # runs on.
 . "$SRC/tests/lib.sh"
@@ -54,7 +56,7 @@ sync_migration() {
 	info "$label: sha256 $h_src equal on both sides after $ROUNDS rounds"
 }
 
-sync_migration hot 64M "--threads 2 --hot 3 --pace-us 20" "--threads 4 --prefault"
+sync_migration hot 64M "--threads 2 --hot 3 --pace-us 20 --syscall-every 4" "--threads 4 --prefault"
 wait_verified WD
 [ "$ROUNDS" -ge 2 ] || fail "hot: $ROUNDS rounds"
 grep -q "migration ${ID:0:8}.*tracked with synchronous uffd-wp" "$T/src.log" ||
