@@ -45,6 +45,7 @@ sync_migration() {
 	"$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 >/dev/null 2>&1 ||
 		fail "$label: source side did not complete: $("$CLIENT" --control "$src_SOCK" status "$ID")"
 	[ "$(proc_state "$WS")" = T ] || fail "$label: source not left stopped"
+	if [ "$label" = hot ]; then wait_verified WD; fi
 	h_src=$("$MEMHASH" "$WS" $BASE "$end")
 	h_dst=$("$MEMHASH" "$WD" $BASE "$end")
 	[ "$h_src" = "$h_dst" ] || fail "$label: destination differs from the source at its freeze"
@@ -57,7 +58,6 @@ sync_migration() {
 }
 
 sync_migration hot 64M "--threads 2 --hot 3 --pace-us 20 --syscall-every 4" "--threads 4 --prefault"
-wait_verified WD
 [ "$ROUNDS" -ge 2 ] || fail "hot: $ROUNDS rounds"
 grep -q "migration ${ID:0:8}.*tracked with synchronous uffd-wp" "$T/src.log" ||
 	fail "the source daemon did not say it used the synchronous tracker"
