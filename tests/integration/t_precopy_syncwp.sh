@@ -4,12 +4,12 @@
 # WP_ASYNC): a process writing to a hot set is pre-copied while the source
 # daemon answers its write faults, and the destination ends byte for byte
 # equal to the source at its freeze (kept with --keep-source, hashed by
-# memhash), also with some writes made by the kernel (read() into the hot
-# set: they must wait for the daemon, not fail with EFAULT) and with pages
-# discarded during the rounds. The frozen source is left with nothing
-# protected and no userfaultfd. Shared memory, which
-# the fallback cannot track, is refused naming the feature, and the process
-# runs on.
+# memhash). Also with some writes made by the kernel (read() into the hot
+# set: they must wait for the daemon, not fail with EFAULT), with
+# transparent huge pages, and with pages discarded during the rounds. The
+# frozen source is left with nothing protected and no userfaultfd. Shared
+# memory, which the fallback cannot track, is refused naming the feature,
+# and the process runs on.
 . "$SRC/tests/lib.sh"
 need_root
 UFFDD_TEST_SYNC_WP=1
@@ -65,6 +65,9 @@ grep 'synchronous uffd-wp):' "$T/src.log" | sed 's/.*pre-copy/  pre-copy/'
 answered=$(sed -n 's/.* \([0-9]*\) write faults answered.*/\1/p' "$T/src.log" | awk '{s += $1} END {print s + 0}')
 [ "$answered" -gt 0 ] || fail "hot: no write fault answered during the rounds"
 info "hot: $answered write faults answered in all"
+kill -9 "$WS" "$WD"
+
+sync_migration thp 32M "--kind thp --threads 2 --hot 3 --pace-us 50 --zero-every 16" "--kind thp --touch 0"
 kill -9 "$WS" "$WD"
 
 sync_migration discards 32M "--threads 2 --hot 3 --pace-us 50 --discard-every 8" "--touch 0"
