@@ -87,8 +87,8 @@ source_precopy_arm(const struct procref *t, const struct region *regs, size_t n,
 				   "tracks writes to that only (synchronous "
 				   "uffd-wp; shared memory and huge pages need "
 				   "UFFD_FEATURE_WP_ASYNC and PAGEMAP_SCAN, "
-				   "Linux "
-				   "6.7 and later): leave it out with --range",
+				   "Linux 6.7 and later): leave it out with "
+				   "--range",
 			 (unsigned long long)regs[i].start,
 			 (unsigned long long)(regs[i].start + regs[i].length),
 			 regs[i].name);
@@ -141,8 +141,9 @@ proc_faults(pid_t pid, long long *minflt, long long *majflt)
 }
 
 /*
- * A sync tracker's round (docs/design.md, "Pre-copy"): the write faults
- * it answered and the process took, for the logs and the kernel VM test.
+ * A sync tracker's round (docs/design.md, "Write tracking before 6.7"):
+ * the write faults it answered and the process took, for the logs and the
+ * kernel VM test.
  */
 static void
 log_sync_round(struct source *s, int64_t dirty)
