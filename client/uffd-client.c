@@ -47,7 +47,11 @@ usage(FILE *f)
 		fprintf(f, "  %s\n", cmds[i].usage);
 	fprintf(f,
 		"\nThe control socket is --control, else $UFFDD_CONTROL, "
-		"else %s.\n",
+		"else %s.\n"
+		"export --precopy needs the source's kernel to track writes: "
+		"Linux 6.7 or later\n(UFFD_FEATURE_WP_ASYNC, PAGEMAP_SCAN), or "
+		"6.1 to 6.6 for private anonymous\nmemory only (synchronous "
+		"uffd-wp).\n",
 		DEFAULT_CONTROL);
 }
 

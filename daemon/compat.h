@@ -95,5 +95,7 @@ struct pm_scan_arg {
 #define PM_PRESENT (1ULL << 63)
 #define PM_SWAP (1ULL << 62)
 #define PM_FILE (1ULL << 61)
+/* The page is write-protected by a userfaultfd (5.13 for anonymous memory). */
+#define PM_UFFD_WP (1ULL << 57)
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "daemon/compat.h"
 #include "daemon/log.h"
@@ -112,6 +113,57 @@ probe_shmem_pm_swap(void)
 		close(mfd);
 }
 
+/*
+ * Synchronous write-protection of anonymous memory, the pre-copy's write
+ * tracking where WP_ASYNC is missing (wptrack.h): a page of our own is
+ * written, registered in WP mode and protected, and must then show
+ * PM_UFFD_WP in pagemap; un-protected, it must not. Then whether the
+ * un-protect left it writable (kernel/ patch 4): writing it again takes no
+ * minor fault of this thread.
+ */
+static void
+probe_wp_sync(void)
+{
+	size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+	int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	int fd = new_uffd();
+	volatile char *p = MAP_FAILED;
+	uint64_t on = 0, off = PM_UFFD_WP, a;
+	struct rusage r0, r1;
+	off_t at;
+
+	if (fd >= 0 && pm >= 0 &&
+	    (kfeat.uffd_features & UFFD_FEATURE_PAGEFAULT_FLAG_WP) &&
+	    uffd_api(fd, 0, NULL) == 0)
+		p = mmap(NULL, ps, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p != MAP_FAILED) {
+		a = (uint64_t)(uintptr_t)p;
+		at = (off_t)(a / ps * sizeof(on));
+		p[0] = 1;
+		if (uffd_register(fd, a, ps, UFFDIO_REGISTER_MODE_WP, NULL) ==
+			    0 &&
+		    uffd_writeprotect(fd, a, ps, 1) == 0 &&
+		    pread(pm, &on, sizeof(on), at) == (ssize_t)sizeof(on) &&
+		    uffd_writeprotect(fd, a, ps, 0) == 0 &&
+		    pread(pm, &off, sizeof(off), at) == (ssize_t)sizeof(off))
+			kfeat.uffd_wp_sync =
+				(on & PM_UFFD_WP) && !(off & PM_UFFD_WP);
+		/* Only once un-protected: a protected write would hang us. */
+		if (kfeat.uffd_wp_sync && getrusage(RUSAGE_THREAD, &r0) == 0) {
+			p[0] = 2;
+			if (getrusage(RUSAGE_THREAD, &r1) == 0)
+				kfeat.wp_unprotect_writable =
+					r1.ru_minflt == r0.ru_minflt;
+		}
+		munmap((void *)p, ps);
+	}
+	if (fd >= 0)
+		close(fd);
+	if (pm >= 0)
+		close(pm);
+}
+
 static void
 probe_pagemap_scan(void)
 {
@@ -189,6 +241,7 @@ probe_kernel(void)
 	probe_pagemap_scan();
 	probe_shmem_pm_swap();
 	probe_map_files();
+	probe_wp_sync();
 	log_info("kernel: %s", probe_summary());
 	if (!kfeat.map_files)
 		log_warnx("%s: shared memory and private file mappings cannot "
@@ -200,11 +253,12 @@ probe_kernel(void)
 const char *
 probe_summary(void)
 {
-	static char buf[256];
+	static char buf[320];
 
 	snprintf(buf, sizeof(buf),
 		 "uffd features 0x%llx%s, pagemap_scan %s%s, access_likely %s, "
-		 "shmem_pm_swap %s, poison %s, map_files %s",
+		 "shmem_pm_swap %s, poison %s, map_files %s, uffd_wp_sync %s, "
+		 "wp_unprotect_writable %s",
 		 (unsigned long long)kfeat.uffd_features,
 		 kfeat.dev_userfaultfd ? " (/dev/userfaultfd)" : "",
 		 kfeat.pagemap_scan ? "yes" : "no",
@@ -212,6 +266,8 @@ probe_summary(void)
 		 kfeat.access_likely ? "yes" : "no",
 		 kfeat.shmem_pm_swap ? "yes" : "no",
 		 (kfeat.uffd_features & UFFD_FEATURE_POISON) ? "yes" : "no",
-		 kfeat.map_files ? "yes" : "no");
+		 kfeat.map_files ? "yes" : "no",
+		 kfeat.uffd_wp_sync ? "yes" : "no",
+		 kfeat.wp_unprotect_writable ? "yes" : "no");
 	return buf;
 }

@@ -16,6 +16,8 @@ struct kfeatures {
 	int shmem_pm_swap;	 /* shmem PM_SWAP in pagemap (patched) */
 	int unprivileged_sysctl; /* vm.unprivileged_userfaultfd */
 	int map_files;		 /* /proc/PID/map_files opens (capability) */
+	int uffd_wp_sync;	 /* sync uffd-wp of anon memory, in pagemap */
+	int wp_unprotect_writable; /* un-protect leaves it writable (patch 4) */
 };
 
 extern struct kfeatures kfeat;

@@ -26,25 +26,66 @@
 	(UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED | \
 	 UFFD_FEATURE_WP_HUGETLBFS_SHMEM)
 
+/* A test knob (docs/design.md): set to "1". */
+static int
+knob(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v != NULL && strcmp(v, "1") == 0;
+}
+
+enum wptrack_mode
+wptrack_mode(void)
+{
+	if (knob("UFFDD_TEST_NO_WP_TRACKING"))
+		return WPTRACK_OFF;
+	if (kfeat.pagemap_scan &&
+	    (kfeat.uffd_features & WPTRACK_FEATURES) == WPTRACK_FEATURES &&
+	    !knob("UFFDD_TEST_SYNC_WP"))
+		return WPTRACK_ASYNC;
+	return kfeat.uffd_wp_sync ? WPTRACK_SYNC : WPTRACK_OFF;
+}
+
 int
 wptrack_usable(void)
 {
-	const char *no = getenv("UFFDD_TEST_NO_WP_TRACKING");
-
-	if (no != NULL && strcmp(no, "1") == 0)
-		return 0;
-	return kfeat.pagemap_scan &&
-	       (kfeat.uffd_features & WPTRACK_FEATURES) == WPTRACK_FEATURES;
+	return wptrack_mode() == WPTRACK_ASYNC;
 }
 
 /*
- * Has the stopped process t make a userfaultfd and copies it out. The
- * user-mode-only kind: any process may make one (whatever
+ * A full userfaultfd for a process that may not call userfaultfd() itself
+ * (vm.unprivileged_userfaultfd=0): the device, handed in for one call.
+ */
+static long
+uffd_via_device(struct inject *inj)
+{
+	int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC), tdev;
+	long rc;
+
+	if (dev < 0)
+		return -EPERM;
+	tdev = inject_pass_fd(inj, dev);
+	close(dev);
+	if (tdev < 0)
+		return -EPERM;
+	rc = inject_syscall(inj, SYS_ioctl, (unsigned long)tdev,
+			    USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK, 0, 0,
+			    0);
+	inject_syscall(inj, SYS_close, (unsigned long)tdev, 0, 0, 0, 0, 0);
+	return rc;
+}
+
+/*
+ * Has the stopped process t make a userfaultfd and copies it out. Async:
+ * the user-mode-only kind: any process may make one (whatever
  * vm.unprivileged_userfaultfd says), and async write-protection needs no
- * more (a write from the kernel clears the protection all the same).
+ * more (a write from the kernel clears the protection all the same). Sync:
+ * a full one, since a user-mode-only one would fail the process's system
+ * calls that write to a protected page (EFAULT) instead of waiting.
  */
 static int
-take_uffd(const struct procref *t, char *why, size_t len)
+take_uffd(const struct procref *t, int sync, char *why, size_t len)
 {
 	struct inject inj;
 	long fd;
@@ -60,8 +101,11 @@ take_uffd(const struct procref *t, char *why, size_t len)
 		return -1;
 	}
 	fd = inject_syscall(&inj, SYS_userfaultfd,
-			    O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY, 0, 0,
-			    0, 0, 0);
+			    O_CLOEXEC | O_NONBLOCK |
+				    (sync ? 0 : UFFD_USER_MODE_ONLY),
+			    0, 0, 0, 0, 0);
+	if (sync && fd == -EPERM && kfeat.dev_userfaultfd)
+		fd = uffd_via_device(&inj);
 	if (fd >= 0) {
 		ours = (int)syscall(SYS_pidfd_getfd, t->pidfd, (int)fd, 0);
 		inject_syscall(&inj, SYS_close, (unsigned long)fd, 0, 0, 0, 0,
@@ -76,9 +120,46 @@ take_uffd(const struct procref *t, char *why, size_t len)
 	return ours;
 }
 
+/* One UFFDIO_WRITEPROTECT: 0, 1 for ENOENT (no registered mapping), -1. */
+static int
+wp_one(int uffd, uint64_t a, uint64_t b, int wp)
+{
+	if (uffd_writeprotect(uffd, a, b - a, wp) == 0)
+		return 0;
+	return errno == ENOENT ? 1 : -1;
+}
+
+/*
+ * UFFDIO_WRITEPROTECT of [a, b), for a sync tracker. On 6.1 it takes
+ * one mapping a call (ENOENT across two, as after an mprotect() that split
+ * one): then block by block, and a failing block page by page; a page of
+ * no registered mapping is skipped (a sync tracker counts a page without
+ * the protection as written: it is sent again, never lost). 0, or -1 with
+ * errno set for any other error.
+ */
+static int
+wp_range(int uffd, uint64_t a, uint64_t b, int wp)
+{
+	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE);
+	int r = wp_one(uffd, a, b, wp);
+
+	for (uint64_t x = a, y; r > 0 && x < b; x = y) {
+		y = (x & ~(uint64_t)(WPTRACK_SYNC_BLOCK - 1)) +
+		    WPTRACK_SYNC_BLOCK;
+		y = y < b ? y : b;
+		r = wp_one(uffd, x, y, wp);
+		for (uint64_t p = x; r > 0 && p < y; p += ps)
+			if (wp_one(uffd, p, p + ps, wp) < 0)
+				return -1;
+		r = r < 0 ? -1 : 1;
+	}
+	return r < 0 ? -1 : 0;
+}
+
 int
 wptrack_start(struct wptrack *w, const struct procref *t,
-	      const struct range *rs, size_t n, char *why, size_t len)
+	      const struct range *rs, size_t n, enum wptrack_mode mode,
+	      char *why, size_t len)
 {
 	char path[64];
 
@@ -88,18 +169,28 @@ wptrack_start(struct wptrack *w, const struct procref *t,
 		snprintf(why, len, "%s: %s", path, strerror(errno));
 		return -1;
 	}
-	if ((w->uffd = take_uffd(t, why, len)) < 0)
+	w->sync = mode == WPTRACK_SYNC;
+	if (mode == WPTRACK_OFF) {
+		snprintf(why, len, "this kernel cannot track writes");
 		goto fail;
-	if (uffd_api(w->uffd, WPTRACK_FEATURES, NULL) < 0) {
+	}
+	if ((w->uffd = take_uffd(t, w->sync, why, len)) < 0)
+		goto fail;
+	if (uffd_api(w->uffd, w->sync ? 0 : WPTRACK_FEATURES, NULL) < 0) {
 		snprintf(why, len, "UFFDIO_API: %s", strerror(errno));
 		goto fail;
 	}
+	w->rs = xcalloc(n, sizeof(*w->rs));
+	memcpy(w->rs, rs, n * sizeof(*rs));
+	w->n = n;
 	for (size_t i = 0; i < n; i++) {
 		uint64_t l = rs[i].end - rs[i].start;
 
 		if (uffd_register(w->uffd, rs[i].start, l,
 				  UFFDIO_REGISTER_MODE_WP, NULL) < 0 ||
-		    uffd_writeprotect(w->uffd, rs[i].start, l, 1) < 0) {
+		    (w->sync ? wp_range(w->uffd, rs[i].start, rs[i].end, 1)
+			     : uffd_writeprotect(w->uffd, rs[i].start, l, 1)) <
+			    0) {
 			/* EBUSY: the process has a userfaultfd there itself. */
 			snprintf(why, len, "write-protecting 0x%llx-0x%llx: %s",
 				 (unsigned long long)rs[i].start,
@@ -108,9 +199,6 @@ wptrack_start(struct wptrack *w, const struct procref *t,
 			goto fail;
 		}
 	}
-	w->rs = xcalloc(n, sizeof(*w->rs));
-	memcpy(w->rs, rs, n * sizeof(*rs));
-	w->n = n;
 	/* Read through the file opened before: the mm checked, no other. */
 	if (!procref_same(t)) {
 		snprintf(why, len, "process %d changed", (int)t->pid);
@@ -153,12 +241,84 @@ wptrack_written(const struct wptrack *w, uint64_t *addr)
 /* Runs of written pages one PAGEMAP_SCAN call reports at most. */
 #define COLLECT_VEC 256
 
+/* Pagemap entries read at once by a sync tracker's collection (64 KiB). */
+#define SYNC_BATCH 8192
+
+/*
+ * Sync: the dirty pages of range r are those present or swapped without
+ * the uffd-wp bit in pagemap: written since they were protected (only a
+ * write clears it on a present page), or populated since (none PTEs of
+ * anonymous memory keep no protection before 6.7). Each run found is
+ * protected again after it is reported, and before it is read to be sent:
+ * a write in between is in the copy sent, one after it shows next time.
+ */
+static int64_t
+collect_range_sync(const struct wptrack *w, const struct range *r, uint64_t *e,
+		   void (*fn)(void *, uint64_t, uint64_t), void *arg)
+{
+	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE), run = 0;
+	int64_t bytes = 0;
+
+	for (uint64_t at = r->start; at < r->end;) {
+		uint64_t n = (r->end - at) / ps;
+		ssize_t got;
+
+		if (n > SYNC_BATCH)
+			n = SYNC_BATCH;
+		got = pread(w->pagemap, e, n * sizeof(*e),
+			    (off_t)(at / ps * sizeof(*e)));
+		if (got < 0 || (size_t)got != n * sizeof(*e)) {
+			if (got >= 0)
+				errno = EIO;
+			return -1;
+		}
+		for (uint64_t k = 0; k <= n; k++, at += ps) {
+			int dirty = k < n && (e[k] & (PM_PRESENT | PM_SWAP)) &&
+				    !(e[k] & PM_UFFD_WP);
+
+			if (dirty && run == 0)
+				run = at;
+			if (dirty || run == 0)
+				continue;
+			fn(arg, run, at);
+			bytes += (int64_t)(at - run);
+			if (wp_range(w->uffd, run, at, 1) < 0)
+				return -1;
+			run = 0;
+		}
+		at -= ps; /* the k == n step is not a page */
+	}
+	return bytes;
+}
+
+static int64_t
+collect_sync(const struct wptrack *w,
+	     void (*fn)(void *arg, uint64_t start, uint64_t end), void *arg)
+{
+	uint64_t *e = xcalloc(SYNC_BATCH, sizeof(*e));
+	int64_t bytes = 0, b;
+
+	for (size_t i = 0; i < w->n; i++) {
+		if ((b = collect_range_sync(w, &w->rs[i], e, fn, arg)) < 0) {
+			bytes = -1;
+			break;
+		}
+		bytes += b;
+	}
+	free(e);
+	return bytes;
+}
+
 int64_t
 wptrack_collect(const struct wptrack *w,
 		void (*fn)(void *arg, uint64_t start, uint64_t end), void *arg)
 {
-	struct page_region *v = xcalloc(COLLECT_VEC, sizeof(*v));
+	struct page_region *v;
 	int64_t bytes = 0;
+
+	if (w->uffd >= 0 && w->sync)
+		return collect_sync(w, fn, arg);
+	v = xcalloc(COLLECT_VEC, sizeof(*v));
 
 	for (size_t i = 0; w->uffd >= 0 && i < w->n && bytes >= 0; i++) {
 		uint64_t at = w->rs[i].start;
@@ -199,9 +359,63 @@ wptrack_collect(const struct wptrack *w,
 	return bytes;
 }
 
+int64_t
+wptrack_serve(struct wptrack *w)
+{
+	uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE);
+	struct uffd_msg msg[16];
+	int64_t served = 0;
+	ssize_t got;
+
+	while (w->uffd >= 0 && w->sync &&
+	       (got = read(w->uffd, msg, sizeof(msg))) != 0) {
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return errno == EAGAIN ? served : -1;
+		for (size_t k = 0; k < (size_t)got / sizeof(*msg); k++) {
+			uint64_t addr =
+				msg[k].arg.pagefault.address & ~(ps - 1);
+			uint64_t a = addr & ~(uint64_t)(WPTRACK_SYNC_BLOCK - 1);
+			uint64_t b = a + WPTRACK_SYNC_BLOCK;
+
+			if (msg[k].event != UFFD_EVENT_PAGEFAULT)
+				continue;
+			for (size_t i = 0; i < w->n; i++) {
+				if (addr < w->rs[i].start ||
+				    addr >= w->rs[i].end)
+					continue;
+				a = a > w->rs[i].start ? a : w->rs[i].start;
+				b = b < w->rs[i].end ? b : w->rs[i].end;
+			}
+			/*
+			 * The block may span two mappings (mprotect splits
+			 * one): then the page alone. Un-protecting wakes the
+			 * writer; if even that fails, wake it to fault again.
+			 */
+			if (uffd_writeprotect(w->uffd, a, b - a, 0) < 0 &&
+			    uffd_writeprotect(w->uffd, addr, ps, 0) < 0)
+				uffd_wake(w->uffd, addr, ps);
+			served++;
+			w->faults++;
+		}
+	}
+	return served;
+}
+
+void
+wptrack_frozen(struct wptrack *w)
+{
+	if (w->sync)
+		wptrack_stop(w);
+}
+
 void
 wptrack_stop(struct wptrack *w)
 {
+	/* Nothing protected stays behind a descriptor nobody reads. */
+	for (size_t i = 0; w->uffd >= 0 && w->sync && i < w->n; i++)
+		wp_range(w->uffd, w->rs[i].start, w->rs[i].end, 0);
 	if (w->uffd >= 0)
 		close(w->uffd);
 	if (w->pagemap >= 0)

@@ -12,6 +12,9 @@
  * source --hot PCT [--pace-us N] (for pre-copy): the mutators write only to
  * the first PCT percent of the pages, one word each N us per thread;
  * --discard-every K drops one cold page in K mutations instead.
+ * --syscall-every K makes one mutation in K a write by the kernel: the
+ * word goes through a pipe and read() stores it (a write fault in a
+ * system call, which a write-protecting tracker must not turn into EFAULT).
  *
  * dest --touch N (for tests/bench): instead of checking, one thread reads one
  * word of N random pages, one page at a time, timing each read that faults
@@ -143,6 +146,7 @@ static unsigned hot_pct = 100;
  * Such pages fail a destination's check: compare memory hashes instead.
  */
 static unsigned discard_every;
+static unsigned syscall_every;
 static atomic_ulong lost;
 static __thread sigjmp_buf bus_jmp;
 static __thread volatile int bus_armed;
@@ -370,6 +374,25 @@ count_swapped(void)
 	return n;
 }
 
+/* --syscall-every: *p = v, stored by the kernel (read() from a pipe). */
+static void
+store_by_read(uint64_t *p, uint64_t v)
+{
+	static __thread int fds[2] = {-1, -1};
+	ssize_t got;
+
+	if (fds[0] < 0 && pipe(fds) < 0) {
+		perror("pipe");
+		exit(1);
+	}
+	if (write(fds[1], &v, sizeof(v)) != (ssize_t)sizeof(v) ||
+	    (got = read(fds[0], p, sizeof(v))) != (ssize_t)sizeof(v)) {
+		fprintf(stderr, "store by read() at %p: %s\n", (void *)p,
+			strerror(errno));
+		exit(3);
+	}
+}
+
 static void *
 mutator(void *arg)
 {
@@ -395,6 +418,10 @@ mutator(void *arg)
 		w = (r >> 32) % WORDS;
 		p = (uint64_t *)(mem + page * PS) + w;
 		ver = ((*p >> 48) % 0xfff0) + 1;
+		if (syscall_every && (r >> 8) % syscall_every == 0) {
+			store_by_read(p, word_value(page, w, ver));
+			continue;
+		}
 		__atomic_store_n(p, word_value(page, w, ver), __ATOMIC_RELAXED);
 	}
 	return NULL;
@@ -946,7 +973,7 @@ usage(void)
 		"[--pageout-every K]\n"
 		"         [--poke-every K] [--prefault] [--sigbus-ok] "
 		"[--pace-us N] [--hot PCT]\n"
-		"         [--discard-every K]\n"
+		"         [--discard-every K] [--syscall-every K]\n"
 		"         [--kind anon|thp|hugetlb|hugetlb-shared|shared|memfd|"
 		"tmpfs|\n"
 		"                 file-private --file PATH] [--zero-every K]\n"
@@ -979,6 +1006,7 @@ main(int argc, char **argv)
 		{"pace-us", required_argument, NULL, 'D'},
 		{"hot", required_argument, NULL, 'H'},
 		{"discard-every", required_argument, NULL, 'J'},
+		{"syscall-every", required_argument, NULL, 'Q'},
 		{"kind", required_argument, NULL, 'K'},
 		{"zero-every", required_argument, NULL, 'Z'},
 		{"event", required_argument, NULL, 'E'},
@@ -1040,6 +1068,9 @@ main(int argc, char **argv)
 			break;
 		case 'J':
 			discard_every = (unsigned)atoi(optarg);
+			break;
+		case 'Q':
+			syscall_every = (unsigned)atoi(optarg);
 			break;
 		case 'H':
 			hot_pct = (unsigned)atoi(optarg);

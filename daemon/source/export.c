@@ -241,7 +241,8 @@ source_create(struct procref *t, const struct authz_caller *who,
 		goto out;
 	free(regs);
 	regs = NULL;
-	if (source_freeze_checked(t, who, &was_stopped, code, err, errlen) < 0)
+	if (source_freeze_checked(t, who, NULL, &was_stopped, code, err,
+				  errlen) < 0)
 		goto out;
 	n = build_regions(t->pid, ranges, nranges, &regs, code, err, errlen);
 	if (n > 0)
@@ -441,8 +442,8 @@ source_free(struct migration *m)
 		event_free(s->ping_ev);
 	if (s->rate_ev)
 		event_free(s->rate_ev);
-	wptrack_stop(&s->wp);
 	source_precopy_free(s);
+	wptrack_stop(&s->wp);
 	procref_close(&s->t);
 	free(s->ranges);
 	for (size_t i = 0; i < s->nregs; i++) {
@@ -453,7 +454,6 @@ source_free(struct migration *m)
 	}
 	free(s->regs);
 	free(s->scratch);
-	free(s->pc);
 	source_image_free(s);
 	free(s);
 	m->impl = NULL;

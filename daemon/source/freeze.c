@@ -111,9 +111,11 @@ source_switch_count(pid_t pid, int *running)
 /*
  * Waits until every thread of pid is stopped (all_stopped()), polling:
  * short (one scheduling round), bounded to 2 s. 0, or -1 with errno set.
+ * A pre-copy's sync tracker (serve) is answered meanwhile: a thread that
+ * waits on a write fault in a system call stops only once it is answered.
  */
 static int
-wait_stopped(pid_t pid)
+wait_stopped(pid_t pid, struct wptrack *serve)
 {
 	struct timespec ts = {0, 200000};
 
@@ -122,6 +124,8 @@ wait_stopped(pid_t pid)
 
 		if (st != 0)
 			return st < 0 ? -1 : 0;
+		if (serve != NULL)
+			wptrack_serve(serve);
 		nanosleep(&ts, NULL);
 	}
 	errno = ETIMEDOUT;
@@ -134,11 +138,11 @@ wait_stopped(pid_t pid)
  * loop.
  */
 static int
-freeze(const struct procref *t)
+freeze(const struct procref *t, struct wptrack *serve)
 {
 	if (procref_signal(t, SIGSTOP) < 0)
 		return -1;
-	if (wait_stopped(t->pid) == 0)
+	if (wait_stopped(t->pid, serve) == 0)
 		return 0;
 	if (errno == ETIMEDOUT)
 		procref_signal(t, SIGCONT);
@@ -161,8 +165,8 @@ source_thaw(const struct procref *t, int was_stopped)
  */
 int
 source_freeze_checked(const struct procref *t, const struct authz_caller *who,
-		      int *was_stopped, uint32_t *code, char *err,
-		      size_t errlen)
+		      struct wptrack *serve, int *was_stopped, uint32_t *code,
+		      char *err, size_t errlen)
 {
 	char sharers[192];
 
@@ -176,7 +180,7 @@ source_freeze_checked(const struct procref *t, const struct authz_caller *who,
 		return -1;
 	}
 	*was_stopped = all_stopped(t->pid) == 1;
-	if (freeze(t) < 0) {
+	if (freeze(t, serve) < 0) {
 		*code = ERR_NO_PROCESS;
 		snprintf(err, errlen, "cannot stop process %d: %s", (int)t->pid,
 			 strerror(errno));
@@ -275,7 +279,7 @@ source_settled_switches(pid_t pid)
 	long long n = -1, was;
 
 	for (int i = 0; i < 50; i++) {
-		if (wait_stopped(pid) < 0)
+		if (wait_stopped(pid, NULL) < 0)
 			return -1;
 		off_cpu(pid);
 		was = n;
@@ -307,8 +311,8 @@ source_watch_freeze(struct source *s)
 			  "process %d is found by its context switches, at the "
 			  "next ping",
 			  log_id(s->m->id), (int)s->m->pid);
-	else if (wptrack_start(&s->wp, &s->t, rs, s->nregs, why, sizeof(why)) <
-		 0)
+	else if (wptrack_start(&s->wp, &s->t, rs, s->nregs, WPTRACK_ASYNC, why,
+			       sizeof(why)) < 0)
 		log_info("migration %s: writes of process %d are not tracked "
 			 "(%s): a run of it is found by its context switches, "
 			 "at the next ping",

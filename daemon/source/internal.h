@@ -66,14 +66,17 @@ enum pc_phase { PC_ROUNDS, PC_LAST, PC_SYNC, PC_FINAL, PC_DONE };
 struct precopy {
 	enum pc_phase phase;
 	uint32_t max_rounds;
-	uint64_t threshold;	/* a dirty set this small (bytes) is the last */
-	uint64_t round_start;	/* m->bytes when the round began */
-	uint64_t best;		/* the smallest dirty set so far, bytes */
-	uint32_t since_best;	/* rounds since */
-	uint64_t t_freeze;	/* ns, when the freeze began */
-	uint64_t wall_freeze;	/* the same, CLOCK_REALTIME */
-	uint64_t final_pages;	/* sent during the freeze */
-	int sent_since;		/* the round's marked pages were queued */
+	uint64_t threshold;   /* a dirty set this small (bytes) is the last */
+	uint64_t round_start; /* m->bytes when the round began */
+	uint64_t best;	      /* the smallest dirty set so far, bytes */
+	uint32_t since_best;  /* rounds since */
+	uint64_t t_freeze;    /* ns, when the freeze began */
+	uint64_t wall_freeze; /* the same, CLOCK_REALTIME */
+	uint64_t final_pages; /* sent during the freeze */
+	int sent_since;	      /* the round's marked pages were queued */
+	struct event *wp_ev;  /* a sync tracker's faults (wptrack_serve()) */
+	uint64_t faults_at;   /* its faults answered, at the round's start */
+	long long minflt_at, majflt_at; /* the process's, the same */
 	struct event *pause_ev; /* the destination's time to come back */
 	int again; /* resumed after the switchover: send it again */
 };
@@ -154,8 +157,9 @@ struct source {
 
 /* freeze.c */
 int source_freeze_checked(const struct procref *t,
-			  const struct authz_caller *who, int *was_stopped,
-			  uint32_t *code, char *err, size_t errlen);
+			  const struct authz_caller *who, struct wptrack *serve,
+			  int *was_stopped, uint32_t *code, char *err,
+			  size_t errlen);
 void source_thaw(const struct procref *t, int was_stopped);
 long long source_switch_count(pid_t pid, int *running);
 void source_watch_freeze(struct source *);
@@ -216,6 +220,7 @@ void source_precopy_resumed(struct source *);
 void source_precopy_swept(struct source *);
 int source_precopy_vouched(const struct source *, const struct src_region *,
 			   uint64_t page);
+void source_precopy_untrack(struct source *);
 void source_precopy_free(struct source *);
 
 /* lanes.c */

@@ -44,6 +44,7 @@ source_fail(struct source *s, const char *fmt, ...)
 	 * process goes on where it was (frozen for the last round only).
 	 */
 	if (source_precopy_running(s)) {
+		source_precopy_untrack(s);
 		if (s->pc->phase == PC_FINAL)
 			source_thaw(&s->t, s->was_stopped);
 		log_warnx("migration %s: pre-copy ends; process %d runs on",

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon/compat.h"
 #include "daemon/conffile.h"
@@ -55,25 +56,41 @@ source_precopy_arm(const struct procref *t, const struct region *regs, size_t n,
 	char why[256];
 	int r;
 
-	if (!wptrack_usable()) {
+	enum wptrack_mode mode = wptrack_mode();
+
+	if (mode == WPTRACK_OFF) {
 		*code = ERR_KERNEL;
 		snprintf(err, errlen,
 			 "--precopy needs write tracking of a running process "
 			 "(UFFD_FEATURE_WP_ASYNC and the PAGEMAP_SCAN ioctl, "
-			 "Linux 6.7 and later), which this kernel does not "
-			 "offer; process %d left running: export it without "
-			 "--precopy",
+			 "Linux 6.7 and later; or, for private anonymous "
+			 "memory, synchronous uffd-wp with pagemap's uffd-wp "
+			 "bit, Linux 6.1 and later), which this kernel does "
+			 "not offer; process %d left running: export it "
+			 "without --precopy",
 			 (int)t->pid);
 		return -1;
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (regs[i].kind != REGION_FILE_PRIVATE)
+		if (regs[i].kind != REGION_FILE_PRIVATE &&
+		    (mode != WPTRACK_SYNC ||
+		     regs[i].kind == REGION_ANON_PRIVATE))
 			continue;
-		*code = ERR_INVALID;
+		*code = regs[i].kind == REGION_FILE_PRIVATE ? ERR_INVALID
+							    : ERR_KERNEL;
 		snprintf(err, errlen,
-			 "--precopy: 0x%llx-0x%llx (%.100s) is a private file "
-			 "mapping, which userfaultfd cannot write-protect: "
-			 "leave it out with --range",
+			 regs[i].kind == REGION_FILE_PRIVATE
+				 ? "--precopy: 0x%llx-0x%llx (%.100s) is a "
+				   "private file mapping, which userfaultfd "
+				   "cannot write-protect: leave it out with "
+				   "--range"
+				 : "--precopy: 0x%llx-0x%llx (%.100s) is not "
+				   "private anonymous memory, and this kernel "
+				   "tracks writes to that only (synchronous "
+				   "uffd-wp; shared memory and huge pages need "
+				   "UFFD_FEATURE_WP_ASYNC and PAGEMAP_SCAN, "
+				   "Linux 6.7 and later): leave it out with "
+				   "--range",
 			 (unsigned long long)regs[i].start,
 			 (unsigned long long)(regs[i].start + regs[i].length),
 			 regs[i].name);
@@ -93,7 +110,7 @@ source_precopy_arm(const struct procref *t, const struct region *regs, size_t n,
 		rs[i].start = regs[i].start;
 		rs[i].end = regs[i].start + regs[i].length;
 	}
-	r = wptrack_start(wp, t, rs, n, why, sizeof(why));
+	r = wptrack_start(wp, t, rs, n, mode, why, sizeof(why));
 	free(rs);
 	if (r < 0) {
 		*code = ERR_KERNEL;
@@ -105,6 +122,97 @@ source_precopy_arm(const struct procref *t, const struct region *regs, size_t n,
 	return r;
 }
 
+/* The process's minor and major faults so far (/proc/PID/stat), or -1. */
+static void
+proc_faults(pid_t pid, long long *minflt, long long *majflt)
+{
+	char path[64], buf[1024], *p;
+	FILE *f;
+
+	*minflt = *majflt = -1;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return;
+	/* After the name: state ppid pgrp session tty tpgid flags minflt
+	 * cminflt majflt. */
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) &&
+	    sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %lld %*u %lld", minflt,
+		   majflt) != 2)
+		*minflt = *majflt = -1;
+	fclose(f);
+}
+
+/*
+ * A sync tracker's round (docs/design.md, "Write tracking before 6.7"):
+ * the write faults it answered and the process took, for the logs and the
+ * kernel VM test.
+ */
+static void
+log_sync_round(struct source *s, int64_t dirty)
+{
+	struct precopy *pc = s->pc;
+	long long mi, ma;
+
+	if (!s->wp.sync)
+		return;
+	proc_faults(s->m->pid, &mi, &ma);
+	log_info("migration %s: pre-copy round %u (synchronous uffd-wp): "
+		 "%lld pages written, %llu write faults answered, process "
+		 "faults %lld minor %lld major",
+		 log_id(s->m->id), s->m->precopy_rounds,
+		 (long long)(dirty / sysconf(_SC_PAGESIZE)),
+		 (unsigned long long)(s->wp.faults - pc->faults_at),
+		 mi >= 0 && pc->minflt_at >= 0 ? mi - pc->minflt_at : -1,
+		 ma >= 0 && pc->majflt_at >= 0 ? ma - pc->majflt_at : -1);
+	pc->faults_at = s->wp.faults;
+	pc->minflt_at = mi;
+	pc->majflt_at = ma;
+}
+
+/* The sync tracker's write faults are readable on its descriptor. */
+static void
+wp_fault_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct source *s = arg;
+
+	(void)fd;
+	(void)ev;
+	if (wptrack_serve(&s->wp) < 0)
+		source_fail(s,
+			    "pre-copy: answering the write faults of "
+			    "process %d: %s",
+			    (int)s->m->pid, strerror(errno));
+}
+
+/*
+ * Tracking ends: the process is frozen for good (after its last dirty set
+ * was taken) or the pre-copy failed and it runs on. A sync tracker must
+ * not leave it protected with nobody to answer its faults.
+ */
+void
+source_precopy_untrack(struct source *s)
+{
+	if (s->pc == NULL)
+		return;
+	if (s->pc->wp_ev) {
+		event_free(s->pc->wp_ev);
+		s->pc->wp_ev = NULL;
+	}
+	wptrack_frozen(&s->wp);
+}
+
+void
+source_precopy_free(struct source *s)
+{
+	source_precopy_untrack(s);
+	if (s->pc && s->pc->pause_ev)
+		event_free(s->pc->pause_ev);
+	for (size_t i = 0; i < s->nregs; i++)
+		free(s->regs[i].final);
+	free(s->pc);
+	s->pc = NULL;
+}
+
 /* The export s pre-copies, its writes tracked by wp (taken over). */
 void
 source_precopy_init(struct source *s, struct wptrack *wp,
@@ -113,6 +221,18 @@ source_precopy_init(struct source *s, struct wptrack *wp,
 	s->wp = *wp;
 	*wp = (struct wptrack)WPTRACK_NONE;
 	s->pc = xcalloc(1, sizeof(*s->pc));
+	if (s->wp.sync) {
+		s->pc->wp_ev = event_new(base, s->wp.uffd, EV_READ | EV_PERSIST,
+					 wp_fault_cb, s);
+		event_priority_set(s->pc->wp_ev, PRIO_FAULT);
+		event_add(s->pc->wp_ev, NULL);
+		proc_faults(s->m->pid, &s->pc->minflt_at, &s->pc->majflt_at);
+		log_info("migration %s: writes of process %d tracked with "
+			 "synchronous uffd-wp (no UFFD_FEATURE_WP_ASYNC%s): "
+			 "each write to a protected block waits for the daemon",
+			 log_id(s->m->id), (int)s->m->pid,
+			 wptrack_usable() ? "" : " or PAGEMAP_SCAN");
+	}
 	s->pc->phase = PC_ROUNDS;
 	s->pc->max_rounds =
 		req->max_rounds ? req->max_rounds : PRECOPY_MAX_ROUNDS;
@@ -210,8 +330,8 @@ freeze_now(struct source *s)
 
 	pc->t_freeze = now_ns();
 	pc->wall_freeze = wall_ns();
-	if (source_freeze_checked(&s->t, NULL, &s->was_stopped, &code, err,
-				  sizeof(err)) < 0) {
+	if (source_freeze_checked(&s->t, NULL, &s->wp, &s->was_stopped, &code,
+				  err, sizeof(err)) < 0) {
 		source_fail(s, "pre-copy: freezing for the switchover: %s",
 			    err);
 		return;
@@ -229,6 +349,8 @@ freeze_now(struct source *s)
 	}
 	pc->final_pages += (uint64_t)dropped;
 	mark_final(s);
+	log_sync_round(s, dirty);
+	source_precopy_untrack(s);
 	s->switches = source_settled_switches(s->m->pid);
 	log_info("migration %s: process %d frozen after %u pre-copy rounds "
 		 "(in %.1f ms); %llu pages written since the last",
@@ -338,6 +460,7 @@ source_precopy_round_end(struct source *s)
 	log_debug("migration %s: pre-copy round %u done; %lld bytes written "
 		  "meanwhile",
 		  log_id(s->m->id), s->m->precopy_rounds, (long long)dirty);
+	log_sync_round(s, dirty);
 	if ((uint64_t)dirty < pc->best) {
 		pc->best = (uint64_t)dirty;
 		pc->since_best = 0;
@@ -421,13 +544,27 @@ source_precopy_lost(struct source *s, const char *why)
 	struct precopy *pc = s->pc;
 	struct timeval tv = {conf.pause_deadline, 0};
 
-	if (pc->phase == PC_FINAL)
-		source_thaw(&s->t, s->was_stopped);
-	pc->phase = PC_ROUNDS;
-	log_warnx("migration %s: destination lost during pre-copy (%s); "
-		  "process %d runs on, the rounds start again if it comes "
-		  "back within %d s",
-		  log_id(s->m->id), why, (int)s->m->pid, conf.pause_deadline);
+	/*
+	 * Frozen for the last round: let go while its writes are still
+	 * tracked (async). A sync tracker ended at the freeze, and writes
+	 * made now would go unseen: the process stays frozen, and the
+	 * resume sends every page as it is, then SWITCHOVER.
+	 */
+	if (pc->phase == PC_FINAL && s->wp.uffd < 0) {
+		log_warnx("migration %s: destination lost in the last round "
+			  "(%s); process %d stays frozen for up to %d s",
+			  log_id(s->m->id), why, (int)s->m->pid,
+			  conf.pause_deadline);
+	} else {
+		if (pc->phase == PC_FINAL)
+			source_thaw(&s->t, s->was_stopped);
+		pc->phase = PC_ROUNDS;
+		log_warnx("migration %s: destination lost during pre-copy "
+			  "(%s); process %d runs on, the rounds start again if "
+			  "it comes back within %d s",
+			  log_id(s->m->id), why, (int)s->m->pid,
+			  conf.pause_deadline);
+	}
 	migration_set_state(s->m, MIG_PAUSED);
 	if (pc->pause_ev == NULL &&
 	    (pc->pause_ev = evtimer_new(base, pause_cb, s)) == NULL)
@@ -476,6 +613,16 @@ source_precopy_resumed(struct source *s)
 		return;
 	}
 	uncount_sent(s);
+	if (pc->phase == PC_FINAL) {
+		/* Still frozen (source_precopy_lost()): all of it is final. */
+		for (size_t i = 0; i < s->nregs; i++)
+			memset(s->regs[i].final, 0xff,
+			       bit_words(s->regs[i].npages) * sizeof(uint64_t));
+		log_info("migration %s: destination back in the last round; "
+			 "every page goes again, then SWITCHOVER",
+			 log_id(s->m->id));
+		return;
+	}
 	pc->phase = PC_ROUNDS;
 	pc->best = UINT64_MAX;
 	pc->since_best = 0;
@@ -510,14 +657,4 @@ source_precopy_swept(struct source *s)
 	send_switchover(s);
 	log_info("migration %s: SWITCHOVER sent again after the resume",
 		 log_id(s->m->id));
-}
-
-/* What pre-copy holds beyond the struct itself. */
-void
-source_precopy_free(struct source *s)
-{
-	if (s->pc && s->pc->pause_ev)
-		event_free(s->pc->pause_ev);
-	for (size_t i = 0; i < s->nregs; i++)
-		free(s->regs[i].final);
 }

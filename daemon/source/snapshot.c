@@ -234,8 +234,8 @@ freeze_and_classify(struct snap *s)
 	char err[256];
 	int n;
 
-	if (source_freeze_checked(&s->t, &s->who, &s->was_stopped, &code, err,
-				  sizeof(err)) < 0) {
+	if (source_freeze_checked(&s->t, &s->who, NULL, &s->was_stopped, &code,
+				  err, sizeof(err)) < 0) {
 		snap_fail(s, code, "%s", err);
 		return -1;
 	}

@@ -111,6 +111,29 @@ if grep -qE '^(PASS|FAIL) uffdd/migrate' "$B/vm-patched.log" "$B/vm-unpatched.lo
 	done
 fi
 
+# Pre-copy on 6.1: both kernels track writes with synchronous uffd-wp (the
+# daemon's probe and its log say so; byte-exactness is uffdd/migrate's).
+# The daemon un-protects a 64 KiB block per write fault; with patch 4 the
+# rest of the block is then writable, so the process takes fewer faults per
+# dirty page: at most half the unpatched kernel's.
+if grep -q '^BENCH uffdd_precopy_sync' "$B/vm-patched.log" "$B/vm-unpatched.log"; then
+	ps=$(fig patched uffdd_precopy_sync) us=$(fig unpatched uffdd_precopy_sync)
+	pw=$(fig patched uffdd_wp_unprotect_writable) uw=$(fig unpatched uffdd_wp_unprotect_writable)
+	pf=$(fig patched uffdd_precopy_faults_per_100) uf=$(fig unpatched uffdd_precopy_faults_per_100)
+	for k in patched unpatched; do
+		echo "INFO uffdd/precopy-syncwp/$k: $(fig $k uffdd_precopy_dirty_pages) dirty pages," \
+			"$(fig $k uffdd_precopy_answered) write faults answered by the daemon," \
+			"$(fig $k uffdd_precopy_faults) taken by the process"
+	done
+	what="sync tracker $ps/$us, probe's writable un-protect $pw/$uw, process faults per 100 dirty pages $pf/$uf (patched/unpatched)"
+	if [ "$ps$us" = 11 ] && [ "$pw$uw" = 10 ] && [ "${pf:--1}" -ge 0 ] &&
+		[ "${uf:-0}" -gt 0 ] && [ $((${pf:-0} * 2)) -le "${uf:-0}" ]; then
+		verdict PASS uffdd/precopy-syncwp "$what"
+	else
+		verdict FAIL uffdd/precopy-syncwp "$what; want 1/1, 1/0 and patched at most half"
+	fi
+fi
+
 # median of one BENCH figure over the given logs
 median() {
 	local k=$1; shift
