@@ -383,6 +383,26 @@ zero_checked(const struct src_region *sr)
 }
 
 /*
+ * An image's working set goes first: its next page not sent yet, one
+ * frame (pages recorded in fault order are rarely adjacent). The bytes
+ * sent, -1 on failure, -2 when the working set is all sent.
+ */
+static int64_t
+send_ws_page(struct source *s)
+{
+	const uint8_t *b;
+	uint32_t ri;
+	uint64_t page;
+	int r;
+
+	if (s->img == NULL || s->img->ws_next >= s->img->img.nws)
+		return -2;
+	if ((r = source_image_ws_next(s, &ri, &page, &b)) <= 0)
+		return r < 0 ? -1 : -2;
+	return send_run(s, s->bulk, ri, page, 1, 0, 0, b);
+}
+
+/*
  * Produces one round of the bulk stream, then yields to the loop so that
  * demand requests (higher priority) go first.
  */
@@ -430,6 +450,14 @@ source_bulk_produce(struct source *s)
 		int64_t got;
 		int zero;
 
+		if ((got = send_ws_page(s)) != -2) {
+			if (got < 0)
+				return;
+			bytes += (uint64_t)got + 4096;
+			s->win_bytes += (uint64_t)got + 64;
+			loop_bulk();
+			continue;
+		}
 		if (!next_unsent(s, &ri, &page, &max)) {
 			/* Everything sent; a pre-copy round is over. */
 			if (source_precopy_running(s))
