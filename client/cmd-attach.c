@@ -23,18 +23,18 @@
 #define WS_FAULTS_DEFAULT 65536
 #define WS_SECS_DEFAULT 10
 
-/* A positive number of at most 65536 for option name; else usage. */
+/* A positive number of at most max for option name; else usage. */
 static uint32_t
-parse_u32(const char *arg, const char *name, const char *u)
+parse_u32(const char *arg, const char *name, unsigned long max, const char *u)
 {
 	char *end;
 	unsigned long v;
 
 	errno = 0;
 	v = strtoul(arg, &end, 10);
-	if (errno || *end || end == arg || v == 0 || v > 65536) {
-		fprintf(stderr, "uffd-client: %s %s: want 1 to 65536\n", name,
-			arg);
+	if (errno || *end || end == arg || v == 0 || v > max) {
+		fprintf(stderr, "uffd-client: %s %s: want 1 to %lu\n", name,
+			arg, max);
 		die_usage(u);
 	}
 	return (uint32_t)v;
@@ -179,10 +179,11 @@ cmd_attach(const struct cmd_entry *self, int argc, char **argv)
 			req.record_working_set = 1;
 			break;
 		case 'N':
-			req.ws_faults = parse_u32(optarg, "--ws-faults", u);
+			req.ws_faults =
+				parse_u32(optarg, "--ws-faults", 65536, u);
 			break;
 		case 'S':
-			req.ws_secs = parse_u32(optarg, "--ws-secs", u);
+			req.ws_secs = parse_u32(optarg, "--ws-secs", 3600, u);
 			break;
 		default:
 			die_usage(u);

@@ -84,7 +84,10 @@ migration_ws_start(struct migration *m, uint32_t max, uint32_t secs)
 {
 	m->ws = xcalloc(1, sizeof(*m->ws));
 	m->ws->max = max == 0 || max > MIG_WS_MAX ? MIG_WS_MAX : max;
-	m->ws->secs = secs;
+	/* The bulk lane waits for it: a recording always ends. */
+	m->ws->secs =
+		secs == 0 || secs > MIG_WS_SECS_MAX ? MIG_WS_SECS_MAX : secs;
+	m->ws->t_first = now_ns();
 }
 
 int
@@ -94,7 +97,7 @@ migration_ws_closed(const struct migration *m)
 
 	return w == NULL || w->n >= w->max || m->state == MIG_COMPLETE ||
 	       m->state == MIG_FAILED ||
-	       (w->secs && w->n &&
+	       (w->secs &&
 		now_ns() - w->t_first >= (uint64_t)w->secs * 1000000000ull);
 }
 
@@ -110,8 +113,6 @@ migration_ws_add(struct migration *m, uint32_t region, uint64_t page)
 
 	if (w == NULL || page >= 1ull << 48 || migration_ws_closed(m))
 		return;
-	if (w->n == 0)
-		w->t_first = now_ns();
 	if (w->n == w->cap) {
 		w->cap = w->cap ? w->cap * 2 : 1024;
 		w->keys = realloc(w->keys, w->cap * sizeof(*w->keys));

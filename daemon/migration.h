@@ -87,14 +87,16 @@ const char *migration_state_name(enum mig_state);
 void migration_set_state(struct migration *, enum mig_state);
 /*
  * attach --record-working-set: pages faulted are recorded, in order, each
- * once, until max of them or secs after the first (0: no limit).
+ * once, until max of them or secs after the attach (0: no limit). The
+ * destination holds its bulk lane meanwhile, so a time limit there is.
  */
 #define MIG_WS_MAX 65536 /* what one status frame carries with room */
+#define MIG_WS_SECS_MAX 3600
 struct mig_ws {
 	uint64_t *keys; /* region index << 48 | page index */
 	size_t n, cap;
 	uint32_t max, secs;
-	uint64_t t_first; /* ns, the first fault recorded */
+	uint64_t t_first; /* ns, the recording's start */
 };
 void migration_ws_start(struct migration *, uint32_t max, uint32_t secs);
 void migration_ws_add(struct migration *, uint32_t region, uint64_t page);

@@ -4,8 +4,9 @@
 # snapshotted to a file on disk (DIR, default /var/tmp); a target restored
 # from it with attach --image touches TOUCH fixed random pages (tests/
 # workload dest --touch, one at a time) from the moment it is attached.
-# The first restore records the pages it faulted (--record-working-set)
-# into the image; the second restore sends them first. The page cache is
+# A plain restore (no working set) first; then one that records the pages
+# its target faulted (--record-working-set, which holds the bulk stream
+# while it records) into the image; then one that sends them first. The page cache is
 # dropped before each restore (echo 3 >/proc/sys/vm/drop_caches). Prints,
 # for each, the target's demand faults and the time from its start to its
 # last touch done, and the restore's total time.
@@ -60,6 +61,7 @@ run() {
 	kill -9 "$WD"
 }
 
-run first --record-working-set --ws-secs 600
+run plain
+run first --record-working-set --ws-secs "${WS_SECS:-30}"
 "$CLIENT" image info "$IMG" | grep '^working set'
 run second

@@ -68,7 +68,7 @@ for m in json.load(sys.stdin):
 	kill -9 "$WD"
 }
 
-restore --record-working-set --ws-secs 60
+restore --record-working-set --ws-secs 6
 grep -q '^working set: [0-9]* pages' "$T/attach.out" || fail "no working set stored: $(cat "$T/attach.out")"
 F1=$FAULTS
 "$CLIENT" image info "$IMG" >"$T/info" || fail "image info: $(cat "$T/info")"
