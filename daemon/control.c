@@ -134,8 +134,9 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 		if (req->id[0] && m->ws) {
 			st[i].n_working_set = m->ws->n;
 			st[i].working_set = m->ws->keys;
-			st[i].working_set_closed = migration_ws_closed(m);
 		}
+		/* None recorded (or lost in a restart): nothing to wait for. */
+		st[i].working_set_closed = migration_ws_closed(m);
 		ptrs[i] = &st[i];
 		i++;
 	}

@@ -403,6 +403,19 @@ send_ws_page(struct source *s)
 }
 
 /*
+ * A round while demand traffic is recent: one small frame. The working
+ * set goes in frames of one page: there, a small frame's worth of them,
+ * not one, or a target faulting on pages behind it would hold it at a
+ * page a pass and outrun it for good.
+ */
+static uint64_t
+small_round(const struct source *s)
+{
+	return s->img && s->img->ws_next < s->img->img.nws ? DEMAND_STEP_BYTES
+							   : 1;
+}
+
+/*
  * Produces one round of the bulk stream, then yields to the loop so that
  * demand requests (higher priority) go first.
  */
@@ -420,7 +433,7 @@ source_bulk_produce(struct source *s)
 		int small = loop_demand_recent();
 
 		if (small) {
-			round = 1;
+			round = small_round(s);
 			frame = BULK_SMALL_PAGES;
 		}
 		conn_set_io_max(s->bulk, small ? DEMAND_STEP_BYTES : 0);
