@@ -72,6 +72,11 @@ void print_status_text(const Uffdd__MigrationStatus *s);
 
 /* cmd-wait.c */
 int wait_for(const char *id, double timeout);
+/*
+ * attach --record-working-set: waits until the recording of migration id
+ * is over, then stores it in the image at path. 0, or 1 (said why).
+ */
+int image_learn(const char *id, const char *path);
 
 /* cmd-attach.c */
 void print_regions(const char *what, Uffdd__Region **r, size_t n, FILE *f);

@@ -15,6 +15,45 @@
 #include "client/client.h"
 #include "proto/frame.h"
 
+/*
+ * attach --record-working-set defaults: what a target faults in its first
+ * 10 seconds, at most 65536 pages (the daemon's limit, MIG_WS_MAX: one
+ * status frame carries them).
+ */
+#define WS_FAULTS_DEFAULT 65536
+#define WS_SECS_DEFAULT 10
+
+/* A positive number of at most max for option name; else usage. */
+static uint32_t
+parse_u32(const char *arg, const char *name, unsigned long max, const char *u)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(arg, &end, 10);
+	if (errno || *end || end == arg || v == 0 || v > max) {
+		fprintf(stderr, "uffd-client: %s %s: want 1 to %lu\n", name,
+			arg, max);
+		die_usage(u);
+	}
+	return (uint32_t)v;
+}
+
+/* A working set is stored in the image restored from: --image only. */
+static void
+check_ws(Uffdd__AttachRequest *req, const char *image, const char *u)
+{
+	if ((req->ws_faults || req->ws_secs) && !req->record_working_set)
+		die_usage(u);
+	if (req->record_working_set && image == NULL)
+		die_usage(u);
+	if (req->record_working_set && req->ws_faults == 0)
+		req->ws_faults = WS_FAULTS_DEFAULT;
+	if (req->record_working_set && req->ws_secs == 0)
+		req->ws_secs = WS_SECS_DEFAULT;
+}
+
 /* The regions a reply names, one line each. */
 void
 print_regions(const char *what, Uffdd__Region **r, size_t n, FILE *f)
@@ -101,6 +140,9 @@ cmd_attach(const struct cmd_entry *self, int argc, char **argv)
 		{"map", required_argument, NULL, 'm'},
 		{"pin", required_argument, NULL, 'p'},
 		{"image", required_argument, NULL, 'I'},
+		{"record-working-set", no_argument, NULL, 'R'},
+		{"ws-faults", required_argument, NULL, 'N'},
+		{"ws-secs", required_argument, NULL, 'S'},
 		{NULL, 0, NULL, 0}};
 	const char *u = self->usage, *image = NULL;
 	Uffdd__AttachRequest req = UFFDD__ATTACH_REQUEST__INIT;
@@ -133,6 +175,16 @@ cmd_attach(const struct cmd_entry *self, int argc, char **argv)
 		case 'I':
 			image = optarg;
 			break;
+		case 'R':
+			req.record_working_set = 1;
+			break;
+		case 'N':
+			req.ws_faults =
+				parse_u32(optarg, "--ws-faults", 65536, u);
+			break;
+		case 'S':
+			req.ws_secs = parse_u32(optarg, "--ws-secs", 3600, u);
+			break;
 		default:
 			die_usage(u);
 		}
@@ -143,6 +195,7 @@ cmd_attach(const struct cmd_entry *self, int argc, char **argv)
 	if (image ? req.from[0] || req.id[0] || req.pin[0] || !*image
 		  : req.from[0] == '\0' || req.id[0] == '\0')
 		die_usage(u);
+	check_ws(&req, image, u);
 	check_maps(&req, u);
 	req.pid = parse_pid(argv[optind], u);
 	req.image = image != NULL;
@@ -166,7 +219,9 @@ cmd_attach(const struct cmd_entry *self, int argc, char **argv)
 		free(req.maps[i]);
 	free(req.maps);
 	close(fd);
-	if (wait)
+	if (req.record_working_set)
+		rc = image_learn(id, image);
+	if (wait && rc == 0)
 		rc = wait_for(id, 0);
 	return rc;
 }

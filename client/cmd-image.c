@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "client/client.h"
+#include "proto/frame.h"
 #include "proto/image.h"
 #include "proto/range.h"
 
@@ -59,8 +61,8 @@ print_info(const struct image *im, const char *path)
 
 	if (gmtime_r(&t, &tm) != NULL)
 		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	printf("image %s: format %d, process %d, taken %s\n", path,
-	       IMAGE_VERSION, (int)im->pid, when);
+	printf("image %s: format %u, process %d, taken %s\n", path, im->version,
+	       (int)im->pid, when);
 	for (uint32_t i = 0; i < im->nregions; i++) {
 		const struct image_region *r = &im->regions[i];
 
@@ -80,6 +82,13 @@ print_info(const struct image *im, const char *path)
 	       im->nregions, human_bytes((double)bytes, b1, sizeof(b1)),
 	       tot[IMAGE_DATA], tot[IMAGE_ZERO], tot[IMAGE_HOLE], im->nruns,
 	       human_bytes((double)im->data_len, b2, sizeof(b2)));
+	if (im->nws)
+		printf("working set: %" PRIu64 " pages, %s, prefetched first "
+		       "on restore\n",
+		       im->nws,
+		       human_bytes((double)im->ws_bytes, b2, sizeof(b2)));
+	else
+		printf("working set: none\n");
 }
 
 /* Verifies every data run's checksum; exits 1 at the first bad one. */
@@ -192,5 +201,140 @@ cmd_image(const struct cmd_entry *self, int argc, char **argv)
 		       argv[2], im.nruns);
 	}
 	image_close(&im);
+	return rc;
+}
+
+/*
+ * The recorded working set of migration id, once its recording is over
+ * (status every 100 ms); the keys are the caller's to free. -1 when the
+ * migration is unknown or failed.
+ */
+static ssize_t
+fetch_working_set(const char *id, uint64_t **keys)
+{
+	struct timespec tick = {0, 100 * 1000 * 1000};
+	int fd = connect_daemon();
+
+	for (;;) {
+		Uffdd__StatusRequest req = UFFDD__STATUS_REQUEST__INIT;
+		Uffdd__StatusReply *rep;
+		const Uffdd__MigrationStatus *s = NULL;
+		ssize_t n;
+
+		req.id = (char *)id;
+		rep = (Uffdd__StatusReply *)call(fd, FRAME_CTL_STATUS,
+						 &req.base,
+						 FRAME_CTL_STATUS_REPLY);
+		/* The ID names the image's source too: take the target's. */
+		for (size_t i = 0; i < rep->n_migrations; i++)
+			if (strcmp(rep->migrations[i]->role, "destination") ==
+			    0)
+				s = rep->migrations[i];
+		if (s == NULL || strcmp(s->state, "failed") == 0) {
+			fprintf(stderr,
+				"uffd-client: migration %s %s: no working "
+				"set to store\n",
+				id, s ? "failed" : "is gone");
+			frame_free(&rep->base);
+			close(fd);
+			return -1;
+		}
+		if (s->working_set_closed) {
+			n = (ssize_t)s->n_working_set;
+			*keys = malloc((n ? (size_t)n : 1) * sizeof(**keys));
+			if (*keys == NULL)
+				exit(1);
+			memcpy(*keys, s->working_set,
+			       (size_t)n * sizeof(**keys));
+			frame_free(&rep->base);
+			close(fd);
+			return n;
+		}
+		frame_free(&rep->base);
+		nanosleep(&tick, NULL);
+	}
+}
+
+/*
+ * Writes path again with the working set as its section: a new file
+ * beside it, checked, then renamed over it; the old one, if anything
+ * fails, is left as it was. The daemon that restores from path holds its
+ * own descriptor of the old file, which the rename does not touch.
+ */
+static int
+store_working_set(const char *path, const uint64_t *keys, size_t n)
+{
+	size_t len = strlen(path) + 16;
+	char *tmp = malloc(len), *dup = strdup(path), err[256];
+	struct image im, chk;
+	int out, dfd, rc = 1;
+	int64_t kept;
+
+	if (tmp == NULL || dup == NULL)
+		exit(1);
+	open_image(&im, path);
+	snprintf(tmp, len, "%s.wsXXXXXX", path);
+	if ((out = mkostemp(tmp, O_CLOEXEC)) < 0) {
+		fprintf(stderr, "uffd-client: %s: %s\n", tmp, strerror(errno));
+		goto out;
+	}
+	kept = image_ws_store(&im, out, keys, n, err, sizeof(err));
+	if (kept < 0) {
+		fprintf(stderr, "uffd-client: %s: working set not stored: %s\n",
+			path, err);
+		close(out);
+		unlink(tmp);
+		goto out;
+	}
+	/* Read back with the reader every restore uses, before the rename. */
+	if (image_open(&chk, out, err, sizeof(err)) < 0) {
+		fprintf(stderr, "uffd-client: %s: working set not stored: %s\n",
+			path, err);
+		close(out);
+		unlink(tmp);
+		goto out;
+	}
+	if (rename(tmp, path) < 0) {
+		fprintf(stderr, "uffd-client: %s: working set not stored: %s\n",
+			path, strerror(errno));
+		image_close(&chk);
+		unlink(tmp);
+		goto out;
+	}
+	if ((dfd = open(dirname(dup), O_RDONLY | O_DIRECTORY)) >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+	printf("working set: %" PRId64 " pages (%" PRIu64
+	       " bytes) stored in %s\n",
+	       kept, chk.ws_bytes, path);
+	image_close(&chk);
+	rc = 0;
+out:
+	image_close(&im);
+	free(tmp);
+	free(dup);
+	return rc;
+}
+
+int
+image_learn(const char *id, const char *path)
+{
+	uint64_t *keys = NULL;
+	ssize_t n = fetch_working_set(id, &keys);
+	int rc;
+
+	if (n < 0)
+		return 1;
+	if (n == 0) {
+		fprintf(stderr,
+			"uffd-client: %s: no page was faulted: no "
+			"working set to store\n",
+			id);
+		free(keys);
+		return 1;
+	}
+	rc = store_working_set(path, keys, (size_t)n);
+	free(keys);
 	return rc;
 }

@@ -19,7 +19,8 @@ static const struct cmd_entry cmds[] = {
 	 "| export --image FILE",
 	 cmd_export},
 	{"attach",
-	 "attach PID (--from HOST:PORT --id ID [--pin SHA256] | --image FILE) "
+	 "attach PID (--from HOST:PORT --id ID [--pin SHA256] | --image FILE "
+	 "[--record-working-set [--ws-faults N] [--ws-secs S]]) "
 	 "[--range START-END]... [--map SRC:DST]... [--wait]",
 	 cmd_attach},
 	{"status", "status [ID] [--json]", cmd_status},

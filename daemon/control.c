@@ -130,6 +130,13 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 		st[i].lost = lptrs[i];
 		st[i].n_threads = migration_threads(m, &tbufs[i], &tptrs[i]);
 		st[i].threads = tptrs[i];
+		/* The working set goes to who asks for this one migration. */
+		if (req->id[0] && m->ws) {
+			st[i].n_working_set = m->ws->n;
+			st[i].working_set = m->ws->keys;
+		}
+		/* None recorded (or lost in a restart): nothing to wait for. */
+		st[i].working_set_closed = migration_ws_closed(m);
 		ptrs[i] = &st[i];
 		i++;
 	}

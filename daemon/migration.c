@@ -73,7 +73,53 @@ migration_free(struct migration *m)
 	if (m->impl_free)
 		m->impl_free(m);
 	TAILQ_REMOVE(&migrations, m, link);
+	if (m->ws)
+		free(m->ws->keys);
+	free(m->ws);
 	free(m);
+}
+
+void
+migration_ws_start(struct migration *m, uint32_t max, uint32_t secs)
+{
+	m->ws = xcalloc(1, sizeof(*m->ws));
+	m->ws->max = max == 0 || max > MIG_WS_MAX ? MIG_WS_MAX : max;
+	/* The bulk lane waits for it: a recording always ends. */
+	m->ws->secs =
+		secs == 0 || secs > MIG_WS_SECS_MAX ? MIG_WS_SECS_MAX : secs;
+	m->ws->t_first = now_ns();
+}
+
+int
+migration_ws_closed(const struct migration *m)
+{
+	const struct mig_ws *w = m->ws;
+
+	return w == NULL || w->n >= w->max || m->state == MIG_COMPLETE ||
+	       m->state == MIG_FAILED ||
+	       (w->secs &&
+		now_ns() - w->t_first >= (uint64_t)w->secs * 1000000000ull);
+}
+
+/*
+ * A page a target thread faulted on. Each is asked for once while it is
+ * missing, so the list has no repeats but after a reconnect; the client
+ * drops those when it stores the list (image_ws_store()).
+ */
+void
+migration_ws_add(struct migration *m, uint32_t region, uint64_t page)
+{
+	struct mig_ws *w = m->ws;
+
+	if (w == NULL || page >= 1ull << 48 || migration_ws_closed(m))
+		return;
+	if (w->n == w->cap) {
+		w->cap = w->cap ? w->cap * 2 : 1024;
+		w->keys = realloc(w->keys, w->cap * sizeof(*w->keys));
+		if (w->keys == NULL)
+			fatal("working set");
+	}
+	w->keys[w->n++] = (uint64_t)region << 48 | page;
 }
 
 static void

@@ -66,6 +66,8 @@ struct migration {
 	uint64_t precopy_bytes;
 	uint64_t round_bytes[MIG_ROUNDS_KEPT];
 	uint64_t downtime_ns;
+	/* attach --record-working-set: the pages faulted (migration_ws_*). */
+	struct mig_ws *ws;
 	void *impl; /* struct source or struct dest */
 	void (*impl_free)(struct migration *);
 	/* The control caller whose request made it (authz.c, for status). */
@@ -83,6 +85,23 @@ struct migration *migration_find(const char *id, enum mig_role);
 void migration_free(struct migration *);
 const char *migration_state_name(enum mig_state);
 void migration_set_state(struct migration *, enum mig_state);
+/*
+ * attach --record-working-set: pages faulted are recorded, in order, each
+ * once, until max of them or secs after the attach (0: no limit). The
+ * destination holds its bulk lane meanwhile, so a time limit there is.
+ */
+#define MIG_WS_MAX 65536 /* what one status frame carries with room */
+#define MIG_WS_SECS_MAX 3600
+struct mig_ws {
+	uint64_t *keys; /* region index << 48 | page index */
+	size_t n, cap;
+	uint32_t max, secs;
+	uint64_t t_first; /* ns, the recording's start */
+};
+void migration_ws_start(struct migration *, uint32_t max, uint32_t secs);
+void migration_ws_add(struct migration *, uint32_t region, uint64_t page);
+int migration_ws_closed(const struct migration *);
+
 /* Marks the migration failed with a reason, logged once. */
 void migration_fail(struct migration *, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -81,26 +81,64 @@ all_zero(const uint8_t *p, size_t n)
  * The header: magic, version, its own checksum, then the layout: header,
  * data, region table and page index end to end, ending at the file's end.
  */
+/*
+ * Version 2's header fields: the working-set section after the page index
+ * (at the next multiple of 4096), its page bytes then its index, ending
+ * the file; and the checksum over the header's bytes before it.
+ */
+static int
+check_hdr_ws(struct image *im, const uint8_t *b, struct image_fmt_hdr *h,
+	     char *err, size_t errlen)
+{
+	uint8_t md[IMAGE_SHA_LEN];
+	uint64_t off = get64(b + IH_WS_OFF), count = get64(b + IH_WS_COUNT);
+	uint64_t idx = get64(b + IH_WS_INDEX_OFF);
+
+	if (EVP_Digest(b, IH_HDR2_SHA, md, NULL, EVP_sha256(), NULL) != 1 ||
+	    memcmp(md, b + IH_HDR2_SHA, IMAGE_SHA_LEN) != 0)
+		return bad(err, errlen,
+			   "working set: header checksum mismatch");
+	/* im->tables_end <= file_len: checked by the caller. */
+	if (off != (im->tables_end + IMAGE_ALIGN - 1) / IMAGE_ALIGN *
+			    IMAGE_ALIGN ||
+	    off > im->file_len || idx < off || idx > im->file_len ||
+	    (idx - off) % IMAGE_ALIGN || count == 0 ||
+	    count > (im->file_len - idx) / IMAGE_WS_ENTRY_LEN ||
+	    idx + count * IMAGE_WS_ENTRY_LEN != h->file_len)
+		return bad(err, errlen, "working set: inconsistent layout");
+	im->nws = count;
+	im->ws_bytes = idx - off;
+	return 0;
+}
+
+/*
+ * The header: magic, version, its own checksum, then the layout: header,
+ * data, region table and page index end to end, ending at the file's end
+ * (version 2: followed by the working set, which ends it).
+ */
 static int
 check_hdr(struct image *im, const uint8_t *b, struct image_fmt_hdr *h,
 	  char *err, size_t errlen)
 {
 	uint8_t md[IMAGE_SHA_LEN];
 	uint64_t tables;
+	uint32_t end;
 
 	if (memcmp(b + IH_MAGIC, IMAGE_MAGIC, 8) != 0)
 		return bad(err, errlen, "not a uffdd image (bad magic)");
-	if ((h->version = get32(b + IH_VERSION)) != IMAGE_VERSION)
+	if ((h->version = get32(b + IH_VERSION)) != IMAGE_VERSION &&
+	    h->version != IMAGE_VERSION_WS)
 		return bad(err, errlen,
 			   "image format version %u: this uffdd reads "
-			   "version %u",
-			   h->version, IMAGE_VERSION);
+			   "versions %u and %u",
+			   h->version, IMAGE_VERSION, IMAGE_VERSION_WS);
+	end = h->version == IMAGE_VERSION ? IH_END : IH_END2;
 	if (EVP_Digest(b, IH_HDR_SHA, md, NULL, EVP_sha256(), NULL) != 1 ||
 	    memcmp(md, b + IH_HDR_SHA, IMAGE_SHA_LEN) != 0)
 		return bad(err, errlen, "header checksum mismatch");
 	if (get32(b + IH_HDR_LEN) != IMAGE_HDR_LEN ||
 	    get32(b + IH_ALIGN) != IMAGE_ALIGN || get32(b + IH_FLAGS) != 0 ||
-	    !all_zero(b + IH_END, IMAGE_HDR_LEN - IH_END))
+	    !all_zero(b + end, IMAGE_HDR_LEN - end))
 		return bad(err, errlen,
 			   "header: unknown header size, alignment or flags");
 	h->nregions = get32(b + IH_NREGIONS);
@@ -130,13 +168,19 @@ check_hdr(struct image *im, const uint8_t *b, struct image_fmt_hdr *h,
 		return bad(err, errlen, "header: inconsistent layout");
 	tables = (uint64_t)h->nregions * IMAGE_REGION_LEN +
 		 h->nruns * IMAGE_RUN_LEN;
-	if (h->runs_off + h->nruns * IMAGE_RUN_LEN != h->file_len)
+	im->tables_end = h->runs_off + h->nruns * IMAGE_RUN_LEN;
+	if (h->version == IMAGE_VERSION ? im->tables_end != h->file_len
+					: im->tables_end > h->file_len)
 		return bad(err, errlen,
 			   "header: tables of %llu bytes do not end the file",
 			   (unsigned long long)tables);
+	im->version = h->version;
+	memcpy(im->tables_sha, h->tables_sha, IMAGE_SHA_LEN);
 	im->data_len = h->data_len;
 	im->created = get64(b + IH_CREATED);
 	im->pid = (int32_t)get32(b + IH_PID);
+	if (h->version == IMAGE_VERSION_WS)
+		return check_hdr_ws(im, b, h, err, errlen);
 	return 0;
 }
 
@@ -233,7 +277,7 @@ static int
 check_tables(struct image *im, const struct image_fmt_hdr *h, char *err,
 	     size_t errlen)
 {
-	size_t len = (size_t)(h->file_len - h->regions_off);
+	size_t len = (size_t)(im->tables_end - h->regions_off);
 	uint8_t md[IMAGE_SHA_LEN], *b = malloc(len ? len : 1);
 	uint64_t k = 0, data_at = IMAGE_HDR_LEN;
 	int rc = -1;
@@ -292,6 +336,109 @@ out:
 	return rc;
 }
 
+/* Whether page of region ri lies in a data run (binary search). */
+static int
+is_data_page(const struct image *im, uint32_t ri, uint64_t page)
+{
+	const struct image_region *r = &im->regions[ri];
+	uint64_t lo = r->first_run, hi = r->first_run + r->nruns;
+
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (im->runs[mid].first_page <= page)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return im->runs[lo].cls == IMAGE_DATA;
+}
+
+static int
+cmp_key(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * The working-set index (version 2), once the tables are checked: its
+ * checksum, then each entry a data page of a region, none twice, their
+ * bytes end to end filling the section's data exactly.
+ */
+static int
+check_ws(struct image *im, const uint8_t *hdr, char *err, size_t errlen)
+{
+	uint64_t idx = get64(hdr + IH_WS_INDEX_OFF),
+		 at = get64(hdr + IH_WS_OFF);
+	size_t len = (size_t)(im->nws * IMAGE_WS_ENTRY_LEN);
+	uint8_t md[IMAGE_SHA_LEN], *b = malloc(len);
+	uint64_t *keys = calloc(im->nws, sizeof(*keys));
+	int rc = -1;
+
+	im->ws = calloc(im->nws, sizeof(*im->ws));
+	if (b == NULL || keys == NULL || im->ws == NULL) {
+		bad(err, errlen, "out of memory for the working set");
+		goto out;
+	}
+	if (pread_all(im->fd, b, len, idx) < 0) {
+		bad(err, errlen, "reading the working set: %s",
+		    strerror(errno));
+		goto out;
+	}
+	if (EVP_Digest(b, len, md, NULL, EVP_sha256(), NULL) != 1 ||
+	    memcmp(md, hdr + IH_WS_SHA, IMAGE_SHA_LEN) != 0) {
+		bad(err, errlen, "working set: index checksum mismatch");
+		goto out;
+	}
+	for (uint64_t i = 0; i < im->nws; i++) {
+		const uint8_t *e = b + i * IMAGE_WS_ENTRY_LEN;
+		struct image_ws *w = &im->ws[i];
+		const struct image_region *r;
+
+		w->region = get32(e + IW_REGION);
+		w->page = get64(e + IW_PAGE);
+		memcpy(w->sha, e + IW_SHA, IMAGE_SHA_LEN);
+		r = &im->regions[w->region < im->nregions ? w->region : 0];
+		if (w->region >= im->nregions || get32(e + IW_RESERVED) != 0 ||
+		    w->page >= r->length / r->page_size ||
+		    w->page >= 1ull << 48 ||
+		    !is_data_page(im, w->region, w->page)) {
+			bad(err, errlen,
+			    "working set: entry %llu is not a data page "
+			    "of the image",
+			    (unsigned long long)i);
+			goto out;
+		}
+		if (r->page_size > idx - at) {
+			bad(err, errlen,
+			    "working set: entry %llu: data out "
+			    "of place",
+			    (unsigned long long)i);
+			goto out;
+		}
+		w->off = at;
+		at += r->page_size;
+		keys[i] = IMAGE_WS_KEY(w->region, w->page);
+	}
+	if (at != idx) {
+		bad(err, errlen, "working set: data left over");
+		goto out;
+	}
+	qsort(keys, im->nws, sizeof(*keys), cmp_key);
+	for (uint64_t i = 1; i < im->nws; i++)
+		if (keys[i] == keys[i - 1]) {
+			bad(err, errlen, "working set: a page listed twice");
+			goto out;
+		}
+	rc = 0;
+out:
+	free(b);
+	free(keys);
+	return rc;
+}
+
 int
 image_open(struct image *im, int fd, char *err, size_t errlen)
 {
@@ -312,13 +459,17 @@ image_open(struct image *im, int fd, char *err, size_t errlen)
 			   "%llu bytes: shorter than an image header",
 			   (unsigned long long)im->file_len);
 	if (check_hdr(im, hdr, &h, err, errlen) < 0 ||
-	    check_tables(im, &h, err, errlen) < 0) {
+	    check_tables(im, &h, err, errlen) < 0 ||
+	    (im->nws && check_ws(im, hdr, err, errlen) < 0)) {
 		free(im->regions);
 		free(im->runs);
+		free(im->ws);
 		im->regions = NULL;
 		im->runs = NULL;
+		im->ws = NULL;
 		im->nregions = 0;
 		im->nruns = 0;
+		im->nws = 0;
 		return -1;
 	}
 	return 0;
@@ -331,6 +482,7 @@ image_close(struct image *im)
 		close(im->fd);
 	free(im->regions);
 	free(im->runs);
+	free(im->ws);
 	memset(im, 0, sizeof(*im));
 	im->fd = -1;
 }
@@ -369,6 +521,37 @@ image_run_read(const struct image *im, const struct image_run *u, void *buf,
 }
 
 int
+image_ws_read(const struct image *im, uint64_t first, uint64_t n, void *buf,
+	      char *err, size_t errlen)
+{
+	uint8_t md[IMAGE_SHA_LEN], *p = buf;
+	uint64_t len;
+
+	if (n == 0 || first >= im->nws || n > im->nws - first)
+		return bad(err, errlen, "working set: no pages %llu+%llu",
+			   (unsigned long long)first, (unsigned long long)n);
+	len = im->ws[first + n - 1].off - im->ws[first].off +
+	      im->regions[im->ws[first + n - 1].region].page_size;
+	if (pread_all(im->fd, buf, (size_t)len, im->ws[first].off) < 0)
+		return bad(err, errlen, "reading the working set: %s",
+			   errno == ENODATA ? "file cut short"
+					    : strerror(errno));
+	for (uint64_t i = first; i < first + n; i++) {
+		uint32_t ps = im->regions[im->ws[i].region].page_size;
+
+		if (EVP_Digest(p, ps, md, NULL, EVP_sha256(), NULL) != 1 ||
+		    memcmp(md, im->ws[i].sha, IMAGE_SHA_LEN) != 0)
+			return bad(err, errlen,
+				   "checksum mismatch in working-set page %llu "
+				   "(region %u page %llu)",
+				   (unsigned long long)i, im->ws[i].region,
+				   (unsigned long long)im->ws[i].page);
+		p += ps;
+	}
+	return 0;
+}
+
+int
 image_verify(const struct image *im, char *err, size_t errlen)
 {
 	uint64_t max = 0;
@@ -385,6 +568,10 @@ image_verify(const struct image *im, char *err, size_t errlen)
 	for (uint64_t k = 0; k < im->nruns && rc == 0; k++)
 		if (im->runs[k].cls == IMAGE_DATA)
 			rc = image_run_read(im, &im->runs[k], buf, err, errlen);
+	/* The working set, a page at a time (bounded by the buffer). */
+	for (uint64_t i = 0; i < im->nws && rc == 0; i++)
+		if (im->regions[im->ws[i].region].page_size <= (max ? max : 1))
+			rc = image_ws_read(im, i, 1, buf, err, errlen);
 	free(buf);
 	return rc;
 }

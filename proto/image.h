@@ -17,6 +17,13 @@
 
 #define IMAGE_MAGIC "UFFDDIMG"
 #define IMAGE_VERSION 1
+/*
+ * Version 2: a version 1 image followed by a working-set section, the
+ * pages a restore faulted first, in order, with their own bytes and
+ * checksums (docs/image-format.md). Version 1 readers refuse it by version.
+ */
+#define IMAGE_VERSION_WS 2
+#define IMAGE_WS_ENTRY_LEN 48u
 /* The header's size, and the alignment of every data run in the file. */
 #define IMAGE_HDR_LEN 4096u
 #define IMAGE_ALIGN 4096u
@@ -64,6 +71,17 @@ struct image_run {
 	uint8_t sha[IMAGE_SHA_LEN];
 };
 
+/*
+ * One page of the working set: page of region, a data page in the runs;
+ * its bytes again at off in the working-set section, with their SHA-256.
+ */
+struct image_ws {
+	uint32_t region;
+	uint64_t page;
+	uint64_t off;
+	uint8_t sha[IMAGE_SHA_LEN];
+};
+
 /* An image opened for reading, its tables checked (image_open()). */
 struct image {
 	int fd;
@@ -74,6 +92,13 @@ struct image {
 	uint64_t nruns;
 	struct image_region *regions;
 	struct image_run *runs;
+	uint32_t version;
+	uint64_t tables_end; /* the end of the page index */
+	uint8_t tables_sha[IMAGE_SHA_LEN];
+	/* Version 2: the working set, in fault order, its section checked. */
+	uint64_t nws;
+	struct image_ws *ws;
+	uint64_t ws_bytes;
 };
 
 /*
@@ -91,6 +116,23 @@ uint64_t image_run_bytes(const struct image *, const struct image_run *);
  */
 int image_run_read(const struct image *, const struct image_run *r, void *buf,
 		   char *err, size_t errlen);
+/*
+ * Reads the bytes of working-set pages [first, first + n) (one read: they
+ * lie end to end) into buf and checks each page's SHA-256. 0, or -1.
+ */
+int image_ws_read(const struct image *, uint64_t first, uint64_t n, void *buf,
+		  char *err, size_t errlen);
+/*
+ * Writes to out (a new empty file) im's image with the working set keys
+ * (region << 48 | page, in fault order) as its section, replacing any it
+ * had: pages that are not data pages of im, and repeats, are left out;
+ * every byte copied is checked first. Then fsync. The number of pages
+ * kept, or -1 with err set.
+ */
+int64_t image_ws_store(const struct image *im, int out, const uint64_t *keys,
+		       size_t nkeys, char *err, size_t errlen);
+#define IMAGE_WS_KEY(region, page) ((uint64_t)(region) << 48 | (page))
+
 /* Reads every data run and checks it. 0, or -1 at the first bad one. */
 int image_verify(const struct image *, char *err, size_t errlen);
 const char *image_class_name(uint32_t cls);

@@ -30,7 +30,14 @@
 #define IH_FLAGS 84
 #define IH_TABLES_SHA 88
 #define IH_HDR_SHA 120
-#define IH_END 152 /* the rest of the header is zero */
+#define IH_END 152 /* version 1: the rest of the header is zero */
+/* Version 2: the working-set section, and a checksum over all before. */
+#define IH_WS_OFF 152
+#define IH_WS_COUNT 160
+#define IH_WS_INDEX_OFF 168
+#define IH_WS_SHA 176
+#define IH_HDR2_SHA 208
+#define IH_END2 240 /* version 2: the rest of the header is zero */
 
 struct image_fmt_hdr {
 	uint32_t version, hdr_len, align, nregions, flags;
@@ -99,6 +106,12 @@ image_fmt_put_hdr(uint8_t *b, const struct image_fmt_hdr *h)
 		       ? 0
 		       : -1;
 }
+
+/* Working-set index entry offsets (IMAGE_WS_ENTRY_LEN bytes each). */
+#define IW_REGION 0
+#define IW_RESERVED 4
+#define IW_PAGE 8
+#define IW_SHA 16
 
 /* Region record offsets. */
 #define IR_START 0

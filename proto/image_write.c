@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -325,4 +326,227 @@ image_writer_free(struct image_writer *w)
 	free(w->runs);
 	memset(w, 0, sizeof(*w));
 	w->fd = -1;
+}
+
+/* A key and its place in the order given (image_ws_store()). */
+struct ws_key {
+	uint64_t key, at;
+};
+
+static int
+cmp_ws_key(const void *a, const void *b)
+{
+	const struct ws_key *x = a, *y = b;
+
+	if (x->key != y->key)
+		return x->key < y->key ? -1 : 1;
+	return x->at < y->at ? -1 : x->at > y->at;
+}
+
+static int
+cmp_ws_at(const void *a, const void *b)
+{
+	const struct ws_key *x = a, *y = b;
+
+	return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* The run of region ri holding page (the runs cover it in order). */
+static const struct image_run *
+run_of(const struct image *im, uint32_t ri, uint64_t page)
+{
+	const struct image_region *r = &im->regions[ri];
+	uint64_t lo = r->first_run, hi = r->first_run + r->nruns;
+
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (im->runs[mid].first_page <= page)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return &im->runs[lo];
+}
+
+/*
+ * The keys kept: data pages of im, the first time each is named, in the
+ * order given. Returns how many, sorted by key in k (each with its place).
+ */
+static size_t
+ws_keep(const struct image *im, const uint64_t *keys, size_t n,
+	struct ws_key *k)
+{
+	size_t m = 0, out = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint32_t ri = (uint32_t)(keys[i] >> 48);
+		uint64_t page = keys[i] & ((1ull << 48) - 1);
+		const struct image_region *r =
+			&im->regions[ri < im->nregions ? ri : 0];
+
+		if (ri >= im->nregions || page >= r->length / r->page_size ||
+		    run_of(im, ri, page)->cls != IMAGE_DATA)
+			continue;
+		k[m].key = keys[i];
+		k[m++].at = i;
+	}
+	qsort(k, m, sizeof(*k), cmp_ws_key);
+	for (size_t i = 0; i < m; i++)
+		if (i == 0 || k[i].key != k[i - 1].key)
+			k[out++] = k[i];
+	return out;
+}
+
+/* Copies bytes [0, len) of in to out. */
+static int
+copy_head(int in, int out, uint64_t len)
+{
+	uint8_t *buf = malloc(1u << 20);
+	uint64_t at = 0;
+
+	if (buf == NULL)
+		return -1;
+	while (at < len) {
+		size_t n =
+			len - at < (1u << 20) ? (size_t)(len - at) : 1u << 20;
+		ssize_t r = pread(in, buf, n, (off_t)at);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0 || pwrite_all(out, buf, (size_t)r, at) < 0) {
+			if (r == 0)
+				errno = ENODATA;
+			free(buf);
+			return -1;
+		}
+		at += (uint64_t)r;
+	}
+	free(buf);
+	return 0;
+}
+
+/*
+ * The working-set pages' bytes, checked with their runs, into data (in
+ * the order kept), and their index entries into idx. Runs are read in
+ * page order, each once.
+ */
+static int
+ws_gather(const struct image *im, const struct ws_key *k, size_t n,
+	  const uint64_t *offs, uint8_t *data, uint8_t *idx, char *err,
+	  size_t errlen)
+{
+	const struct image_run *cur = NULL;
+	uint8_t *run = malloc(IMAGE_RUN_BYTES);
+
+	if (run == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint32_t ri = (uint32_t)(k[i].key >> 48);
+		uint64_t page = k[i].key & ((1ull << 48) - 1);
+		const struct image_run *u = run_of(im, ri, page);
+		uint32_t ps = im->regions[ri].page_size;
+		uint8_t *e = idx + k[i].at * IMAGE_WS_ENTRY_LEN;
+		uint8_t *dst = data + offs[k[i].at];
+
+		if (u != cur && image_run_read(im, u, run, err, errlen) < 0) {
+			free(run);
+			return -1;
+		}
+		cur = u;
+		memcpy(dst, run + (page - u->first_page) * ps, ps);
+		put32(e + IW_REGION, ri);
+		put32(e + IW_RESERVED, 0);
+		put64(e + IW_PAGE, page);
+		if (EVP_Digest(dst, ps, e + IW_SHA, NULL, EVP_sha256(), NULL) !=
+		    1) {
+			free(run);
+			snprintf(err, errlen, "SHA-256 failed");
+			return -1;
+		}
+	}
+	free(run);
+	return 0;
+}
+
+/* The version 2 header over im's, for a working set at off. */
+static int
+ws_header(const struct image *im, int out, uint64_t off, uint64_t bytes,
+	  uint64_t n, const uint8_t *idx)
+{
+	uint8_t b[IMAGE_HDR_LEN];
+
+	if (pread(out, b, sizeof(b), 0) != (ssize_t)sizeof(b))
+		return -1;
+	memset(b + IH_WS_OFF, 0, IMAGE_HDR_LEN - IH_WS_OFF);
+	put32(b + IH_VERSION, IMAGE_VERSION_WS);
+	put64(b + IH_FILE_LEN, off + bytes + n * IMAGE_WS_ENTRY_LEN);
+	if (EVP_Digest(b, IH_HDR_SHA, b + IH_HDR_SHA, NULL, EVP_sha256(),
+		       NULL) != 1)
+		return -1;
+	put64(b + IH_WS_OFF, off);
+	put64(b + IH_WS_COUNT, n);
+	put64(b + IH_WS_INDEX_OFF, off + bytes);
+	if (EVP_Digest(idx, n * IMAGE_WS_ENTRY_LEN, b + IH_WS_SHA, NULL,
+		       EVP_sha256(), NULL) != 1 ||
+	    EVP_Digest(b, IH_HDR2_SHA, b + IH_HDR2_SHA, NULL, EVP_sha256(),
+		       NULL) != 1)
+		return -1;
+	(void)im;
+	return pwrite_all(out, b, sizeof(b), 0);
+}
+
+int64_t
+image_ws_store(const struct image *im, int out, const uint64_t *keys,
+	       size_t nkeys, char *err, size_t errlen)
+{
+	struct ws_key *k = calloc(nkeys ? nkeys : 1, sizeof(*k));
+	uint64_t *offs = NULL, bytes = 0;
+	uint64_t off =
+		(im->tables_end + IMAGE_ALIGN - 1) / IMAGE_ALIGN * IMAGE_ALIGN;
+	uint8_t *data = NULL, *idx = NULL;
+	size_t n;
+	int64_t rc = -1;
+
+	if (k == NULL)
+		goto oom;
+	if ((n = ws_keep(im, keys, nkeys, k)) == 0) {
+		snprintf(err, errlen, "no data page of the image to keep");
+		goto out;
+	}
+	/* Each page's place in the section: in the order given. */
+	qsort(k, n, sizeof(*k), cmp_ws_at);
+	if ((offs = calloc(n, sizeof(*offs))) == NULL)
+		goto oom;
+	for (size_t i = 0; i < n; i++) {
+		offs[i] = bytes;
+		bytes += im->regions[k[i].key >> 48].page_size;
+		k[i].at = i;
+	}
+	qsort(k, n, sizeof(*k), cmp_ws_key);
+	if ((data = malloc(bytes)) == NULL ||
+	    (idx = calloc(n, IMAGE_WS_ENTRY_LEN)) == NULL)
+		goto oom;
+	if (ws_gather(im, k, n, offs, data, idx, err, errlen) < 0)
+		goto out;
+	if (copy_head(im->fd, out, im->tables_end) < 0 ||
+	    ftruncate(out, (off_t)off) < 0 ||
+	    pwrite_all(out, data, bytes, off) < 0 ||
+	    pwrite_all(out, idx, n * IMAGE_WS_ENTRY_LEN, off + bytes) < 0 ||
+	    ws_header(im, out, off, bytes, n, idx) < 0 || fsync(out) < 0) {
+		snprintf(err, errlen, "writing the image: %s", strerror(errno));
+		goto out;
+	}
+	rc = (int64_t)n;
+	goto out;
+oom:
+	snprintf(err, errlen, "out of memory");
+out:
+	free(k);
+	free(offs);
+	free(data);
+	free(idx);
+	return rc;
 }

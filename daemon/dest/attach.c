@@ -499,6 +499,10 @@ attach_go(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	d->owner = *who;
 	d->serial = serial;
 	migration_set_peer(d->m, from);
+	if (req->record_working_set) {
+		migration_ws_start(d->m, req->ws_faults, req->ws_secs);
+		dest_ws_watch(d);
+	}
 	d->nranges = req->n_ranges;
 	d->ranges = xcalloc(req->n_ranges, sizeof(*d->ranges));
 	for (size_t i = 0; i < req->n_ranges; i++) {

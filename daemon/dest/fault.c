@@ -163,6 +163,7 @@ dest_request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	struct conn *lane;
 
 	pagestate_set(&dr->ps, page, PAGE_REQUESTED);
+	migration_ws_add(d->m, dr->r.index, page);
 	lane = d->root ? d->root->demand : d->demand;
 	if (lane == NULL)
 		return; /* paused: the request goes out on reconnect */

@@ -405,10 +405,40 @@ root_went(const struct dest *d)
 void
 dest_bulk_hold(struct dest *d)
 {
+	int rec = d->m->ws != NULL && !migration_ws_closed(d->m);
+
 	if (d->bulk)
-		conn_pause(d->bulk, d->nrequests == 1);
+		conn_pause(d->bulk, d->nrequests == 1 || rec);
 	if (d->pending && d->nrequests != 1)
 		event_active(d->piece_ev, EV_TIMEOUT, 0);
+}
+
+/* The recording's end, checked every 100 ms: the bulk lane goes on. */
+static void
+ws_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct dest *d = arg;
+
+	if (!migration_ws_closed(d->m))
+		return;
+	event_del(d->ws_ev);
+	dest_bulk_hold(d);
+}
+
+/*
+ * attach --record-working-set: the bulk lane is held from the start until
+ * the recording is over (dest_bulk_hold()); a page the bulk stream brought
+ * first would be touched without a fault, and missing from the record.
+ */
+void
+dest_ws_watch(struct dest *d)
+{
+	struct timeval tv = {0, 100 * 1000};
+
+	d->ws_ev = event_new(base, -1, EV_PERSIST, ws_cb, d);
+	if (d->ws_ev == NULL)
+		fatal("working-set timer");
+	event_add(d->ws_ev, &tv);
 }
 
 /* No bulk frame is pending: the bulk lane hands frames again. */

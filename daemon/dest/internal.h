@@ -170,6 +170,13 @@ struct dest {
 	int pending;
 	uint8_t *pbuf;
 	struct event *piece_ev;
+	/*
+	 * attach --record-working-set: while the recording runs the bulk
+	 * lane is held (dest_bulk_hold()), so that every page the target
+	 * touches is a fault, recorded; ws_ev ends the hold when the
+	 * recording's time is up.
+	 */
+	struct event *ws_ev;
 
 	/*
 	 * hold.c: private file mappings cannot be registered (userfaultfd has
@@ -277,6 +284,7 @@ int dest_install_missing(struct dest *t, struct dest *root, struct dst_region *,
 			 const Uffdd__PageData *, const struct evbuffer_iovec *,
 			 int nv);
 void dest_bulk_hold(struct dest *);
+void dest_ws_watch(struct dest *);
 
 /* lanes.c */
 int dest_connect_demand(struct dest *, int resuming, char *err, size_t errlen);

@@ -297,6 +297,7 @@ dest_open_bulk(struct dest *d)
 	conn_set_priority(d->bulk, PRIO_BULK);
 	conn_set_budget(d->bulk, BULK_BUDGET);
 	conn_set_timeout(d->bulk, LANE_TIMEOUT);
+	dest_bulk_hold(d); /* held while a working set is recorded */
 	h.version = UFFDD_PROTO_VERSION;
 	h.lane = UFFDD__LANE__LANE_BULK;
 	h.migration_id = d->m->id;

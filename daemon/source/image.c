@@ -221,6 +221,71 @@ source_image_read(struct source *s, const struct src_region *sr, uint64_t page,
 	return 0;
 }
 
+/* At most this many bytes of working-set pages are read in one go. */
+#define WS_BATCH_BYTES (1u << 20)
+
+/*
+ * Reads working-set pages from first on, as many as WS_BATCH_BYTES hold
+ * (one at least), into ws_buf and checks each.
+ */
+static int
+ws_fill(struct source *s, uint64_t first)
+{
+	struct src_image *si = s->img;
+	const struct image *im = &si->img;
+	uint64_t n = 0, bytes = 0;
+	char err[256];
+
+	while (first + n < im->nws) {
+		uint32_t ps = im->regions[im->ws[first + n].region].page_size;
+
+		if (n && bytes + ps > WS_BATCH_BYTES)
+			break;
+		bytes += ps;
+		n++;
+	}
+	if (si->ws_buf == NULL && posix_memalign((void **)&si->ws_buf, 4096,
+						 IMAGE_PAGE_MAX > WS_BATCH_BYTES
+							 ? IMAGE_PAGE_MAX
+							 : WS_BATCH_BYTES) != 0)
+		fatal("working-set buffer");
+	si->ws_n = 0;
+	if (image_ws_read(im, first, n, si->ws_buf, err, sizeof(err)) < 0) {
+		source_fail(s, "image: %s", err);
+		return -1;
+	}
+	si->ws_first = first;
+	si->ws_n = n;
+	return 0;
+}
+
+int
+source_image_ws_next(struct source *s, uint32_t *ri, uint64_t *page,
+		     const uint8_t **bytes)
+{
+	struct src_image *si = s->img;
+	const struct image *im = &si->img;
+
+	for (; si->ws_next < im->nws; si->ws_next++) {
+		const struct image_ws *w = &im->ws[si->ws_next];
+		const struct src_region *sr = &s->regs[w->region];
+
+		if (!sr->accepted || bit_test(sr->sent, w->page))
+			continue;
+		if (si->ws_next < si->ws_first ||
+		    si->ws_next >= si->ws_first + si->ws_n) {
+			if (ws_fill(s, si->ws_next) < 0)
+				return -1;
+		}
+		*ri = w->region;
+		*page = w->page;
+		*bytes = si->ws_buf + (w->off - im->ws[si->ws_first].off);
+		si->ws_next++;
+		return 1;
+	}
+	return 0;
+}
+
 /*
  * A lane of an attach --image's source comes from this daemon only (a
  * socket pair, peer.h): its ID was never given out, and is no credential
@@ -246,6 +311,7 @@ source_image_free(struct source *s)
 	image_close(&s->img->img);
 	for (int j = 0; j < IMG_SLOTS; j++)
 		free(s->img->buf[j]);
+	free(s->img->ws_buf);
 	free(s->img);
 	s->img = NULL;
 }

@@ -119,6 +119,13 @@ struct src_image {
 	uint64_t run[IMG_SLOTS];  /* the run each buffer holds, checked */
 	uint64_t used[IMG_SLOTS]; /* when it was last read (tick) */
 	uint64_t tick;
+	/*
+	 * The working set (version 2 images): the bulk stream sends its
+	 * pages first, in order, from ws_next on; pages [ws_first, ws_first
+	 * + ws_n) of it are in ws_buf, read in one go and checked.
+	 */
+	uint64_t ws_next, ws_first, ws_n;
+	uint8_t *ws_buf;
 };
 
 struct source {
@@ -195,6 +202,13 @@ struct source *source_image_create(int fd, int local, uint32_t *code, char *err,
  */
 int source_image_read(struct source *, const struct src_region *sr,
 		      uint64_t page, uint8_t *dst, uint64_t len, int demand);
+/*
+ * The next working-set page not sent yet, in order: its region, page and
+ * checked bytes. 1, 0 when the working set is all sent, or -1: the
+ * migration has failed.
+ */
+int source_image_ws_next(struct source *, uint32_t *ri, uint64_t *page,
+			 const uint8_t **bytes);
 int source_image_lane_ok(const struct source *, const struct conn *);
 void source_image_free(struct source *);
 

@@ -383,6 +383,39 @@ zero_checked(const struct src_region *sr)
 }
 
 /*
+ * An image's working set goes first: its next page not sent yet, one
+ * frame (pages recorded in fault order are rarely adjacent). The bytes
+ * sent, -1 on failure, -2 when the working set is all sent.
+ */
+static int64_t
+send_ws_page(struct source *s)
+{
+	const uint8_t *b;
+	uint32_t ri;
+	uint64_t page;
+	int r;
+
+	if (s->img == NULL || s->img->ws_next >= s->img->img.nws)
+		return -2;
+	if ((r = source_image_ws_next(s, &ri, &page, &b)) <= 0)
+		return r < 0 ? -1 : -2;
+	return send_run(s, s->bulk, ri, page, 1, 0, 0, b);
+}
+
+/*
+ * A round while demand traffic is recent: one small frame. The working
+ * set goes in frames of one page: there, a small frame's worth of them,
+ * not one, or a target faulting on pages behind it would hold it at a
+ * page a pass and outrun it for good.
+ */
+static uint64_t
+small_round(const struct source *s)
+{
+	return s->img && s->img->ws_next < s->img->img.nws ? DEMAND_STEP_BYTES
+							   : 1;
+}
+
+/*
  * Produces one round of the bulk stream, then yields to the loop so that
  * demand requests (higher priority) go first.
  */
@@ -400,7 +433,7 @@ source_bulk_produce(struct source *s)
 		int small = loop_demand_recent();
 
 		if (small) {
-			round = 1;
+			round = small_round(s);
 			frame = BULK_SMALL_PAGES;
 		}
 		conn_set_io_max(s->bulk, small ? DEMAND_STEP_BYTES : 0);
@@ -430,6 +463,14 @@ source_bulk_produce(struct source *s)
 		int64_t got;
 		int zero;
 
+		if ((got = send_ws_page(s)) != -2) {
+			if (got < 0)
+				return;
+			bytes += (uint64_t)got + 4096;
+			s->win_bytes += (uint64_t)got + 64;
+			loop_bulk();
+			continue;
+		}
 		if (!next_unsent(s, &ri, &page, &max)) {
 			/* Everything sent; a pre-copy round is over. */
 			if (source_precopy_running(s))

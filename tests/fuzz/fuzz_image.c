@@ -3,8 +3,10 @@
  * takes files a user hands it. The first input byte is flags, the rest
  * the file. A checksum would stop the fuzzer at the door, so flag 1 puts
  * the right SHA-256 of the tables (from the header's regions_off to the
- * end) into the header, and flag 2 the header's own after that: what
- * lies behind the checksums is reached too. An image that opens is
+ * end; in a version 2 image, to the page index's end) into the header,
+ * flag 4 that of a version 2 image's working-set index, and flag 2 the
+ * header's own (both, in version 2) after that: what lies behind the
+ * checksums is reached too. An image that opens is
  * verified and each of its data runs read, as uffd-client image does.
  */
 #include "config.h"
@@ -26,16 +28,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void
 fix_sums(uint8_t *b, size_t n, uint8_t flags)
 {
-	uint64_t off;
+	uint64_t off, end = n, idx;
+	int v2;
 
 	if (n < IMAGE_HDR_LEN)
 		return;
+	v2 = get32(b + IH_VERSION) == IMAGE_VERSION_WS;
 	off = get64(b + IH_REGIONS_OFF);
-	if ((flags & 1) && off <= n)
-		EVP_Digest(b + off, n - off, b + IH_TABLES_SHA, NULL,
+	if (v2 && get64(b + IH_NRUNS) < n / IMAGE_RUN_LEN &&
+	    get64(b + IH_RUNS_OFF) <= n)
+		end = get64(b + IH_RUNS_OFF) +
+		      get64(b + IH_NRUNS) * IMAGE_RUN_LEN;
+	if ((flags & 1) && off <= end && end <= n)
+		EVP_Digest(b + off, end - off, b + IH_TABLES_SHA, NULL,
 			   EVP_sha256(), NULL);
+	idx = get64(b + IH_WS_INDEX_OFF);
+	if ((flags & 4) && v2 && idx <= n)
+		EVP_Digest(b + idx, n - idx, b + IH_WS_SHA, NULL, EVP_sha256(),
+			   NULL);
 	if (flags & 2)
 		EVP_Digest(b, IH_HDR_SHA, b + IH_HDR_SHA, NULL, EVP_sha256(),
+			   NULL);
+	if ((flags & 2) && v2)
+		EVP_Digest(b, IH_HDR2_SHA, b + IH_HDR2_SHA, NULL, EVP_sha256(),
 			   NULL);
 }
 
@@ -73,6 +88,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					     sizeof(err));
 		else if (im.runs[k].cls == IMAGE_DATA)
 			abort(); /* the reader let a run past its bound */
+	for (uint64_t i = 0; i < im.nws; i++)
+		if (im.regions[im.ws[i].region].page_size <= IMAGE_RUN_BYTES)
+			(void)image_ws_read(&im, i, 1, buf, err, sizeof(err));
+		else
+			abort(); /* a working-set page larger than a page */
 	free(buf);
 	image_close(&im);
 	return 0;

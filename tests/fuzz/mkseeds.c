@@ -357,8 +357,32 @@ state_seeds(void)
  * they are), then an image of nregions 4 KiB-page regions of 6 pages:
  * data, zero, hole, data, data, hole (the data pages each a byte).
  */
+/*
+ * The image at fd with a working set of its data pages (and some that
+ * are not, which image_ws_store() leaves out), as a new memfd.
+ */
+static int
+with_ws(int fd)
+{
+	static const uint64_t keys[] = {IMAGE_WS_KEY(0, 3), IMAGE_WS_KEY(0, 1),
+					IMAGE_WS_KEY(1, 4), IMAGE_WS_KEY(0, 0),
+					IMAGE_WS_KEY(0, 3), IMAGE_WS_KEY(7, 0)};
+	struct image im;
+	char err[256];
+	int out = memfd_create("seed-ws", 0);
+
+	if (out < 0 || image_open(&im, fd, err, sizeof(err)) < 0 ||
+	    image_ws_store(&im, out, keys, sizeof(keys) / sizeof(keys[0]), err,
+			   sizeof(err)) < 0) {
+		fprintf(stderr, "mkseeds: working set: %s\n", err);
+		exit(1);
+	}
+	image_close(&im);
+	return out;
+}
+
 static void
-image_seed(const char *name, uint32_t nregions, uint32_t kind)
+image_seed(const char *name, uint32_t nregions, uint32_t kind, int ws)
 {
 	struct image_region r[2] = {{0}};
 	struct image_writer w;
@@ -385,13 +409,17 @@ image_seed(const char *name, uint32_t nregions, uint32_t kind)
 		    image_write_marker(&w, i, 5, 1, IMAGE_HOLE) < 0)
 			exit(1);
 	}
-	if (image_writer_end(&w) < 0 || (n = lseek(fd, 0, SEEK_END)) < 0)
+	if (image_writer_end(&w) < 0)
 		exit(1);
 	image_writer_free(&w);
+	if (ws)
+		fd = with_ws(fd);
+	if ((n = lseek(fd, 0, SEEK_END)) < 0)
+		exit(1);
 	if ((b = malloc((size_t)n + 1)) == NULL ||
 	    pread(fd, b + 1, (size_t)n, 0) != n)
 		exit(1);
-	b[0] = 3;
+	b[0] = ws ? 7 : 3;
 	put("image", name, b, (size_t)n + 1);
 	free(b);
 	close(fd);
@@ -486,7 +514,9 @@ main(int argc, char **argv)
 		put("conffile", confs[i][0], confs[i][1], strlen(confs[i][1]));
 	role_seeds();
 	state_seeds();
-	image_seed("one_region", 1, 1);
-	image_seed("two_regions", 2, 3);
+	image_seed("one_region", 1, 1, 0);
+	image_seed("working_set", 1, 1, 1);
+	image_seed("two_regions", 2, 3, 0);
+	image_seed("two_regions_working_set", 2, 3, 1);
 	return 0;
 }

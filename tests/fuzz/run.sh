@@ -12,7 +12,7 @@ if [ "${1:-}" = --seeds ]; then
 	SRC=$(cd "$HERE/../.." && pwd)
 	cc -I"$SRC" -I"$B" $(pkg-config --cflags libprotobuf-c) -o "$B/tests/fuzz/mkseeds" \
 		"$HERE/mkseeds.c" "$SRC/proto/frame.c" "$B/proto/uffdd.pb-c.c" \
-		"$SRC/proto/image_write.c" \
+		"$SRC/proto/image_write.c" "$SRC/proto/image.c" \
 		$(pkg-config --libs libprotobuf-c libcrypto) || exit 1
 	rm -rf "$HERE/corpus"
 	exec "$B/tests/fuzz/mkseeds" "$HERE/corpus"

@@ -159,9 +159,9 @@ corruptions(const uint8_t *b, size_t len)
 	CHECK(try_open(c, len, 1, err, sizeof(err)) < 0 &&
 	      strstr(err, "checksum mismatch") != NULL);
 	memcpy(c, b, len);
-	c[IH_VERSION] = 2;
+	c[IH_VERSION] = 3;
 	CHECK(try_open(c, len, 0, err, sizeof(err)) < 0 &&
-	      strstr(err, "version 2") != NULL);
+	      strstr(err, "version 3") != NULL);
 	free(c);
 }
 

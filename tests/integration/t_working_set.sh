@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The working set of a restore (issue 22 stage 3). A workload is
+# snapshotted (--keep-source: tests/memhash hashes it as taken), restored
+# by a daemon whose bulk stream is slowed down (--bulk-rate), into a target
+# that touches a fixed random subset of its pages: most are demand faults,
+# recorded with attach --record-working-set and stored in the image
+# (format 2, image info shows it). A second restore sends those pages
+# first; its target, let go once they are in, faults on far fewer pages.
+# Both restores are byte-exact. A working-set section that is corrupted
+# is refused with what is wrong, by image check and attach alike, and
+# changes nothing; a version 1 image takes no working set it cannot hold.
+. "$SRC/tests/lib.sh"
+need_root
+BASE=0x500000000000
+SIZE=32M
+TOUCH=2000
+END=$(printf '0x%x' $((BASE + $(numfmt --from=iec "$SIZE"))))
+RANGE=${BASE#0x}-${END#0x}
+IMG=$T/ws.img
+
+start_daemon d --bulk-rate 4M
+start_workload WS source --size "$SIZE" --threads 2 --untouched-every 0
+kill -STOP "$WS"
+sleep 0.2
+"$CLIENT" --control "$d_SOCK" snapshot "$WS" --to "$IMG" --keep-source \
+	--range "$RANGE" >"$T/snap.out" 2>&1 || fail "snapshot: $(cat "$T/snap.out")"
+H_SRC=$("$MEMHASH" "$WS" "$BASE" "$END")
+kill -9 "$WS"
+"$CLIENT" image info "$IMG" | grep -q '^working set: none' || fail "a new image has a working set"
+
+# restore N ARGS...: restores into target WD (touching TOUCH pages), the
+# attach's output in $T/attach.out; FAULTS its demand faults. With
+# PREFETCHED=P, the target is let go once P pages are prefetched.
+restore() {
+	local ap h
+	start_workload WD dest --size "$SIZE" --touch "$TOUCH" --untouched-every 0
+	"$CLIENT" --control "$d_SOCK" attach "$WD" --image "$IMG" --range "$RANGE" \
+		"$@" --wait >"$T/attach.out" 2>&1 &
+	ap=$!
+	for _ in $(seq 600); do
+		grep -q '^attached' "$T/attach.out" && break
+		kill -0 "$ap" 2>/dev/null || break
+		sleep 0.05
+	done
+	grep -q '^attached' "$T/attach.out" || fail "attach: $(cat "$T/attach.out")"
+	if [ -n "${PREFETCHED:-}" ]; then
+		id=$("$CLIENT" --control "$d_SOCK" status --json | python3 -c '
+import json, sys
+for m in json.load(sys.stdin):
+    if m["role"] == "destination" and m["pid"] == '"$WD"':
+        print(m["id"])')
+		for _ in $(seq 600); do
+			p=$("$CLIENT" --control "$d_SOCK" status "$id" | awk '/^  prefetched/ {print $2; exit}')
+			[ "${p:-0}" -ge "$PREFETCHED" ] && break
+			sleep 0.05
+		done
+		info "target let go with ${p:-0} pages prefetched"
+	fi
+	kill -USR1 "$WD"
+	wait "$ap" || fail "restore: $(cat "$T/attach.out")"
+	grep -q '^touched' "$T/WD.out" || {
+		sleep 1
+		grep -q '^touched' "$T/WD.out"
+	} || fail "the target did not touch its pages: $(cat "$T/WD.out")"
+	h=$("$MEMHASH" "$WD" "$BASE" "$END")
+	[ "$h" = "$H_SRC" ] || fail "the target differs from the process snapshotted"
+	FAULTS=$(awk '/^touched/ {print $4}' "$T/WD.out")
+	kill -9 "$WD"
+}
+
+restore --record-working-set --ws-secs 6
+grep -q '^working set: [0-9]* pages' "$T/attach.out" || fail "no working set stored: $(cat "$T/attach.out")"
+F1=$FAULTS
+"$CLIENT" image info "$IMG" >"$T/info" || fail "image info: $(cat "$T/info")"
+grep -q '^image .*: format 2' "$T/info" || fail "not format 2: $(head -n 1 "$T/info")"
+WSP=$(awk '/^working set:/ {print $3}' "$T/info")
+[ "${WSP:-0}" -ge $((F1 / 2)) ] || fail "working set of ${WSP:-0} pages for $F1 faults"
+info "first restore: $F1 demand faults of $TOUCH touches; working set $WSP pages stored"
+
+PREFETCHED=$WSP restore
+F2=$FAULTS
+[ $((F2 * 5)) -le "$F1" ] || fail "second restore: $F2 demand faults against $F1 first"
+info "second restore, working set first: $F2 demand faults (first: $F1), byte for byte"
+
+# A corrupted working set: refused with what is wrong, nothing changed.
+cp "$IMG" "$T/bad.img"
+len=$(stat -c %s "$T/bad.img")
+printf '\xff' | dd of="$T/bad.img" bs=1 seek=$((len - 20)) conv=notrunc 2>/dev/null
+if "$CLIENT" image check "$T/bad.img" >"$T/out" 2>&1; then fail "a corrupted working set passed image check"; fi
+grep -q 'working set: index checksum mismatch' "$T/out" || fail "image check: $(cat "$T/out")"
+cp "$IMG" "$T/bad2.img"
+ws_off=$(python3 -c 'import struct,sys; b=open(sys.argv[1],"rb").read(176); print(struct.unpack_from("<Q", b, 152)[0])' "$T/bad2.img")
+printf '\xff' | dd of="$T/bad2.img" bs=1 seek=$((ws_off + 100)) conv=notrunc 2>/dev/null
+if "$CLIENT" image check "$T/bad2.img" >"$T/out" 2>&1; then fail "a corrupted working-set page passed image check"; fi
+grep -q 'checksum mismatch in working-set page' "$T/out" || fail "image check: $(cat "$T/out")"
+start_workload WD dest --size "$SIZE" --untouched-every 0 --prefault
+before=$("$MEMHASH" "$WD" "$BASE" "$END")
+if "$CLIENT" --control "$d_SOCK" attach "$WD" --image "$T/bad.img" --range "$RANGE" >"$T/out" 2>&1; then
+	fail "attach from a corrupted working set succeeded"
+fi
+grep -q 'working set' "$T/out" || fail "attach: $(cat "$T/out")"
+[ "$("$MEMHASH" "$WD" "$BASE" "$END")" = "$before" ] || fail "a refused attach changed the target"
+kill -9 "$WD"
+info "a corrupted working set is refused: $(head -n 1 "$T/out")"
+
+# Options that make no sense are refused before anything is asked.
+if "$CLIENT" --control "$d_SOCK" attach 1 --from 127.0.0.1:1 --id 0123456789abcdef0123456789abcdef \
+	--record-working-set >"$T/out" 2>&1; then fail "--record-working-set without --image"; fi
+if "$CLIENT" --control "$d_SOCK" attach 1 --image "$IMG" --ws-secs 3 >"$T/out" 2>&1; then
+	fail "--ws-secs without --record-working-set"
+fi
