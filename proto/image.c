@@ -336,13 +336,13 @@ out:
 	return rc;
 }
 
-/* Whether page of region ri lies in a data run (binary search). */
-static int
-is_data_page(const struct image *im, uint32_t ri, uint64_t page)
+const struct image_run *
+image_run_of(const struct image *im, uint32_t ri, uint64_t page)
 {
 	const struct image_region *r = &im->regions[ri];
 	uint64_t lo = r->first_run, hi = r->first_run + r->nruns;
 
+	/* The runs cover the region in order, from its page 0 (checked). */
 	while (hi - lo > 1) {
 		uint64_t mid = lo + (hi - lo) / 2;
 
@@ -351,7 +351,14 @@ is_data_page(const struct image *im, uint32_t ri, uint64_t page)
 		else
 			hi = mid;
 	}
-	return im->runs[lo].cls == IMAGE_DATA;
+	return &im->runs[lo];
+}
+
+/* Whether page of region ri lies in a data run. */
+static int
+is_data_page(const struct image *im, uint32_t ri, uint64_t page)
+{
+	return image_run_of(im, ri, page)->cls == IMAGE_DATA;
 }
 
 static int

@@ -107,6 +107,9 @@ struct image {
  * Returns 0, or -1 with err saying what is wrong and where.
  */
 int image_open(struct image *, int fd, char *err, size_t errlen);
+/* The run of region ri of an opened image that holds page (binary search). */
+const struct image_run *image_run_of(const struct image *, uint32_t ri,
+				     uint64_t page);
 void image_close(struct image *);
 /* A run's bytes in the file (npages * page_size of its region). */
 uint64_t image_run_bytes(const struct image *, const struct image_run *);

@@ -351,24 +351,6 @@ cmp_ws_at(const void *a, const void *b)
 	return x->at < y->at ? -1 : x->at > y->at;
 }
 
-/* The run of region ri holding page (the runs cover it in order). */
-static const struct image_run *
-run_of(const struct image *im, uint32_t ri, uint64_t page)
-{
-	const struct image_region *r = &im->regions[ri];
-	uint64_t lo = r->first_run, hi = r->first_run + r->nruns;
-
-	while (hi - lo > 1) {
-		uint64_t mid = lo + (hi - lo) / 2;
-
-		if (im->runs[mid].first_page <= page)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return &im->runs[lo];
-}
-
 /*
  * The keys kept: data pages of im, the first time each is named, in the
  * order given. Returns how many, sorted by key in k (each with its place).
@@ -386,7 +368,7 @@ ws_keep(const struct image *im, const uint64_t *keys, size_t n,
 			&im->regions[ri < im->nregions ? ri : 0];
 
 		if (ri >= im->nregions || page >= r->length / r->page_size ||
-		    run_of(im, ri, page)->cls != IMAGE_DATA)
+		    image_run_of(im, ri, page)->cls != IMAGE_DATA)
 			continue;
 		k[m].key = keys[i];
 		k[m++].at = i;
@@ -446,7 +428,7 @@ ws_gather(const struct image *im, const struct ws_key *k, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		uint32_t ri = (uint32_t)(k[i].key >> 48);
 		uint64_t page = k[i].key & ((1ull << 48) - 1);
-		const struct image_run *u = run_of(im, ri, page);
+		const struct image_run *u = image_run_of(im, ri, page);
 		uint32_t ps = im->regions[ri].page_size;
 		uint8_t *e = idx + k[i].at * IMAGE_WS_ENTRY_LEN;
 		uint8_t *dst = data + offs[k[i].at];

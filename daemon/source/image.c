@@ -187,19 +187,10 @@ source_image_read(struct source *s, const struct src_region *sr, uint64_t page,
 		  uint8_t *dst, uint64_t len, int demand)
 {
 	const struct image *im = &s->img->img;
-	const struct image_region *ir = &im->regions[sr->r.index];
 	uint64_t ps = sr->r.page_size, end = page + len / ps;
-	uint64_t lo = ir->first_run, hi = ir->first_run + ir->nruns;
+	uint64_t lo =
+		(uint64_t)(image_run_of(im, sr->r.index, page) - im->runs);
 
-	/* The run that holds page: the runs cover the region in order. */
-	while (hi - lo > 1) {
-		uint64_t mid = lo + (hi - lo) / 2;
-
-		if (im->runs[mid].first_page <= page)
-			lo = mid;
-		else
-			hi = mid;
-	}
 	for (uint64_t k = lo; page < end; k++) {
 		const struct image_run *u = &im->runs[k];
 		uint64_t from = page - u->first_page;
