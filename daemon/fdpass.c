@@ -5,10 +5,14 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -19,6 +23,9 @@
 #include "daemon/fdpass.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+
+/* What statfs() says of a FUSE file system (no uapi header has it). */
+#define FUSE_SUPER_MAGIC 0x65735546
 
 /* How long a client has to hand its file over. */
 #define FDPASS_WAIT_SECS 10
@@ -149,4 +156,26 @@ fdpass_close_all(void)
 
 	while ((a = TAILQ_FIRST(&asks)) != NULL)
 		ask_end(a, -1, "the daemon stops");
+}
+
+int
+fdpass_file(int fd, const char *what, struct stat *st, int *fl, char *err,
+	    size_t errlen)
+{
+	struct statfs sf;
+
+	if (fstat(fd, st) < 0 || (*fl = fcntl(fd, F_GETFL)) < 0 ||
+	    fstatfs(fd, &sf) < 0) {
+		snprintf(err, errlen, "the %s handed over: %s", what,
+			 strerror(errno));
+		return -1;
+	}
+	if (sf.f_type == FUSE_SUPER_MAGIC) {
+		snprintf(err, errlen,
+			 "the %s handed over is on a FUSE file system, which "
+			 "the daemon does not use",
+			 what);
+		return -1;
+	}
+	return 0;
 }

@@ -31,5 +31,14 @@ typedef void (*fdpass_cb)(void *arg, int fd, const char *why);
 void fdpass_ask(uint64_t serial, fdpass_cb cb, void *arg);
 /* At exit: every ask still waiting is answered with -1. */
 void fdpass_close_all(void);
+/*
+ * What every file handed over is checked for first: its mode and open
+ * flags are read into *st and *fl, and a file on FUSE is refused (its
+ * server, any user, could hold the daemon's reads or writes, and its
+ * loop, for ever). what names the file in err. 0, or -1 with err set.
+ */
+struct stat;
+int fdpass_file(int fd, const char *what, struct stat *st, int *fl, char *err,
+		size_t errlen);
 
 #endif

@@ -18,46 +18,37 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "daemon/conn.h"
+#include "daemon/fdpass.h"
 #include "daemon/log.h"
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
 #include "daemon/source/internal.h"
 #include "proto/image.h"
 
-#ifndef FUSE_SUPER_MAGIC
-#define FUSE_SUPER_MAGIC 0x65735546
-#endif
 #define NO_RUN UINT64_MAX
 
 /*
  * The file handed over must be one the daemon may read without harm: a
- * regular file the client opened for reading, and not on FUSE, whose
- * server (any user) could hold the daemon's reads, and its loop, for ever.
+ * regular file the client opened for reading, and not on FUSE
+ * (fdpass_file()).
  */
 static int
 check_file(int fd, char *err, size_t errlen)
 {
-	int fl = fcntl(fd, F_GETFL);
-	struct statfs sf;
 	struct stat st;
+	int fl;
 
-	if (fstat(fd, &st) < 0 || fl < 0 || fstatfs(fd, &sf) < 0)
-		snprintf(err, errlen, "the image handed over: %s",
-			 strerror(errno));
-	else if (!S_ISREG(st.st_mode))
+	if (fdpass_file(fd, "image", &st, &fl, err, errlen) < 0)
+		return -1;
+	if (!S_ISREG(st.st_mode))
 		snprintf(err, errlen,
 			 "the image handed over is not a regular file");
 	else if ((fl & O_ACCMODE) == O_WRONLY)
 		snprintf(err, errlen,
 			 "the image handed over is not open for reading");
-	else if (sf.f_type == FUSE_SUPER_MAGIC)
-		snprintf(err, errlen,
-			 "images are not read from FUSE file "
-			 "systems");
 	else
 		return 0;
 	return -1;

@@ -31,7 +31,6 @@
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,9 +58,6 @@
 #define COMMIT_WAIT_BYTES_A_SEC (32u << 20)
 /* Bytes of pages one turn of the loop writes: other work goes between. */
 #define ROUND_BYTES (16u << 20)
-#ifndef FUSE_SUPER_MAGIC
-#define FUSE_SUPER_MAGIC 0x65735546
-#endif
 
 enum snap_phase { SNAP_WAIT_FD, SNAP_WRITING, SNAP_WAIT_COMMIT };
 
@@ -169,20 +165,18 @@ snap_reply(struct snap *s, uint16_t type, int killed)
 /*
  * The file handed over must be one the daemon may write without harm:
  * a new regular file no one can have named yet (O_TMPFILE: no link), open
- * for writing by the client itself, not appending, and not on FUSE, whose
- * server (any user) could hold the daemon's writes for ever.
+ * for writing by the client itself, not appending, and not on FUSE
+ * (fdpass_file()).
  */
 static int
 check_file(int fd, char *err, size_t errlen)
 {
-	int fl = fcntl(fd, F_GETFL);
-	struct statfs sf;
 	struct stat st;
+	int fl;
 
-	if (fstat(fd, &st) < 0 || fl < 0 || fstatfs(fd, &sf) < 0)
-		snprintf(err, errlen, "the file handed over: %s",
-			 strerror(errno));
-	else if (!S_ISREG(st.st_mode) || st.st_nlink != 0 || st.st_size != 0)
+	if (fdpass_file(fd, "file", &st, &fl, err, errlen) < 0)
+		return -1;
+	if (!S_ISREG(st.st_mode) || st.st_nlink != 0 || st.st_size != 0)
 		snprintf(err, errlen,
 			 "the file handed over is not a new, empty and "
 			 "unnamed regular file (O_TMPFILE)");
@@ -190,10 +184,6 @@ check_file(int fd, char *err, size_t errlen)
 		snprintf(err, errlen,
 			 "the file handed over is not open for "
 			 "writing (or appends)");
-	else if (sf.f_type == FUSE_SUPER_MAGIC)
-		snprintf(err, errlen,
-			 "images are not written to FUSE file "
-			 "systems");
 	else
 		return 0;
 	return -1;
