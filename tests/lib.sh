@@ -524,6 +524,18 @@ reserve_huge_pages() {
 # Process state letter (R, S, T, t, Z...) from /proc/PID/stat.
 proc_state() { sed -e 's/^.*) //' "/proc/$1/stat" | cut -d' ' -f1; }
 
+# expect_error NAME PATTERN CMD...: CMD must fail and say PATTERN
+# (case-insensitive); its first line is shown.
+expect_error() {
+	local name=$1 pat=$2
+	shift 2
+	if "$@" >"$T/out" 2>&1; then
+		fail "$name: succeeded: $(cat "$T/out")"
+	fi
+	grep -qi -- "$pat" "$T/out" || fail "$name: error does not say '$pat': $(cat "$T/out")"
+	info "$name: $(head -n 1 "$T/out")"
+}
+
 # wait_verified VAR: waits for the destination workload's verdict line.
 wait_verified() {
 	local var=$1

@@ -15,16 +15,6 @@ NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 chmod 711 "$T"
 "${NOBODY[@]}" test -x "$CLIENT" || skip "uid 65534 cannot run $CLIENT (build directory not readable)"
 
-# expect_error NAME PATTERN CMD...: CMD must fail and say PATTERN.
-expect_error() {
-	local name=$1 pat=$2
-	shift 2
-	if "$@" >"$T/out" 2>&1; then
-		fail "$name: succeeded: $(cat "$T/out")"
-	fi
-	grep -qi -- "$pat" "$T/out" || fail "$name: error does not say '$pat': $(cat "$T/out")"
-	info "$name: $(cat "$T/out")"
-}
 no_uffd() {
 	if ls -l "/proc/$1/fd" 2>/dev/null | grep -q 'anon_inode:\[userfaultfd\]'; then
 		fail "$2: process $1 was given a userfaultfd"

@@ -11,17 +11,6 @@ RANGE=500000000000-500001000000
 dst_hash() { "$MEMHASH" "$WD" 0x500000000000 0x500001000000; }
 h_before=$(dst_hash)
 
-# expect_error NAME PATTERN CMD...: CMD must fail and say PATTERN.
-expect_error() {
-	local name=$1 pat=$2
-	shift 2
-	if "$@" >"$T/out" 2>&1; then
-		fail "$name: succeeded: $(cat "$T/out")"
-	fi
-	grep -qi -- "$pat" "$T/out" || fail "$name: error does not say '$pat': $(cat "$T/out")"
-	info "$name: $(cat "$T/out")"
-}
-
 untouched() {
 	[ "$(proc_state "$WS")" != T ] || fail "$1: source process left stopped"
 	[ "$(proc_state "$WD")" != T ] && [ "$(proc_state "$WD")" != t ] ||

@@ -9,17 +9,6 @@ NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 "${NOBODY[@]}" true 2>/dev/null || skip "setpriv cannot switch to uid 65534 here"
 "${NOBODY[@]}" test -x "$CLIENT" || skip "uid 65534 cannot run $CLIENT (build directory not readable)"
 
-# expect_error NAME PATTERN CMD...: CMD must fail and say PATTERN.
-expect_error() {
-	local name=$1 pat=$2
-	shift 2
-	if "$@" >"$T/out" 2>&1; then
-		fail "$name: succeeded: $(cat "$T/out")"
-	fi
-	grep -qi -- "$pat" "$T/out" || fail "$name: error does not say '$pat': $(cat "$T/out")"
-	info "$name: $(cat "$T/out")"
-}
-
 # Root only by default.
 start_daemon def
 [ "$(stat -c %a "$def_SOCK")" = 600 ] || fail "default socket mode $(stat -c %a "$def_SOCK")"

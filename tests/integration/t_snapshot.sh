@@ -11,17 +11,6 @@
 need_root
 BASE=0x500000000000
 
-# expect_error NAME PATTERN CMD...: CMD must fail and say PATTERN.
-expect_error() {
-	local name=$1 pat=$2
-	shift 2
-	if "$@" >"$T/out" 2>&1; then
-		fail "$name: succeeded: $(cat "$T/out")"
-	fi
-	grep -qi -- "$pat" "$T/out" || fail "$name: error does not say '$pat': $(cat "$T/out")"
-	info "$name: $(head -n 1 "$T/out")"
-}
-
 # stopped VAR: stops the workload and waits until it is (state T).
 stopped() {
 	kill -STOP "${!1}"
