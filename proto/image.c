@@ -501,21 +501,12 @@ image_run_bytes(const struct image *im, const struct image_run *u)
 }
 
 int
-image_run_read(const struct image *im, const struct image_run *u, void *buf,
-	       char *err, size_t errlen)
+image_run_check(const struct image *im, const struct image_run *u,
+		const void *buf, char *err, size_t errlen)
 {
 	uint8_t md[IMAGE_SHA_LEN];
 	uint64_t len = image_run_bytes(im, u);
 
-	if (u->cls != IMAGE_DATA)
-		return bad(err, errlen, "run of %s pages has no data",
-			   image_class_name(u->cls));
-	if (pread_all(im->fd, buf, (size_t)len, u->data_off) < 0)
-		return bad(err, errlen, "reading %llu bytes at %llu: %s",
-			   (unsigned long long)len,
-			   (unsigned long long)u->data_off,
-			   errno == ENODATA ? "file cut short"
-					    : strerror(errno));
 	if (EVP_Digest(buf, (size_t)len, md, NULL, EVP_sha256(), NULL) != 1 ||
 	    memcmp(md, u->sha, IMAGE_SHA_LEN) != 0)
 		return bad(err, errlen,
@@ -528,21 +519,37 @@ image_run_read(const struct image *im, const struct image_run *u, void *buf,
 }
 
 int
-image_ws_read(const struct image *im, uint64_t first, uint64_t n, void *buf,
-	      char *err, size_t errlen)
+image_run_read(const struct image *im, const struct image_run *u, void *buf,
+	       char *err, size_t errlen)
 {
-	uint8_t md[IMAGE_SHA_LEN], *p = buf;
-	uint64_t len;
+	uint64_t len = image_run_bytes(im, u);
 
-	if (n == 0 || first >= im->nws || n > im->nws - first)
-		return bad(err, errlen, "working set: no pages %llu+%llu",
-			   (unsigned long long)first, (unsigned long long)n);
-	len = im->ws[first + n - 1].off - im->ws[first].off +
-	      im->regions[im->ws[first + n - 1].region].page_size;
-	if (pread_all(im->fd, buf, (size_t)len, im->ws[first].off) < 0)
-		return bad(err, errlen, "reading the working set: %s",
+	if (u->cls != IMAGE_DATA)
+		return bad(err, errlen, "run of %s pages has no data",
+			   image_class_name(u->cls));
+	if (pread_all(im->fd, buf, (size_t)len, u->data_off) < 0)
+		return bad(err, errlen, "reading %llu bytes at %llu: %s",
+			   (unsigned long long)len,
+			   (unsigned long long)u->data_off,
 			   errno == ENODATA ? "file cut short"
 					    : strerror(errno));
+	return image_run_check(im, u, buf, err, errlen);
+}
+
+uint64_t
+image_ws_bytes(const struct image *im, uint64_t first, uint64_t n)
+{
+	return im->ws[first + n - 1].off - im->ws[first].off +
+	       im->regions[im->ws[first + n - 1].region].page_size;
+}
+
+int
+image_ws_check(const struct image *im, uint64_t first, uint64_t n,
+	       const void *buf, char *err, size_t errlen)
+{
+	uint8_t md[IMAGE_SHA_LEN];
+	const uint8_t *p = buf;
+
 	for (uint64_t i = first; i < first + n; i++) {
 		uint32_t ps = im->regions[im->ws[i].region].page_size;
 
@@ -556,6 +563,21 @@ image_ws_read(const struct image *im, uint64_t first, uint64_t n, void *buf,
 		p += ps;
 	}
 	return 0;
+}
+
+int
+image_ws_read(const struct image *im, uint64_t first, uint64_t n, void *buf,
+	      char *err, size_t errlen)
+{
+	if (n == 0 || first >= im->nws || n > im->nws - first)
+		return bad(err, errlen, "working set: no pages %llu+%llu",
+			   (unsigned long long)first, (unsigned long long)n);
+	if (pread_all(im->fd, buf, (size_t)image_ws_bytes(im, first, n),
+		      im->ws[first].off) < 0)
+		return bad(err, errlen, "reading the working set: %s",
+			   errno == ENODATA ? "file cut short"
+					    : strerror(errno));
+	return image_ws_check(im, first, n, buf, err, errlen);
 }
 
 int

@@ -126,6 +126,16 @@ int image_run_read(const struct image *, const struct image_run *r, void *buf,
 int image_ws_read(const struct image *, uint64_t first, uint64_t n, void *buf,
 		  char *err, size_t errlen);
 /*
+ * The checks of the two reads above alone, on bytes read some other way
+ * (image_ra.h): 0, or -1 with err naming the run or page.
+ */
+int image_run_check(const struct image *, const struct image_run *r,
+		    const void *buf, char *err, size_t errlen);
+int image_ws_check(const struct image *, uint64_t first, uint64_t n,
+		   const void *buf, char *err, size_t errlen);
+/* The bytes of working-set pages [first, first + n) (n > 0), end to end. */
+uint64_t image_ws_bytes(const struct image *, uint64_t first, uint64_t n);
+/*
  * Writes to out (a new empty file) im's image with the working set keys
  * (region << 48 | page, in fault order) as its section, replacing any it
  * had: pages that are not data pages of im, and repeats, are left out;

@@ -30,6 +30,8 @@
 
 #define NO_RUN UINT64_MAX
 
+static void ws_grid(struct src_image *);
+
 /*
  * The file handed over must be one the daemon may read without harm: a
  * regular file the client opened for reading, and not on FUSE
@@ -95,6 +97,27 @@ image_region(struct source *s, uint32_t ri)
 	s->m->pages_total += sr->npages;
 }
 
+/* Reads ahead this many runs or batches: see docs/image-format.md. */
+#define IMG_RA_DEPTH 16
+
+/*
+ * Reads ahead through io_uring unless it cannot be used (then pread, and
+ * the log says why) or UFFDD_TEST_IMAGE_IO=pread asks for pread (the
+ * benchmark compares the two).
+ */
+static void
+ra_start(struct src_image *si)
+{
+	const char *io = getenv("UFFDD_TEST_IMAGE_IO");
+	char err[128];
+
+	if (io != NULL && strcmp(io, "pread") == 0)
+		log_info("image: read with pread (UFFDD_TEST_IMAGE_IO=pread)");
+	else if (image_ra_init(&si->ra, si->img.fd, IMG_RA_DEPTH, err,
+			       sizeof(err)) < 0)
+		log_warnx("image: read with pread, not io_uring: %s", err);
+}
+
 struct source *
 source_image_create(int fd, int local, uint32_t *code, char *err, size_t errlen)
 {
@@ -114,6 +137,8 @@ source_image_create(int fd, int local, uint32_t *code, char *err, size_t errlen)
 		free(si);
 		return NULL;
 	}
+	ws_grid(si);
+	ra_start(si);
 	s = source_new_bare(NULL);
 	s->img = si;
 	s->keep_source = 1; /* there is no process to end */
@@ -123,6 +148,61 @@ source_image_create(int fd, int local, uint32_t *code, char *err, size_t errlen)
 		image_region(s, i);
 	source_start(s);
 	return s;
+}
+
+/*
+ * Queues reads of the data runs after k that the bulk stream will want:
+ * in accepted regions, with a page not sent yet.
+ */
+static void
+runs_ahead(struct source *s, uint64_t k)
+{
+	struct src_image *si = s->img;
+	const struct image *im = &si->img;
+
+	if (si->ra_next <= k || k < si->ra_last)
+		si->ra_next = k + 1;
+	si->ra_last = k;
+	for (; si->ra_next < im->nruns; si->ra_next++) {
+		const struct image_run *u = &im->runs[si->ra_next];
+		const struct src_region *sr = &s->regs[u->region];
+		uint64_t end = u->first_page + u->npages;
+
+		if (u->cls != IMAGE_DATA || !sr->accepted ||
+		    bit_next_clear(sr->sent, u->first_page, end) >= end)
+			continue;
+		if (!image_ra_ahead(&si->ra, si->ra_next, u->data_off,
+				    image_run_bytes(im, u)))
+			break;
+	}
+	image_ra_submit(&si->ra);
+}
+
+/*
+ * The bulk stream's run k, checked, through the reads ahead; NULL when it
+ * cannot be read whole or its checksum is wrong: the migration fails.
+ */
+static const uint8_t *
+run_ahead(struct source *s, uint64_t k)
+{
+	struct src_image *si = s->img;
+	const struct image_run *u = &si->img.runs[k];
+	int again = image_ra_is_current(&si->ra, k);
+	const uint8_t *b;
+	char err[256];
+
+	b = image_ra_get(&si->ra, k, u->data_off, image_run_bytes(&si->img, u),
+			 err, sizeof(err));
+	if (b != NULL && !again &&
+	    image_run_check(&si->img, u, b, err, sizeof(err)) < 0)
+		b = NULL;
+	if (b == NULL) {
+		source_fail(s, "image: %s", err);
+		return NULL;
+	}
+	if (!again)
+		runs_ahead(s, k);
+	return b;
 }
 
 /*
@@ -137,6 +217,8 @@ checked_run(struct source *s, uint64_t k, int demand)
 	char err[256];
 	int slot = 0;
 
+	if (!demand && si->ra.ok)
+		return run_ahead(s, k);
 	for (int j = 0; j < IMG_SLOTS; j++) {
 		if (si->run[j] == k) {
 			si->used[j] = ++si->tick;
@@ -205,40 +287,91 @@ source_image_read(struct source *s, const struct src_region *sr, uint64_t page,
 
 /* At most this many bytes of working-set pages are read in one go. */
 #define WS_BATCH_BYTES (1u << 20)
+#define WS_KEY(b) (1ull << 63 | (b))
 
 /*
- * Reads working-set pages from first on, as many as WS_BATCH_BYTES hold
- * (one at least), into ws_buf and checks each.
+ * Cuts the working set into batches of at most WS_BATCH_BYTES (one page
+ * at least), once: batch b is pages [ws_batch[b], ws_batch[b + 1]).
  */
-static int
-ws_fill(struct source *s, uint64_t first)
+static void
+ws_grid(struct src_image *si)
 {
-	struct src_image *si = s->img;
 	const struct image *im = &si->img;
-	uint64_t n = 0, bytes = 0;
-	char err[256];
+	uint64_t bytes = 0;
 
-	while (first + n < im->nws) {
-		uint32_t ps = im->regions[im->ws[first + n].region].page_size;
+	si->ws_batch = xcalloc(im->nws + 1, sizeof(uint64_t));
+	for (uint64_t i = 0; i < im->nws; i++) {
+		uint32_t ps = im->regions[im->ws[i].region].page_size;
 
-		if (n && bytes + ps > WS_BATCH_BYTES)
-			break;
+		if (i == 0 || bytes + ps > WS_BATCH_BYTES) {
+			si->ws_batch[si->nws_batch++] = i;
+			bytes = 0;
+		}
 		bytes += ps;
-		n++;
 	}
-	if (si->ws_buf == NULL && posix_memalign((void **)&si->ws_buf, 4096,
-						 IMAGE_PAGE_MAX > WS_BATCH_BYTES
-							 ? IMAGE_PAGE_MAX
-							 : WS_BATCH_BYTES) != 0)
-		fatal("working-set buffer");
-	si->ws_n = 0;
-	if (image_ws_read(im, first, n, si->ws_buf, err, sizeof(err)) < 0) {
-		source_fail(s, "image: %s", err);
-		return -1;
+	si->ws_batch[si->nws_batch] = im->nws;
+}
+
+/* The batch that holds working-set page i. */
+static uint64_t
+ws_batch_of(const struct src_image *si, uint64_t i)
+{
+	uint64_t lo = 0, hi = si->nws_batch;
+
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (si->ws_batch[mid] <= i)
+			lo = mid;
+		else
+			hi = mid;
 	}
-	si->ws_first = first;
-	si->ws_n = n;
-	return 0;
+	return lo;
+}
+
+/*
+ * Batch b's bytes, checked: through the reads ahead (queueing the batches
+ * after it), or read into ws_buf. NULL on failure, with err set.
+ */
+static const uint8_t *
+ws_read_batch(struct src_image *si, uint64_t b, char *err, size_t errlen)
+{
+	const struct image *im = &si->img;
+	uint64_t first = si->ws_batch[b], n = si->ws_batch[b + 1] - first;
+	int again = image_ra_is_current(&si->ra, WS_KEY(b));
+	const uint8_t *p;
+
+	if (!si->ra.ok) {
+		if (si->ws_n && si->ws_first == first)
+			return si->ws_buf;
+		if (si->ws_buf == NULL &&
+		    posix_memalign((void **)&si->ws_buf, 4096,
+				   IMAGE_PAGE_MAX > WS_BATCH_BYTES
+					   ? IMAGE_PAGE_MAX
+					   : WS_BATCH_BYTES) != 0)
+			fatal("working-set buffer");
+		si->ws_n = 0;
+		if (image_ws_read(im, first, n, si->ws_buf, err, errlen) < 0)
+			return NULL;
+		si->ws_first = first;
+		si->ws_n = n;
+		return si->ws_buf;
+	}
+	p = image_ra_get(&si->ra, WS_KEY(b), im->ws[first].off,
+			 image_ws_bytes(im, first, n), err, errlen);
+	if (p == NULL || again)
+		return p;
+	if (image_ws_check(im, first, n, p, err, errlen) < 0)
+		return NULL;
+	for (uint64_t a = b + 1; a < si->nws_batch; a++) {
+		uint64_t f = si->ws_batch[a], m = si->ws_batch[a + 1] - f;
+
+		if (!image_ra_ahead(&si->ra, WS_KEY(a), im->ws[f].off,
+				    image_ws_bytes(im, f, m)))
+			break;
+	}
+	image_ra_submit(&si->ra);
+	return p;
 }
 
 int
@@ -247,21 +380,23 @@ source_image_ws_next(struct source *s, uint32_t *ri, uint64_t *page,
 {
 	struct src_image *si = s->img;
 	const struct image *im = &si->img;
+	char err[256];
 
 	for (; si->ws_next < im->nws; si->ws_next++) {
 		const struct image_ws *w = &im->ws[si->ws_next];
 		const struct src_region *sr = &s->regs[w->region];
+		uint64_t b = ws_batch_of(si, si->ws_next);
+		const uint8_t *p;
 
 		if (!sr->accepted || bit_test(sr->sent, w->page))
 			continue;
-		if (si->ws_next < si->ws_first ||
-		    si->ws_next >= si->ws_first + si->ws_n) {
-			if (ws_fill(s, si->ws_next) < 0)
-				return -1;
+		if ((p = ws_read_batch(si, b, err, sizeof(err))) == NULL) {
+			source_fail(s, "image: %s", err);
+			return -1;
 		}
 		*ri = w->region;
 		*page = w->page;
-		*bytes = si->ws_buf + (w->off - im->ws[si->ws_first].off);
+		*bytes = p + (w->off - im->ws[si->ws_batch[b]].off);
 		si->ws_next++;
 		return 1;
 	}
@@ -290,7 +425,9 @@ source_image_free(struct source *s)
 {
 	if (s->img == NULL)
 		return;
+	image_ra_free(&s->img->ra);
 	image_close(&s->img->img);
+	free(s->img->ws_batch);
 	for (int j = 0; j < IMG_SLOTS; j++)
 		free(s->img->buf[j]);
 	free(s->img->ws_buf);

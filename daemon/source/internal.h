@@ -27,6 +27,7 @@
 #include "daemon/wptrack.h"
 #include "proto/frame.h"
 #include "proto/image.h"
+#include "proto/image_ra.h"
 #include "proto/range.h"
 
 struct authz_caller;
@@ -126,6 +127,16 @@ struct src_image {
 	 */
 	uint64_t ws_next, ws_first, ws_n;
 	uint8_t *ws_buf;
+	/*
+	 * Reads ahead (image_ra.h), when io_uring may be used: the bulk
+	 * stream's data runs from ra_next on and the working set's batches
+	 * (starting at ws_batch[b]: a fixed grid, so that the batches read
+	 * ahead are the ones asked for later) go through it instead of
+	 * slot 0 and ws_buf. ra_last: the run the bulk stream read last.
+	 */
+	struct image_ra ra;
+	uint64_t ra_next, ra_last;
+	uint64_t *ws_batch, nws_batch;
 };
 
 struct source {

@@ -9,7 +9,10 @@
 # while it records) into the image; then one that sends them first. The page cache is
 # dropped before each restore (echo 3 >/proc/sys/vm/drop_caches). Prints,
 # for each, the target's demand faults and the time from its start to its
-# last touch done, and the restore's total time.
+# last touch done, and the restore's total time. Then image reads with
+# pread against io_uring (bench_image_read, and the third restore from a
+# daemon reading with pread, alternating with the default), BENCH_ROUNDS
+# times (default 3).
 # Benchmarks print numbers; they never fail.
 # Usage (root): BUILDDIR=_build tests/bench/working_set.sh [SIZE [TOUCH]]
 SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -32,7 +35,7 @@ kill -STOP "$WS"
 sleep 0.2
 "$CLIENT" --control "$g_SOCK" snapshot "$WS" --to "$IMG" --range "$RANGE" | head -n 1
 
-# run NAME ARGS...: one restore, the page cache dropped first.
+# [D=DAEMON] run NAME ARGS...: one restore, the page cache dropped first.
 run() {
 	local name=$1 ap t0 t1 t2
 	shift
@@ -40,7 +43,8 @@ run() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
 	t0=$(date +%s.%N)
-	"$CLIENT" --control "$g_SOCK" attach "$WD" --image "$IMG" --range "$RANGE" \
+	local sock=${D:-g}_SOCK
+	"$CLIENT" --control "${!sock}" attach "$WD" --image "$IMG" --range "$RANGE" \
 		"$@" --wait >"$T/a.out" 2>&1 &
 	ap=$!
 	for _ in $(seq 1000); do
@@ -65,3 +69,13 @@ run plain
 run first --record-working-set --ws-secs "${WS_SECS:-30}"
 "$CLIENT" image info "$IMG" | grep '^working set'
 run second
+
+# Image reads, pread against io_uring read-ahead (the daemon's default):
+# the reader alone, then the restore with the working set, from a second
+# daemon that reads with pread, alternating with the first.
+"$BUILDDIR/tests/bench/bench_image_read" "$IMG" "${BENCH_ROUNDS:-3}"
+UFFDD_TEST_IMAGE_IO=pread start_daemon p --insecure
+for _ in $(seq "${BENCH_ROUNDS:-3}"); do
+	D=p run "second, pread"
+	D=g run "second, io_uring"
+done
