@@ -9,6 +9,7 @@
 # Both restores are byte-exact. A working-set section that is corrupted
 # is refused with what is wrong, by image check and attach alike, and
 # changes nothing; a version 1 image takes no working set it cannot hold.
+# The image is read ahead through io_uring; read with pread, the same.
 . "$SRC/tests/lib.sh"
 need_root
 BASE=0x500000000000
@@ -28,13 +29,15 @@ H_SRC=$("$MEMHASH" "$WS" "$BASE" "$END")
 kill -9 "$WS"
 "$CLIENT" image info "$IMG" | grep -q '^working set: none' || fail "a new image has a working set"
 
-# restore N ARGS...: restores into target WD (touching TOUCH pages), the
+# [D=DAEMON] restore ARGS...: restores into target WD (touching TOUCH pages), the
 # attach's output in $T/attach.out; FAULTS its demand faults. With
 # PREFETCHED=P, the target is let go once P pages are prefetched.
 restore() {
 	local ap h
 	start_workload WD dest --size "$SIZE" --touch "$TOUCH" --untouched-every 0
-	"$CLIENT" --control "$d_SOCK" attach "$WD" --image "$IMG" --range "$RANGE" \
+	local sock=${D:-d}_SOCK
+	sock=${!sock}
+	"$CLIENT" --control "$sock" attach "$WD" --image "$IMG" --range "$RANGE" \
 		"$@" --wait >"$T/attach.out" 2>&1 &
 	ap=$!
 	for _ in $(seq 600); do
@@ -44,13 +47,13 @@ restore() {
 	done
 	grep -q '^attached' "$T/attach.out" || fail "attach: $(cat "$T/attach.out")"
 	if [ -n "${PREFETCHED:-}" ]; then
-		id=$("$CLIENT" --control "$d_SOCK" status --json | python3 -c '
+		id=$("$CLIENT" --control "$sock" status --json | python3 -c '
 import json, sys
 for m in json.load(sys.stdin):
     if m["role"] == "destination" and m["pid"] == '"$WD"':
         print(m["id"])')
 		for _ in $(seq 600); do
-			p=$("$CLIENT" --control "$d_SOCK" status "$id" | awk '/^  prefetched/ {print $2; exit}')
+			p=$("$CLIENT" --control "$sock" status "$id" | awk '/^  prefetched/ {print $2; exit}')
 			[ "${p:-0}" -ge "$PREFETCHED" ] && break
 			sleep 0.05
 		done
@@ -81,6 +84,14 @@ PREFETCHED=$WSP restore
 F2=$FAULTS
 [ $((F2 * 5)) -le "$F1" ] || fail "second restore: $F2 demand faults against $F1 first"
 info "second restore, working set first: $F2 demand faults (first: $F1), byte for byte"
+
+# The reads ahead went through io_uring; a daemon told to read with pread
+# (what it falls back to without io_uring) restores byte for byte too.
+grep -q 'read with pread' "$T/d.log" && fail "io_uring was not used: $(grep 'read with pread' "$T/d.log")"
+UFFDD_TEST_IMAGE_IO=pread start_daemon p --bulk-rate 4M
+PREFETCHED=$WSP D=p restore
+grep -q 'read with pread (UFFDD_TEST_IMAGE_IO' "$T/p.log" || fail "the pread daemon did not say so"
+info "third restore, read with pread: $FAULTS demand faults, byte for byte"
 
 # A corrupted working set: refused with what is wrong, nothing changed.
 cp "$IMG" "$T/bad.img"
