@@ -61,6 +61,10 @@ print_status_text(const Uffdd__MigrationStatus *s)
 		printf(" (%" PRIu64 " of them data found all zero)",
 		       s->zero_content_pages);
 	printf("\n");
+	if (s->discarded_pages)
+		printf("  discarded    %" PRIu64
+		       " pages (the target gave them back)\n",
+		       s->discarded_pages);
 	if (s->reconnects)
 		printf("  reconnects   %u\n", s->reconnects);
 	printf("  kernel       %s\n", s->kernel);
@@ -202,6 +206,7 @@ status_json(const Uffdd__MigrationStatus *s)
 		{"demand_faults", s->demand_faults},
 		{"demand_pages", s->demand_pages},
 		{"prefetched_pages", s->prefetched_pages},
+		{"discarded_pages", s->discarded_pages},
 		{"zero_pages", s->zero_pages},
 		{"bytes", s->bytes},
 	};

@@ -301,6 +301,7 @@ migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 	s->demand_pages = m->demand_pages;
 	s->prefetched_pages = m->prefetched_pages;
 	s->zero_pages = m->zero_pages;
+	s->discarded_pages = m->discarded_pages;
 	s->bytes = m->bytes;
 	s->elapsed_s = (double)(end - m->t_start) / 1e9;
 	s->latency_p50_us = (double)hist_quantile(&m->latency, 0.50) / 1e3;

@@ -39,6 +39,7 @@ struct migration {
 	uint64_t demand_pages;
 	uint64_t prefetched_pages;
 	uint64_t zero_pages;
+	uint64_t discarded_pages; /* destination: the target gave them back */
 	uint64_t bytes;
 	uint64_t t_start, t_end;	   /* ns, monotonic */
 	struct hist latency;		   /* ns from fault read to install */

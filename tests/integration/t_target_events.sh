@@ -64,6 +64,12 @@ one() {
 		sed -n 's/.*"demand_faults":\([0-9]*\).*/\1/p')
 	[ "${faults:-0}" -le 16384 ] || fail "$kind $ev $*: $faults faults for 8192 pages"
 	info "$kind $ev $*: $faults demand faults"
+	if [ "$ev" = remove ]; then
+		disc=$("$CLIENT" --control "$dst_SOCK" status "$id" --json |
+			sed -n 's/.*"discarded_pages":\([0-9]*\).*/\1/p')
+		[ "${disc:-0}" -gt 0 ] || fail "$kind remove: status counts no discarded page"
+		info "$kind remove: status counts $disc discarded pages"
+	fi
 
 	kill "$WD" 2>/dev/null || [ "$ev" = fork-exit ]
 }
