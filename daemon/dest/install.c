@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -21,6 +22,7 @@
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
+#include "daemon/stats.h"
 
 /* Input-buffer extents one frame's data may span and be used in place. */
 #define PEEK_MAX 16
@@ -275,6 +277,24 @@ follow_root(struct dest *t, struct dest *root, struct dst_region *dr,
 }
 
 /*
+ * An install refused with EAGAIN (internal.h, RETRY_SECS): spins, then
+ * sleeps a little. -1 once it has been refused for RETRY_SECS.
+ */
+static int
+retry_later(int *retries, uint64_t *stuck)
+{
+	uint64_t now = now_ns();
+
+	if (++*retries == 1)
+		*stuck = now;
+	if (now - *stuck > (uint64_t)RETRY_SECS * 1000000000u)
+		return -1;
+	if (*retries > RETRY_SPIN)
+		usleep(RETRY_SLEEP_US);
+	return 0;
+}
+
+/*
  * Installs the pages of frame pd that t is missing, run by run, from the
  * input buffer extent by extent (dest_frame_pages() gathers into
  * root->buf what straddles two extents). -1 when t can take no more.
@@ -286,6 +306,7 @@ dest_install_missing(struct dest *t, struct dest *root, struct dst_region *dr,
 {
 	uint64_t p = pd->page, end = pd->page + pd->npages;
 	const uint8_t *src;
+	uint64_t stuck = 0; /* since when nothing went in */
 	int retries = 0;
 
 	while (p < end) {
@@ -307,11 +328,14 @@ dest_install_missing(struct dest *t, struct dest *root, struct dst_region *dr,
 		}
 		if (got < 0)
 			return -1;
-		if (got == 0 && ++retries > RETRY_MAX) {
+		if (got > 0)
+			retries = 0;
+		else if (retry_later(&retries, &stuck) < 0) {
 			dest_fail(t->root ? t->root : t,
 				  "install at 0x%llx keeps failing with "
-				  "EAGAIN",
-				  (unsigned long long)dest_page_addr(dr, p));
+				  "EAGAIN for %d s",
+				  (unsigned long long)dest_page_addr(dr, p),
+				  RETRY_SECS);
 			return -1;
 		}
 		if (pd->zero)

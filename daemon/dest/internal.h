@@ -40,6 +40,18 @@ struct uffd_msg;
 /* EAGAIN retries of one install before the migration is declared broken. */
 #define RETRY_MAX 10000
 /*
+ * A frame's installs, though: the kernel refuses them (EAGAIN) from the
+ * moment a target thread starts changing its memory map (madvise, munmap,
+ * mremap) until that thread is back from its event, after we read it. A
+ * guest inflating its balloon does that once a page, back to back, and
+ * the thread may wait for a CPU: installs spin RETRY_SPIN times, then
+ * sleep RETRY_SLEEP_US between tries, and fail only after RETRY_SECS
+ * without a page going in.
+ */
+#define RETRY_SPIN 64
+#define RETRY_SLEEP_US 50
+#define RETRY_SECS 10
+/*
  * A lane silent this long is dead: the source pings every second, so this
  * notices a cut link (whose TCP connection may linger for minutes) quickly.
  */

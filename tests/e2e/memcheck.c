@@ -2,7 +2,8 @@
  * memcheck: the guest-side checker of the QEMU end-to-end test. Runs as a
  * static binary inside the guest's initramfs. It fills a buffer (256 MiB by
  * default) with a pattern derived from each word's index, then re-verifies
- * it forever, one page at a time, and reports on the console:
+ * it forever, one page at a time, and reports on the console (a second
+ * argument N first writes N MiB elsewhere and frees them):
  *   memcheck: filled N MiB
  *   memcheck: pass P ok|BAD mismatches M longest-stall S ms
  * A stall is the longest wall-clock gap between two consecutive pages: on a
@@ -36,6 +37,26 @@ pattern(size_t i)
 	return x ^ (x >> 29);
 }
 
+/*
+ * Writes mib MiB that are not zeros and gives them back: free guest
+ * memory then holds data, as it does after a guest has run a while.
+ */
+static void
+scratch(size_t mib)
+{
+	size_t words = mib << 17;
+	uint64_t *b = mmap(NULL, words * sizeof(uint64_t),
+			   PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+
+	if (b == MAP_FAILED)
+		return;
+	for (size_t i = 0; i < words; i++)
+		b[i] = ~pattern(i);
+	munmap(b, words * sizeof(uint64_t));
+	printf("memcheck: wrote and freed %zu MiB\n", mib);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -51,6 +72,9 @@ main(int argc, char **argv)
 		perror("memcheck: mmap");
 		return 1;
 	}
+	/* After the buffer: the pages freed are not the buffer's. */
+	if (argc > 2 && strtoul(argv[2], NULL, 0) > 0)
+		scratch(strtoul(argv[2], NULL, 0));
 	for (size_t i = 0; i < words; i++)
 		buf[i] = pattern(i);
 	printf("memcheck: filled %zu MiB\n", mib);
