@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "client/client.h"
@@ -67,7 +68,37 @@ print_regions(const char *what, Uffdd__Region **r, size_t n, FILE *f)
 			r[i]->length / (r[i]->page_size ? r[i]->page_size : 1));
 }
 
-/* Adds --map SRC_START:DST_START (hex, page aligned) to the request. */
+/*
+ * --map NAME=DST_START: the source region named NAME (export --range
+ * START-END=NAME) at DST_START. Its name is malloc'd, freed with it.
+ */
+static int
+name_map(Uffdd__RegionMap *mp, const char *arg, const char *u)
+{
+	const char *eq = strchr(arg, '=');
+	char *end;
+
+	if (eq == NULL)
+		return 0;
+	errno = 0;
+	mp->dst_start = strtoull(eq + 1, &end, 16);
+	if (eq == arg || errno || *end || end == eq + 1 || mp->dst_start == 0 ||
+	    mp->dst_start % 4096) {
+		fprintf(stderr,
+			"uffd-client: --map %s: want NAME=DST_START, "
+			"DST_START page aligned in hex\n",
+			arg);
+		die_usage(u);
+	}
+	if ((mp->src_name = strndup(arg, (size_t)(eq - arg))) == NULL)
+		exit(1);
+	return 1;
+}
+
+/*
+ * Adds --map SRC_START:DST_START (hex, page aligned) or NAME=DST_START
+ * to the request.
+ */
 static void
 add_map(Uffdd__AttachRequest *req, const char *arg, const char *u)
 {
@@ -77,6 +108,8 @@ add_map(Uffdd__AttachRequest *req, const char *arg, const char *u)
 	if (mp == NULL)
 		exit(1);
 	uffdd__region_map__init(mp);
+	if (name_map(mp, arg, u))
+		goto add;
 	errno = 0;
 	mp->src_start = strtoull(arg, &end, 16);
 	if (errno || *end != ':' || end == arg) {
@@ -96,36 +129,54 @@ add_map(Uffdd__AttachRequest *req, const char *arg, const char *u)
 			arg);
 		die_usage(u);
 	}
+add:
 	req->maps = realloc(req->maps, (req->n_maps + 1) * sizeof(*req->maps));
 	if (req->maps == NULL)
 		exit(1);
 	req->maps[req->n_maps++] = mp;
 }
 
+/* Whether two maps name the same source region (by address or name). */
+static int
+same_source(const Uffdd__RegionMap *a, const Uffdd__RegionMap *b)
+{
+	if (a->src_name[0] || b->src_name[0])
+		return strcmp(a->src_name, b->src_name) == 0;
+	return a->src_start == b->src_start;
+}
+
+/* A map as it was given: NAME=DST or SRC:DST. */
+static void
+map_text(const Uffdd__RegionMap *m, char *buf, size_t len)
+{
+	if (m->src_name[0])
+		snprintf(buf, len, "%s=%" PRIx64, m->src_name, m->dst_start);
+	else
+		snprintf(buf, len, "%" PRIx64 ":%" PRIx64, m->src_start,
+			 m->dst_start);
+}
+
 /* One source region onto one target address, each at most once. */
 static void
 check_maps(const Uffdd__AttachRequest *req, const char *u)
 {
+	char a[320], b[320];
+
 	for (size_t i = 0; i < req->n_maps; i++)
-		for (size_t j = i + 1; j < req->n_maps; j++)
-			if (req->maps[i]->src_start ==
-				    req->maps[j]->src_start ||
-			    req->maps[i]->dst_start ==
-				    req->maps[j]->dst_start) {
-				fprintf(stderr,
-					"uffd-client: --map %" PRIx64
-					":%" PRIx64 " and %" PRIx64 ":%" PRIx64
-					" name the same %s\n",
-					req->maps[i]->src_start,
-					req->maps[i]->dst_start,
-					req->maps[j]->src_start,
-					req->maps[j]->dst_start,
-					req->maps[i]->src_start ==
-							req->maps[j]->src_start
-						? "source region"
-						: "target address");
-				die_usage(u);
-			}
+		for (size_t j = i + 1; j < req->n_maps; j++) {
+			int src = same_source(req->maps[i], req->maps[j]);
+
+			if (!src &&
+			    req->maps[i]->dst_start != req->maps[j]->dst_start)
+				continue;
+			map_text(req->maps[i], a, sizeof(a));
+			map_text(req->maps[j], b, sizeof(b));
+			fprintf(stderr,
+				"uffd-client: --map %s and %s name the same "
+				"%s\n",
+				a, b, src ? "source region" : "target address");
+			die_usage(u);
+		}
 }
 
 /* attach PID --from HOST:PORT --id ID ... [--wait] */
@@ -215,8 +266,11 @@ cmd_attach(const struct cmd_entry *self, int argc, char **argv)
 	snprintf(id, sizeof(id), "%s", rep->id);
 	frame_free(&rep->base);
 	free_ranges(req.ranges, req.n_ranges);
-	for (size_t i = 0; i < req.n_maps; i++)
+	for (size_t i = 0; i < req.n_maps; i++) {
+		if (req.maps[i]->src_name[0])
+			free(req.maps[i]->src_name);
 		free(req.maps[i]);
+	}
 	free(req.maps);
 	close(fd);
 	if (req.record_working_set)

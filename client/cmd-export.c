@@ -62,6 +62,34 @@ daemon_precopies(void)
 	return yes;
 }
 
+/*
+ * --range START-END[=NAME]: NAME, if given, names the one mapping in the
+ * range in the region table (a destination maps it by name: --map
+ * NAME=DST_START). It points into argv.
+ */
+static Uffdd__Range **
+add_named_range(Uffdd__Range **rs, size_t *n, const char *arg, const char *u)
+{
+	const char *eq = strchr(arg, '=');
+	char *r;
+
+	if (eq == NULL)
+		return add_range(rs, n, arg, u);
+	if (eq[1] == '\0' || strchr(eq + 1, '=')) {
+		fprintf(stderr,
+			"uffd-client: --range %s: want START-END=NAME, with a "
+			"NAME that is not empty and has no '='\n",
+			arg);
+		die_usage(u);
+	}
+	if ((r = strndup(arg, (size_t)(eq - arg))) == NULL)
+		exit(1);
+	rs = add_range(rs, n, r, u);
+	free(r);
+	rs[*n - 1]->name = (char *)(eq + 1);
+	return rs;
+}
+
 /* export PID [--range START-END]... [--keep-source] [--precopy ...],
  * or export --image FILE */
 int
@@ -84,8 +112,8 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 
 	while ((ch = getopt_long(argc, argv, "r:k", o, NULL)) != -1) {
 		if (ch == 'r')
-			req.ranges =
-				add_range(req.ranges, &req.n_ranges, optarg, u);
+			req.ranges = add_named_range(req.ranges, &req.n_ranges,
+						     optarg, u);
 		else if (ch == 'k')
 			req.keep_source = 1;
 		else if (ch == 'p')

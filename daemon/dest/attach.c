@@ -55,15 +55,17 @@ pb_region(Uffdd__Region *out, const Uffdd__Region *in)
 
 /*
  * Where a source region goes in the target: the same address, or where
- * an attach --map says (0: nowhere, with maps given and none for it).
+ * an attach --map says, by the region's address or by its name (0:
+ * nowhere, with maps given and none for it).
  */
 static uint64_t
-target_start(const struct dest *d, uint64_t src_start)
+target_start(const struct dest *d, const Uffdd__Region *r)
 {
 	if (d->nmaps == 0)
-		return src_start;
+		return r->start;
 	for (size_t i = 0; i < d->nmaps; i++)
-		if (d->maps[i].start == src_start)
+		if (d->map_names[i][0] ? strcmp(d->map_names[i], r->name) == 0
+				       : d->maps[i].start == r->start)
 			return d->maps[i].end;
 	return 0;
 }
@@ -243,7 +245,7 @@ match_regions(struct dest *d, const Uffdd__RegionTable *t, struct match *mt)
 	d->regs = xcalloc(t->n_regions, sizeof(*d->regs));
 	for (size_t i = 0; i < t->n_regions; i++) {
 		const Uffdd__Region *r = t->regions[i];
-		uint64_t at = target_start(d, r->start);
+		uint64_t at = target_start(d, r);
 
 		if (region_fits(d, v, nv, r, at)) {
 			mt->mp[mt->rep.n_matched++] =
@@ -270,7 +272,8 @@ no_match(struct dest *d, const Uffdd__RegionTable *t)
 		d, ERR_NO_MATCH,
 		"no region of process %d matches the %zu region(s) "
 		"of the source (first: 0x%llx-0x%llx %s); regions "
-		"match by start, length and kind",
+		"match by start, length and kind (or as --map says, "
+		"by address or name)",
 		(int)d->m->pid, t->n_regions,
 		t->n_regions ? (unsigned long long)t->regions[0]->start : 0,
 		t->n_regions ? (unsigned long long)(t->regions[0]->start +
@@ -479,6 +482,16 @@ attach_refused(uint64_t serial, const Uffdd__AttachRequest *req, pid_t pid)
 				    req->from);
 		return -1;
 	}
+	/* A name cut to fit could match another region than the one meant. */
+	for (size_t i = 0; i < req->n_maps; i++)
+		if (req->maps[i]->src_name &&
+		    strlen(req->maps[i]->src_name) >= REGION_NAME_MAX) {
+			control_reply_error(serial, ERR_INVALID,
+					    "attach: --map: a region name is "
+					    "at most %d bytes",
+					    REGION_NAME_MAX - 1);
+			return -1;
+		}
 	return target_busy(serial, pid);
 }
 
@@ -511,9 +524,12 @@ attach_go(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	}
 	d->nmaps = req->n_maps;
 	d->maps = xcalloc(req->n_maps, sizeof(*d->maps));
+	d->map_names = xcalloc(req->n_maps, sizeof(*d->map_names));
 	for (size_t i = 0; i < req->n_maps; i++) {
 		d->maps[i].start = req->maps[i]->src_start;
 		d->maps[i].end = req->maps[i]->dst_start;
+		snprintf(d->map_names[i], sizeof(d->map_names[i]), "%s",
+			 req->maps[i]->src_name ? req->maps[i]->src_name : "");
 	}
 	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
 		fatal("page buffer");

@@ -121,6 +121,7 @@ struct dest {
 	struct range *ranges;
 	size_t nranges;
 	struct range *maps; /* attach --map: start = source's, end = ours */
+	char (*map_names)[REGION_NAME_MAX]; /* or the source's name, if set */
 	size_t nmaps;
 
 	/*

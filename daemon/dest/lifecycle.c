@@ -71,6 +71,7 @@ dest_free(struct migration *m)
 	free(d->regs);
 	free(d->ranges);
 	free(d->maps);
+	free(d->map_names);
 	free(d->buf);
 	free(d->waiters);
 	free(d->kids);

@@ -340,6 +340,59 @@ serve_image(int fd, const struct authz_caller *who, char *id, uint32_t *code,
 }
 
 /*
+ * export --range START-END=NAME: the one region in the range goes by NAME
+ * in the table sent, so that a destination on another host, whose files
+ * have other names, maps it by that name (attach --map NAME=DST). Names
+ * are printable UTF-8, fit the table, and differ. 0, or -1 with err set.
+ */
+static int
+name_regions(struct source *s, const Uffdd__ExportRequest *req, char *err,
+	     size_t errlen)
+{
+	for (size_t i = 0; i < req->n_ranges; i++) {
+		const Uffdd__Range *q = req->ranges[i];
+		struct src_region *hit = NULL;
+		size_t n = 0;
+
+		if (q->name == NULL || q->name[0] == '\0')
+			continue;
+		if (strlen(q->name) >= REGION_NAME_MAX ||
+		    text_bad_at(q->name) >= 0) {
+			snprintf(err, errlen,
+				 "--range ...=NAME: a name is printable UTF-8 "
+				 "of at most %d bytes",
+				 REGION_NAME_MAX - 1);
+			return -1;
+		}
+		for (size_t k = 0; k < s->nregs; k++)
+			if (s->regs[k].r.start >= q->start &&
+			    s->regs[k].r.start + s->regs[k].r.length <=
+				    q->end &&
+			    n++ == 0)
+				hit = &s->regs[k];
+		if (n != 1) {
+			snprintf(err, errlen,
+				 "--range %llx-%llx=%s: the range holds %zu "
+				 "mappings; a name goes with exactly one",
+				 (unsigned long long)q->start,
+				 (unsigned long long)q->end, q->name, n);
+			return -1;
+		}
+		for (size_t k = 0; k < i; k++)
+			if (req->ranges[k]->name &&
+			    strcmp(req->ranges[k]->name, q->name) == 0) {
+				snprintf(err, errlen,
+					 "--range ...=%s: two ranges by one "
+					 "name",
+					 q->name);
+				return -1;
+			}
+		snprintf(hit->r.name, sizeof(hit->r.name), "%s", q->name);
+	}
+	return 0;
+}
+
+/*
  * The control request: checks the ranges, exports, and answers with the
  * new ID only once the state file holds the export (a pre-copy's, at its
  * switchover: source_persist_now()).
@@ -374,6 +427,15 @@ source_export(uint64_t serial, const struct authz_caller *who,
 	for (size_t i = 0; i < req->n_ranges; i++) {
 		ranges[i].start = req->ranges[i]->start;
 		ranges[i].end = req->ranges[i]->end;
+		if (req->precopy && req->ranges[i]->name &&
+		    req->ranges[i]->name[0]) {
+			control_reply_error(serial, ERR_INVALID,
+					    "export: --range ...=NAME does not "
+					    "go with --precopy");
+			free(ranges);
+			procref_close(t);
+			return;
+		}
 		if (ranges[i].end <= ranges[i].start) {
 			control_reply_error(serial, ERR_INVALID,
 					    "export: empty range");
@@ -392,6 +454,14 @@ source_export(uint64_t serial, const struct authz_caller *who,
 	free(ranges);
 	if (s == NULL) {
 		control_reply_error(serial, code, "export: %s", err);
+		return;
+	}
+	if (name_regions(s, req, err, sizeof(err)) < 0) {
+		source_thaw(&s->t, s->was_stopped);
+		migration_free(s->m);
+		control_reply_error(serial, ERR_INVALID,
+				    "export: %s; process %d left as it was",
+				    err, (int)req->pid);
 		return;
 	}
 	if (!s->pc)

@@ -12,7 +12,10 @@ B=0x5a0000000000
 for kind in tmpfs anon; do
 	start_workload WS source --size 64M --threads 2 --base $A --kind "$kind"
 	start_workload WD dest --size 64M --threads 4 --base $B --kind "$kind" --prefault
-	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500004000000)
+	# anon: by name, as two hosts whose RAM files differ in name do.
+	NAME= MAP=500000000000:5a0000000000
+	[ "$kind" = anon ] && NAME==guest-ram0 MAP=guest-ram0=5a0000000000
+	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "500000000000-500004000000$NAME")
 	H_SRC=$("$MEMHASH" "$WS" $A $((A + (64 << 20))))
 	# Without the map nothing matches: the addresses differ.
 	if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
@@ -20,14 +23,16 @@ for kind in tmpfs anon; do
 		fail "attach without --map matched a region at another address"
 	fi
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-		--id "$ID" --map 500000000000:5a0000000000 >"$T/attach.out" 2>&1 ||
-		fail "attach --map: $(cat "$T/attach.out")"
+		--id "$ID" --map "$MAP" >"$T/attach.out" 2>&1 ||
+		fail "attach --map $MAP: $(cat "$T/attach.out")"
+	[ -z "$NAME" ] || grep -q "guest-ram0" "$T/attach.out" ||
+		fail "the region does not go by its name: $(cat "$T/attach.out")"
 	kill -USR1 "$WD"
 	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 120 >/dev/null || fail "$kind: no completion"
 	wait_verified WD >/dev/null
 	H_DST=$("$MEMHASH" "$WD" $B $((B + (64 << 20))))
 	[ "$H_SRC" = "$H_DST" ] || fail "$kind: destination at $B differs from the source at $A"
-	info "$kind: source at $A, target at $B: byte-exact"
+	info "$kind: source at $A, target at $B (--map $MAP): byte-exact"
 	kill "$WD"
 done
 
@@ -46,3 +51,21 @@ grep -q "would both go to" "$T/out" || fail "overlapping maps: $(cat "$T/out")"
 info "overlapping maps refused: $(cat "$T/out")"
 ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "refused attach left a userfaultfd in the target"
 [ "$("$MEMHASH" "$WD" $B $((B + (64 << 20))))" = "$h_before" ] || fail "refused attach changed the target"
+
+# Names: one a mapping, each at most once, and only a name that is there
+# matches. The read-only pages split the range into several mappings.
+start_workload WS3 source --size 64M --threads 1 --base 0x600000000000 --ro-pages 256
+expect_error "a name over several mappings" "mappings; a name goes with exactly one" \
+	"$CLIENT" --control "$src_SOCK" export "$WS3" --range 600000000000-600004000000=ram
+[ "$(proc_state "$WS3")" != T ] || fail "a refused export left the process stopped"
+expect_error "an empty name" "NAME that is not empty" \
+	"$CLIENT" --control "$src_SOCK" export "$WS3" --range 600000000000-600004000000=
+start_workload WS2 source --size 64M --threads 1 --base $A --kind anon
+ID=$("$CLIENT" --control "$src_SOCK" export "$WS2" --range 500000000000-500004000000=ram)
+expect_error "a map by a name the source has not" "no region" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" --id "$ID" \
+	--map other=5a0000000000
+expect_error "one name mapped twice" "name the same source region" \
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" --id "$ID" \
+	--map ram=5a0000000000 --map ram=5a0000100000
+[ "$("$MEMHASH" "$WD" $B $((B + (64 << 20))))" = "$h_before" ] || fail "refused attaches changed the target"
