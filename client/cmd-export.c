@@ -64,6 +64,25 @@ daemon_knows(const char *feature)
 	return yes;
 }
 
+/* Whether the daemon knows what the request asks for; else says so. */
+static int
+daemon_takes(const Uffdd__ExportRequest *req)
+{
+	const char *what = NULL;
+
+	if ((req->deferred || req->id[0]) && !daemon_knows(FEATURE_DEFERRED))
+		what = "--deferred and --id";
+	else if (req->precopy && !daemon_knows(FEATURE_PRECOPY))
+		what = "--precopy";
+	if (what == NULL)
+		return 1;
+	fprintf(stderr,
+		"uffd-client: export: the daemon at %s does not know %s (an "
+		"older uffdd); nothing was exported\n",
+		control_path, what);
+	return 0;
+}
+
 /*
  * --id ID: checked here, and lower-cased: the daemon makes its IDs in
  * lower case, and a destination names the migration byte for byte.
@@ -156,21 +175,7 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 	}
 	req.max_rounds = (uint32_t)rounds;
 	req.pid = parse_pid(argv[optind], u);
-	if ((req.deferred || req.id[0]) && !daemon_knows(FEATURE_DEFERRED)) {
-		fprintf(stderr,
-			"uffd-client: export --deferred/--id: the daemon at %s "
-			"does not know them (an older uffdd); nothing was "
-			"exported\n",
-			control_path);
-		free_ranges(req.ranges, req.n_ranges);
-		return 1;
-	}
-	if (req.precopy && !daemon_knows(FEATURE_PRECOPY)) {
-		fprintf(stderr,
-			"uffd-client: export --precopy: the daemon at %s does "
-			"not know pre-copy (an older uffdd); nothing was "
-			"exported\n",
-			control_path);
+	if (!daemon_takes(&req)) {
 		free_ranges(req.ranges, req.n_ranges);
 		return 1;
 	}
