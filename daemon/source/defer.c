@@ -16,6 +16,7 @@
 
 #include "daemon/authz.h"
 #include "daemon/compat.h"
+#include "daemon/conn.h"
 #include "daemon/control.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
@@ -135,15 +136,17 @@ classify_all(struct source *s, uint32_t *code, char *err, size_t errlen)
  * the process runs again as it was, and the export is still deferred.
  */
 static int
-take_memory(struct source *s, const struct authz_caller *who, uint32_t *code,
-	    char *err, size_t errlen)
+take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
+	    uint32_t *code, char *err, size_t errlen)
 {
 	struct region *regs = NULL;
+	uint64_t t0 = now_ns();
 	int n, was_stopped;
 
 	if (source_freeze_checked(&s->t, who, NULL, &was_stopped, code, err,
 				  errlen) < 0)
 		return -1;
+	us[0] = (now_ns() - t0) / 1000;
 	n = source_build_regions(s->t.pid, s->ranges, s->nranges, &regs, code,
 				 err, errlen);
 	if (n > 0 && !same_regions(s, regs, (size_t)n)) {
@@ -156,10 +159,12 @@ take_memory(struct source *s, const struct authz_caller *who, uint32_t *code,
 		n = 0;
 	}
 	free(regs);
+	us[1] = (now_ns() - t0) / 1000 - us[0];
 	if (n <= 0 || classify_all(s, code, err, errlen) < 0) {
 		source_thaw(&s->t, was_stopped);
 		return -1;
 	}
+	us[2] = (now_ns() - t0) / 1000 - us[0] - us[1];
 	s->was_stopped = was_stopped;
 	return 0;
 }
@@ -184,7 +189,7 @@ named_export(uint64_t serial, const struct authz_caller *who,
 	}
 	if (s != NULL && m->deferred)
 		return s;
-	if (s != NULL && s->went)
+	if (m->went)
 		control_reply_error(serial, ERR_BUSY,
 				    "%s: migration %s had its go already; "
 				    "nothing changed",
@@ -224,6 +229,35 @@ answer_queued(struct source *s)
 	return n;
 }
 
+/*
+ * After go's reply: from now a run of the process is noticed, and the
+ * state file holds the export. Both come after the first answers (a
+ * write-protecting tracker over every region and a synced file take
+ * milliseconds, which the stop window of a guest has not to spare): the
+ * process is frozen meanwhile, so nothing it holds changes. A file that
+ * cannot be written fails the migration, and the process runs again.
+ */
+static void
+after_go(struct source *s, uint64_t *watch_us)
+{
+	uint64_t t0 = now_ns();
+	int e;
+
+	source_watch_freeze(s);
+	*watch_us = (now_ns() - t0) / 1000;
+	if (source_persist_now(s) == 0) {
+		if (s->bulk)
+			source_bulk_produce(s);
+		return;
+	}
+	e = errno;
+	source_thaw(&s->t, s->was_stopped);
+	source_fail(s,
+		    "go: cannot save the export's state: %s; process %d runs "
+		    "again",
+		    strerror(e), (int)s->m->pid);
+}
+
 /* GO: from now the process's memory is taken as it is. */
 static void
 go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
@@ -233,41 +267,35 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	Uffdd__GoReply rep = UFFDD__GO_REPLY__INIT;
 	uint64_t t0 = now_ns();
 	struct source *s = named_export(serial, who, req, "go");
+	uint64_t us[4] = {0};
+	struct conn *c;
 	char err[256];
 	uint32_t code;
 
 	if (s == NULL)
 		return;
-	if (take_memory(s, who, &code, err, sizeof(err)) < 0) {
+	if (take_memory(s, who, us, &code, err, sizeof(err)) < 0) {
 		control_reply_error(serial, code,
 				    "go: %s; the export still waits for go",
 				    err);
 		return;
 	}
 	s->m->deferred = 0;
-	s->went = 1;
-	source_watch_freeze(s);
-	if (source_persist_now(s) < 0) {
-		int e = errno;
-
-		source_thaw(&s->t, s->was_stopped);
-		source_fail(s, "cannot save its state: %s", strerror(e));
-		control_reply_error(serial, ERR_INVALID,
-				    "go: cannot save the export's state: %s; "
-				    "the export failed, process %d runs again",
-				    strerror(e), (int)s->m->pid);
-		return;
-	}
+	s->m->went = 1;
 	rep.work_us = (now_ns() - t0) / 1000;
 	rep.queued = answer_queued(s);
-	if (s->bulk)
-		source_bulk_produce(s);
-	log_info("migration %s: go: process %d frozen and classified in "
-		 "%llu us; %u queued page requests answered",
-		 log_id(s->m->id), (int)s->m->pid,
-		 (unsigned long long)rep.work_us, rep.queued);
 	rep.id = s->m->id;
 	control_reply(serial, FRAME_CTL_GO_REPLY, &rep.base);
+	if ((c = control_conn(serial)) != NULL)
+		conn_flush(c);
+	after_go(s, &us[3]);
+	log_info("migration %s: go: process %d taken in %llu us (freeze %llu, "
+		 "maps %llu, classification %llu); %u queued page requests "
+		 "answered; then %llu us to watch it",
+		 log_id(s->m->id), (int)s->m->pid,
+		 (unsigned long long)rep.work_us, (unsigned long long)us[0],
+		 (unsigned long long)us[1], (unsigned long long)us[2],
+		 rep.queued, (unsigned long long)us[3]);
 }
 
 /* CANCEL: a deferred export ends before its go, its process untouched. */

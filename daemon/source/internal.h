@@ -177,7 +177,6 @@ struct source {
 	/* export --deferred: before go, s->m->deferred is set (defer.c). */
 	struct defer_req *dq;
 	size_t ndq;
-	int went; /* go was given */
 };
 
 /* freeze.c */
