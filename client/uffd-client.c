@@ -21,7 +21,8 @@ static const struct cmd_entry cmds[] = {
 	{"go", "go ID", cmd_go},
 	{"cancel", "cancel ID", cmd_cancel},
 	{"attach",
-	 "attach PID (--from HOST:PORT --id ID [--pin SHA256] | --image FILE "
+	 "attach PID (--from HOST:PORT --id ID [--pin SHA256] "
+	 "[--wait-export SEC] | --image FILE "
 	 "[--record-working-set [--ws-faults N] [--ws-secs S]]) "
 	 "[--range START-END]... [--map SRC:DST]... [--wait]",
 	 cmd_attach},

@@ -107,3 +107,40 @@ sleep 0.2
 [ "$h1" != "$("$MEMHASH" "$WC" 0x700000000000 0x700000400000)" ] ||
 	fail "the process does not run after cancel"
 info "cancel left the process running"
+
+# attach --wait-export: the destination half first. Its attach waits for
+# an export under the ID it was given, then goes on as any other.
+start_workload WS2 source --size 8M --threads 2 --base 0x510000000000
+start_workload WD2 dest --size 8M --threads 2 --prefault --base 0x510000000000
+ID2=$(new_id)
+R2=510000000000-510000800000
+dst attach "$WD2" --from "127.0.0.1:$src_PORT" --id "$ID2" --range "$R2" \
+	--wait-export 30 >"$T/attach2.out" 2>&1 &
+ATTACH=$!
+sleep 1
+kill -0 $ATTACH 2>/dev/null || fail "attach before its export ended: $(cat "$T/attach2.out")"
+dst status "$ID2" | grep -q 'state *connecting' || fail "waiting attach: $(dst status "$ID2")"
+src export "$WS2" --range "$R2" --deferred --keep-source --id "$ID2" >/dev/null
+wait $ATTACH || fail "attach that waited for its export: $(cat "$T/attach2.out")"
+grep -q '^attached' "$T/attach2.out" || fail "attach printed: $(cat "$T/attach2.out")"
+info "attach made before its export: $(head -n 1 "$T/attach2.out")"
+kill -USR1 "$WD2"
+kill -STOP "$WS2"
+sleep 0.1
+H2=$("$MEMHASH" "$WS2" 0x510000000000 0x510000800000)
+src go "$ID2" >"$T/go.out" || fail "go: $(cat "$T/go.out")"
+info "go latency: $(cat "$T/go.out")"
+dst wait "$ID2" --timeout 300 >/dev/null || fail "wait after attach-first failed"
+wait_verified WD2
+[ "$H2" = "$("$MEMHASH" "$WD2" 0x510000000000 0x510000800000)" ] ||
+	fail "attach-first: destination differs from the stopped source"
+info "attach before export: destination equal to the stopped source"
+
+# Bounded: no export comes, the attach fails after --wait-export, saying so.
+start_workload WD3 dest --size 4M --threads 1 --base 0x520000000000
+t0=$(date +%s%N)
+expect_error "attach whose export never comes" "no export with it came within --wait-export" \
+	dst attach "$WD3" --from "127.0.0.1:$src_PORT" --id "$(new_id)" --wait-export 2
+ms=$((($(date +%s%N) - t0) / 1000000))
+[ $ms -ge 1900 ] && [ $ms -lt 10000 ] || fail "--wait-export 2 gave up after $ms ms"
+info "--wait-export 2 gave up after $ms ms"
