@@ -7,7 +7,8 @@
 # the stopped source (memhash, --keep-source). go's latency is printed.
 # Then the refusals: a bad or taken --id, go on an unknown ID, on an
 # export that is not deferred, twice; --deferred with --precopy; and
-# cancel, which leaves the process as it was.
+# cancel, which leaves the process as it was, as a daemon stopped before
+# go does.
 . "$SRC/tests/lib.sh"
 need_root
 start_daemon src
@@ -69,7 +70,9 @@ done
 [ "$(key "$T/st.json" attached)" = true ] || fail "never attached: $(cat "$T/st.json")"
 [ "$(key "$T/st.json" state)" = '"deferred"' ] || fail "state: $(cat "$T/st.json")"
 [ "$(key "$T/st.json" pages_present)" = 0 ] || fail "pages sent before go: $(cat "$T/st.json")"
-sleep 0.5
+# Longer than the destination's lane timeout (3 s): the pings keep the
+# lanes up while the requests wait.
+sleep 4
 [ "$(proc_state "$WS")" != T ] || fail "attach stopped the process"
 info "destination attached and faulting; nothing sent, the process runs"
 
@@ -144,3 +147,11 @@ expect_error "attach whose export never comes" "no export with it came within --
 ms=$((($(date +%s%N) - t0) / 1000000))
 [ $ms -ge 1900 ] && [ $ms -lt 10000 ] || fail "--wait-export 2 gave up after $ms ms"
 info "--wait-export 2 gave up after $ms ms"
+
+# A daemon stopped with a deferred export live leaves its process running
+# and remembers nothing of it (no state file before go).
+CID=$(src export "$WC" --deferred)
+stop_daemon src
+[ "$(proc_state "$WC")" != T ] || fail "a stopped daemon left the deferred export's process stopped"
+ls "$T/src.state" 2>/dev/null | grep -q . && fail "state files of a deferred export: $(ls "$T/src.state")"
+info "daemon stopped with a deferred export: process runs, no state file"
