@@ -179,9 +179,10 @@ check_maps(const Uffdd__AttachRequest *req, const char *u)
 		}
 }
 
-/* attach PID --from HOST:PORT --id ID ... [--wait] */
-int
-cmd_attach(const struct cmd_entry *self, int argc, char **argv)
+/* The options of attach into req, image and wait (argv's rest: PID). */
+static void
+attach_options(int argc, char **argv, Uffdd__AttachRequest *req,
+	       const char **image, int *wait, const char *u)
 {
 	static const struct option o[] = {
 		{"from", required_argument, NULL, 'F'},
@@ -194,56 +195,71 @@ cmd_attach(const struct cmd_entry *self, int argc, char **argv)
 		{"record-working-set", no_argument, NULL, 'R'},
 		{"ws-faults", required_argument, NULL, 'N'},
 		{"ws-secs", required_argument, NULL, 'S'},
+		{"wait-export", required_argument, NULL, 'E'},
 		{NULL, 0, NULL, 0}};
-	const char *u = self->usage, *image = NULL;
-	Uffdd__AttachRequest req = UFFDD__ATTACH_REQUEST__INIT;
-	Uffdd__AttachReply *rep;
-	int ch, fd, wait = 0, rc = 0;
-	char id[64];
+	int ch;
 
 	while ((ch = getopt_long(argc, argv, "F:i:r:w", o, NULL)) != -1) {
 		switch (ch) {
 		case 'F':
-			req.from = optarg;
+			req->from = optarg;
 			break;
 		case 'i':
-			req.id = optarg;
+			req->id = optarg;
 			break;
 		case 'p':
 			/* The daemon checks it: one parser, in tls.c. */
-			req.pin = optarg;
+			req->pin = optarg;
 			break;
 		case 'r':
-			req.ranges =
-				add_range(req.ranges, &req.n_ranges, optarg, u);
+			req->ranges = add_range(req->ranges, &req->n_ranges,
+						optarg, u);
 			break;
 		case 'w':
-			wait = 1;
+			*wait = 1;
 			break;
 		case 'm':
-			add_map(&req, optarg, u);
+			add_map(req, optarg, u);
 			break;
 		case 'I':
-			image = optarg;
+			*image = optarg;
 			break;
 		case 'R':
-			req.record_working_set = 1;
+			req->record_working_set = 1;
 			break;
 		case 'N':
-			req.ws_faults =
+			req->ws_faults =
 				parse_u32(optarg, "--ws-faults", 65536, u);
 			break;
 		case 'S':
-			req.ws_secs = parse_u32(optarg, "--ws-secs", 3600, u);
+			req->ws_secs = parse_u32(optarg, "--ws-secs", 3600, u);
+			break;
+		case 'E':
+			req->export_wait_secs =
+				parse_u32(optarg, "--wait-export", 3600, u);
 			break;
 		default:
 			die_usage(u);
 		}
 	}
+}
+
+/* attach PID --from HOST:PORT --id ID ... [--wait] */
+int
+cmd_attach(const struct cmd_entry *self, int argc, char **argv)
+{
+	const char *u = self->usage, *image = NULL;
+	Uffdd__AttachRequest req = UFFDD__ATTACH_REQUEST__INIT;
+	Uffdd__AttachReply *rep;
+	int fd, wait = 0, rc = 0;
+	char id[64];
+
+	attach_options(argc, argv, &req, &image, &wait, u);
 	if (argc - optind != 1)
 		die_usage(u);
 	/* From a source daemon, or from an image: one or the other. */
-	if (image ? req.from[0] || req.id[0] || req.pin[0] || !*image
+	if (image ? req.from[0] || req.id[0] || req.pin[0] || !*image ||
+			    req.export_wait_secs
 		  : req.from[0] == '\0' || req.id[0] == '\0')
 		die_usage(u);
 	check_ws(&req, image, u);

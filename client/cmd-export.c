@@ -1,10 +1,11 @@
 /*
- * export PID [--range START-END]... [--keep-source] [--precopy
- * [--max-rounds N] [--precopy-threshold BYTES]]: a process to serve;
- * export --image FILE: a snapshot image to serve.
+ * export PID [--range START-END]... [--keep-source] [--id ID] [--deferred
+ * | --precopy [--max-rounds N] [--precopy-threshold BYTES]]: a process to
+ * serve; export --image FILE: a snapshot image to serve.
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -41,11 +42,12 @@ parse_count(const char *opt, const char *s, const char *u)
 }
 
 /*
- * Whether the daemon knows pre-copy: an older one ignores the request's
- * precopy field (an unknown field) and would export the process frozen.
+ * Whether the daemon knows a feature (pre-copy, deferred exports and
+ * given IDs): an older one ignores the request's fields it does not know
+ * and would export the process frozen, under an ID of its own.
  */
 static int
-daemon_precopies(void)
+daemon_knows(const char *feature)
 {
 	Uffdd__StatusRequest req = UFFDD__STATUS_REQUEST__INIT;
 	Uffdd__StatusReply *rep;
@@ -55,7 +57,7 @@ daemon_precopies(void)
 	rep = (Uffdd__StatusReply *)call(fd, FRAME_CTL_STATUS, &req.base,
 					 FRAME_CTL_STATUS_REPLY);
 	for (size_t i = 0; i < rep->n_features; i++)
-		if (strcmp(rep->features[i], FEATURE_PRECOPY) == 0)
+		if (strcmp(rep->features[i], feature) == 0)
 			yes = 1;
 	frame_free(&rep->base);
 	close(fd);
@@ -90,6 +92,38 @@ add_named_range(Uffdd__Range **rs, size_t *n, const char *arg, const char *u)
 	return rs;
 }
 
+/* Whether the daemon knows what the request asks for; else says so. */
+static int
+daemon_takes(const Uffdd__ExportRequest *req)
+{
+	const char *what = NULL;
+
+	if ((req->deferred || req->id[0]) && !daemon_knows(FEATURE_DEFERRED))
+		what = "--deferred and --id";
+	else if (req->precopy && !daemon_knows(FEATURE_PRECOPY))
+		what = "--precopy";
+	if (what == NULL)
+		return 1;
+	fprintf(stderr,
+		"uffd-client: export: the daemon at %s does not know %s (an "
+		"older uffdd); nothing was exported\n",
+		control_path, what);
+	return 0;
+}
+
+/*
+ * --id ID: checked here, and lower-cased: the daemon makes its IDs in
+ * lower case, and a destination names the migration byte for byte.
+ */
+static char *
+export_id(char *id, const char *u)
+{
+	check_id(id, u);
+	for (char *p = id; *p; p++)
+		*p = (char)tolower((unsigned char)*p);
+	return id;
+}
+
 /* export PID [--range START-END]... [--keep-source] [--precopy ...],
  * or export --image FILE */
 int
@@ -103,6 +137,8 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 		{"max-rounds", required_argument, NULL, 'n'},
 		{"precopy-threshold", required_argument, NULL, 't'},
 		{"image", required_argument, NULL, 'I'},
+		{"id", required_argument, NULL, 'i'},
+		{"deferred", no_argument, NULL, 'd'},
 		{NULL, 0, NULL, 0}};
 	Uffdd__ExportRequest req = UFFDD__EXPORT_REQUEST__INIT;
 	Uffdd__ExportReply *rep;
@@ -125,14 +161,24 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 				parse_count("--precopy-threshold", optarg, u);
 		else if (ch == 'I')
 			image = optarg;
+		else if (ch == 'i')
+			req.id = export_id(optarg, u);
+		else if (ch == 'd')
+			req.deferred = 1;
 		else
 			die_usage(u);
+	}
+	if (req.deferred && (req.precopy || image)) {
+		fprintf(stderr, "uffd-client: --deferred goes with neither "
+				"--precopy nor --image: a deferred export "
+				"takes the memory as it is at go\n");
+		die_usage(u);
 	}
 	if (image) {
 		/* An image is served as it is: nothing to narrow or keep. */
 		if (argc != optind || !*image || req.n_ranges ||
 		    req.keep_source || req.precopy || rounds ||
-		    req.threshold_bytes)
+		    req.threshold_bytes || req.id[0])
 			die_usage(u);
 		req.image = 1;
 		fd = connect_daemon();
@@ -157,12 +203,7 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 	}
 	req.max_rounds = (uint32_t)rounds;
 	req.pid = parse_pid(argv[optind], u);
-	if (req.precopy && !daemon_precopies()) {
-		fprintf(stderr,
-			"uffd-client: export --precopy: the daemon at %s does "
-			"not know pre-copy (an older uffdd); nothing was "
-			"exported\n",
-			control_path);
+	if (!daemon_takes(&req)) {
 		free_ranges(req.ranges, req.n_ranges);
 		return 1;
 	}

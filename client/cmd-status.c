@@ -41,6 +41,9 @@ print_status_text(const Uffdd__MigrationStatus *s)
 	       s->peer[0] ? ", peer " : "", s->peer);
 	printf("  state        %s%s%s\n", s->state, s->reason[0] ? ": " : "",
 	       s->reason);
+	if (s->deferred)
+		printf("  deferred     waiting for go; destination %s\n",
+		       s->attached ? "attached" : "not attached yet");
 	printf("  pages        %" PRIu64 " / %" PRIu64 " %s (%.1f%%), %" PRIu64
 	       " remaining\n",
 	       s->pages_present, s->pages_total,
@@ -242,6 +245,10 @@ status_json(const Uffdd__MigrationStatus *s)
 	json_threads_lost(o, s);
 	json_object_object_add(o, "kernel", json_text(s->kernel));
 	json_precopy(o, s);
+	json_object_object_add(o, "deferred",
+			       json_object_new_boolean(s->deferred));
+	json_object_object_add(o, "attached",
+			       json_object_new_boolean(s->attached));
 	return o;
 }
 

@@ -14,12 +14,15 @@
 /* The commands, in the order the help lists them. */
 static const struct cmd_entry cmds[] = {
 	{"export",
-	 "export PID [--range START-END]... [--keep-source] "
-	 "[--precopy [--max-rounds N] [--precopy-threshold BYTES]] "
-	 "| export --image FILE",
+	 "export PID [--range START-END]... [--keep-source] [--id ID] "
+	 "[--deferred | --precopy [--max-rounds N] "
+	 "[--precopy-threshold BYTES]] | export --image FILE",
 	 cmd_export},
+	{"go", "go ID", cmd_go},
+	{"cancel", "cancel ID", cmd_cancel},
 	{"attach",
-	 "attach PID (--from HOST:PORT --id ID [--pin SHA256] | --image FILE "
+	 "attach PID (--from HOST:PORT --id ID [--pin SHA256] "
+	 "[--wait-export SEC] | --image FILE "
 	 "[--record-working-set [--ws-faults N] [--ws-secs S]]) "
 	 "[--range START-END]... [--map SRC:DST]... [--wait]",
 	 cmd_attach},

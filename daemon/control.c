@@ -146,9 +146,9 @@ do_status(struct client *cl, const Uffdd__StatusRequest *req)
 	} else {
 		rep.n_migrations = i;
 		rep.migrations = ptrs;
-		static char *feat[] = {FEATURE_PRECOPY};
+		static char *feat[] = {FEATURE_PRECOPY, FEATURE_DEFERRED};
 
-		rep.n_features = 1;
+		rep.n_features = 2;
 		rep.features = feat;
 		conn_send(cl->conn, FRAME_CTL_STATUS_REPLY, &rep.base);
 	}
@@ -216,6 +216,8 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	case FRAME_CTL_STATUS:
 		do_status(cl, (const Uffdd__StatusRequest *)msg);
 		break;
+	case FRAME_CTL_GO:
+	case FRAME_CTL_CANCEL:
 	case FRAME_CTL_SNAPSHOT: {
 		/* Served by a role besides its own request (role.h). */
 		const struct role_request *q = role_request_by_type(h->type);
@@ -224,6 +226,8 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 			conn_send_error(c, ERR_INVALID,
 					"%s is not served by this daemon",
 					frame_type_name(h->type));
+		else if (q->request_pid == NULL)
+			q->request(cl->serial, &cl->who, NULL, msg);
 		else if (allowed(cl, q->verb, q->request_pid(msg), &t))
 			q->request(cl->serial, &cl->who, &t, msg);
 		break;

@@ -289,9 +289,13 @@ migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 
 	s->id = (char *)m->id;
 	s->role = m->role == ROLE_SOURCE ? "source" : "destination";
-	s->state = m->precopy && m->state == MIG_RUNNING
-			   ? "precopy"
+	s->state = m->precopy && m->state == MIG_RUNNING ? "precopy"
+		   : m->deferred && (m->state == MIG_WAITING ||
+				     m->state == MIG_RUNNING)
+			   ? "deferred"
 			   : (char *)migration_state_name(m->state);
+	s->deferred = m->deferred;
+	s->attached = m->attached;
 	s->reason = (char *)m->reason;
 	s->pid = m->pid;
 	s->peer = (char *)m->peer;

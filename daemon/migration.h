@@ -67,6 +67,14 @@ struct migration {
 	uint64_t precopy_bytes;
 	uint64_t round_bytes[MIG_ROUNDS_KEPT];
 	uint64_t downtime_ns;
+	/*
+	 * export --deferred: deferred set until its go (status shows state
+	 * "deferred"); attached: the source has its destination's two lanes
+	 * and the regions it takes.
+	 */
+	int deferred;
+	int attached;
+	int went; /* export --deferred: its go was given */
 	/* attach --record-working-set: the pages faulted (migration_ws_*). */
 	struct mig_ws *ws;
 	void *impl; /* struct source or struct dest */

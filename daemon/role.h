@@ -62,7 +62,9 @@ struct role_ops {
 /*
  * A control request a role serves besides its own (the source's snapshot),
  * checked by control.c as the role's own is: its process must be one the
- * caller could ptrace.
+ * caller could ptrace. A request that names a migration, not a process
+ * (go, cancel), has no request_pid: the role checks the caller against
+ * the migration (authz_may_see()), and t is NULL.
  */
 struct role_request {
 	uint16_t type;

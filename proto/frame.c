@@ -41,6 +41,10 @@ static const struct frame_type_entry {
 	{FRAME_CTL_SNAPSHOT_DONE, "SNAPSHOT_DONE",
 	 &uffdd__snapshot_reply__descriptor},
 	{FRAME_CTL_FILE_READY, "FILE_READY", &uffdd__file_ready__descriptor},
+	{FRAME_CTL_GO, "GO", &uffdd__go_request__descriptor},
+	{FRAME_CTL_GO_REPLY, "GO_REPLY", &uffdd__go_reply__descriptor},
+	{FRAME_CTL_CANCEL, "CANCEL", &uffdd__go_request__descriptor},
+	{FRAME_CTL_CANCEL_REPLY, "CANCEL_REPLY", &uffdd__go_reply__descriptor},
 };
 
 /* The table entry of a frame type, NULL for an unknown type. */

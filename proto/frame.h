@@ -46,6 +46,11 @@ frame_pages_fit(uint64_t page_size, uint64_t max)
  * back. A pre-copy export refuses a destination that does not say it.
  */
 #define FEATURE_PRECOPY "precopy"
+/*
+ * Control feature (StatusReply.features) of a daemon that knows export
+ * --deferred and --id, and GO and CANCEL.
+ */
+#define FEATURE_DEFERRED "deferred"
 
 enum frame_type {
 	FRAME_HELLO = 1,
@@ -75,6 +80,11 @@ enum frame_type {
 	FRAME_CTL_SNAPSHOT_DONE = 123,
 	/* export/attach --image: the daemon waits for the image file. */
 	FRAME_CTL_FILE_READY = 124,
+	/* A deferred export: go, or cancel it (GoRequest, GoReply). */
+	FRAME_CTL_GO = 125,
+	FRAME_CTL_GO_REPLY = 126,
+	FRAME_CTL_CANCEL = 127,
+	FRAME_CTL_CANCEL_REPLY = 128,
 };
 
 /* Error codes carried in Error frames and control replies. */

@@ -476,6 +476,13 @@ attach_refused(uint64_t serial, const Uffdd__AttachRequest *req, pid_t pid)
 				    "runs plaintext (insecure)");
 		return -1;
 	}
+	if (req->export_wait_secs > EXPORT_WAIT_MAX) {
+		control_reply_error(serial, ERR_INVALID,
+				    "attach: --wait-export %u: at most %d "
+				    "seconds",
+				    req->export_wait_secs, EXPORT_WAIT_MAX);
+		return -1;
+	}
 	if (strcmp(req->from, PEER_LOCAL) == 0) {
 		control_reply_error(serial, ERR_INVALID,
 				    "attach: --from %s: want HOST:PORT",
@@ -511,6 +518,7 @@ attach_go(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	procref_move(&d->t, t);
 	d->owner = *who;
 	d->serial = serial;
+	d->export_wait = req->export_wait_secs;
 	migration_set_peer(d->m, from);
 	if (req->record_working_set) {
 		migration_ws_start(d->m, req->ws_faults, req->ws_secs);

@@ -56,6 +56,8 @@ struct uffd_msg;
  * notices a cut link (whose TCP connection may linger for minutes) quickly.
  */
 #define LANE_TIMEOUT 3
+/* attach --wait-export: seconds at most. */
+#define EXPORT_WAIT_MAX 3600
 
 /* Pages [p0, p1) of a region that the target moved to base (mremap). */
 struct move {
@@ -169,6 +171,11 @@ struct dest {
 	uint64_t t_pause; /* ns: when the lanes went down */
 	int backoff_ms;
 	struct event *retry_ev;
+	/*
+	 * attach --wait-export: how long an attach waits for a source that
+	 * does not know its ID yet (seconds, from the attach); 0: not at all.
+	 */
+	uint32_t export_wait;
 	struct event *bulk_delay; /* UFFDD_BENCH_BULK_DELAY_MS */
 
 	/* install.c: a frame's bytes, and a bulk frame installed in pieces. */

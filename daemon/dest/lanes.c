@@ -26,6 +26,13 @@
 #define HANDSHAKE_TIMEOUT 15
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
+/*
+ * attach --wait-export: a source that does not know the ID yet is asked
+ * again this often. Short: the export it waits for is made just before
+ * the source's guest stops, and everything up to the attach is done
+ * before that stop (docs/qemu-two-hosts.md).
+ */
+#define EXPORT_POLL_MS 200
 
 /*
  * Whether every forked child needs nothing more of a page: the source
@@ -137,6 +144,12 @@ retry_cb(evutil_socket_t fd, short ev, void *arg)
 	struct dest *d = arg;
 	char err[256];
 
+	/* attach --wait-export: ask again whether the export is there. */
+	if (d->m->state == MIG_CONNECTING && d->demand == NULL) {
+		if (dest_connect_demand(d, 0, err, sizeof(err)) < 0)
+			dest_attach_fail(d, ERR_UNREACHABLE, "%s", err);
+		return;
+	}
 	if (d->m->state == MIG_RUNNING && d->demand && d->bulk == NULL) {
 		if (dest_open_bulk(d) < 0)
 			dest_schedule_retry(d);
@@ -205,6 +218,31 @@ dest_lanes_down(struct dest *d, const char *why)
 	}
 	if (d->m->state == MIG_PAUSED)
 		dest_schedule_retry(d);
+}
+
+/*
+ * attach --wait-export: the source does not know the ID (yet). Within the
+ * time given from the attach, the demand lane goes and is opened again
+ * after EXPORT_POLL_MS: 1. Else 0, and the attach fails as without it.
+ */
+static int
+wait_export(struct dest *d)
+{
+	struct timeval tv = {0, EXPORT_POLL_MS * 1000};
+
+	if (d->export_wait == 0 ||
+	    now_ns() - d->m->t_start >= d->export_wait * 1000000000ULL)
+		return 0;
+	if (d->retry_ev == NULL) {
+		d->retry_ev = evtimer_new(base, retry_cb, d);
+		log_info("migration %s: source %s has no export with this ID "
+			 "yet; asking again for up to %u s",
+			 log_id(d->m->id), d->from, d->export_wait);
+	}
+	conn_free(d->demand);
+	d->demand = NULL;
+	evtimer_add(d->retry_ev, &tv);
+	return 1;
 }
 
 /* A frame on the bulk lane: pages, or the source's word that it broke. */
@@ -394,12 +432,19 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	case FRAME_ERROR: {
 		const Uffdd__Error *e = (const Uffdd__Error *)msg;
 
+		if (d->m->state == MIG_CONNECTING &&
+		    e->code == ERR_UNKNOWN_ID && wait_export(d))
+			break;
 		if (d->m->state == MIG_CONNECTING)
-			dest_attach_fail(d,
-					 e->code == ERR_UNKNOWN_ID
-						 ? ERR_UNKNOWN_ID
-						 : ERR_SOURCE,
-					 "source %s: %s", d->from, e->message);
+			dest_attach_fail(
+				d,
+				e->code == ERR_UNKNOWN_ID ? ERR_UNKNOWN_ID
+							  : ERR_SOURCE,
+				"source %s: %s%s", d->from, e->message,
+				e->code == ERR_UNKNOWN_ID && d->export_wait
+					? " (no export with it came within "
+					  "--wait-export)"
+					: "");
 		else if (e->code == ERR_SOURCE || e->code == ERR_UNKNOWN_ID)
 			dest_fail(d, "source %s: %s", d->from, e->message);
 		else

@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,17 +167,18 @@ source_new_bare(const char *id)
 	return s;
 }
 
-/* The export's record and its regions, classified; NULL on failure. */
-static struct source *
+/* The export's record and its regions (internal.h). */
+struct source *
 source_new(struct procref *t, const struct region *regs, size_t nregs,
 	   const struct range *ranges, size_t nranges, const char *id,
-	   uint32_t *code, char *err, size_t errlen)
+	   int deferred, uint32_t *code, char *err, size_t errlen)
 {
 	struct source *s = source_new_bare(id);
 	struct migration *m = s->m;
 
 	m->pid = t->pid;
 	m->start = t->start;
+	m->deferred = deferred;
 	procref_move(&s->t, t);
 	s->nranges = nranges;
 	s->ranges = xcalloc(nranges, sizeof(*s->ranges));
@@ -192,6 +194,19 @@ source_new(struct procref *t, const struct region *regs, size_t nregs,
 		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->cache_fd = -1;
+		m->pages_total += sr->npages;
+		/*
+		 * Deferred: the process runs on until go, so what it holds
+		 * is not known yet. The table says every page may hold
+		 * data: a destination then takes nothing for granted (a
+		 * private file mapping with no written page would be
+		 * marked present there).
+		 */
+		if (deferred) {
+			sr->r.data_pages = sr->npages;
+			sr->r.zero_pages = 0;
+			continue;
+		}
 		if ((data = classify(s->t.pid, sr)) < 0) {
 			*code = ERR_KERNEL;
 			snprintf(err, errlen, "classifying 0x%llx of %d: %s",
@@ -203,7 +218,6 @@ source_new(struct procref *t, const struct region *regs, size_t nregs,
 		}
 		sr->r.data_pages = (uint64_t)data;
 		sr->r.zero_pages = sr->npages - (uint64_t)data;
-		m->pages_total += sr->npages;
 	}
 	return s;
 }
@@ -246,7 +260,7 @@ source_create(struct procref *t, const struct authz_caller *who,
 		goto out;
 	n = build_regions(t->pid, ranges, nranges, &regs, code, err, errlen);
 	if (n > 0)
-		s = source_new(t, regs, (size_t)n, ranges, nranges, id, code,
+		s = source_new(t, regs, (size_t)n, ranges, nranges, id, 0, code,
 			       err, errlen);
 	if (s == NULL) {
 		source_thaw(t, was_stopped);
@@ -269,7 +283,7 @@ out:
 static struct source *
 source_create_precopy(struct procref *t, const struct range *ranges,
 		      size_t nranges, const Uffdd__ExportRequest *req,
-		      uint32_t *code, char *err, size_t errlen)
+		      const char *id, uint32_t *code, char *err, size_t errlen)
 {
 	struct wptrack wp = WPTRACK_NONE;
 	struct region *regs = NULL;
@@ -279,7 +293,7 @@ source_create_precopy(struct procref *t, const struct range *ranges,
 
 	if (n > 0 &&
 	    source_precopy_arm(t, regs, (size_t)n, &wp, code, err, errlen) == 0)
-		s = source_new(t, regs, (size_t)n, ranges, nranges, NULL, code,
+		s = source_new(t, regs, (size_t)n, ranges, nranges, id, 0, code,
 			       err, errlen);
 	if (s != NULL) {
 		source_precopy_init(s, &wp, req);
@@ -393,9 +407,86 @@ name_regions(struct source *s, const Uffdd__ExportRequest *req, char *err,
 }
 
 /*
+ * export --id: the ID asked for, checked (32 hex digits, lower-cased: a
+ * destination names it byte for byte) into id; refused when any migration
+ * of this daemon has it, either role, finished ones kept for status too,
+ * as a lane or a status query could not tell them apart. 0, or -1 with
+ * err set.
+ */
+static int
+given_id(const char *want, char id[MIG_ID_LEN + 1], uint32_t *code, char *err,
+	 size_t errlen)
+{
+	size_t n = strspn(want, "0123456789abcdefABCDEF");
+
+	*code = ERR_INVALID;
+	if (n != MIG_ID_LEN || want[n] != '\0') {
+		snprintf(err, errlen,
+			 "--id %.40s%s: not a migration ID (%d hex digits)",
+			 want, strlen(want) > 40 ? "..." : "", MIG_ID_LEN);
+		return -1;
+	}
+	for (size_t i = 0; i <= MIG_ID_LEN; i++)
+		id[i] = (char)tolower((unsigned char)want[i]);
+	if (migration_find(id, ROLE_SOURCE) || migration_find(id, ROLE_DEST)) {
+		*code = ERR_BUSY;
+		snprintf(err, errlen,
+			 "--id %s: a migration of this daemon has that ID "
+			 "already; make a new one (32 hex digits from a "
+			 "random source)",
+			 log_id(id));
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * What export --image, --deferred and --precopy go with, the ranges, and
+ * the ID asked for (into id, empty when none). 0, or -1 with err set.
+ */
+static int
+check_request(const Uffdd__ExportRequest *req, struct range *ranges,
+	      char id[MIG_ID_LEN + 1], uint32_t *code, char *err, size_t errlen)
+{
+	*code = ERR_INVALID;
+	id[0] = '\0';
+	if (req->image && (req->n_ranges || req->precopy || req->keep_source ||
+			   req->deferred || req->id[0])) {
+		snprintf(err, errlen,
+			 "--image takes no range, --precopy, "
+			 "--keep-source, --deferred or --id");
+		return -1;
+	}
+	for (size_t i = 0; i < req->n_ranges; i++)
+		if (req->precopy && req->ranges[i]->name &&
+		    req->ranges[i]->name[0]) {
+			snprintf(err, errlen,
+				 "--range ...=NAME does not go with --precopy");
+			return -1;
+		}
+	if (req->deferred && req->precopy) {
+		snprintf(err, errlen,
+			 "--deferred goes not with --precopy: a deferred "
+			 "export takes the memory as it is at go");
+		return -1;
+	}
+	for (size_t i = 0; i < req->n_ranges; i++) {
+		ranges[i].start = req->ranges[i]->start;
+		ranges[i].end = req->ranges[i]->end;
+		if (ranges[i].end <= ranges[i].start) {
+			snprintf(err, errlen, "empty range");
+			return -1;
+		}
+	}
+	if (req->id[0] && given_id(req->id, id, code, err, errlen) < 0)
+		return -1;
+	return 0;
+}
+
+/*
  * The control request: checks the ranges, exports, and answers with the
  * new ID only once the state file holds the export (a pre-copy's, at its
- * switchover: source_persist_now()).
+ * switchover: source_persist_now(); a deferred one's, at its go).
  */
 void
 source_export(uint64_t serial, const struct authz_caller *who,
@@ -403,53 +494,37 @@ source_export(uint64_t serial, const struct authz_caller *who,
 {
 	Uffdd__ExportReply rep = UFFDD__EXPORT_REPLY__INIT;
 	struct range *ranges = xcalloc(req->n_ranges, sizeof(*ranges));
+	char err[256], idbuf[MIG_ID_LEN + 1];
+	const char *id;
 	struct source *s;
-	char err[256];
 	uint32_t code;
 
+	if (check_request(req, ranges, idbuf, &code, err, sizeof(err)) < 0) {
+		control_reply_error(serial, code, "export: %s", err);
+		free(ranges);
+		procref_close(t);
+		return;
+	}
 	if (req->image) {
 		struct image_ask *a = xcalloc(1, sizeof(*a));
 
 		procref_close(t);
 		free(ranges);
-		if (req->n_ranges || req->precopy || req->keep_source) {
-			control_reply_error(serial, ERR_INVALID,
-					    "export --image takes no range, "
-					    "--precopy or --keep-source");
-			free(a);
-			return;
-		}
 		a->serial = serial;
 		a->who = *who;
 		fdpass_ask(serial, export_image_fd, a);
 		return;
 	}
-	for (size_t i = 0; i < req->n_ranges; i++) {
-		ranges[i].start = req->ranges[i]->start;
-		ranges[i].end = req->ranges[i]->end;
-		if (req->precopy && req->ranges[i]->name &&
-		    req->ranges[i]->name[0]) {
-			control_reply_error(serial, ERR_INVALID,
-					    "export: --range ...=NAME does not "
-					    "go with --precopy");
-			free(ranges);
-			procref_close(t);
-			return;
-		}
-		if (ranges[i].end <= ranges[i].start) {
-			control_reply_error(serial, ERR_INVALID,
-					    "export: empty range");
-			free(ranges);
-			procref_close(t);
-			return;
-		}
-	}
+	id = idbuf[0] ? idbuf : NULL;
 	if (req->precopy)
-		s = source_create_precopy(t, ranges, req->n_ranges, req, &code,
-					  err, sizeof(err));
+		s = source_create_precopy(t, ranges, req->n_ranges, req, id,
+					  &code, err, sizeof(err));
+	else if (req->deferred)
+		s = source_create_deferred(t, ranges, req->n_ranges, id, &code,
+					   err, sizeof(err));
 	else
 		s = source_create(t, who, ranges, req->n_ranges,
-				  req->keep_source, NULL, &code, err,
+				  req->keep_source, id, &code, err,
 				  sizeof(err));
 	free(ranges);
 	if (s == NULL) {
@@ -457,14 +532,16 @@ source_export(uint64_t serial, const struct authz_caller *who,
 		return;
 	}
 	if (name_regions(s, req, err, sizeof(err)) < 0) {
-		source_thaw(&s->t, s->was_stopped);
+		if (!s->m->deferred)
+			source_thaw(&s->t, s->was_stopped);
 		migration_free(s->m);
 		control_reply_error(serial, ERR_INVALID,
 				    "export: %s; process %d left as it was",
 				    err, (int)req->pid);
 		return;
 	}
-	if (!s->pc)
+	s->keep_source = req->keep_source;
+	if (!s->pc && !s->m->deferred)
 		source_watch_freeze(s);
 	/*
 	 * Without its state file a restart would forget the export and
@@ -485,7 +562,8 @@ source_export(uint64_t serial, const struct authz_caller *who,
 		 (int)req->pid, log_id(s->m->id), s->nregs,
 		 (unsigned long long)s->m->pages_total,
 		 s->pc ? "; pre-copy, the process runs until the switchover"
-		       : "");
+		 : s->m->deferred ? "; deferred, the process runs until go"
+				  : "");
 	rep.id = s->m->id;
 	control_reply(serial, FRAME_CTL_EXPORT_REPLY, &rep.base);
 }
@@ -513,6 +591,7 @@ source_free(struct migration *m)
 	if (s->rate_ev)
 		event_free(s->rate_ev);
 	source_precopy_free(s);
+	source_defer_free(s);
 	wptrack_stop(&s->wp);
 	procref_close(&s->t);
 	free(s->ranges);
@@ -571,6 +650,7 @@ source_register(void)
 {
 	role_register(&source_ops);
 	source_snapshot_register();
+	source_defer_register();
 }
 
 /*

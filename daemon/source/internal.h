@@ -13,6 +13,7 @@
  *              the switchover
  *   snapshot.c a frozen process's memory written to an image file
  *   image.c    a snapshot image served in place of a frozen process
+ *   defer.c    export --deferred: lanes taken, nothing served until go
  */
 #ifndef UFFDD_SOURCE_INTERNAL_H
 #define UFFDD_SOURCE_INTERNAL_H
@@ -139,6 +140,19 @@ struct src_image {
 	uint64_t *ws_batch, nws_batch;
 };
 
+/*
+ * export --deferred: page requests that come before go wait here, at most
+ * DEFER_QUEUE_MAX of them. A destination's threads each wait on one fault
+ * (plus its own read-ahead), so more is a destination gone wrong: its
+ * lanes are dropped, and a resume asks again for what it still waits on.
+ */
+#define DEFER_QUEUE_MAX 4096
+struct defer_req {
+	uint32_t region;
+	uint32_t npages;
+	uint64_t page;
+};
+
 struct source {
 	struct migration *m;
 	struct src_image *img; /* serving an image, not a process */
@@ -171,6 +185,9 @@ struct source {
 	uint64_t hint_page, hint_left;
 	uint8_t *scratch;   /* SCRATCH_LEN bytes */
 	struct precopy *pc; /* export --precopy (precopy.c); else NULL */
+	/* export --deferred: before go, s->m->deferred is set (defer.c). */
+	struct defer_req *dq;
+	size_t ndq;
 };
 
 /* freeze.c */
@@ -197,6 +214,27 @@ int source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 int64_t source_classify(pid_t pid, struct src_region *sr);
 
 int64_t source_mark_dropped(struct source *);
+/*
+ * The export's record and its regions (taken over: regs is not kept);
+ * classified unless deferred (then every page counts as data until go).
+ * Takes t over; NULL with *code and err set, t given back.
+ */
+struct source *source_new(struct procref *t, const struct region *regs,
+			  size_t nregs, const struct range *ranges,
+			  size_t nranges, const char *id, int deferred,
+			  uint32_t *code, char *err, size_t errlen);
+
+/* defer.c */
+struct source *source_create_deferred(struct procref *t,
+				      const struct range *ranges,
+				      size_t nranges, const char *id,
+				      uint32_t *code, char *err, size_t errlen);
+/* A page request before go: 0 when queued, -1 when the queue is full. */
+int source_defer_request(struct source *, const Uffdd__PageRequest *);
+/* The destination's lanes went down before go: its requests go too. */
+void source_defer_lanes_down(struct source *);
+void source_defer_free(struct source *);
+void source_defer_register(void);
 
 /* image.c */
 /*

@@ -24,6 +24,17 @@
 static void teardown(struct source *);
 
 /*
+ * Status says whether the destination has attached: both lanes up and
+ * the regions it takes named. A deferred export's tool waits for it
+ * before it stops the process.
+ */
+static void
+note_attached(struct source *s)
+{
+	s->m->attached = s->demand && s->bulk && s->m->state == MIG_RUNNING;
+}
+
+/*
  * The source's pages can no longer be had: fail, and tell the destination,
  * which poisons what it lacks. A destination that comes back later is told
  * the same when it says hello.
@@ -50,6 +61,10 @@ source_fail(struct source *s, const char *fmt, ...)
 		log_warnx("migration %s: pre-copy ends; process %d runs on",
 			  log_id(s->m->id), (int)s->m->pid);
 	}
+	if (s->m->deferred)
+		log_warnx("migration %s: ends before go; process %d was never "
+			  "touched",
+			  log_id(s->m->id), (int)s->m->pid);
 	migration_fail(s->m, "%s", why);
 	if (s->demand)
 		conn_send_error(s->demand, ERR_SOURCE, "%s", s->m->reason);
@@ -77,8 +92,8 @@ ping_cb(evutil_socket_t fd, short ev, void *arg)
 	Uffdd__Ping p = UFFDD__PING__INIT;
 	char why[256];
 
-	/* Before a pre-copy's freeze the process runs, as it should. */
-	if (!source_precopy_running(s) &&
+	/* Before a pre-copy's freeze or a go the process runs, as it should. */
+	if (!source_precopy_running(s) && !s->m->deferred &&
 	    source_continued(s, why, sizeof(why))) {
 		source_fail(s, "%s", why);
 		return;
@@ -101,6 +116,18 @@ lanes_down(struct source *s, const char *why)
 	conn_free(s->bulk);
 	s->demand = s->bulk = NULL;
 	event_del(s->bulk_ev);
+	s->m->attached = 0;
+	/* Before go nothing was served: wait for a destination again. */
+	if (s->m->deferred && s->m->state == MIG_RUNNING) {
+		log_warnx("migration %s: destination lost before go (%s); "
+			  "waiting for it again",
+			  log_id(s->m->id), why);
+		source_defer_lanes_down(s);
+		for (size_t i = 0; i < s->nregs; i++)
+			s->regs[i].accepted = 0;
+		migration_set_state(s->m, MIG_WAITING);
+		return;
+	}
 	/* Before the switchover the process runs on (source_precopy_lost()). */
 	if (source_precopy_running(s) && s->m->state == MIG_RUNNING) {
 		source_precopy_lost(s, why);
@@ -223,6 +250,7 @@ accept_regions(struct source *s, const Uffdd__RegionTable *t)
 		s->m->reconnects++;
 	s->resume_pending = 0;
 	migration_set_state(s->m, MIG_RUNNING);
+	note_attached(s);
 	source_persist_dirty(s);
 }
 
@@ -267,6 +295,11 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 			log_warnx("%s: page request during a pre-copy",
 				  conn_name(c));
 			lanes_down(s, "protocol error");
+		} else if (s->m->deferred && s->m->state == MIG_RUNNING) {
+			if (source_defer_request(
+				    s, (const Uffdd__PageRequest *)msg) < 0)
+				lanes_down(s, "too many page requests before "
+					      "go");
 		} else if (s->m->state == MIG_RUNNING)
 			source_demand_request(s,
 					      (const Uffdd__PageRequest *)msg);
@@ -276,6 +309,9 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		if (source_precopy_running(s))
 			source_fail(s, "destination completed before the "
 				       "pre-copy's switchover");
+		else if (s->m->deferred)
+			source_fail(s, "destination completed before go "
+				       "(nothing was sent)");
 		else if (s->m->state == MIG_RUNNING ||
 			 s->m->state == MIG_PAUSED)
 			complete(s);
@@ -343,6 +379,7 @@ bulk_close(struct conn *c, const char *why, void *arg)
 	conn_free(s->bulk);
 	s->bulk = NULL;
 	event_del(s->bulk_ev);
+	note_attached(s);
 	if (s->demand == NULL || source_precopy_running(s))
 		lanes_down(s, why);
 }
@@ -406,6 +443,7 @@ bulk_hello(struct source *s, struct conn *c)
 		return -1;
 	}
 	s->bulk = c;
+	note_attached(s);
 	conn_set_owner(c, bulk_frame, bulk_close, s);
 	source_bulk_lane(s, c);
 	conn_send(c, FRAME_HELLO, &me.base);

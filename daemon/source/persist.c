@@ -65,6 +65,13 @@ source_persist_now(struct source *s)
 	 */
 	if (source_precopy_running(s))
 		return 0;
+	/*
+	 * Nor before a deferred export's go: the process was never touched,
+	 * and a daemon that restarts forgets the export (its destination
+	 * is told the ID is unknown, and fails) and leaves it running.
+	 */
+	if (s->m->deferred)
+		return 0;
 	return state_write(s->m, save_more);
 }
 

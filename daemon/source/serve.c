@@ -424,6 +424,9 @@ source_bulk_produce(struct source *s)
 {
 	uint64_t bytes = 0, round = BULK_ROUND_BYTES, frame = BULK_DATA_PAGES;
 
+	/* Deferred: the process runs until go; go starts the stream. */
+	if (s->m->deferred)
+		return;
 	/*
 	 * While demand traffic is recent, one small frame a loop pass, and
 	 * small writes: a request that comes meanwhile waits for at most

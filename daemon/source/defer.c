@@ -1,0 +1,337 @@
+/*
+ * export --deferred (docs/qemu-two-hosts.md): the export exists at once,
+ * with its ID and region table, and takes its destination's lanes, but
+ * the process runs on: nothing is frozen, classified or served. Page
+ * requests wait in a queue. GO takes the memory as it is from then on:
+ * the freeze, the classification, the queued answers, the bulk stream.
+ * CANCEL ends a deferred export before its go, the process untouched.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/authz.h"
+#include "daemon/compat.h"
+#include "daemon/conn.h"
+#include "daemon/control.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/pagemap.h"
+#include "daemon/procref.h"
+#include "daemon/role.h"
+#include "daemon/source/internal.h"
+
+/*
+ * A deferred export of process t (taken over): its regions read now, so
+ * that go need not, and nothing else done to it. NULL with *code and err.
+ */
+struct source *
+source_create_deferred(struct procref *t, const struct range *ranges,
+		       size_t nranges, const char *id, uint32_t *code,
+		       char *err, size_t errlen)
+{
+	struct region *regs = NULL;
+	struct source *s = NULL;
+	int n = source_build_regions(t->pid, ranges, nranges, &regs, code, err,
+				     errlen);
+
+	if (n > 0)
+		s = source_new(t, regs, (size_t)n, ranges, nranges, id, 1, code,
+			       err, errlen);
+	if (s != NULL)
+		source_start(s);
+	free(regs);
+	procref_close(t);
+	return s;
+}
+
+int
+source_defer_request(struct source *s, const Uffdd__PageRequest *pr)
+{
+	struct defer_req *q;
+
+	if (s->ndq >= DEFER_QUEUE_MAX) {
+		log_warnx("migration %s: more than %d page requests before "
+			  "go: dropping the destination's lanes",
+			  log_id(s->m->id), DEFER_QUEUE_MAX);
+		return -1;
+	}
+	if (s->dq == NULL)
+		s->dq = xcalloc(DEFER_QUEUE_MAX, sizeof(*s->dq));
+	q = &s->dq[s->ndq++];
+	q->region = pr->region;
+	q->page = pr->page;
+	q->npages = pr->npages;
+	return 0;
+}
+
+void
+source_defer_lanes_down(struct source *s)
+{
+	s->ndq = 0;
+}
+
+void
+source_defer_free(struct source *s)
+{
+	free(s->dq);
+	s->dq = NULL;
+	s->ndq = 0;
+}
+
+/*
+ * Whether the regions read at go are the ones the export's table gave the
+ * destination: a mapping the process made, moved or dropped meanwhile
+ * would have it install pages at the wrong place, or miss them.
+ */
+static int
+same_regions(const struct source *s, const struct region *regs, size_t n)
+{
+	if (n != s->nregs)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct region *a = &s->regs[i].r, *b = &regs[i];
+
+		if (a->start != b->start || a->length != b->length ||
+		    a->kind != b->kind || a->page_size != b->page_size ||
+		    a->file_off != b->file_off)
+			return 0;
+	}
+	return 1;
+}
+
+/* Every region's pages classified, now that the process is frozen. */
+static int
+classify_all(struct source *s, uint32_t *code, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < s->nregs; i++) {
+		struct src_region *sr = &s->regs[i];
+		int64_t data;
+
+		memset(sr->data, 0, bit_words(sr->npages) * sizeof(uint64_t));
+		if (sr->cache_fd >= 0)
+			close(sr->cache_fd);
+		sr->cache_fd = -1;
+		if ((data = source_classify(s->t.pid, sr)) < 0) {
+			*code = ERR_KERNEL;
+			snprintf(err, errlen, "classifying 0x%llx of %d: %s",
+				 (unsigned long long)sr->r.start, (int)s->t.pid,
+				 strerror(errno));
+			return -1;
+		}
+		sr->r.data_pages = (uint64_t)data;
+		sr->r.zero_pages = sr->npages - (uint64_t)data;
+	}
+	return 0;
+}
+
+/*
+ * Go's work: freezes the process (checked again for the caller who),
+ * checks its maps are the ones exported, classifies its pages. On failure
+ * the process runs again as it was, and the export is still deferred.
+ */
+static int
+take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
+	    uint32_t *code, char *err, size_t errlen)
+{
+	struct region *regs = NULL;
+	uint64_t t0 = now_ns();
+	int n, was_stopped;
+
+	if (source_freeze_checked(&s->t, who, NULL, &was_stopped, code, err,
+				  errlen) < 0)
+		return -1;
+	us[0] = (now_ns() - t0) / 1000;
+	n = source_build_regions(s->t.pid, s->ranges, s->nranges, &regs, code,
+				 err, errlen);
+	if (n > 0 && !same_regions(s, regs, (size_t)n)) {
+		*code = ERR_INVALID;
+		snprintf(err, errlen,
+			 "process %d mapped, moved or dropped memory in the "
+			 "ranges exported since the export: cancel it and "
+			 "export again",
+			 (int)s->t.pid);
+		n = 0;
+	}
+	free(regs);
+	us[1] = (now_ns() - t0) / 1000 - us[0];
+	if (n <= 0 || classify_all(s, code, err, errlen) < 0) {
+		source_thaw(&s->t, was_stopped);
+		return -1;
+	}
+	us[2] = (now_ns() - t0) / 1000 - us[0] - us[1];
+	s->was_stopped = was_stopped;
+	return 0;
+}
+
+/*
+ * The deferred export a GO or CANCEL names, if the caller may see it
+ * (authz_may_see(), as for status: an ID it may not see is unknown to
+ * it). Else the caller is told why and NULL.
+ */
+static struct source *
+named_export(uint64_t serial, const struct authz_caller *who,
+	     const Uffdd__GoRequest *req, const char *verb)
+{
+	struct migration *m = migration_find(req->id, ROLE_SOURCE);
+	struct source *s = m ? m->impl : NULL;
+
+	if (m == NULL || !authz_may_see(who, m)) {
+		control_reply_error(serial, ERR_UNKNOWN_ID,
+				    "%s: unknown migration ID %s", verb,
+				    log_id(req->id));
+		return NULL;
+	}
+	if (s != NULL && m->deferred)
+		return s;
+	if (m->went)
+		control_reply_error(serial, ERR_BUSY,
+				    "%s: migration %s had its go already; "
+				    "nothing changed",
+				    verb, log_id(m->id));
+	else if (m->state == MIG_COMPLETE || m->state == MIG_FAILED)
+		control_reply_error(serial, ERR_INVALID,
+				    "%s: migration %s is %s; nothing changed",
+				    verb, log_id(m->id),
+				    migration_state_name(m->state));
+	else
+		control_reply_error(serial, ERR_INVALID,
+				    "%s: migration %s is not a deferred "
+				    "export (export --deferred); nothing "
+				    "changed",
+				    verb, log_id(m->id));
+	return NULL;
+}
+
+/* The page requests that came before go, answered now. */
+static uint32_t
+answer_queued(struct source *s)
+{
+	uint32_t n = 0;
+
+	for (size_t i = 0; i < s->ndq && s->demand; i++) {
+		Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
+
+		if (s->m->state != MIG_RUNNING)
+			break;
+		pr.region = s->dq[i].region;
+		pr.page = s->dq[i].page;
+		pr.npages = s->dq[i].npages;
+		source_demand_request(s, &pr);
+		n++;
+	}
+	source_defer_free(s);
+	return n;
+}
+
+/*
+ * After go's reply: from now a run of the process is noticed, and the
+ * state file holds the export. Both come after the first answers (a
+ * write-protecting tracker over every region and a synced file take
+ * milliseconds, which the stop window of a guest has not to spare): the
+ * process is frozen meanwhile, so nothing it holds changes. A file that
+ * cannot be written fails the migration, and the process runs again.
+ */
+static void
+after_go(struct source *s, uint64_t *watch_us)
+{
+	uint64_t t0 = now_ns();
+	int e;
+
+	source_watch_freeze(s);
+	*watch_us = (now_ns() - t0) / 1000;
+	if (source_persist_now(s) == 0) {
+		if (s->bulk)
+			source_bulk_produce(s);
+		return;
+	}
+	e = errno;
+	source_thaw(&s->t, s->was_stopped);
+	source_fail(s,
+		    "go: cannot save the export's state: %s; process %d runs "
+		    "again",
+		    strerror(e), (int)s->m->pid);
+}
+
+/* GO: from now the process's memory is taken as it is. */
+static void
+go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
+	   const ProtobufCMessage *msg)
+{
+	const Uffdd__GoRequest *req = (const Uffdd__GoRequest *)msg;
+	Uffdd__GoReply rep = UFFDD__GO_REPLY__INIT;
+	uint64_t t0 = now_ns();
+	struct source *s = named_export(serial, who, req, "go");
+	uint64_t us[4] = {0};
+	struct conn *c;
+	char err[256];
+	uint32_t code;
+
+	if (s == NULL)
+		return;
+	if (take_memory(s, who, us, &code, err, sizeof(err)) < 0) {
+		control_reply_error(serial, code,
+				    "go: %s; the export still waits for go",
+				    err);
+		return;
+	}
+	s->m->deferred = 0;
+	s->m->went = 1;
+	rep.work_us = (now_ns() - t0) / 1000;
+	rep.queued = answer_queued(s);
+	rep.id = s->m->id;
+	control_reply(serial, FRAME_CTL_GO_REPLY, &rep.base);
+	if ((c = control_conn(serial)) != NULL)
+		conn_flush(c);
+	after_go(s, &us[3]);
+	log_info("migration %s: go: process %d taken in %llu us (freeze %llu, "
+		 "maps %llu, classification %llu); %u queued page requests "
+		 "answered; then %llu us to watch it",
+		 log_id(s->m->id), (int)s->m->pid,
+		 (unsigned long long)rep.work_us, (unsigned long long)us[0],
+		 (unsigned long long)us[1], (unsigned long long)us[2],
+		 rep.queued, (unsigned long long)us[3]);
+}
+
+/* CANCEL: a deferred export ends before its go, its process untouched. */
+static void
+cancel_request(uint64_t serial, const struct authz_caller *who,
+	       struct procref *t, const ProtobufCMessage *msg)
+{
+	const Uffdd__GoRequest *req = (const Uffdd__GoRequest *)msg;
+	Uffdd__GoReply rep = UFFDD__GO_REPLY__INIT;
+	struct source *s = named_export(serial, who, req, "cancel");
+	struct migration *m;
+
+	if (s == NULL)
+		return;
+	m = s->m;
+	/* source_fail() tells the destination, which then gives up. */
+	source_fail(s, "cancelled before go");
+	rep.id = m->id;
+	control_reply(serial, FRAME_CTL_CANCEL_REPLY, &rep.base);
+}
+
+static const struct role_request go_ops = {
+	.type = FRAME_CTL_GO,
+	.verb = "go",
+	.request = go_request,
+};
+
+static const struct role_request cancel_ops = {
+	.type = FRAME_CTL_CANCEL,
+	.verb = "cancel",
+	.request = cancel_request,
+};
+
+void
+source_defer_register(void)
+{
+	role_register_request(&go_ops);
+	role_register_request(&cancel_ops);
+}

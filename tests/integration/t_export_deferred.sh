@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# export --deferred --id (docs/qemu-two-hosts.md): a process that keeps
+# writing is exported under an ID made here, deferred: it runs on, untouched,
+# while its destination attaches and faults (the requests wait at the
+# source). Then the process is stopped (kill -STOP, as QMP stop would),
+# `go` takes its memory, and the destination ends byte for byte equal to
+# the stopped source (memhash, --keep-source). go's latency is printed.
+# Then the refusals: a bad or taken --id, go on an unknown ID, on an
+# export that is not deferred, twice; --deferred with --precopy; and
+# cancel, which leaves the process as it was, as a daemon stopped before
+# go does.
+. "$SRC/tests/lib.sh"
+need_root
+start_daemon src
+start_daemon dst
+SIZE=32M
+BASE=0x500000000000
+END=$(printf '0x%x' $((BASE + $(numfmt --from=iec $SIZE))))
+RANGE=$(printf '%x-%x' $((BASE)) $((END)))
+key() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
+new_id() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+src() { "$CLIENT" --control "$src_SOCK" "$@"; }
+dst() { "$CLIENT" --control "$dst_SOCK" "$@"; }
+
+start_workload WS source --size $SIZE --threads 2
+start_workload WD dest --size $SIZE --threads 4 --prefault
+ID=$(new_id)
+
+# Refused before anything is exported: the process runs on.
+expect_error "bad --id" "not a migration ID" src export "$WS" --deferred --id 12345
+expect_error "--deferred with --precopy" "neither --precopy" \
+	src export "$WS" --deferred --precopy
+expect_error "go on an unknown ID" "unknown migration ID" src go "$(new_id)"
+expect_error "cancel on an unknown ID" "unknown migration ID" src cancel "$(new_id)"
+[ "$(proc_state "$WS")" != T ] || fail "a refused export stopped the process"
+
+got=$(src export "$WS" --range "$RANGE" --deferred --keep-source --id "$ID") ||
+	fail "export --deferred failed"
+[ "$got" = "$ID" ] || fail "export --id $ID printed $got"
+src status "$ID" >"$T/st.out"
+grep -q 'state *deferred' "$T/st.out" || fail "status: $(cat "$T/st.out")"
+grep -q 'not attached yet' "$T/st.out" || fail "status: $(cat "$T/st.out")"
+info "status before attach: $(grep deferred "$T/st.out" | tr -s ' ' | tr '\n' ';')"
+
+# The ID is taken now, for any process; and GO is for deferred exports.
+start_workload WX source --size 4M --threads 1 --base 0x600000000000
+expect_error "taken --id" "has that ID already" src export "$WX" --id "$ID"
+[ "$(proc_state "$WX")" != T ] || fail "a refused --id stopped the process"
+PLAIN=$(src export "$WX" --keep-source)
+expect_error "go on a non-deferred export" "not a deferred export" src go "$PLAIN"
+kill -9 "$WX"
+
+# The process runs and writes meanwhile, untouched by the export.
+h1=$("$MEMHASH" "$WS" "$BASE" "$END")
+sleep 0.3
+h2=$("$MEMHASH" "$WS" "$BASE" "$END")
+[ "$(proc_state "$WS")" != T ] || fail "a deferred export stopped the process"
+[ "$h1" != "$h2" ] || fail "the process did not write while deferred"
+info "the process writes on while deferred"
+
+dst attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" --range "$RANGE" \
+	>"$T/attach.out" || fail "attach: $(cat "$T/attach.out")"
+grep -q '^attached' "$T/attach.out" || fail "attach printed: $(cat "$T/attach.out")"
+kill -USR1 "$WD" # its threads fault now; the requests wait at the source
+for _ in $(seq 100); do
+	src status "$ID" --json >"$T/st.json"
+	[ "$(key "$T/st.json" attached)" = true ] && break
+	sleep 0.05
+done
+[ "$(key "$T/st.json" attached)" = true ] || fail "never attached: $(cat "$T/st.json")"
+[ "$(key "$T/st.json" state)" = '"deferred"' ] || fail "state: $(cat "$T/st.json")"
+[ "$(key "$T/st.json" pages_present)" = 0 ] || fail "pages sent before go: $(cat "$T/st.json")"
+# Longer than the destination's lane timeout (3 s): the pings keep the
+# lanes up while the requests wait.
+sleep 4
+[ "$(proc_state "$WS")" != T ] || fail "attach stopped the process"
+info "destination attached and faulting; nothing sent, the process runs"
+
+kill -STOP "$WS"
+for _ in $(seq 100); do
+	[ "$(proc_state "$WS")" = T ] && break
+	sleep 0.01
+done
+H_SRC=$("$MEMHASH" "$WS" "$BASE" "$END")
+src go "$ID" >"$T/go.out" || fail "go: $(cat "$T/go.out")"
+info "go latency: $(cat "$T/go.out")"
+grep -q ' [1-9][0-9]* queued' "$T/go.out" || fail "no request was queued before go"
+expect_error "go twice" "had its go already" src go "$ID"
+expect_error "cancel after go" "had its go already" src cancel "$ID"
+
+dst wait "$ID" --timeout 300 >"$T/wait.out" || fail "wait: $(cat "$T/wait.out")"
+wait_verified WD
+H_DST=$("$MEMHASH" "$WD" "$BASE" "$END")
+info "source sha256 $H_SRC"
+info "dest   sha256 $H_DST"
+[ "$H_SRC" = "$H_DST" ] || fail "destination differs from the stopped source"
+src wait "$ID" --timeout 60 >/dev/null 2>&1 || fail "source side did not complete"
+[ "$(proc_state "$WS")" = T ] || fail "--keep-source: source not left stopped"
+
+# cancel: a deferred export ends before its go; the process runs on.
+start_workload WC source --size 4M --threads 1 --base 0x700000000000
+CID=$(src export "$WC" --deferred)
+src cancel "$CID" >/dev/null || fail "cancel failed"
+src status "$CID" >"$T/st.out"
+grep -q 'state *failed: cancelled before go' "$T/st.out" || fail "after cancel: $(cat "$T/st.out")"
+expect_error "go after cancel" "is failed" src go "$CID"
+h1=$("$MEMHASH" "$WC" 0x700000000000 0x700000400000)
+sleep 0.2
+[ "$(proc_state "$WC")" != T ] || fail "cancel left the process stopped"
+[ "$h1" != "$("$MEMHASH" "$WC" 0x700000000000 0x700000400000)" ] ||
+	fail "the process does not run after cancel"
+info "cancel left the process running"
+
+# attach --wait-export: the destination half first. Its attach waits for
+# an export under the ID it was given, then goes on as any other.
+start_workload WS2 source --size 8M --threads 2 --base 0x510000000000
+start_workload WD2 dest --size 8M --threads 2 --prefault --base 0x510000000000
+ID2=$(new_id)
+R2=510000000000-510000800000
+dst attach "$WD2" --from "127.0.0.1:$src_PORT" --id "$ID2" --range "$R2" \
+	--wait-export 30 >"$T/attach2.out" 2>&1 &
+ATTACH=$!
+sleep 1
+kill -0 $ATTACH 2>/dev/null || fail "attach before its export ended: $(cat "$T/attach2.out")"
+dst status "$ID2" | grep -q 'state *connecting' || fail "waiting attach: $(dst status "$ID2")"
+src export "$WS2" --range "$R2" --deferred --keep-source --id "$ID2" >/dev/null
+wait $ATTACH || fail "attach that waited for its export: $(cat "$T/attach2.out")"
+grep -q '^attached' "$T/attach2.out" || fail "attach printed: $(cat "$T/attach2.out")"
+info "attach made before its export: $(head -n 1 "$T/attach2.out")"
+kill -USR1 "$WD2"
+kill -STOP "$WS2"
+sleep 0.1
+H2=$("$MEMHASH" "$WS2" 0x510000000000 0x510000800000)
+src go "$ID2" >"$T/go.out" || fail "go: $(cat "$T/go.out")"
+info "go latency: $(cat "$T/go.out")"
+dst wait "$ID2" --timeout 300 >/dev/null || fail "wait after attach-first failed"
+wait_verified WD2
+[ "$H2" = "$("$MEMHASH" "$WD2" 0x510000000000 0x510000800000)" ] ||
+	fail "attach-first: destination differs from the stopped source"
+info "attach before export: destination equal to the stopped source"
+
+# Bounded: no export comes, the attach fails after --wait-export, saying so.
+start_workload WD3 dest --size 4M --threads 1 --base 0x520000000000
+t0=$(date +%s%N)
+expect_error "attach whose export never comes" "no export with it came within --wait-export" \
+	dst attach "$WD3" --from "127.0.0.1:$src_PORT" --id "$(new_id)" --wait-export 2
+ms=$((($(date +%s%N) - t0) / 1000000))
+[ $ms -ge 1900 ] && [ $ms -lt 10000 ] || fail "--wait-export 2 gave up after $ms ms"
+info "--wait-export 2 gave up after $ms ms"
+
+# A daemon stopped with a deferred export live leaves its process running
+# and remembers nothing of it (no state file before go).
+CID=$(src export "$WC" --deferred)
+stop_daemon src
+[ "$(proc_state "$WC")" != T ] || fail "a stopped daemon left the deferred export's process stopped"
+ls "$T/src.state" 2>/dev/null | grep -q . && fail "state files of a deferred export: $(ls "$T/src.state")"
+info "daemon stopped with a deferred export: process runs, no state file"
