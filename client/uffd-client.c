@@ -14,7 +14,7 @@
 /* The commands, in the order the help lists them. */
 static const struct cmd_entry cmds[] = {
 	{"export",
-	 "export PID [--range START-END]... [--keep-source] [--id ID] "
+	 "export PID [--range START-END[=NAME]]... [--keep-source] [--id ID] "
 	 "[--deferred | --precopy [--max-rounds N] "
 	 "[--precopy-threshold BYTES]] | export --image FILE",
 	 cmd_export},
@@ -24,7 +24,7 @@ static const struct cmd_entry cmds[] = {
 	 "attach PID (--from HOST:PORT --id ID [--pin SHA256] "
 	 "[--wait-export SEC] | --image FILE "
 	 "[--record-working-set [--ws-faults N] [--ws-secs S]]) "
-	 "[--range START-END]... [--map SRC:DST]... [--wait]",
+	 "[--range START-END]... [--map SRC:DST|NAME=DST]... [--wait]",
 	 cmd_attach},
 	{"status", "status [ID] [--json]", cmd_status},
 	{"wait", "wait ID [--timeout SEC]", cmd_wait},
