@@ -52,114 +52,6 @@ struct flow {
 	int stopped_src, dst_ran, resident, ignoring;
 };
 
-/* Seconds on the monotonic clock. */
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Progress of the flow, one line a step, on stderr. */
-static void
-say(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "migrate-qemu: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-}
-
-static volatile sig_atomic_t holder_pid, holder_kept;
-
-/* How long QEMU may take to move the device state (it takes ms). */
-#define DEVSTATE_SECS 120
-
-/*
- * SIGINT, SIGTERM, SIGHUP: before the destination guest runs, the holder
- * is ours to remove (the source guest is still the guest); after, it is
- * the destination guest's RAM until the migration completes.
- */
-static void
-on_fatal_signal(int sig)
-{
-	if (holder_pid > 0 && !holder_kept)
-		kill((pid_t)holder_pid, SIGKILL);
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
-/*
- * The holder: a child that maps the source RAM files (shared; writable as
- * the source daemon serves only rw mappings, but it never writes)
- * and sleeps; it is what the source daemon exports and, at completion,
- * kills.
- */
-static pid_t
-start_holder(struct ramblock *b, size_t n)
-{
-	pid_t pid;
-
-	for (size_t i = 0; i < n; i++) {
-		int fd = open(b[i].path, O_RDWR | O_CLOEXEC);
-		void *p;
-
-		if (fd < 0) {
-			fprintf(stderr, "uffd-client: %s: %s\n", b[i].path,
-				strerror(errno));
-			return -1;
-		}
-		p = mmap(NULL, b[i].size, PROT_READ | PROT_WRITE, MAP_SHARED,
-			 fd, 0);
-		close(fd);
-		if (p == MAP_FAILED) {
-			fprintf(stderr, "uffd-client: mmap %s: %s\n", b[i].path,
-				strerror(errno));
-			return -1;
-		}
-		b[i].holder = (uint64_t)(uintptr_t)p;
-	}
-	pid = fork();
-	if (pid < 0) {
-		fprintf(stderr, "uffd-client: fork: %s\n", strerror(errno));
-		return -1;
-	}
-	if (pid == 0) {
-		int null = open("/dev/null", O_RDWR);
-
-		/*
-		 * Holds no descriptor of ours: a QMP socket kept open here
-		 * would keep QEMU's only QMP connection busy, a pipe would
-		 * keep a reader of our output waiting.
-		 */
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-			dup2(null, 2);
-		}
-		close_range(3, ~0U, 0);
-		/*
-		 * Not killed with us, nor by a Ctrl-C at our terminal: once
-		 * the destination guest runs, this serves its RAM until the
-		 * source daemon kills it at completion, whatever becomes of
-		 * us. Before that, we kill it on every way out (kill_holder).
-		 */
-		setsid();
-		for (;;)
-			pause();
-	}
-	for (size_t i = 0; i < n; i++)
-		munmap((void *)(uintptr_t)b[i].holder, b[i].size);
-	return pid;
-}
-
 /* The command line, into f; a wrong one is the usage line. */
 static void
 parse_args(const struct cmd_entry *self, int argc, char **argv, struct flow *f)
@@ -252,10 +144,11 @@ match_blocks(struct flow *f)
 			}
 		sb[i].holder = 0;
 		db[j].match = i;
-		say("RAM block %s: %" PRIu64 " MiB, source pid %d at 0x%" PRIx64
-		    ", destination pid %d at 0x%" PRIx64,
-		    sb[i].id, sb[i].size >> 20, (int)qmp_pid(f->src),
-		    sb[i].addr, (int)qmp_pid(f->dst), db[j].addr);
+		flow_say("RAM block %s: %" PRIu64
+			 " MiB, source pid %d at 0x%" PRIx64
+			 ", destination pid %d at 0x%" PRIx64,
+			 sb[i].id, sb[i].size >> 20, (int)qmp_pid(f->src),
+			 sb[i].addr, (int)qmp_pid(f->dst), db[j].addr);
 	}
 	if (f->nd != f->ns) {
 		fprintf(stderr, "uffd-client: the destination QEMU has RAM "
@@ -315,40 +208,15 @@ preflight(struct flow *f)
 	return 0;
 }
 
-/*
- * One request to the daemon at control socket path, on a connection of
- * its own: the reply, or NULL (said why).
- */
-static ProtobufCMessage *
-request(const char *path, uint16_t type, const ProtobufCMessage *req,
-	uint16_t want)
-{
-	ProtobufCMessage *rep;
-	int fd;
-
-	control_path = path;
-	if ((fd = connect_daemon_try()) < 0)
-		return NULL;
-	rep = call_try(fd, type, req, want, NULL);
-	close(fd);
-	return rep;
-}
-
 /* Switchover starts: the source vCPUs stop writing guest RAM. */
 static int
 stop_source(struct flow *f)
 {
-	f->t_stop = now_s();
-	if (strcmp(f->st, "running") == 0) {
-		f->stopped_src = 1;
-		if (qmp_execute(f->src, "stop", NULL, NULL) < 0 ||
-		    qmp_wait_event(f->src, "STOP", 30000, NULL) < 0) {
-			fprintf(stderr, "uffd-client: source QEMU did not "
-					"stop its vCPUs\n");
-			return -1;
-		}
-	}
-	say("source vCPUs stopped");
+	f->t_stop = flow_now();
+	f->stopped_src = strcmp(f->st, "running") == 0;
+	if (qemu_stop(f->src, f->st) < 0)
+		return -1;
+	flow_say("source vCPUs stopped");
 	return 0;
 }
 
@@ -360,13 +228,9 @@ export_holder(struct flow *f)
 	Uffdd__Range ranges[MAX_BLOCKS], *rangep[MAX_BLOCKS];
 	Uffdd__ExportReply *erep;
 
-	signal(SIGINT, on_fatal_signal);
-	signal(SIGTERM, on_fatal_signal);
-	signal(SIGHUP, on_fatal_signal);
-	f->holder = start_holder(f->sb, f->ns);
+	f->holder = holder_start(f->sb, f->ns);
 	if (f->holder < 0)
 		return -1;
-	holder_pid = f->holder;
 	for (size_t i = 0; i < f->ns; i++) {
 		uffdd__range__init(&ranges[i]);
 		ranges[i].start = f->sb[i].holder;
@@ -376,13 +240,13 @@ export_holder(struct flow *f)
 	ereq.pid = f->holder;
 	ereq.ranges = rangep;
 	ereq.n_ranges = f->ns;
-	erep = (Uffdd__ExportReply *)request(
+	erep = (Uffdd__ExportReply *)flow_request(
 		f->sc, FRAME_CTL_EXPORT, &ereq.base, FRAME_CTL_EXPORT_REPLY);
 	if (erep == NULL)
 		return -1;
 	snprintf(f->id, sizeof(f->id), "%s", erep->id);
 	frame_free(&erep->base);
-	say("source RAM exported: migration %s", f->id);
+	flow_say("source RAM exported: migration %s", f->id);
 	return 0;
 }
 
@@ -431,7 +295,7 @@ attach_dest(struct flow *f)
 	areq.id = f->id;
 	areq.maps = mapp;
 	areq.n_maps = f->nd;
-	arep = (Uffdd__AttachReply *)request(
+	arep = (Uffdd__AttachReply *)flow_request(
 		f->dc, FRAME_CTL_ATTACH, &areq.base, FRAME_CTL_ATTACH_REPLY);
 	if (arep == NULL)
 		return -1;
@@ -439,7 +303,7 @@ attach_dest(struct flow *f)
 	frame_free(&arep->base);
 	if (!ok)
 		return -1;
-	say("destination QEMU attached: guest RAM arrives post-copy");
+	flow_say("destination QEMU attached: guest RAM arrives post-copy");
 	return 0;
 }
 
@@ -460,39 +324,9 @@ send_devstate(struct flow *f)
 	snprintf(uri, sizeof(uri), "tcp:127.0.0.1:%d", port);
 	if (exec_uri(f->src, "migrate", uri) < 0)
 		return -1;
-	f->t_dev = now_s();
-	for (;;) {
-		json_object *r = NULL, *v, *ram;
-
-		if (now_s() - f->t_dev > DEVSTATE_SECS) {
-			fprintf(stderr,
-				"uffd-client: QEMU's device-state migration "
-				"is %s after %d s\n",
-				f->st, DEVSTATE_SECS);
-			return -1;
-		}
-		if (qmp_execute(f->src, "query-migrate", NULL, &r) < 0)
-			return -1;
-		snprintf(f->st, sizeof(f->st), "%s",
-			 json_object_object_get_ex(r, "status", &v)
-				 ? json_object_get_string(v)
-				 : "");
-		if (json_object_object_get_ex(r, "ram", &ram) &&
-		    json_object_object_get_ex(ram, "transferred", &v))
-			f->qemu_bytes = (uint64_t)json_object_get_int64(v);
-		json_object_put(r);
-		if (strcmp(f->st, "completed") == 0)
-			return 0;
-		if (strcmp(f->st, "failed") == 0 ||
-		    strcmp(f->st, "cancelled") == 0) {
-			fprintf(stderr,
-				"uffd-client: QEMU device-state migration "
-				"%s (see the QEMUs' stderr)\n",
-				f->st);
-			return -1;
-		}
-		usleep(20000);
-	}
+	f->t_dev = flow_now();
+	return devstate_wait(f->src, f->t_dev, f->st, sizeof(f->st),
+			     &f->qemu_bytes);
 }
 
 /* The destination QEMU has loaded the device state: f->st is its status. */
@@ -505,7 +339,7 @@ dest_loaded(struct flow *f)
 			return -1;
 		if (strcmp(f->st, "inmigrate") != 0)
 			break;
-		if (now_s() - f->t_dev > DEVSTATE_SECS) {
+		if (flow_now() - f->t_dev > DEVSTATE_SECS) {
 			fprintf(stderr,
 				"uffd-client: the destination QEMU is still "
 				"inmigrate after %d s\n",
@@ -514,11 +348,13 @@ dest_loaded(struct flow *f)
 		}
 		usleep(20000);
 	}
-	if (strcmp(f->st, "running") == 0)
-		f->dst_ran = holder_kept = 1; /* it started on its own */
-	say("device state moved to the destination (%s): %" PRIu64
-	    " bytes by QEMU",
-	    f->st, f->qemu_bytes);
+	if (strcmp(f->st, "running") == 0) {
+		f->dst_ran = 1; /* it started on its own */
+		holder_keep();
+	}
+	flow_say("device state moved to the destination (%s): %" PRIu64
+		 " bytes by QEMU",
+		 f->st, f->qemu_bytes);
 	return 0;
 }
 
@@ -531,13 +367,13 @@ run_dest(struct flow *f)
 		return -1;
 	if (f->resume) {
 		f->dst_ran = 1;
-		holder_kept = 1;
-		f->t_run = now_s();
-		say("destination guest running, %.0f ms after the source "
-		    "stopped",
-		    (f->t_run - f->t_stop) * 1000);
+		holder_keep();
+		f->t_run = flow_now();
+		flow_say("destination guest running, %.0f ms after the source "
+			 "stopped",
+			 (f->t_run - f->t_stop) * 1000);
 	} else {
-		say("destination guest left paused (--no-resume)");
+		flow_say("destination guest left paused (--no-resume)");
 	}
 	return 0;
 }
@@ -550,8 +386,8 @@ finish(struct flow *f)
 	if (wait_for(f->id, f->timeout) != 0)
 		return -1;
 	f->resident = 1;
-	say("every page resident %.3f s after switchover",
-	    now_s() - (f->resume ? f->t_run : f->t_stop));
+	flow_say("every page resident %.3f s after switchover",
+		 flow_now() - (f->resume ? f->t_run : f->t_stop));
 	/* QEMU may hang up before it answers quit: what counts is its exit. */
 	qmp_execute(f->src, "quit", NULL, NULL);
 	for (int i = 0; i < 100 && process_alive(qmp_pid(f->src)); i++)
@@ -563,7 +399,7 @@ finish(struct flow *f)
 			(int)qmp_pid(f->src));
 		return -1;
 	}
-	say("source QEMU has exited");
+	flow_say("source QEMU has exited");
 	return 0;
 }
 
@@ -580,7 +416,8 @@ undo(struct flow *f)
 		set_ignore_shared(f->src, 0);
 	if (f->src != NULL && f->stopped_src && !f->dst_ran && !f->resident) {
 		if (qmp_execute(f->src, "cont", NULL, NULL) == 0)
-			say("failed before switchover: source guest resumed");
+			flow_say("failed before switchover: source guest "
+				 "resumed");
 	} else if (f->resident && !f->dst_ran) {
 		fprintf(stderr,
 			"uffd-client: the paused destination holds every page "
@@ -610,6 +447,10 @@ cmd_migrate_qemu(const struct cmd_entry *self, int argc, char **argv)
 	struct flow f = {.resume = 1, .holder = -1};
 	size_t done = 0;
 
+	if (argc > 1 && strcmp(argv[1], "send") == 0)
+		return qemu_send(self, argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "receive") == 0)
+		return qemu_receive(self, argc - 1, argv + 1);
 	parse_args(self, argc, argv, &f);
 	while (done < sizeof(steps) / sizeof(steps[0]) && steps[done](&f) == 0)
 		done++;

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "client/qmp.h"
+#include "proto/frame.h"
 
 #define MAX_BLOCKS 16
 
@@ -41,5 +42,37 @@ int exec_uri(struct qmp *q, const char *cmd, const char *uri);
 int incoming_port(struct qmp *q);
 /* Whether PID still runs: a zombie waiting for its parent does not. */
 int process_alive(pid_t pid);
+
+/* qemu-flow.c: what the one-host flow and its two halves share. */
+/* How long QEMU may take to move the device state (it takes ms). */
+#define DEVSTATE_SECS 120
+/* Seconds on the monotonic clock. */
+double flow_now(void);
+/* Progress of the flow, one line a step, on stderr. */
+void flow_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * Starts the holder of the source's RAM files (b[i].holder: where it maps
+ * each), or -1 (said why). Until holder_keep(), a fatal signal to us
+ * (SIGINT, SIGTERM, SIGHUP) kills it: the source guest is still the
+ * guest; after, it is the destination guest's RAM until completion.
+ */
+pid_t holder_start(struct ramblock *b, size_t n);
+void holder_keep(void);
+/* Stops the vCPUs of a QEMU whose status is `status`, if running. */
+int qemu_stop(struct qmp *q, const char *status);
+/*
+ * Waits until the migration QEMU started at t0 sends only device state
+ * (x-ignore-shared) has completed; st its last status, *bytes what QEMU
+ * says it moved. 0, or -1 (said why) when it failed or took too long.
+ */
+int devstate_wait(struct qmp *q, double t0, char *st, size_t stlen,
+		  uint64_t *bytes);
+/* cmd-qemu-send.c, cmd-qemu-receive.c: the two halves, on two hosts. */
+struct cmd_entry;
+int qemu_send(const struct cmd_entry *, int argc, char **argv);
+int qemu_receive(const struct cmd_entry *, int argc, char **argv);
+/* One request to the daemon at path, on a connection of its own. */
+ProtobufCMessage *flow_request(const char *path, uint16_t type,
+			       const ProtobufCMessage *req, uint16_t want);
 
 #endif

@@ -31,7 +31,11 @@ static const struct cmd_entry cmds[] = {
 	{"migrate-qemu",
 	 "migrate-qemu --src-qmp SOCK --dst-qmp SOCK "
 	 "--src-control PATH --dst-control PATH --src-peer HOST:PORT "
-	 "[--no-resume] [--timeout SEC]",
+	 "[--no-resume] [--timeout SEC] "
+	 "| migrate-qemu send --qmp SOCK --to HOST:PORT [--id ID] "
+	 "[--timeout SEC] "
+	 "| migrate-qemu receive --qmp SOCK --id ID --from HOST:PORT "
+	 "--incoming ADDR:PORT [--no-resume] [--timeout SEC]",
 	 cmd_migrate_qemu},
 	{"qmp", "qmp SOCK COMMAND [ARGUMENTS-JSON]", cmd_qmp},
 	{"snapshot",

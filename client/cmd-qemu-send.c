@@ -1,0 +1,340 @@
+/*
+ * migrate-qemu send: the source host's half of a QEMU migration between
+ * two hosts (docs/qemu-two-hosts.md). It touches only this host's QEMU
+ * (QMP), uffdd (--control) and RAM files, and meets the destination only
+ * through uffdd's peer connection and QEMU's own migration stream.
+ * Everything that can be done while the guest runs is done before it
+ * stops:
+ *
+ *   1. QEMU: x-ignore-shared; its file-backed RAM blocks found;
+ *   2. a holder maps the RAM files and is exported deferred, each block's
+ *      range named qemu:BLOCK (the destination maps it by that name),
+ *      under --id or a fresh ID, printed: nothing is read yet;
+ *   3. wait until the destination has attached (lanes up, regions taken);
+ *   4. stop, STOP event, then go: the daemon takes the files as they are;
+ *   5. QEMU sends its device state to --to;
+ *   6. every page resident at the destination: the source QEMU quits.
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include "client/client.h"
+#include "client/qemu.h"
+#include "client/qmp.h"
+
+struct send {
+	const char *qmp, *to, *want_id, *ctl;
+	double timeout;
+	struct qmp *q;
+	struct ramblock b[MAX_BLOCKS];
+	size_t n;
+	char st[64], id[64], names[MAX_BLOCKS][160];
+	pid_t holder;
+	double t_stop;
+	/* How far it went, for what a failure must undo. */
+	int ignoring, stopped, went, sent, resident;
+};
+
+static void
+send_args(const struct cmd_entry *self, int argc, char **argv, struct send *s)
+{
+	static const struct option o[] = {
+		{"qmp", required_argument, NULL, 'q'},
+		{"to", required_argument, NULL, 'o'},
+		{"id", required_argument, NULL, 'i'},
+		{"timeout", required_argument, NULL, 't'},
+		{NULL, 0, NULL, 0}};
+	int ch;
+
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		if (ch == 'q')
+			s->qmp = optarg;
+		else if (ch == 'o')
+			s->to = optarg;
+		else if (ch == 'i')
+			check_id(s->want_id = optarg, self->usage);
+		else if (ch == 't')
+			s->timeout = parse_timeout(optarg, self->usage);
+		else
+			die_usage(self->usage);
+	}
+	if (optind != argc || !s->qmp || !s->to || !strchr(s->to, ':'))
+		die_usage(self->usage);
+}
+
+/* QEMU on QMP, a guest to move, its RAM blocks, a daemon that answers. */
+static int
+send_open(struct send *s)
+{
+	int fd;
+
+	if ((s->q = qmp_open(s->qmp)) == NULL ||
+	    ramblocks(s->q, s->b, &s->n) < 0 ||
+	    query_str(s->q, "query-status", "status", s->st, sizeof(s->st)) < 0)
+		return -1;
+	if (strcmp(s->st, "running") != 0 && strcmp(s->st, "paused") != 0) {
+		fprintf(stderr,
+			"uffd-client: source QEMU is %s, not running or "
+			"paused: nothing to migrate from it\n",
+			s->st);
+		return -1;
+	}
+	if ((fd = connect_daemon_try()) < 0)
+		return -1;
+	close(fd);
+	if (set_ignore_shared(s->q, 1) < 0)
+		return -1;
+	s->ignoring = 1;
+	return 0;
+}
+
+/* The holder, exported deferred with its blocks named: s->id. */
+static int
+send_export(struct send *s)
+{
+	Uffdd__ExportRequest req = UFFDD__EXPORT_REQUEST__INIT;
+	Uffdd__Range r[MAX_BLOCKS], *rp[MAX_BLOCKS];
+	Uffdd__ExportReply *rep;
+
+	if ((s->holder = holder_start(s->b, s->n)) < 0)
+		return -1;
+	for (size_t i = 0; i < s->n; i++) {
+		uffdd__range__init(&r[i]);
+		r[i].start = s->b[i].holder;
+		r[i].end = s->b[i].holder + s->b[i].size;
+		snprintf(s->names[i], sizeof(s->names[i]), "qemu:%s",
+			 s->b[i].id);
+		r[i].name = s->names[i];
+		rp[i] = &r[i];
+	}
+	req.pid = s->holder;
+	req.ranges = rp;
+	req.n_ranges = s->n;
+	req.deferred = 1;
+	req.id = (char *)(s->want_id ? s->want_id : "");
+	rep = (Uffdd__ExportReply *)flow_request(
+		s->ctl, FRAME_CTL_EXPORT, &req.base, FRAME_CTL_EXPORT_REPLY);
+	if (rep == NULL)
+		return -1;
+	snprintf(s->id, sizeof(s->id), "%s", rep->id);
+	frame_free(&rep->base);
+	printf("%s\n", s->id);
+	fflush(stdout);
+	for (size_t i = 0; i < s->n; i++)
+		flow_say("RAM block %s: %" PRIu64 " MiB, exported as %s",
+			 s->b[i].id, s->b[i].size >> 20, s->names[i]);
+	flow_say("source RAM exported, deferred: migration %s", s->id);
+	return 0;
+}
+
+/*
+ * Whether the export's destination has attached: 1, 0 not yet, -1 when
+ * the export is gone or failed (said why).
+ */
+static int
+attached(struct send *s)
+{
+	Uffdd__StatusRequest req = UFFDD__STATUS_REQUEST__INIT;
+	Uffdd__StatusReply *rep;
+	int rc = 0;
+
+	req.id = s->id;
+	rep = (Uffdd__StatusReply *)flow_request(
+		s->ctl, FRAME_CTL_STATUS, &req.base, FRAME_CTL_STATUS_REPLY);
+	if (rep == NULL)
+		return -1;
+	if (rep->n_migrations == 0 ||
+	    strcmp(rep->migrations[0]->state, "failed") == 0) {
+		fprintf(stderr, "uffd-client: export %s %s%s%s\n", s->id,
+			rep->n_migrations ? "failed" : "is gone",
+			rep->n_migrations ? ": " : "",
+			rep->n_migrations ? rep->migrations[0]->reason : "");
+		rc = -1;
+	} else if (rep->migrations[0]->attached) {
+		rc = 1;
+	}
+	frame_free(&rep->base);
+	return rc;
+}
+
+/* Waits, the guest running, until the destination has attached. */
+static int
+send_wait_dest(struct send *s)
+{
+	double t0 = flow_now();
+	int rc;
+
+	flow_say("waiting for the destination to attach (migrate-qemu "
+		 "receive --id %s)",
+		 s->id);
+	while ((rc = attached(s)) == 0) {
+		if (!process_alive(qmp_pid(s->q))) {
+			fprintf(stderr,
+				"uffd-client: source QEMU pid %d is "
+				"gone\n",
+				(int)qmp_pid(s->q));
+			return -1;
+		}
+		if (s->timeout > 0 && flow_now() - t0 > s->timeout) {
+			fprintf(stderr,
+				"uffd-client: no destination attached to %s "
+				"within %.0f s\n",
+				s->id, s->timeout);
+			return -1;
+		}
+		usleep(20000);
+	}
+	if (rc < 0)
+		return -1;
+	flow_say("destination attached, %.1f s after the export",
+		 flow_now() - t0);
+	return 0;
+}
+
+/* The guest stops; the daemon takes its RAM files as they are now. */
+static int
+send_go(struct send *s)
+{
+	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
+	Uffdd__GoReply *rep;
+
+	s->t_stop = flow_now();
+	s->stopped = strcmp(s->st, "running") == 0;
+	if (qemu_stop(s->q, s->st) < 0)
+		return -1;
+	req.id = s->id;
+	rep = (Uffdd__GoReply *)flow_request(s->ctl, FRAME_CTL_GO, &req.base,
+					     FRAME_CTL_GO_REPLY);
+	if (rep == NULL)
+		return -1;
+	s->went = 1;
+	flow_say("source vCPUs stopped; go: %.1f ms in the daemon, %u page "
+		 "requests waiting answered",
+		 (double)rep->work_us / 1e3, rep->queued);
+	frame_free(&rep->base);
+	return 0;
+}
+
+/* QEMU's device state to the destination QEMU: then it is the guest. */
+static int
+send_devstate(struct send *s)
+{
+	char uri[300];
+	uint64_t bytes = 0;
+
+	snprintf(uri, sizeof(uri), "tcp:%s", s->to);
+	if (exec_uri(s->q, "migrate", uri) < 0 ||
+	    devstate_wait(s->q, flow_now(), s->st, sizeof(s->st), &bytes) < 0)
+		return -1;
+	s->sent = 1;
+	holder_keep();
+	flow_say("device state sent to %s: %" PRIu64 " bytes by QEMU, %.0f ms "
+		 "after the source stopped",
+		 s->to, bytes, (flow_now() - s->t_stop) * 1000);
+	return 0;
+}
+
+/* Every page resident at the destination: the source QEMU quits. */
+static int
+send_finish(struct send *s)
+{
+	control_path = s->ctl;
+	if (wait_for(s->id, s->timeout) != 0)
+		return -1;
+	s->resident = 1;
+	flow_say("every page resident %.3f s after the source stopped",
+		 flow_now() - s->t_stop);
+	qmp_execute(s->q, "quit", NULL, NULL);
+	for (int i = 0; i < 100 && process_alive(qmp_pid(s->q)); i++)
+		usleep(100000);
+	if (process_alive(qmp_pid(s->q))) {
+		fprintf(stderr,
+			"uffd-client: source QEMU pid %d did not quit; the "
+			"destination holds every page, it may be killed\n",
+			(int)qmp_pid(s->q));
+		return -1;
+	}
+	flow_say("source QEMU has exited");
+	return 0;
+}
+
+/* A deferred export that never went ends; the guest was never moved. */
+static void
+send_cancel(struct send *s)
+{
+	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
+	ProtobufCMessage *rep;
+
+	req.id = s->id;
+	rep = flow_request(s->ctl, FRAME_CTL_CANCEL, &req.base,
+			   FRAME_CTL_CANCEL_REPLY);
+	if (rep != NULL)
+		frame_free(rep);
+}
+
+/*
+ * A failure undone as far as it can be: until QEMU has sent the device
+ * state, the source is the guest, and runs on; after, the destination is.
+ */
+static void
+send_undo(struct send *s)
+{
+	if (s->sent) {
+		fprintf(stderr,
+			"uffd-client: the destination QEMU has the guest: "
+			"migration %s goes on in the daemons (uffd-client "
+			"--control %s wait %s); the source QEMU is left "
+			"stopped, and process %d serves its RAM files until "
+			"the migration completes\n",
+			s->id, s->ctl, s->id, (int)s->holder);
+		return;
+	}
+	if (s->id[0] && !s->went)
+		send_cancel(s);
+	if (s->holder > 0) {
+		/* After go, its end fails the migration at both daemons. */
+		kill(s->holder, SIGKILL);
+		waitpid(s->holder, NULL, 0);
+		s->holder = -1;
+	}
+	if (s->q != NULL && s->ignoring)
+		set_ignore_shared(s->q, 0);
+	if (s->q != NULL && s->stopped &&
+	    qmp_execute(s->q, "cont", NULL, NULL) == 0)
+		flow_say("failed before switchover: source guest resumed");
+	if (s->went)
+		fprintf(stderr, "uffd-client: the destination QEMU never ran: "
+				"its migration fails; quit it\n");
+}
+
+/* The steps, in order; the first that fails ends it. */
+static int (*const send_steps[])(struct send *) = {
+	send_open, send_export,	  send_wait_dest,
+	send_go,   send_devstate, send_finish,
+};
+
+int
+qemu_send(const struct cmd_entry *self, int argc, char **argv)
+{
+	struct send s = {.holder = -1, .timeout = 300, .ctl = control_path};
+	size_t n = sizeof(send_steps) / sizeof(send_steps[0]), done = 0;
+
+	send_args(self, argc, argv, &s);
+	while (done < n && send_steps[done](&s) == 0)
+		done++;
+	if (done < n)
+		send_undo(&s);
+	else if (s.holder > 0)
+		waitpid(s.holder, NULL, 0); /* the daemon killed it */
+	qmp_close(s.q);
+	return done == n ? 0 : 1;
+}

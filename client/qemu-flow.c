@@ -1,0 +1,201 @@
+/*
+ * What the migrate-qemu flows share (cmd-migrate-qemu.c on one host, and
+ * its send and receive halves on two): the clock, progress lines, the
+ * holder of the source's RAM files, and requests to a daemon.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#include "client/client.h"
+#include "client/qemu.h"
+
+double
+flow_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void
+flow_say(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "migrate-qemu: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+}
+
+static volatile sig_atomic_t holder_pid, holder_kept;
+
+/*
+ * SIGINT, SIGTERM, SIGHUP: before the destination guest runs, the holder
+ * is ours to remove (the source guest is still the guest); after, it is
+ * the destination guest's RAM until the migration completes.
+ */
+static void
+on_fatal_signal(int sig)
+{
+	if (holder_pid > 0 && !holder_kept)
+		kill((pid_t)holder_pid, SIGKILL);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/*
+ * The holder: a child that maps the source RAM files (shared; writable as
+ * the source daemon serves only rw mappings, but it never writes)
+ * and sleeps; it is what the source daemon exports and, at completion,
+ * kills. A fatal signal to us kills it too, until holder_keep().
+ */
+pid_t
+holder_start(struct ramblock *b, size_t n)
+{
+	pid_t pid;
+
+	signal(SIGINT, on_fatal_signal);
+	signal(SIGTERM, on_fatal_signal);
+	signal(SIGHUP, on_fatal_signal);
+
+	for (size_t i = 0; i < n; i++) {
+		int fd = open(b[i].path, O_RDWR | O_CLOEXEC);
+		void *p;
+
+		if (fd < 0) {
+			fprintf(stderr, "uffd-client: %s: %s\n", b[i].path,
+				strerror(errno));
+			return -1;
+		}
+		p = mmap(NULL, b[i].size, PROT_READ | PROT_WRITE, MAP_SHARED,
+			 fd, 0);
+		close(fd);
+		if (p == MAP_FAILED) {
+			fprintf(stderr, "uffd-client: mmap %s: %s\n", b[i].path,
+				strerror(errno));
+			return -1;
+		}
+		b[i].holder = (uint64_t)(uintptr_t)p;
+	}
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "uffd-client: fork: %s\n", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+
+		/*
+		 * Holds no descriptor of ours: a QMP socket kept open here
+		 * would keep QEMU's only QMP connection busy, a pipe would
+		 * keep a reader of our output waiting.
+		 */
+		if (null >= 0) {
+			dup2(null, 0);
+			dup2(null, 1);
+			dup2(null, 2);
+		}
+		close_range(3, ~0U, 0);
+		/*
+		 * Not killed with us, nor by a Ctrl-C at our terminal: once
+		 * the destination guest runs, this serves its RAM until the
+		 * source daemon kills it at completion, whatever becomes of
+		 * us. Before that, we kill it on every way out (kill_holder).
+		 */
+		setsid();
+		for (;;)
+			pause();
+	}
+	for (size_t i = 0; i < n; i++)
+		munmap((void *)(uintptr_t)b[i].holder, b[i].size);
+	holder_pid = pid;
+	return pid;
+}
+
+void
+holder_keep(void)
+{
+	holder_kept = 1;
+}
+
+/*
+ * One request to the daemon at control socket path, on a connection of
+ * its own: the reply, or NULL (said why). control_path is left at path.
+ */
+ProtobufCMessage *
+flow_request(const char *path, uint16_t type, const ProtobufCMessage *req,
+	     uint16_t want)
+{
+	ProtobufCMessage *rep;
+	int fd;
+
+	control_path = path;
+	if ((fd = connect_daemon_try()) < 0)
+		return NULL;
+	rep = call_try(fd, type, req, want, NULL);
+	close(fd);
+	return rep;
+}
+
+int
+qemu_stop(struct qmp *q, const char *status)
+{
+	if (strcmp(status, "running") != 0)
+		return 0;
+	if (qmp_execute(q, "stop", NULL, NULL) < 0 ||
+	    qmp_wait_event(q, "STOP", 30000, NULL) < 0) {
+		fprintf(stderr, "uffd-client: source QEMU did not stop its "
+				"vCPUs\n");
+		return -1;
+	}
+	return 0;
+}
+
+int
+devstate_wait(struct qmp *q, double t0, char *st, size_t stlen, uint64_t *bytes)
+{
+	for (;;) {
+		json_object *r = NULL, *v, *ram;
+
+		if (flow_now() - t0 > DEVSTATE_SECS) {
+			fprintf(stderr,
+				"uffd-client: QEMU's device-state migration "
+				"is %s after %d s\n",
+				st, DEVSTATE_SECS);
+			return -1;
+		}
+		if (qmp_execute(q, "query-migrate", NULL, &r) < 0)
+			return -1;
+		snprintf(st, stlen, "%s",
+			 json_object_object_get_ex(r, "status", &v)
+				 ? json_object_get_string(v)
+				 : "");
+		if (json_object_object_get_ex(r, "ram", &ram) &&
+		    json_object_object_get_ex(ram, "transferred", &v))
+			*bytes = (uint64_t)json_object_get_int64(v);
+		json_object_put(r);
+		if (strcmp(st, "completed") == 0)
+			return 0;
+		if (strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0) {
+			fprintf(stderr,
+				"uffd-client: QEMU device-state migration "
+				"%s (see the QEMUs' stderr)\n",
+				st);
+			return -1;
+		}
+		usleep(20000);
+	}
+}
