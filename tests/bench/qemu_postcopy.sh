@@ -274,7 +274,7 @@ hosts_uffdd() {
 	ubytes=$(jget "$("$CLIENT" --control "$(eval echo "\$${d}_SOCK")" status "$id" --json)" bytes)
 	runs_on "$b" 3
 	record "uffdd-$mode" "$(ms_between "$t_stop" "$t_run")" "$res" "$(max_stall "$b")" "$((ubytes + qbytes))"
-	info "uffdd $mode run $2: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms ($(sed -n 's/.*migrate-qemu: source \(vCPUs stopped.*\)/\1/p' "$T/$a.send"))"
+	info "uffdd $mode run $2: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms; send: $(sed -n 's/.*migrate-qemu: source vCPUs stopped; \(go: [0-9.]* ms\).*/\1/p' "$T/$a.send"), $(sed -n 's/.*migrate-qemu: device state sent to [^:]*:[0-9]*: \(.*\)/\1/p' "$T/$a.send"); receive: $(sed -n 's/^ *demand *//p' "$T/$b.recv")"
 	retire "$a" "$b"
 }
 
