@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "daemon/authz.h"
 #include "daemon/compat.h"
 #include "daemon/conn.h"
@@ -238,13 +240,18 @@ answer_queued(struct source *s)
  * cannot be written fails the migration, and the process runs again.
  */
 static void
-after_go(struct source *s, uint64_t *watch_us)
+after_go(evutil_socket_t fd, short what, void *arg)
 {
+	struct source *s = arg;
 	uint64_t t0 = now_ns();
 	int e;
 
+	(void)fd;
+	(void)what;
 	source_watch_freeze(s);
-	*watch_us = (now_ns() - t0) / 1000;
+	log_info("migration %s: watching process %d took %llu us after go",
+		 log_id(s->m->id), (int)s->m->pid,
+		 (unsigned long long)((now_ns() - t0) / 1000));
 	if (source_persist_now(s) == 0) {
 		if (s->bulk)
 			source_bulk_produce(s);
@@ -267,7 +274,7 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	Uffdd__GoReply rep = UFFDD__GO_REPLY__INIT;
 	uint64_t t0 = now_ns();
 	struct source *s = named_export(serial, who, req, "go");
-	uint64_t us[4] = {0};
+	uint64_t us[3] = {0};
 	struct conn *c;
 	char err[256];
 	uint32_t code;
@@ -288,14 +295,22 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	control_reply(serial, FRAME_CTL_GO_REPLY, &rep.base);
 	if ((c = control_conn(serial)) != NULL)
 		conn_flush(c);
-	after_go(s, &us[3]);
 	log_info("migration %s: go: process %d taken in %llu us (freeze %llu, "
 		 "maps %llu, classification %llu); %u queued page requests "
-		 "answered; then %llu us to watch it",
+		 "answered",
 		 log_id(s->m->id), (int)s->m->pid,
 		 (unsigned long long)rep.work_us, (unsigned long long)us[0],
 		 (unsigned long long)us[1], (unsigned long long)us[2],
-		 rep.queued, (unsigned long long)us[3]);
+		 rep.queued);
+	/*
+	 * The rest from the loop, after what waits at a higher priority:
+	 * the destination's first faults come as its guest starts, in the
+	 * stop window, and must not wait behind milliseconds of tracker
+	 * and state file.
+	 */
+	s->go_ev = event_new(base, -1, 0, after_go, s);
+	event_priority_set(s->go_ev, PRIO_BULK);
+	event_active(s->go_ev, EV_TIMEOUT, 0);
 }
 
 /* CANCEL: a deferred export ends before its go, its process untouched. */

@@ -580,6 +580,8 @@ source_free(struct migration *m)
 	if (s == NULL)
 		return;
 	source_persist_free(s);
+	if (s->go_ev)
+		event_free(s->go_ev);
 	conn_free(s->demand);
 	conn_free(s->bulk);
 	if (s->bulk_ev)

@@ -165,6 +165,7 @@ struct source {
 	 * writes it once the current callback has returned.
 	 */
 	struct event *save_ev;
+	struct event *go_ev; /* defer.c: what go leaves to the loop */
 	int dirty;
 	/*
 	 * The process, as checked (procref.h): signals go through its pidfd,

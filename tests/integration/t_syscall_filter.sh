@@ -4,7 +4,8 @@
 # systemd cannot run as PID 1 here, so the filter is checked the other way
 # round: both daemons run under strace through migrations of several
 # memory kinds (TLS lanes, attach with its ptrace injection, a target that
-# forks, a source kept alive, shared hugetlb when huge pages can be had),
+# forks, a source kept alive, shared hugetlb when huge pages can be had,
+# a snapshot and a restore from it, its image read through io_uring),
 # status queries and a restart of the destination daemon, and every system
 # call name strace saw must be in the set systemd-analyze expands the
 # unit's filter to. A call outside it would kill or fail the daemon under
@@ -87,6 +88,17 @@ if reserve_huge_pages 24; then
 else
 	info "no huge pages to be had: shared hugetlb left out"
 fi
+
+# A snapshot, and a restore from it: image reads go through io_uring.
+start_workload WI source --size 8M --threads 1 --base 0x520000000000
+"$CLIENT" --control "$src_SOCK" snapshot "$WI" --to "$T/i.img" \
+	--range 520000000000-520000800000 >/dev/null || fail "snapshot"
+start_workload WD dest --size 8M --threads 2 --base 0x520000000000
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --image "$T/i.img" \
+	--range 520000000000-520000800000 --wait >/dev/null || fail "attach --image"
+kill -USR1 "$WD"
+wait_verified WD >/dev/null
+kill "$WD"
 
 # A destination daemon restarted in the middle of a migration restores it.
 paced_migration src dst 128M 0x510000000000
