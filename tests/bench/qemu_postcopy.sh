@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
 # Benchmark: the same TCG guest (memcheck re-verifying 256 MiB) migrated
-# between two QEMUs on this host, in one run, by QEMU's own postcopy
-# (postcopy-ram, guest RAM private anonymous) and by uffdd
-# (uffd-client migrate-qemu, guest RAM in shared files). For each:
+# by QEMU's own postcopy (postcopy-ram, guest RAM private anonymous) and
+# by uffdd (guest RAM in shared files), in two placements:
+#   one    two QEMUs on this host, one run each (uffd-client migrate-qemu)
+#   hosts  two "hosts": network namespaces joined by a veth (make_hosts),
+#          uffdd by migrate-qemu send (source) and receive (destination);
+#          QEMU plaintext and with TLS, uffdd with TLS (the daemon refuses
+#          plaintext peers off loopback), RUNS alternated runs each
+#          (default 3), medians shown
+# Usage (root): BUILDDIR=_build tests/bench/qemu_postcopy.sh [one|hosts|all]
+# (default all). For each:
 #   resident  time from switchover to every page resident on the destination
 #   stall     the guest's longest stall on the destination (memcheck's
 #             longest gap between two pages, by the guest's clock)
 #   bytes     total bytes moved (QEMU's ram.transferred; for uffdd the
 #             daemon's bytes plus QEMU's device-state stream)
-#   downtime  source vCPUs stopped until the destination's run (QEMU's own
-#             "downtime"; migrate-qemu's measure for uffdd)
-# QEMU's times come from polling query-migrate (about 10 ms resolution).
-# Usage (root): BUILDDIR=_build tests/bench/qemu_postcopy.sh
+#   downtime  one: source vCPUs stopped until the destination's run (QEMU's
+#             own "downtime"; migrate-qemu's measure for uffdd); hosts: the
+#             source QEMU's STOP event to the destination's RESUME event
+#             (QMP event timestamps, one clock for both), for both systems
+# One host: QEMU's times come from polling query-migrate (about 10 ms
+# resolution). Two hosts: QEMU's resident time is the destination's
+# RESUME event to its MIGRATION "completed" event; uffdd's is receive's
+# own measure (the destination running to every page resident).
 SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 export SRC
 . "$SRC/tests/lib.sh"
@@ -98,10 +109,228 @@ bench_uffdd() {
 	kill "${QPID[ub]}" 2>/dev/null || true
 }
 
-info "QEMU's own postcopy"
-bench_qemu_postcopy
-info "uffdd"
-bench_uffdd
-echo
-printf '%-22s %12s %11s %14s %11s\n' "512 MiB TCG guest" "resident" "stall" "bytes moved" "downtime"
-for r in "${RESULTS[@]}"; do echo "$r"; done
+# --- Two hosts ------------------------------------------------------------
+
+# events NAME: QMP events of QEMU NAME (its second monitor, $T/NAME-ev.qmp)
+# are written to $T/NAME.events, one a line: "SECONDS.USEC EVENT DATA".
+# Returns once the monitor listens.
+events() {
+	python3 - "$T/$1-ev.qmp" "$T/$1.events" <<-'EOF' &
+		import json, socket, sys, time
+		s = socket.socket(socket.AF_UNIX)
+		for _ in range(200):
+		    try:
+		        s.connect(sys.argv[1])
+		        break
+		    except OSError:
+		        time.sleep(0.05)
+		f = s.makefile("rb")
+		o = open(sys.argv[2], "a", buffering=1)
+		f.readline()
+		s.sendall(b'{"execute":"qmp_capabilities"}\n')
+		for line in f:
+		    m = json.loads(line)
+		    if "return" in m:
+		        o.write("ready\n")
+		    elif "event" in m:
+		        t = m["timestamp"]
+		        o.write("%d.%06d %s %s\n" % (t["seconds"], t["microseconds"], m["event"],
+		                json.dumps(m.get("data", {}), separators=(",", ":"))))
+	EOF
+	PIDS+=($!)
+	for _ in $(seq 100); do
+		grep -q '^ready' "$T/$1.events" 2>/dev/null && return
+		sleep 0.05
+	done
+	fail "no QMP events from $1"
+}
+# event_ts NAME EVENT [DATA]: the time of NAME's first EVENT (whose data
+# holds DATA), waiting up to 10 s for it; "" when none came.
+event_ts() {
+	local line
+	for _ in $(seq 200); do
+		line=$(grep -m1 "^[0-9.]* $2 .*${3:-}" "$T/$1.events" 2>/dev/null) && break
+		sleep 0.05
+	done
+	echo "${line%% *}"
+}
+# hqemu NAME NETNS [ARGS...]: a QEMU on one of the hosts, its events
+# recorded.
+hqemu() {
+	local name=$1 ns=$2
+	shift 2
+	QEMU_NS=$ns qemu "$name" -qmp "unix:$T/$name-ev.qmp,server=on,wait=off" "$@"
+	events "$name"
+}
+# retire NAME...: the QEMUs are gone, their RAM files too.
+retire() {
+	local n
+	for n in "$@"; do
+		kill "${QPID[$n]}" 2>/dev/null || true
+		gone "${QPID[$n]}"
+		rm -f "$SHM-$n"
+	done
+}
+ms_between() { echo "($2 - $1) * 1000" | bc -l; }
+# record KEY DOWNTIME_MS RESIDENT_S STALL_MS BYTES: one run's numbers.
+declare -A VAL=()
+record() {
+	VAL[$1.down]+="$(printf '%.1f' "$2") "
+	VAL[$1.res]+="$(printf '%.3f' "$3") "
+	VAL[$1.stall]+="$4 "
+	VAL[$1.mib]+="$(printf '%.1f' "$(echo "$5 / 1048576" | bc -l)") "
+}
+median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "nan"}'; }
+
+# The certificates QEMU's tls-creds-x509 wants, in one directory (QTLS),
+# signed by the daemons' CA; QEMU refuses a leaf certificate whose key
+# usage lacks keyEncipherment.
+qemu_pki() {
+	default_pki
+	cat >>"$PKI/ca.cnf" <<-EOF
+		[qleaf]
+		basicConstraints = CA:FALSE
+		keyUsage = digitalSignature, keyEncipherment
+		extendedKeyUsage = serverAuth, clientAuth
+		subjectAltName = \${ENV::SAN}
+	EOF
+	issue ca qemu "IP:$SRC_HOST_ADDR,IP:$DST_HOST_ADDR" -extensions qleaf
+	QTLS=$PKI/qemu-tls
+	mkdir -p "$QTLS"
+	cp "$PKI/ca.crt" "$QTLS/ca-cert.pem"
+	for e in server client; do
+		cp "$PKI/qemu.crt" "$QTLS/$e-cert.pem"
+		cp "$PKI/qemu.key" "$QTLS/$e-key.pem"
+	done
+}
+
+# hosts_qemu MODE RUN: QEMU's postcopy-ram from the source host to the
+# destination host, MODE plain or tls.
+hosts_qemu() {
+	local mode=$1 a=qs$1$2 b=qd$1$2 port srcobj=() dstobj=() t_stop t_run t_done info n
+	if [ "$mode" = tls ]; then
+		srcobj=(-object "tls-creds-x509,id=tls0,dir=$QTLS,endpoint=client")
+		dstobj=(-object "tls-creds-x509,id=tls0,dir=$QTLS,endpoint=server")
+	fi
+	QEMU_RAM=anon hqemu "$a" "$NS_SRC" "${srcobj[@]}"
+	runs_on "$a" 2
+	QEMU_RAM=anon hqemu "$b" "$NS_DST" -incoming defer "${dstobj[@]}"
+	for n in "$a" "$b"; do
+		qmp "$n" migrate-set-capabilities \
+			'{"capabilities":[{"capability":"postcopy-ram","state":true},{"capability":"events","state":true}]}' >/dev/null
+		[ "$mode" = plain ] || qmp "$n" migrate-set-parameters '{"tls-creds":"tls0"}' >/dev/null
+	done
+	# No precopy bandwidth cap: postcopy starts after the first pass anyway.
+	qmp "$a" migrate-set-parameters '{"max-bandwidth":107374182400}' >/dev/null
+	port=$((20000 + RANDOM % 12000))
+	qmp "$b" migrate-incoming "{\"uri\":\"tcp:$DST_HOST_ADDR:$port\"}" >/dev/null
+	qmp "$a" migrate "{\"uri\":\"tcp:$DST_HOST_ADDR:$port\"}" >/dev/null
+	qmp "$a" migrate-start-postcopy >/dev/null
+	for _ in $(seq 6000); do
+		grep -q ' MIGRATION .*"completed"' "$T/$b.events" && break
+		grep -q ' MIGRATION .*"failed"' "$T/$a.events" "$T/$b.events" &&
+			fail "QEMU postcopy ($mode) failed: $(qmp "$a" query-migrate)"
+		sleep 0.05
+	done
+	t_stop=$(event_ts "$a" STOP)
+	t_run=$(event_ts "$b" RESUME)
+	t_done=$(event_ts "$b" MIGRATION '"completed"')
+	if [ -z "$t_stop" ] || [ -z "$t_run" ] || [ -z "$t_done" ]; then
+		fail "QEMU postcopy ($mode): STOP '$t_stop' RESUME '$t_run' completed '$t_done'"
+	fi
+	info=$(qmp "$a" query-migrate)
+	runs_on "$b" 3
+	record "qemu-$mode" "$(ms_between "$t_stop" "$t_run")" "$(echo "$t_done - $t_run" | bc -l)" \
+		"$(max_stall "$b")" "$(jget "$info" ram.transferred)"
+	info "QEMU $mode run $2: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms (QEMU's own: $(jget "$info" downtime) ms)"
+	qmp "$a" quit >/dev/null 2>&1 || true
+	retire "$a" "$b"
+}
+
+# hosts_uffdd MODE RUN: migrate-qemu receive on the destination host, then
+# send on the source host under the same ID, with the daemons of MODE.
+hosts_uffdd() {
+	local mode=$1 a=us$1$2 b=ud$1$2 s=srct d=dstt port id rp t_stop t_run qbytes ubytes res
+	hqemu "$a" "$NS_SRC"
+	runs_on "$a" 2
+	hqemu "$b" "$NS_DST" -incoming defer
+	port=$((20000 + RANDOM % 12000))
+	id=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+	ip netns exec "$NS_DST" "$CLIENT" --control "$(eval echo "\$${d}_SOCK")" migrate-qemu receive \
+		--qmp "$T/$b.qmp" --id "$id" --from "$SRC_HOST_ADDR:$(eval echo "\$${s}_PORT")" \
+		--incoming "$DST_HOST_ADDR:$port" --timeout 300 >"$T/$b.recv" 2>&1 &
+	rp=$!
+	ip netns exec "$NS_SRC" "$CLIENT" --control "$(eval echo "\$${s}_SOCK")" migrate-qemu send \
+		--qmp "$T/$a.qmp" --id "$id" --to "$DST_HOST_ADDR:$port" --timeout 300 \
+		>"$T/$a.send" 2>&1 || fail "send ($mode): $(cat "$T/$a.send")"
+	wait "$rp" || fail "receive ($mode): $(cat "$T/$b.recv")"
+	t_stop=$(event_ts "$a" STOP)
+	t_run=$(event_ts "$b" RESUME)
+	if [ -z "$t_stop" ] || [ -z "$t_run" ]; then
+		fail "uffdd ($mode): STOP '$t_stop' RESUME '$t_run'"
+	fi
+	res=$(sed -n 's/.*every page resident \([0-9.]*\) s after.*/\1/p' "$T/$b.recv")
+	qbytes=$(sed -n 's/.*: \([0-9]*\) bytes by QEMU.*/\1/p' "$T/$a.send")
+	ubytes=$(jget "$("$CLIENT" --control "$(eval echo "\$${d}_SOCK")" status "$id" --json)" bytes)
+	runs_on "$b" 3
+	record "uffdd-$mode" "$(ms_between "$t_stop" "$t_run")" "$res" "$(max_stall "$b")" "$((ubytes + qbytes))"
+	info "uffdd $mode run $2: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms; send: $(sed -n 's/.*migrate-qemu: source vCPUs stopped; \(go: [0-9.]* ms\).*/\1/p' "$T/$a.send"), $(sed -n 's/.*migrate-qemu: device state sent to [^:]*:[0-9]*: \(.*\)/\1/p' "$T/$a.send"); receive: $(sed -n 's/^ *demand *//p' "$T/$b.recv")"
+	retire "$a" "$b"
+}
+
+bench_hosts() {
+	local runs=${RUNS:-3} k l i mode
+	make_hosts
+	start_daemon srct
+	start_daemon dstt
+	qemu_pki
+	for i in $(seq "$runs"); do
+		for mode in plain tls; do
+			info "two hosts, $mode, run $i: QEMU's own postcopy"
+			hosts_qemu "$mode" "$i"
+			# uffdd refuses plaintext peers off loopback (--insecure
+			# is for loopback only): TLS alone between the hosts.
+			[ "$mode" = tls ] || continue
+			info "two hosts, $mode, run $i: uffdd"
+			hosts_uffdd "$mode" "$i"
+		done
+	done
+	echo
+	echo "Two hosts (network namespaces over a veth), 512 MiB TCG guest, medians of $runs alternated runs"
+	printf '%-28s %11s %11s %9s %12s\n' "" "downtime" "resident" "stall" "bytes moved"
+	for k in qemu-plain uffdd-plain qemu-tls uffdd-tls; do
+		case $k in
+		qemu-plain) l="QEMU postcopy-ram, plain" ;;
+		uffdd-plain)
+			echo "uffdd send/receive, plain   (refused: uffdd's --insecure is for loopback only)"
+			continue
+			;;
+		qemu-tls) l="QEMU postcopy-ram, TLS" ;;
+		uffdd-tls) l="uffdd send/receive, TLS" ;;
+		esac
+		printf '%-28s %8s ms %9s s %6s ms %8s MiB\n' "$l" \
+			"$(median <<<"${VAL[$k.down]}")" "$(median <<<"${VAL[$k.res]}")" \
+			"$(median <<<"${VAL[$k.stall]}")" "$(median <<<"${VAL[$k.mib]}")"
+		echo "    runs: downtime ms ${VAL[$k.down]}| resident s ${VAL[$k.res]}| stall ms ${VAL[$k.stall]}| MiB ${VAL[$k.mib]}"
+	done
+}
+
+bench_one() {
+	info "QEMU's own postcopy"
+	bench_qemu_postcopy
+	info "uffdd"
+	bench_uffdd
+	echo
+	printf '%-22s %12s %11s %14s %11s\n' "512 MiB TCG guest" "resident" "stall" "bytes moved" "downtime"
+	for r in "${RESULTS[@]}"; do echo "$r"; done
+}
+
+case ${1:-all} in
+one) bench_one ;;
+hosts) bench_hosts ;;
+all)
+	bench_one
+	bench_hosts
+	;;
+*) fail "usage: qemu_postcopy.sh [one|hosts|all]" ;;
+esac

@@ -26,6 +26,9 @@ declare -A QPID
 # its IO-APIC timer can fail at boot ("IO-APIC + timer doesn't work!") and
 # panic. APPEND adds to the guest kernel's command line (uffdd.balloon,
 # uffdd.scratch=N: tests/e2e/prepare.sh).
+# QEMU_NS=NETNS starts QEMU inside that network namespace (ip netns exec,
+# which execs: QPID is QEMU's own pid); its QMP socket and files are paths
+# as ever, reachable from anywhere.
 qemu() {
 	local name=$1 ram
 	shift
@@ -46,7 +49,7 @@ qemu() {
 			-numa node,nodeid=0,memdev=ram0 -numa node,nodeid=1,memdev=ram1
 			-machine pc)
 	rm -f "$T/$name.qmp" "$T/$name.serial"
-	qemu-system-x86_64 -accel tcg -m 512M -smp 1 -no-reboot "${ram[@]}" \
+	${QEMU_NS:+ip netns exec "$QEMU_NS"} qemu-system-x86_64 -accel tcg -m 512M -smp 1 -no-reboot "${ram[@]}" \
 		-global "apic.vapic=${VAPIC:-on}" \
 		-kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.gz" \
 		-append "console=ttyS0 quiet panic=-1 no_timer_check${APPEND:+ $APPEND}" -display none -monitor none \

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# A QEMU guest moved between two hosts (docs/qemu-two-hosts.md, issue 20):
+# two network namespaces joined by a veth (make_hosts), each with its
+# uffdd, its QEMU and its own RAM file names. The destination's half
+# (`migrate-qemu receive`, run on the destination host) starts first and
+# waits; the source's half (`migrate-qemu send`) is given the same ID,
+# made here. Both exit 0; the destination, left paused until every page is
+# resident (receive --no-resume), holds the source's RAM byte for byte;
+# the guest's memory checker passes there once it runs; the source QEMU has
+# exited. Then the same with the guest running on the destination and the
+# link cut for 5 s after the switchover, the bulk stream slowed so that the
+# post-copy is still running at the cut: the guest waits out the cut and
+# its checker sees no wrong byte. And one refusal: a receive for an ID no send
+# exports gives up at its timeout, saying so, its QEMU not started.
+. "$SRC/tests/lib.sh"
+need_root
+. "$SRC/tests/e2e/qemu-lib.sh"
+make_hosts
+start_daemon src
+# The second source daemon of the cut: its bulk stream slowed so that the
+# post-copy still runs when the link goes.
+start_daemon src2 --bulk-rate 8M
+start_daemon dst
+
+new_id() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+in_port() { echo $((20000 + RANDOM % 12000)); }
+
+# receive NAME SRCDAEMON ID PORT [ARGS...]: the destination host's half,
+# for QEMU NAME, in the background (RECV_PID); stdout and stderr in
+# $T/recv-NAME.out.
+receive() {
+	local name=$1 sd=$2 id=$3 port=$4
+	shift 4
+	ip netns exec "$NS_DST" "$CLIENT" --control "$dst_SOCK" migrate-qemu receive \
+		--qmp "$T/$name.qmp" --id "$id" \
+		--from "$SRC_HOST_ADDR:$(eval echo "\$${sd}_PORT")" \
+		--incoming "$DST_HOST_ADDR:$port" "$@" >"$T/recv-$name.out" 2>&1 &
+	RECV_PID=$!
+}
+
+# send NAME SRCDAEMON ID PORT: the source host's half, for QEMU NAME, in
+# the background (SEND_PID); stdout in $T/send-NAME.out, stderr in
+# $T/send-NAME.err.
+send() {
+	local name=$1 sd=$2 id=$3 port=$4
+	ip netns exec "$NS_SRC" "$CLIENT" --control "$(eval echo "\$${sd}_SOCK")" \
+		migrate-qemu send --qmp "$T/$name.qmp" --id "$id" \
+		--to "$DST_HOST_ADDR:$port" --timeout 300 \
+		>"$T/send-$name.out" 2>"$T/send-$name.err" &
+	SEND_PID=$!
+}
+
+# finish_both SRCNAME DSTNAME: both halves exit 0.
+finish_both() {
+	local rc=0
+	wait "$SEND_PID" || rc=$?
+	[ "$rc" = 0 ] || fail "send ($1) exited $rc: $(cat "$T/send-$1.err")"
+	wait "$RECV_PID" || rc=$?
+	[ "$rc" = 0 ] || fail "receive ($2) exited $rc: $(cat "$T/recv-$2.out")"
+	sed 's/^/  send: /' "$T/send-$1.err"
+	sed 's/^/  receive: /' "$T/recv-$2.out"
+}
+
+# wait_line FILE PATTERN PID: until FILE shows PATTERN, while PID runs.
+wait_line() {
+	for _ in $(seq 1500); do
+		grep -q "$2" "$1" 2>/dev/null && return
+		kill -0 "$3" 2>/dev/null || break
+		sleep 0.1
+	done
+	grep -q "$2" "$1" || fail "no '$2' in $1: $(cat "$1")"
+}
+
+# same_ram A B: B, left paused until every page was resident, holds A's
+# RAM (frozen since the stop) byte for byte; then B runs.
+same_ram() {
+	cmp "$SHM-$1" "$SHM-$2" || fail "$2's RAM file differs from $1's"
+	info "$2's RAM file equals $1's byte for byte ($(sha256sum <"$SHM-$2" | cut -c1-16))"
+	qmp "$2" cont >/dev/null || fail "cont on $2"
+}
+
+QEMU_NS=$NS_SRC qemu a
+QEMU_NS=$NS_SRC qemu c
+QEMU_NS=$NS_DST qemu b -incoming defer
+QEMU_NS=$NS_DST qemu x -incoming defer
+info "booting the guests on the source host"
+runs_on a 2
+runs_on c 1
+
+# A receive whose ID no send exports: it gives up at its timeout, its QEMU
+# never started.
+t0=$SECONDS
+expect_error "receive for an ID never exported" 'unknown migration ID' \
+	ip netns exec "$NS_DST" "$CLIENT" --control "$dst_SOCK" migrate-qemu receive \
+	--qmp "$T/x.qmp" --id "$(new_id)" --from "$SRC_HOST_ADDR:$src_PORT" \
+	--incoming "$DST_HOST_ADDR:$(in_port)" --timeout 3
+[ $((SECONDS - t0)) -ge 2 ] || fail "receive gave up before its --timeout 3: $(cat "$T/out")"
+grep -q 'never started' "$T/out" || fail "receive did not say its QEMU was never started: $(cat "$T/out")"
+info "receive said: $(grep -v '^migrate-qemu: ' "$T/out" | tr '\n' ' ')"
+st=$(qmp x query-status)
+echo "$st" | grep -q '"status":"inmigrate"' ||
+	fail "QEMU x after the refused receive: $st"
+info "QEMU x left not started: $st"
+
+info "A (source host) -> B (destination host): receive first, then send"
+id=$(new_id)
+port=$(in_port)
+receive b src "$id" "$port" --timeout 300 --no-resume
+sleep 1
+send a src "$id" "$port"
+finish_both a b
+[ "$(head -n 1 "$T/send-a.out")" = "$id" ] ||
+	fail "send's first line is not the ID $id: $(cat "$T/send-a.out")"
+grep -q 'every page resident' "$T/recv-b.out" ||
+	fail "receive did not report every page resident"
+gone "${QPID[a]}"
+same_ram a b
+runs_on b 3
+info "B: $(tail -n 1 "$T/b.serial")"
+
+info "C (source host) -> D (destination host), the link cut for 5 s after the switchover"
+QEMU_NS=$NS_DST qemu d -incoming defer
+id=$(new_id)
+port=$(in_port)
+receive d src2 "$id" "$port" --timeout 300
+sleep 1
+send c src2 "$id" "$port"
+# Switchover: the device state is at the destination.
+wait_line "$T/send-c.err" 'device state sent' "$SEND_PID"
+sleep 0.5
+st=$("$CLIENT" --control "$dst_SOCK" status "$id" --json)
+echo "$st" | grep -q '"state":"running"' ||
+	fail "the post-copy was over before the cut; slow the bulk stream more: $st"
+# shellcheck disable=SC2154 # src2_PORT: set by start_daemon
+cut_link "$src2_PORT"
+info "link cut at $(echo "$st" | sed -n 's/.*"pages_present":\([0-9]*\).*/\1/p') pages present"
+sleep 5
+heal_link
+info "link back"
+finish_both c d
+gone "${QPID[c]}"
+runs_on d 3
+info "D: $(tail -n 1 "$T/d.serial")"
