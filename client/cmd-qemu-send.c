@@ -212,6 +212,7 @@ send_go(struct send *s)
 	if (qemu_stop(s->q, s->st) < 0)
 		return -1;
 	req.id = s->id;
+	req.hold_bulk = 1;
 	rep = (Uffdd__GoReply *)flow_request(s->ctl, FRAME_CTL_GO, &req.base,
 					     FRAME_CTL_GO_REPLY);
 	if (rep == NULL)
@@ -222,6 +223,23 @@ send_go(struct send *s)
 		 (double)rep->work_us / 1e3, rep->queued);
 	frame_free(&rep->base);
 	return 0;
+}
+
+/*
+ * The bulk stream, held at go so that the stop window keeps the CPUs,
+ * starts (the daemon starts it by itself BULK_HOLD_SECS after go).
+ */
+static void
+release_bulk(struct send *s)
+{
+	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
+	ProtobufCMessage *rep;
+
+	req.id = s->id;
+	req.release_bulk = 1;
+	rep = flow_request(s->ctl, FRAME_CTL_GO, &req.base, FRAME_CTL_GO_REPLY);
+	if (rep != NULL)
+		frame_free(rep);
 }
 
 /* QEMU's device state to the destination QEMU: then it is the guest. */
@@ -237,6 +255,7 @@ send_devstate(struct send *s)
 		return -1;
 	s->sent = 1;
 	holder_keep();
+	release_bulk(s);
 	flow_say("device state sent to %s: %" PRIu64 " bytes by QEMU, %.0f ms "
 		 "after the source stopped",
 		 s->to, bytes, (flow_now() - s->t_stop) * 1000);

@@ -196,6 +196,6 @@ devstate_wait(struct qmp *q, double t0, char *st, size_t stlen, uint64_t *bytes)
 				st);
 			return -1;
 		}
-		usleep(20000);
+		usleep(5000);
 	}
 }

@@ -435,17 +435,20 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		if (d->m->state == MIG_CONNECTING &&
 		    e->code == ERR_UNKNOWN_ID && wait_export(d))
 			break;
-		if (d->m->state == MIG_CONNECTING)
+		if (d->m->state == MIG_CONNECTING) {
+			char waited[80] = "";
+
+			if (e->code == ERR_UNKNOWN_ID && d->export_wait)
+				snprintf(waited, sizeof(waited),
+					 " (no export with it came within the "
+					 "%u s the attach waits)",
+					 d->export_wait);
 			dest_attach_fail(
 				d,
 				e->code == ERR_UNKNOWN_ID ? ERR_UNKNOWN_ID
 							  : ERR_SOURCE,
-				"source %s: %s%s", d->from, e->message,
-				e->code == ERR_UNKNOWN_ID && d->export_wait
-					? " (no export with it came within "
-					  "--wait-export)"
-					: "");
-		else if (e->code == ERR_SOURCE || e->code == ERR_UNKNOWN_ID)
+				"source %s: %s%s", d->from, e->message, waited);
+		} else if (e->code == ERR_SOURCE || e->code == ERR_UNKNOWN_ID)
 			dest_fail(d, "source %s: %s", d->from, e->message);
 		else
 			dest_lanes_down(d, e->message);

@@ -265,6 +265,69 @@ after_go(evutil_socket_t fd, short what, void *arg)
 		    strerror(e), (int)s->m->pid);
 }
 
+/*
+ * A bulk stream held at go (GoRequest.hold_bulk) starts: released by its
+ * client, or at the latest BULK_HOLD_SECS after go, so that a client that
+ * died meanwhile does not leave the pages to demand alone.
+ */
+#define BULK_HOLD_SECS 10
+
+static void
+release_bulk(evutil_socket_t fd, short what, void *arg)
+{
+	struct source *s = arg;
+
+	(void)fd;
+	if (!s->bulk_held)
+		return;
+	s->bulk_held = 0;
+	log_info("migration %s: bulk stream started%s", log_id(s->m->id),
+		 what & EV_TIMEOUT ? " (held for its longest)" : "");
+	if (s->hold_ev)
+		event_del(s->hold_ev);
+	if (s->bulk)
+		source_bulk_produce(s);
+}
+
+static void
+hold_bulk(struct source *s)
+{
+	struct timeval tv = {BULK_HOLD_SECS, 0};
+
+	s->bulk_held = 1;
+	s->hold_ev = evtimer_new(base, release_bulk, s);
+	evtimer_add(s->hold_ev, &tv);
+}
+
+/* GO with release_bulk, on an export past its go. */
+static int
+release_request(uint64_t serial, const struct authz_caller *who,
+		const Uffdd__GoRequest *req)
+{
+	struct migration *m = migration_find(req->id, ROLE_SOURCE);
+	Uffdd__GoReply rep = UFFDD__GO_REPLY__INIT;
+
+	if (!req->release_bulk)
+		return 0;
+	if (m == NULL || !authz_may_see(who, m)) {
+		control_reply_error(serial, ERR_UNKNOWN_ID,
+				    "go: unknown migration ID %s",
+				    log_id(req->id));
+		return 1;
+	}
+	if (!m->went || m->impl == NULL) {
+		control_reply_error(serial, ERR_INVALID,
+				    "go: migration %s has no bulk stream held "
+				    "at its go; nothing changed",
+				    log_id(m->id));
+		return 1;
+	}
+	release_bulk(-1, 0, m->impl);
+	rep.id = m->id;
+	control_reply(serial, FRAME_CTL_GO_REPLY, &rep.base);
+	return 1;
+}
+
 /* GO: from now the process's memory is taken as it is. */
 static void
 go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
@@ -273,13 +336,14 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	const Uffdd__GoRequest *req = (const Uffdd__GoRequest *)msg;
 	Uffdd__GoReply rep = UFFDD__GO_REPLY__INIT;
 	uint64_t t0 = now_ns();
-	struct source *s = named_export(serial, who, req, "go");
+	struct source *s;
 	uint64_t us[3] = {0};
 	struct conn *c;
 	char err[256];
 	uint32_t code;
 
-	if (s == NULL)
+	if (release_request(serial, who, req) ||
+	    (s = named_export(serial, who, req, "go")) == NULL)
 		return;
 	if (take_memory(s, who, us, &code, err, sizeof(err)) < 0) {
 		control_reply_error(serial, code,
@@ -289,6 +353,8 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	}
 	s->m->deferred = 0;
 	s->m->went = 1;
+	if (req->hold_bulk)
+		hold_bulk(s);
 	rep.work_us = (now_ns() - t0) / 1000;
 	rep.queued = answer_queued(s);
 	rep.id = s->m->id;

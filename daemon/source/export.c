@@ -582,6 +582,8 @@ source_free(struct migration *m)
 	source_persist_free(s);
 	if (s->go_ev)
 		event_free(s->go_ev);
+	if (s->hold_ev)
+		event_free(s->hold_ev);
 	conn_free(s->demand);
 	conn_free(s->bulk);
 	if (s->bulk_ev)

@@ -166,6 +166,9 @@ struct source {
 	 */
 	struct event *save_ev;
 	struct event *go_ev; /* defer.c: what go leaves to the loop */
+	/* defer.c: the bulk stream held after go, until release or hold_ev */
+	int bulk_held;
+	struct event *hold_ev;
 	int dirty;
 	/*
 	 * The process, as checked (procref.h): signals go through its pidfd,

@@ -424,8 +424,11 @@ source_bulk_produce(struct source *s)
 {
 	uint64_t bytes = 0, round = BULK_ROUND_BYTES, frame = BULK_DATA_PAGES;
 
-	/* Deferred: the process runs until go; go starts the stream. */
-	if (s->m->deferred)
+	/*
+	 * Deferred: the process runs until go; go starts the stream, or a
+	 * release after it (defer.c, bulk_held).
+	 */
+	if (s->m->deferred || s->bulk_held)
 		return;
 	/*
 	 * While demand traffic is recent, one small frame a loop pass, and

@@ -142,7 +142,7 @@ info "attach before export: destination equal to the stopped source"
 # Bounded: no export comes, the attach fails after --wait-export, saying so.
 start_workload WD3 dest --size 4M --threads 1 --base 0x520000000000
 t0=$(date +%s%N)
-expect_error "attach whose export never comes" "no export with it came within --wait-export" \
+expect_error "attach whose export never comes" "no export with it came within the" \
 	dst attach "$WD3" --from "127.0.0.1:$src_PORT" --id "$(new_id)" --wait-export 2
 ms=$((($(date +%s%N) - t0) / 1000000))
 [ $ms -ge 1900 ] && [ $ms -lt 10000 ] || fail "--wait-export 2 gave up after $ms ms"
