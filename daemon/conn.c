@@ -600,8 +600,8 @@ conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
 			conn_set_failing(c, why);
 		}
 		conn_process(c);
-		/* A frame read into the sink is handled: read the next? */
-		if (c->failing || !c->sink_done || c->sink_len)
+		/* A sunk frame handled: the next, unless faults come (io_max) */
+		if (c->failing || !c->sink_done || c->sink_len || c->fill_max)
 			break;
 	}
 	c->in_cb--;
