@@ -2,7 +2,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <stdio.h>
@@ -40,6 +39,13 @@ size_t conn_out_max = CONN_OUT_MAX;
 #define CONN_FINISH_SECS (3 * CONN_LINGER_SECS)
 /* One read beyond the bufferevent's own (see conn_fill()). */
 #define CONN_FILL_MAX (256u << 10)
+/*
+ * A read into the sink takes at most this much of what follows (the next
+ * frame's header and message): the rest waits in the socket for the sink.
+ */
+#define CONN_SINK_TAIL 4096
+/* Frames read into the sink and handled in one read event, at most. */
+#define CONN_SINK_ROUNDS 2
 /*
  * One write a loop round: libevent's default, 16 KiB, costs the bulk lane
  * an epoll round per 16 KiB; much more keeps the loop (and a demand
@@ -82,6 +88,16 @@ struct conn {
 	int tls;
 	struct timeval rd_timeout; /* for the direct reader (0: none) */
 	size_t data_left;
+	/*
+	 * conn_set_sink(). The input's first frame has sink_len bytes of data
+	 * (0: none), sink_got of them in the sink; data_sunk: the frame handed
+	 * to the owner has its data there.
+	 */
+	uint8_t *sink;
+	size_t sink_cap, sink_len, sink_got;
+	uint16_t sink_type;
+	int data_sunk, sink_done; /* sink_done: conn_fill() sank a frame */
+	struct evbuffer *held;	  /* a header and message moving aside */
 };
 
 static void conn_read_cb(struct bufferevent *, void *);
@@ -103,6 +119,7 @@ conn_linger(struct conn *c)
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 
 	c->lingering = 1;
+	conn_set_sink(c, 0, NULL, 0);
 	tls_shutdown(c->bev);
 	shutdown(conn_fd(c), SHUT_WR);
 	evbuffer_drain(in, evbuffer_get_length(in));
@@ -142,6 +159,8 @@ conn_destroy(struct conn *c)
 		event_free(c->deadline);
 	if (c->resume)
 		event_free(c->resume);
+	if (c->held)
+		evbuffer_free(c->held);
 	bufferevent_free(c->bev);
 	free(c);
 	if (cb)
@@ -164,6 +183,8 @@ conn_frame_waiting(struct conn *c)
 	struct frame_hdr h;
 	const char *why;
 
+	if (c->sink_len)
+		return c->sink_got == c->sink_len;
 	return len >= FRAME_HDR_LEN &&
 	       evbuffer_copyout(in, raw, FRAME_HDR_LEN) == FRAME_HDR_LEN &&
 	       frame_hdr_decode(raw, &h, &why) == 0 &&
@@ -270,7 +291,10 @@ conn_process(struct conn *c)
 			conn_fail(c, why);
 			break;
 		}
-		if (len < FRAME_HDR_LEN + (size_t)h.msg_len + h.data_len)
+		/* Its data is read into the sink, or follows in the input. */
+		if (c->sink_len ? c->sink_got < c->sink_len
+				: len < FRAME_HDR_LEN + (size_t)h.msg_len +
+						  h.data_len)
 			break;
 		evbuffer_drain(in, FRAME_HDR_LEN);
 		msg = frame_unpack(h.type, evbuffer_pullup(in, h.msg_len),
@@ -286,13 +310,15 @@ conn_process(struct conn *c)
 		if (h.type == FRAME_ERROR)
 			text_clean(((Uffdd__Error *)msg)->message);
 		c->data_left = h.data_len;
+		c->data_sunk = c->sink_len != 0;
 		if (c->on_frame)
 			c->on_frame(c, &h, msg, c->arg);
 		frame_free(msg);
-		if (!c->dead && c->data_left) {
+		if (!c->dead && c->data_left && !c->data_sunk)
 			evbuffer_drain(in, c->data_left);
-			c->data_left = 0;
-		}
+		c->data_left = 0;
+		c->data_sunk = 0;
+		c->sink_len = c->sink_got = 0;
 		n++;
 	}
 	/* Every whole frame that came before the break is handled: now say. */
@@ -320,7 +346,7 @@ conn_set_failing(struct conn *c, const char *why)
 }
 
 /*
- * One read into iov for conn_fill(), as readv() answers. A TLS connection
+ * One read into iov for conn_read_tls(), as readv() answers: it
  * decrypts what OpenSSL holds and what the socket brings, one record (at
  * most 16 KiB) a call, until the space is full or the socket is empty; a
  * TLS failure is recorded for conn_process() to report.
@@ -331,8 +357,6 @@ conn_read_iov(struct conn *c, int fd, const struct iovec *iov, int n)
 	char why[128];
 	ssize_t total = 0;
 
-	if (!c->tls)
-		return readv(fd, iov, n);
 	for (int i = 0; i < n; i++) {
 		size_t off = 0;
 		long r = 1;
@@ -395,6 +419,91 @@ conn_read_tls(struct conn *c, struct evbuffer *in, size_t want)
 }
 
 /*
+ * The frame at the head of the input goes to the sink if it may: of the
+ * sink's type, its message in and its data not all, the sink not held by
+ * the owner (stalled). Its header and message stay in the input, what came
+ * of its data moves to the sink, and the rest is read there. A bad header
+ * stays for conn_process() to refuse.
+ */
+static void
+conn_sink_start(struct conn *c, struct evbuffer *in)
+{
+	size_t len = evbuffer_get_length(in), head;
+	uint8_t raw[FRAME_HDR_LEN];
+	struct frame_hdr h;
+	const char *why;
+
+	/* Only a direct reader: the bufferevent's reads go to the input. */
+	if (c->sink == NULL || c->rd == NULL || c->sink_len || c->stalled ||
+	    len < FRAME_HDR_LEN)
+		return;
+	evbuffer_copyout(in, raw, FRAME_HDR_LEN);
+	if (frame_hdr_decode(raw, &h, &why) < 0 || h.type != c->sink_type ||
+	    h.data_len == 0 || h.data_len > c->sink_cap)
+		return;
+	head = FRAME_HDR_LEN + (size_t)h.msg_len;
+	if (len < head || len - head >= h.data_len)
+		return; /* the message first; a whole frame stays as it is */
+	if (c->held == NULL && (c->held = evbuffer_new()) == NULL)
+		return;
+	/* The input holds nothing past this frame's data: take its tail. */
+	if (evbuffer_remove_buffer(in, c->held, head) != (int)head ||
+	    evbuffer_remove(in, c->sink, len - head) != (int)(len - head) ||
+	    evbuffer_add_buffer(in, c->held) < 0) {
+		conn_set_failing(c, "out of memory");
+		return;
+	}
+	c->sink_len = h.data_len;
+	c->sink_got = len - head;
+}
+
+/*
+ * One readv for conn_fill(), of at most want bytes: first into the sink
+ * while a frame's data goes there, and then no more than CONN_SINK_TAIL
+ * into the input; else into the input. As readv() returns.
+ */
+static ssize_t
+conn_read_plain(struct conn *c, struct evbuffer *in, int fd, size_t want)
+{
+	struct evbuffer_iovec v[2];
+	struct iovec iov[3];
+	size_t s = 0;
+	ssize_t r, left;
+	int n = 0, k = 0, used;
+
+	conn_input_frozen(c, 0);
+	conn_sink_start(c, in);
+	if (c->sink_len > c->sink_got) {
+		s = c->sink_len - c->sink_got < want ? c->sink_len - c->sink_got
+						     : want;
+		iov[k].iov_base = c->sink + c->sink_got;
+		iov[k++].iov_len = s;
+		want = want - s < CONN_SINK_TAIL ? want - s : CONN_SINK_TAIL;
+	}
+	if (want)
+		n = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
+	for (int i = 0; i < n; i++) {
+		iov[k].iov_base = v[i].iov_base;
+		iov[k++].iov_len = v[i].iov_len;
+	}
+	errno = EAGAIN;
+	r = k ? readv(fd, iov, k) : -1;
+	if (r > 0) {
+		left = r - (ssize_t)((size_t)r < s ? (size_t)r : s);
+		c->sink_got += (size_t)r - (size_t)left;
+		for (used = 0; used < n && left > 0; used++) {
+			if (v[used].iov_len > (size_t)left)
+				v[used].iov_len = (size_t)left;
+			left -= (ssize_t)v[used].iov_len;
+		}
+		evbuffer_commit_space(in, v, used);
+		c->sink_done = s && c->sink_got == c->sink_len;
+	}
+	conn_input_frozen(c, 1);
+	return r;
+}
+
+/*
  * libevent 2.1 reads at most 4 KiB per read event (EVBUFFER_MAX_READ), so a
  * 4 KiB page with its header takes two loop rounds and the bulk lane one
  * round per 4 KiB; its OpenSSL bufferevent decrypts one 16 KiB record per
@@ -413,15 +522,11 @@ conn_fill(struct conn *c)
 	evutil_socket_t fd = bufferevent_getfd(c->bev);
 	size_t have = evbuffer_get_length(in), taken = 0;
 
+	c->sink_done = 0;
 	while (fd >= 0) {
 		size_t want = 0, held = c->tls ? tls_pending(c->bev) : 0;
-		struct evbuffer_iovec v[2];
-		struct iovec iov[2];
-		size_t got;
-		ssize_t r;
-		int n, used;
-
 		size_t fill = c->fill_max ? c->fill_max : CONN_FILL_MAX;
+		ssize_t r;
 
 		if (have < CONN_READ_HIGH && taken < fill) {
 			want = CONN_READ_HIGH - have;
@@ -432,55 +537,24 @@ conn_fill(struct conn *c)
 			want = held;
 		if (want == 0)
 			break;
-		if (c->tls) {
-			r = conn_read_tls(c, in, want);
-			if (r > 0) {
-				have += (size_t)r;
-				taken += (size_t)r;
-				if ((size_t)r == want)
-					continue;
-				break;
-			}
-			if (r == 0)
-				errno = 0;
-			if (taken == 0 &&
-			    (r == 0 || (errno != EAGAIN && errno != EINTR)))
-				return -1;
+		r = c->tls ? conn_read_tls(c, in, want)
+			   : conn_read_plain(c, in, fd, want);
+		if (r > 0) {
+			/* Bytes in the sink are not the input's. */
+			have = evbuffer_get_length(in);
+			taken += (size_t)r;
+			/* Less: the socket is empty; a sunk frame goes first. */
+			if ((size_t)r == want && !c->sink_done)
+				continue;
 			break;
 		}
-		conn_input_frozen(c, 0);
-		n = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
-		for (int i = 0; i < n; i++) {
-			iov[i].iov_base = v[i].iov_base;
-			iov[i].iov_len = v[i].iov_len;
-		}
-		if (n <= 0) {
-			conn_input_frozen(c, 1);
-			break;
-		}
-		r = conn_read_iov(c, fd, iov, n);
-		if (r <= 0) {
-			conn_input_frozen(c, 1);
-			if (r == 0)
-				errno = 0;
-			/* EOF or error once what came before is handled. */
-			if (taken == 0 &&
-			    (r == 0 || (errno != EAGAIN && errno != EINTR)))
-				return -1;
-			break;
-		}
-		got = (size_t)r;
-		for (used = 0; used < n && r > 0; used++) {
-			if (v[used].iov_len > (size_t)r)
-				v[used].iov_len = (size_t)r;
-			r -= (ssize_t)v[used].iov_len;
-		}
-		evbuffer_commit_space(in, v, used);
-		conn_input_frozen(c, 1);
-		have += got;
-		taken += got;
-		if (got < want)
-			break; /* the socket is empty */
+		if (r == 0)
+			errno = 0;
+		/* EOF or error once what came before is handled. */
+		if (taken == 0 &&
+		    (r == 0 || (errno != EAGAIN && errno != EINTR)))
+			return -1;
+		break;
 	}
 	return (ssize_t)taken;
 }
@@ -512,16 +586,27 @@ conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
 			conn_destroy(c);
 		return;
 	}
-	if (conn_fill(c) < 0) {
-		snprintf(why, sizeof(why), "%s",
-			 errno ? strerror(errno) : "connection closed by peer");
-		/*
-		 * As for the bufferevent (conn_event_cb): the frames read
-		 * before the close are handled first, then the owner hears.
-		 */
-		conn_set_failing(c, why);
+	c->in_cb++;
+	for (int i = 0; i < CONN_SINK_ROUNDS && !c->dead; i++) {
+		if (conn_fill(c) < 0) {
+			snprintf(why, sizeof(why), "%s",
+				 errno ? strerror(errno)
+				       : "connection closed by peer");
+			/*
+			 * As for the bufferevent (conn_event_cb): the frames
+			 * read before the close are handled first, then the
+			 * owner hears.
+			 */
+			conn_set_failing(c, why);
+		}
+		conn_process(c);
+		/* A sunk frame handled: the next, unless faults come (io_max) */
+		if (c->failing || !c->sink_done || c->sink_len || c->fill_max)
+			break;
 	}
-	conn_process(c);
+	c->in_cb--;
+	if (c->dead && c->in_cb == 0)
+		conn_destroy(c);
 }
 
 static void
@@ -630,6 +715,7 @@ conn_free(struct conn *c)
 	if (c == NULL || c->dead)
 		return;
 	c->dead = 1;
+	conn_set_sink(c, 0, NULL, 0);
 	conn_reading(c, 0);
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 	event_del(c->resume);
@@ -669,6 +755,7 @@ conn_finish(struct conn *c)
 	c->on_frame = NULL;
 	c->on_close = NULL;
 	c->on_drain = NULL;
+	conn_set_sink(c, 0, NULL, 0);
 	conn_reading(c, 0);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
@@ -849,53 +936,6 @@ conn_writev(struct conn *c, const struct iovec *iov, int n)
 	return 0;
 }
 
-int
-conn_send(struct conn *c, uint16_t type, const ProtobufCMessage *msg)
-{
-	size_t len;
-	uint8_t *buf = frame_pack(type, msg, 0, &len);
-	struct iovec iov;
-	int rc;
-
-	if (buf == NULL)
-		return -1;
-	iov.iov_base = buf;
-	iov.iov_len = len;
-	rc = conn_writev(c, &iov, 1);
-	free(buf);
-	return rc;
-}
-
-int
-conn_send_data_hdr(struct conn *c, const ProtobufCMessage *msg,
-		   uint32_t data_len)
-{
-	size_t len;
-	uint8_t *buf = frame_pack(FRAME_PAGE_DATA, msg, data_len, &len);
-	int rc;
-
-	if (buf == NULL)
-		return -1;
-	rc = bufferevent_write(c->bev, buf, len);
-	free(buf);
-	return rc;
-}
-
-int
-conn_send_error(struct conn *c, uint32_t code, const char *fmt, ...)
-{
-	Uffdd__Error e = UFFDD__ERROR__INIT;
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	e.code = code;
-	e.message = msg;
-	return conn_send(c, FRAME_ERROR, &e.base);
-}
-
 struct evbuffer *
 conn_output(struct conn *c)
 {
@@ -933,8 +973,27 @@ conn_take_data(struct conn *c, void *dst, size_t n)
 {
 	if (n > c->data_left)
 		return -1;
-	if (evbuffer_remove(bufferevent_get_input(c->bev), dst, n) != (int)n)
+	if (c->data_sunk && c->sink == NULL)
+		return -1; /* conn_finish() dropped it */
+	else if (c->data_sunk) {
+		const uint8_t *from = c->sink + (c->sink_len - c->data_left);
+
+		if (dst != from) /* into the sink itself: nothing to copy */
+			memcpy(dst, from, n);
+	} else if (evbuffer_remove(bufferevent_get_input(c->bev), dst, n) !=
+		   (int)n) {
 		return -1;
+	}
 	c->data_left -= n;
 	return 0;
+}
+
+void
+conn_set_sink(struct conn *c, uint16_t type, uint8_t *buf, size_t cap)
+{
+	c->sink = buf;
+	c->sink_type = type;
+	c->sink_cap = buf ? cap : 0;
+	if (buf == NULL)
+		c->sink_len = c->sink_got = 0; /* the input goes too */
 }

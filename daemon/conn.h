@@ -86,6 +86,13 @@ void conn_flush(struct conn *);
 void conn_set_direct(struct conn *);
 /* Reads the socket itself, not through the bufferevent (see conn.c). */
 void conn_read_direct(struct conn *);
+/*
+ * A direct reader takes the data of a frame of `type` (at most cap bytes)
+ * from the socket straight into buf, while the owner has not stalled the
+ * conn: buf is the owner's until conn_stall(c, 0) once it stalled, and
+ * conn_take_data() into buf then copies nothing. NULL: none.
+ */
+void conn_set_sink(struct conn *, uint16_t type, uint8_t *buf, size_t cap);
 /* Sends iov[0..n) as one piece of output, directly if the conn allows. */
 int conn_writev(struct conn *, const struct iovec *iov, int n);
 /* Takes n bytes of the current frame's data into dst. */

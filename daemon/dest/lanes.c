@@ -261,7 +261,14 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		dest_precopy_sync(d, c, (const Uffdd__Ping *)msg);
 	} else if (h->type == FRAME_ERROR) {
 		dest_lanes_down(d, ((const Uffdd__Error *)msg)->message);
-	} else if (h->type != FRAME_HELLO && h->type != FRAME_PING) {
+	} else if (h->type == FRAME_HELLO) {
+		/*
+		 * Established: read the socket ourselves, one readv a round,
+		 * not the bufferevent's FIONREAD and small read before
+		 * conn_fill()'s (a plaintext lane; TLS stays with it).
+		 */
+		conn_read_direct(c);
+	} else if (h->type != FRAME_PING) {
 		dest_lanes_down(d, "unexpected frame on the bulk lane");
 	}
 }

@@ -16,7 +16,9 @@
 # BENCH_LATENCY_ONLY=1 the idle and the during-bulk fault cases alone,
 # BENCH_DST_ARGS adds arguments to the plaintext destination daemons and
 # BENCH_ARGS to every daemon (A/B runs of a daemon option, e.g.
-# BENCH_ARGS="--poll-us 0"), BENCH_BUSY_ONLY=1 the busy destination's pair
+# BENCH_ARGS="--poll-us 0"), BENCH_CPU_ONLY=1 the bulk floor and the
+# plaintext bulk migration alone (the CPU s/GiB rows),
+# BENCH_BUSY_ONLY=1 the busy destination's pair
 # alone (the demo's workload against nothing touched, TLS). The idle fault case runs twice a round: once
 # with every process of it (the floor's three; the two daemons and the
 # workloads of the uffdd case) on one CPU, BENCH_PIN (default 1), floor
@@ -245,8 +247,31 @@ busy_dest_pair() {
 	done
 }
 
+# cpu_rows: the bulk floor and the plaintext 1 GiB migration with nothing
+# touched, the figures of the CPU s/GiB rows (issue 24).
+cpu_rows() {
+	read -r secs cpu scpu rcpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
+		tr '=' ' ' | awk '{print $5, $9, $13, $15}')
+	rec floor_bulk_s "$secs"
+	rec floor_bulk_cpu "$cpu"
+	rec floor_send_cpu "$scpu"
+	rec floor_recv_cpu "$rcpu"
+	migrate_once "$BIG" dst 0
+	M_SCPU_PLAIN=$M_SCPU M_DCPU_PLAIN=$M_DCPU
+	rec bulk_s "$M_SECS"
+	rec src_cpu "$(echo "$M_SCPU / $GIB" | bc -l)"
+	rec dst_cpu "$(echo "$M_DCPU / $GIB" | bc -l)"
+	rec both_cpu "$(echo "($M_SCPU + $M_DCPU) / $GIB" | bc -l)"
+}
+
 for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	info "round $ROUND of $ROUNDS"
+	# BENCH_CPU_ONLY=1: the CPU s/GiB rows alone (quick A/B of builds).
+	if [ -n "${BENCH_CPU_ONLY:-}" ]; then
+		cpu_rows
+		tail -n 40 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
+		continue
+	fi
 	busy_dest_pair
 	# BENCH_BUSY_ONLY=1: that pair alone (quick A/B of builds).
 	if [ -n "${BENCH_BUSY_ONLY:-}" ]; then
@@ -290,12 +315,7 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	# destination faults (the busy-lane latency case). BENCH_LATENCY_ONLY=1
 	# skips to the last (quick A/B of the two latency rows).
 	if [ -z "${BENCH_LATENCY_ONLY:-}" ]; then
-		read -r secs cpu scpu rcpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
-			tr '=' ' ' | awk '{print $5, $9, $13, $15}')
-		rec floor_bulk_s "$secs"
-		rec floor_bulk_cpu "$cpu"
-		rec floor_send_cpu "$scpu"
-		rec floor_recv_cpu "$rcpu"
+		cpu_rows
 		# Shared memory: installing with UFFDIO_COPY against receiving into
 		# the page cache and mapping with UFFDIO_CONTINUE (issue 6's zero-copy
 		# path), both in the floor program, receiver CPU per GiB.
@@ -305,12 +325,6 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 			rec "shmem_${how}_s" "$secs"
 			rec "shmem_${how}_cpu" "$rcpu"
 		done
-		migrate_once "$BIG" dst 0
-		M_SCPU_PLAIN=$M_SCPU M_DCPU_PLAIN=$M_DCPU
-		rec bulk_s "$M_SECS"
-		rec src_cpu "$(echo "$M_SCPU / $GIB" | bc -l)"
-		rec dst_cpu "$(echo "$M_DCPU / $GIB" | bc -l)"
-		rec both_cpu "$(echo "($M_SCPU + $M_DCPU) / $GIB" | bc -l)"
 		migrate_once "$BIG" dstt 0 srct
 		rec tls_bulk_s "$M_SECS"
 		rec tls_both_cpu "$(echo "($M_SCPU + $M_DCPU) / $GIB" | bc -l)"
