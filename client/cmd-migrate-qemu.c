@@ -388,19 +388,7 @@ finish(struct flow *f)
 	f->resident = 1;
 	flow_say("every page resident %.3f s after switchover",
 		 flow_now() - (f->resume ? f->t_run : f->t_stop));
-	/* QEMU may hang up before it answers quit: what counts is its exit. */
-	qmp_execute(f->src, "quit", NULL, NULL);
-	for (int i = 0; i < 100 && process_alive(qmp_pid(f->src)); i++)
-		usleep(100000);
-	if (process_alive(qmp_pid(f->src))) {
-		fprintf(stderr,
-			"uffd-client: source QEMU pid %d did not quit; the "
-			"destination holds every page, it may be killed\n",
-			(int)qmp_pid(f->src));
-		return -1;
-	}
-	flow_say("source QEMU has exited");
-	return 0;
+	return source_quit(f->src);
 }
 
 /*

@@ -272,18 +272,7 @@ send_finish(struct send *s)
 	s->resident = 1;
 	flow_say("every page resident %.3f s after the source stopped",
 		 flow_now() - s->t_stop);
-	qmp_execute(s->q, "quit", NULL, NULL);
-	for (int i = 0; i < 100 && process_alive(qmp_pid(s->q)); i++)
-		usleep(100000);
-	if (process_alive(qmp_pid(s->q))) {
-		fprintf(stderr,
-			"uffd-client: source QEMU pid %d did not quit; the "
-			"destination holds every page, it may be killed\n",
-			(int)qmp_pid(s->q));
-		return -1;
-	}
-	flow_say("source QEMU has exited");
-	return 0;
+	return source_quit(s->q);
 }
 
 /* A deferred export that never went ends; the guest was never moved. */

@@ -199,3 +199,21 @@ devstate_wait(struct qmp *q, double t0, char *st, size_t stlen, uint64_t *bytes)
 		usleep(5000);
 	}
 }
+
+int
+source_quit(struct qmp *q)
+{
+	/* QEMU may hang up before it answers quit: what counts is its exit. */
+	qmp_execute(q, "quit", NULL, NULL);
+	for (int i = 0; i < 100 && process_alive(qmp_pid(q)); i++)
+		usleep(100000);
+	if (process_alive(qmp_pid(q))) {
+		fprintf(stderr,
+			"uffd-client: source QEMU pid %d did not quit; the "
+			"destination holds every page, it may be killed\n",
+			(int)qmp_pid(q));
+		return -1;
+	}
+	flow_say("source QEMU has exited");
+	return 0;
+}

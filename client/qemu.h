@@ -58,6 +58,8 @@ void flow_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  */
 pid_t holder_start(struct ramblock *b, size_t n);
 void holder_keep(void);
+/* Every page is the destination's: the source QEMU quits (0), or -1. */
+int source_quit(struct qmp *q);
 /* Stops the vCPUs of a QEMU whose status is `status`, if running. */
 int qemu_stop(struct qmp *q, const char *status);
 /*
