@@ -7,10 +7,10 @@
 # made here. Both exit 0; the destination, left paused until every page is
 # resident (receive --no-resume), holds the source's RAM byte for byte;
 # the guest's memory checker passes there once it runs; the source QEMU has
-# exited. Then the same with the guest running on the destination and the
-# link cut for 5 s after the switchover, the bulk stream slowed so that the
-# post-copy is still running at the cut: the guest waits out the cut and
-# its checker sees no wrong byte. And one refusal: a receive for an ID no send
+# exited. Then the same with the link cut for 5 s after the switchover, the
+# bulk stream slowed so that the post-copy is still running at the cut:
+# the migration resumes and completes, the destination's RAM byte for byte
+# the source's, and the checker sees no wrong byte once the guest runs. And one refusal: a receive for an ID no send
 # exports gives up at its timeout, saying so, its QEMU not started.
 . "$SRC/tests/lib.sh"
 need_root
@@ -122,7 +122,7 @@ info "C (source host) -> D (destination host), the link cut for 5 s after the sw
 QEMU_NS=$NS_DST qemu d -incoming defer
 id=$(new_id)
 port=$(in_port)
-receive d src2 "$id" "$port" --timeout 300
+receive d src2 "$id" "$port" --timeout 300 --no-resume
 sleep 1
 send c src2 "$id" "$port"
 # Switchover: the device state is at the destination.
@@ -139,5 +139,8 @@ heal_link
 info "link back"
 finish_both c d
 gone "${QPID[c]}"
+grep -q '^  reconnects *[1-9]' "$T/recv-d.out" ||
+	fail "no reconnect after the cut: $(cat "$T/recv-d.out")"
+same_ram c d
 runs_on d 3
 info "D: $(tail -n 1 "$T/d.serial")"
