@@ -308,6 +308,9 @@ send_undo(struct send *s)
 	}
 	if (s->id[0] && !s->went)
 		send_cancel(s);
+	/* A device-state migration still going must not land after cont. */
+	if (s->went)
+		qmp_execute(s->q, "migrate_cancel", NULL, NULL);
 	if (s->holder > 0) {
 		/* After go, its end fails the migration at both daemons. */
 		kill(s->holder, SIGKILL);

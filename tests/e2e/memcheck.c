@@ -45,9 +45,9 @@ static void
 scratch(size_t mib)
 {
 	size_t words = mib << 17;
-	uint64_t *b = mmap(NULL, words * sizeof(uint64_t),
-			   PROT_READ | PROT_WRITE,
-			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	uint64_t *b =
+		mmap(NULL, words * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 
 	if (b == MAP_FAILED)
 		return;
