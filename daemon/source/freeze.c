@@ -295,17 +295,33 @@ source_settled_switches(pid_t pid)
  * exported ranges are write-protected where the kernel can track writes,
  * and its threads' context switches are counted from here.
  */
+/*
+ * Write-protecting puts a marker in every page table entry of the ranges,
+ * populated or not: a sparse mapping of 169 GB took the daemon over 20 s
+ * (found by fuzz_state). Beyond this much, runs are found by context
+ * switches alone, as on a kernel without the tracker.
+ */
+#define WATCH_WP_MAX (32ull << 30)
+
 void
 source_watch_freeze(struct source *s)
 {
 	struct range *rs = xcalloc(s->nregs, sizeof(*rs));
+	uint64_t total = 0;
 	char why[256];
 
 	for (size_t i = 0; i < s->nregs; i++) {
 		rs[i].start = s->regs[i].r.start;
 		rs[i].end = s->regs[i].r.start + s->regs[i].r.length;
+		total += s->regs[i].r.length;
 	}
-	if (!wptrack_usable())
+	if (total > WATCH_WP_MAX)
+		log_info("migration %s: %llu GiB exported, more than the "
+			 "write tracker takes (%llu GiB): a run of process %d "
+			 "is found by its context switches, at the next ping",
+			 log_id(s->m->id), (unsigned long long)(total >> 30),
+			 WATCH_WP_MAX >> 30, (int)s->m->pid);
+	else if (!wptrack_usable())
 		log_debug("migration %s: this kernel cannot track writes "
 			  "(UFFD_FEATURE_WP_ASYNC, PAGEMAP_SCAN): a run of "
 			  "process %d is found by its context switches, at the "
