@@ -142,9 +142,7 @@ wait_one(struct image_ra *ra)
 	struct io_uring_cqe *cqe;
 	int rc;
 
-	if (ra->queued && (rc = io_uring_submit(&ra->ring)) > 0)
-		ra->queued -=
-			(unsigned)rc < ra->queued ? (unsigned)rc : ra->queued;
+	image_ra_submit(ra);
 	if ((rc = io_uring_wait_cqe(&ra->ring, &cqe)) < 0)
 		return rc == -EINTR ? 0 : rc;
 	reap(ra, cqe);
