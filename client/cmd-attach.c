@@ -196,6 +196,7 @@ attach_options(int argc, char **argv, Uffdd__AttachRequest *req,
 		{"ws-faults", required_argument, NULL, 'N'},
 		{"ws-secs", required_argument, NULL, 'S'},
 		{"wait-export", required_argument, NULL, 'E'},
+		{"hold-bulk", no_argument, NULL, 'H'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -237,6 +238,9 @@ attach_options(int argc, char **argv, Uffdd__AttachRequest *req,
 		case 'E':
 			req->export_wait_secs =
 				parse_u32(optarg, "--wait-export", 3600, u);
+			break;
+		case 'H':
+			req->hold_bulk = 1;
 			break;
 		default:
 			die_usage(u);

@@ -1,7 +1,8 @@
 /*
  * go ID: a deferred export (export --deferred) takes its process's memory
  * from now on; cancel ID: a deferred export ends before its go, the
- * process untouched.
+ * process untouched; release ID: an attach --hold-bulk's target runs, its
+ * bulk stream may start.
  */
 #include "config.h"
 
@@ -12,7 +13,7 @@
 #include "client/client.h"
 #include "proto/frame.h"
 
-/* One GO or CANCEL for the ID on the command line; its reply, timed. */
+/* One GO, CANCEL or RELEASE for the ID on the command line; its reply. */
 static Uffdd__GoReply *
 go_call(const struct cmd_entry *self, int argc, char **argv, uint16_t type,
 	uint16_t want, double *ms)
@@ -58,6 +59,18 @@ cmd_cancel(const struct cmd_entry *self, int argc, char **argv)
 				      FRAME_CTL_CANCEL_REPLY, &ms);
 
 	printf("cancelled %s\n", rep->id);
+	frame_free(&rep->base);
+	return 0;
+}
+
+int
+cmd_release(const struct cmd_entry *self, int argc, char **argv)
+{
+	double ms;
+	Uffdd__GoReply *rep = go_call(self, argc, argv, FRAME_CTL_RELEASE,
+				      FRAME_CTL_RELEASE_REPLY, &ms);
+
+	printf("released %s: its bulk stream may start\n", rep->id);
 	frame_free(&rep->base);
 	return 0;
 }

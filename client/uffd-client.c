@@ -22,10 +22,11 @@ static const struct cmd_entry cmds[] = {
 	{"cancel", "cancel ID", cmd_cancel},
 	{"attach",
 	 "attach PID (--from HOST:PORT --id ID [--pin SHA256] "
-	 "[--wait-export SEC] | --image FILE "
+	 "[--wait-export SEC] [--hold-bulk] | --image FILE "
 	 "[--record-working-set [--ws-faults N] [--ws-secs S]]) "
 	 "[--range START-END]... [--map SRC:DST|NAME=DST]... [--wait]",
 	 cmd_attach},
+	{"release", "release ID", cmd_release},
 	{"status", "status [ID] [--json]", cmd_status},
 	{"wait", "wait ID [--timeout SEC]", cmd_wait},
 	{"migrate-qemu",

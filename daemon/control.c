@@ -218,6 +218,7 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		break;
 	case FRAME_CTL_GO:
 	case FRAME_CTL_CANCEL:
+	case FRAME_CTL_RELEASE:
 	case FRAME_CTL_SNAPSHOT: {
 		/* Served by a role besides its own request (role.h). */
 		const struct role_request *q = role_request_by_type(h->type);

@@ -45,6 +45,10 @@ static const struct frame_type_entry {
 	{FRAME_CTL_GO_REPLY, "GO_REPLY", &uffdd__go_reply__descriptor},
 	{FRAME_CTL_CANCEL, "CANCEL", &uffdd__go_request__descriptor},
 	{FRAME_CTL_CANCEL_REPLY, "CANCEL_REPLY", &uffdd__go_reply__descriptor},
+	{FRAME_CTL_RELEASE, "RELEASE", &uffdd__go_request__descriptor},
+	{FRAME_BULK_GO, "BULK_GO", &uffdd__ping__descriptor},
+	{FRAME_CTL_RELEASE_REPLY, "RELEASE_REPLY",
+	 &uffdd__go_reply__descriptor},
 };
 
 /* The table entry of a frame type, NULL for an unknown type. */

@@ -47,6 +47,14 @@ frame_pages_fit(uint64_t page_size, uint64_t max)
  */
 #define FEATURE_PRECOPY "precopy"
 /*
+ * Hello feature: a destination attached with hold_bulk says it on its
+ * demand lane while its target has not run yet; a source that knows it
+ * says it back and streams nothing on the bulk lane until the
+ * destination's BULK_GO (demand answers go on). Said again, or not, on
+ * every reconnect.
+ */
+#define FEATURE_BULK_HOLD "bulk_hold"
+/*
  * Control feature (StatusReply.features) of a daemon that knows export
  * --deferred and --id, and GO and CANCEL.
  */
@@ -63,6 +71,7 @@ enum frame_type {
 	FRAME_PING = 8,
 	FRAME_SWITCHOVER = 9,
 	FRAME_ROUND_SYNC = 10,
+	FRAME_BULK_GO = 11, /* Ping; destination to source, demand lane */
 	FRAME_CTL_EXPORT = 100,
 	FRAME_CTL_EXPORT_REPLY = 101,
 	FRAME_CTL_ATTACH = 102,
@@ -85,6 +94,9 @@ enum frame_type {
 	FRAME_CTL_GO_REPLY = 126,
 	FRAME_CTL_CANCEL = 127,
 	FRAME_CTL_CANCEL_REPLY = 128,
+	/* An attach's bulk lane, held (AttachRequest.hold_bulk), is read. */
+	FRAME_CTL_RELEASE = 129,
+	FRAME_CTL_RELEASE_REPLY = 130,
 };
 
 /* Error codes carried in Error frames and control replies. */

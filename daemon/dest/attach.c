@@ -519,6 +519,7 @@ attach_go(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	d->owner = *who;
 	d->serial = serial;
 	d->export_wait = req->export_wait_secs;
+	d->run_hold = req->hold_bulk ? 1 : 0;
 	migration_set_peer(d->m, from);
 	if (req->record_working_set) {
 		migration_ws_start(d->m, req->ws_faults, req->ws_secs);
@@ -666,4 +667,5 @@ void
 dest_register(void)
 {
 	role_register(&dest_ops);
+	dest_runhold_register();
 }

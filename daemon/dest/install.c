@@ -429,7 +429,8 @@ root_went(const struct dest *d)
 void
 dest_bulk_hold(struct dest *d)
 {
-	int rec = d->m->ws != NULL && !migration_ws_closed(d->m);
+	int rec = (d->m->ws != NULL && !migration_ws_closed(d->m)) ||
+		  d->run_hold == 1;
 
 	if (d->bulk)
 		conn_pause(d->bulk, d->nrequests == 1 || rec);

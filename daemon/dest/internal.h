@@ -197,6 +197,14 @@ struct dest {
 	 * recording's time is up.
 	 */
 	struct event *ws_ev;
+	/*
+	 * runhold.c (AttachRequest.hold_bulk): 1 while the bulk lane is held
+	 * until the target runs, 2 once released; run_hold_ev releases it
+	 * BULK_HOLD_SECS after the first fault if no RELEASE came.
+	 */
+	int run_hold;
+	int src_holds; /* the source said FEATURE_BULK_HOLD back */
+	struct event *run_hold_ev;
 
 	/*
 	 * hold.c: private file mappings cannot be registered (userfaultfd has
@@ -317,6 +325,9 @@ uint64_t dest_private_missing(const struct dest *);
 void dest_request_private(struct dest *);
 int dest_hold_target(struct dest *, struct inject *, char *err, size_t errlen);
 void dest_release_held(struct dest *);
+void dest_run_hold_fault(struct dest *);
+void dest_run_hold_hello(struct dest *, const Uffdd__Hello *);
+void dest_runhold_register(void);
 int dest_write_private(struct dest *, struct dst_region *,
 		       const Uffdd__PageData *, const struct evbuffer_iovec *,
 		       int nv);

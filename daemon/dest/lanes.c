@@ -410,6 +410,7 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		if (((const Uffdd__Hello *)msg)->version ==
 		    UFFDD_PROTO_VERSION) {
 			dest_precopy_hello(d, (const Uffdd__Hello *)msg);
+			dest_run_hold_hello(d, (const Uffdd__Hello *)msg);
 			break;
 		}
 		if (d->m->state == MIG_CONNECTING)
@@ -484,7 +485,7 @@ demand_close(struct conn *c, const char *why, void *arg)
 int
 dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 {
-	static char *feat[] = {FEATURE_PRECOPY};
+	static char *feat[] = {FEATURE_PRECOPY, FEATURE_BULK_HOLD};
 	Uffdd__Hello h = UFFDD__HELLO__INIT;
 	char name[300];
 
@@ -502,8 +503,11 @@ dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 	h.lane = UFFDD__LANE__LANE_DEMAND;
 	h.migration_id = d->m->id;
 	h.resume = resuming;
-	/* We know SWITCHOVER: a pre-copy's source may go on with us. */
-	h.n_features = 1;
+	/*
+	 * We know SWITCHOVER: a pre-copy's source may go on with us; and
+	 * whether the bulk stream waits for our target to run (runhold.c).
+	 */
+	h.n_features = d->run_hold == 1 ? 2 : 1;
 	h.features = feat;
 	return conn_send(d->demand, FRAME_HELLO, &h.base);
 }

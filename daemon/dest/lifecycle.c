@@ -28,9 +28,9 @@
 static void
 free_events(struct dest *d)
 {
-	struct event *evs[] = {d->uffd_ev,    d->exit_ev, d->retry_ev,
-			       d->bulk_delay, d->find_ev, d->piece_ev,
-			       d->ws_ev};
+	struct event *evs[] = {d->uffd_ev,    d->exit_ev,    d->retry_ev,
+			       d->bulk_delay, d->find_ev,    d->piece_ev,
+			       d->ws_ev,      d->run_hold_ev};
 
 	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
 		if (evs[i]) /* event_free() takes no NULL */

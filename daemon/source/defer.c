@@ -107,14 +107,21 @@ same_regions(const struct source *s, const struct region *regs, size_t n)
 	return 1;
 }
 
-/* Every region's pages classified, now that the process is frozen. */
+/*
+ * Every region's pages classified (hugetlb_only: the shared hugetlb ones
+ * alone), now that the process is frozen.
+ */
 static int
-classify_all(struct source *s, uint32_t *code, char *err, size_t errlen)
+classify_some(struct source *s, int hugetlb_only, uint32_t *code, char *err,
+	      size_t errlen)
 {
 	for (size_t i = 0; i < s->nregs; i++) {
 		struct src_region *sr = &s->regs[i];
 		int64_t data;
 
+		if (hugetlb_only &&
+		    !(sr->r.kind == REGION_HUGETLB && sr->r.shared))
+			continue;
 		memset(sr->data, 0, bit_words(sr->npages) * sizeof(uint64_t));
 		if (sr->cache_fd >= 0)
 			close(sr->cache_fd);
@@ -133,9 +140,34 @@ classify_all(struct source *s, uint32_t *code, char *err, size_t errlen)
 }
 
 /*
+ * At go every page counts as data until after_go() classifies them: a
+ * page asked for meanwhile is answered with its bytes, never wrongly as
+ * zeros, and go leaves the classification's milliseconds out of the
+ * guest's stop window. Shared hugetlb is all data anyway, and classifying
+ * it opens the file its pages are read from.
+ */
+static int
+presume_data(struct source *s, uint32_t *code, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < s->nregs; i++) {
+		struct src_region *sr = &s->regs[i];
+
+		if (sr->r.kind == REGION_HUGETLB && sr->r.shared)
+			continue;
+		for (uint64_t p = 0; p < sr->npages; p++)
+			bit_set(sr->data, p);
+		sr->r.data_pages = sr->npages;
+		sr->r.zero_pages = 0;
+	}
+	s->unclassified = 1;
+	return classify_some(s, 1, code, err, errlen);
+}
+
+/*
  * Go's work: freezes the process (checked again for the caller who),
- * checks its maps are the ones exported, classifies its pages. On failure
- * the process runs again as it was, and the export is still deferred.
+ * checks its maps are the ones exported, takes every page as data. On
+ * failure the process runs again as it was, and the export is still
+ * deferred.
  */
 static int
 take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
@@ -162,7 +194,7 @@ take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
 	}
 	free(regs);
 	us[1] = (now_ns() - t0) / 1000 - us[0];
-	if (n <= 0 || classify_all(s, code, err, errlen) < 0) {
+	if (n <= 0 || presume_data(s, code, err, errlen) < 0) {
 		source_thaw(&s->t, was_stopped);
 		return -1;
 	}
@@ -243,26 +275,65 @@ static void
 after_go(evutil_socket_t fd, short what, void *arg)
 {
 	struct source *s = arg;
-	uint64_t t0 = now_ns();
-	int e;
+	uint64_t t0 = now_ns(), t1, t2;
+	char err[256];
+	uint32_t code;
+	int rc, e;
 
 	(void)fd;
 	(void)what;
+	if (classify_some(s, 0, &code, err, sizeof(err)) < 0) {
+		source_thaw(&s->t, s->was_stopped);
+		source_fail(s, "go: %s; process %d runs again", err,
+			    (int)s->m->pid);
+		return;
+	}
+	s->unclassified = 0;
+	t1 = now_ns();
 	source_watch_freeze(s);
-	log_info("migration %s: watching process %d took %llu us after go",
-		 log_id(s->m->id), (int)s->m->pid,
-		 (unsigned long long)((now_ns() - t0) / 1000));
-	if (source_persist_now(s) == 0) {
+	t2 = now_ns();
+	rc = source_persist_now(s);
+	e = errno;
+	log_info("migration %s: after go: classification %llu us, watching "
+		 "process %d %llu us, the state file %llu us",
+		 log_id(s->m->id), (unsigned long long)((t1 - t0) / 1000),
+		 (int)s->m->pid, (unsigned long long)((t2 - t1) / 1000),
+		 (unsigned long long)((now_ns() - t2) / 1000));
+	if (rc == 0) {
 		if (s->bulk)
 			source_bulk_produce(s);
 		return;
 	}
-	e = errno;
 	source_thaw(&s->t, s->was_stopped);
 	source_fail(s,
 		    "go: cannot save the export's state: %s; process %d runs "
 		    "again",
 		    strerror(e), (int)s->m->pid);
+}
+
+/*
+ * What go leaves for later (after_go()) runs once nothing holds the bulk
+ * stream: neither go's client (hold_bulk) nor the destination (its target
+ * not running yet: lanes.c, peer_held), so that it takes no CPU from the
+ * stop window; or anyway, when go's hold was at its longest. Else the
+ * bulk stream starts, if nothing holds it.
+ */
+static void
+go_rest(struct source *s, int anyway)
+{
+	if (s->go_pending && (anyway || (!s->bulk_held && !s->peer_held))) {
+		s->go_pending = 0;
+		event_active(s->go_ev, EV_TIMEOUT, 0);
+	} else if (!s->go_pending && s->bulk) {
+		source_bulk_produce(s);
+	}
+}
+
+/* A hold was let go (lanes.c: the destination's BULK_GO). */
+void
+source_hold_changed(struct source *s)
+{
+	go_rest(s, 0);
 }
 
 /*
@@ -281,12 +352,11 @@ release_bulk(evutil_socket_t fd, short what, void *arg)
 	if (!s->bulk_held)
 		return;
 	s->bulk_held = 0;
-	log_info("migration %s: bulk stream started%s", log_id(s->m->id),
+	log_info("migration %s: bulk stream released%s", log_id(s->m->id),
 		 what & EV_TIMEOUT ? " (held for its longest)" : "");
 	if (s->hold_ev)
 		event_del(s->hold_ev);
-	if (s->bulk)
-		source_bulk_produce(s);
+	go_rest(s, what & EV_TIMEOUT);
 }
 
 static void
@@ -362,21 +432,23 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	if ((c = control_conn(serial)) != NULL)
 		conn_flush(c);
 	log_info("migration %s: go: process %d taken in %llu us (freeze %llu, "
-		 "maps %llu, classification %llu); %u queued page requests "
-		 "answered",
+		 "maps %llu, pages taken as data %llu); %u queued page "
+		 "requests answered",
 		 log_id(s->m->id), (int)s->m->pid,
 		 (unsigned long long)rep.work_us, (unsigned long long)us[0],
 		 (unsigned long long)us[1], (unsigned long long)us[2],
 		 rep.queued);
 	/*
-	 * The rest from the loop, after what waits at a higher priority:
-	 * the destination's first faults come as its guest starts, in the
-	 * stop window, and must not wait behind milliseconds of tracker
-	 * and state file.
+	 * The rest from the loop, after what waits at a higher priority, and
+	 * after the holds (go_rest()): the destination's first faults come
+	 * as its guest loads and starts, in the stop window, and must not
+	 * wait behind milliseconds of classification, tracker and state
+	 * file, nor share the CPUs with them.
 	 */
 	s->go_ev = event_new(base, -1, 0, after_go, s);
 	event_priority_set(s->go_ev, PRIO_BULK);
-	event_active(s->go_ev, EV_TIMEOUT, 0);
+	s->go_pending = 1;
+	go_rest(s, 0);
 }
 
 /* CANCEL: a deferred export ends before its go, its process untouched. */

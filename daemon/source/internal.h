@@ -169,6 +169,11 @@ struct source {
 	/* defer.c: the bulk stream held after go, until release or hold_ev */
 	int bulk_held;
 	struct event *hold_ev;
+	/* lanes.c: the destination holds the bulk stream (FEATURE_BULK_HOLD) */
+	int peer_held;
+	/* defer.c: pages taken as data at go, classified after it */
+	int unclassified;
+	int go_pending; /* defer.c: after_go() waits for the holds */
 	int dirty;
 	/*
 	 * The process, as checked (procref.h): signals go through its pidfd,
@@ -239,6 +244,7 @@ int source_defer_request(struct source *, const Uffdd__PageRequest *);
 void source_defer_lanes_down(struct source *);
 void source_defer_free(struct source *);
 void source_defer_register(void);
+void source_hold_changed(struct source *);
 
 /* image.c */
 /*

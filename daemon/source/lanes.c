@@ -278,6 +278,29 @@ have_pages(struct source *s, const Uffdd__PageBitmap *b)
 	return 0;
 }
 
+/* Whether a HELLO says feature f. */
+static int
+hello_says(const Uffdd__Hello *h, const char *f)
+{
+	for (size_t i = 0; i < h->n_features; i++)
+		if (strcmp(h->features[i], f) == 0)
+			return 1;
+	return 0;
+}
+
+/* BULK_GO: the destination's target runs; the bulk stream may start. */
+static void
+bulk_go(struct source *s)
+{
+	if (!s->peer_held)
+		return;
+	s->peer_held = 0;
+	log_info("migration %s: the destination lets the bulk stream start",
+		 log_id(s->m->id));
+	if (s->m->state == MIG_RUNNING)
+		source_hold_changed(s);
+}
+
 /* A frame on the demand lane, by its type. */
 static void
 demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
@@ -323,6 +346,9 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		}
 		break;
 	case FRAME_PING:
+		break;
+	case FRAME_BULK_GO:
+		bulk_go(s);
 		break;
 	case FRAME_ROUND_SYNC:
 		if (source_precopy_synced(s, (const Uffdd__Ping *)msg) < 0) {
@@ -489,8 +515,9 @@ send_regions(struct source *s, struct conn *c)
 static int
 demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 {
-	static char *feat[] = {FEATURE_PRECOPY};
+	char *feat[2];
 	Uffdd__Hello me = UFFDD__HELLO__INIT;
+	int was_held;
 
 	if (hello->lane == UFFDD__LANE__LANE_DEMAND && hello->resume &&
 	    s->demand) {
@@ -522,13 +549,19 @@ demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 	conn_read_direct(c);
 	me.version = UFFDD_PROTO_VERSION;
 	me.lane = UFFDD__LANE__LANE_DEMAND;
+	me.features = feat;
 	if (source_precopy_running(s)) {
-		me.n_features = 1;
-		me.features = feat;
+		feat[me.n_features++] = FEATURE_PRECOPY;
 		peer_set_user_timeout(c, PRECOPY_LINK_SECS);
 	}
+	was_held = s->peer_held;
+	s->peer_held = hello_says(hello, FEATURE_BULK_HOLD);
+	if (s->peer_held)
+		feat[me.n_features++] = FEATURE_BULK_HOLD;
 	conn_send(c, FRAME_HELLO, &me.base);
 	send_regions(s, c);
+	if (was_held && !s->peer_held)
+		source_hold_changed(s);
 	return 0;
 }
 

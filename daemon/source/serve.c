@@ -425,10 +425,11 @@ source_bulk_produce(struct source *s)
 	uint64_t bytes = 0, round = BULK_ROUND_BYTES, frame = BULK_DATA_PAGES;
 
 	/*
-	 * Deferred: the process runs until go; go starts the stream, or a
-	 * release after it (defer.c, bulk_held).
+	 * Not before go, nor its release (defer.c, bulk_held), the
+	 * destination's BULK_GO (lanes.c, peer_held) and the
+	 * classification after go (defer.c, unclassified).
 	 */
-	if (s->m->deferred || s->bulk_held)
+	if (s->m->deferred || s->bulk_held || s->peer_held || s->unclassified)
 		return;
 	/*
 	 * While demand traffic is recent, one small frame a loop pass, and

@@ -6,9 +6,10 @@
 # `go` takes its memory, and the destination ends byte for byte equal to
 # the stopped source (memhash, --keep-source). go's latency is printed.
 # Then the refusals: a bad or taken --id, go on an unknown ID, on an
-# export that is not deferred, twice; --deferred with --precopy; and
-# cancel, which leaves the process as it was, as a daemon stopped before
-# go does.
+# export that is not deferred, twice; --deferred with --precopy; cancel,
+# which leaves the process as it was, as a daemon stopped before go does;
+# and an attach made before its export, its bulk stream held until its
+# release (attach --hold-bulk, release), with release's refusals.
 . "$SRC/tests/lib.sh"
 need_root
 start_daemon src
@@ -112,13 +113,15 @@ sleep 0.2
 info "cancel left the process running"
 
 # attach --wait-export: the destination half first. Its attach waits for
-# an export under the ID it was given, then goes on as any other.
+# an export under the ID it was given, then goes on as any other. With
+# --hold-bulk, no page streams after go until `release` (the target
+# faults nothing meanwhile here), and then everything comes.
 start_workload WS2 source --size 8M --threads 2 --base 0x510000000000
 start_workload WD2 dest --size 8M --threads 2 --prefault --base 0x510000000000
 ID2=$(new_id)
 R2=510000000000-510000800000
 dst attach "$WD2" --from "127.0.0.1:$src_PORT" --id "$ID2" --range "$R2" \
-	--wait-export 30 >"$T/attach2.out" 2>&1 &
+	--wait-export 30 --hold-bulk >"$T/attach2.out" 2>&1 &
 ATTACH=$!
 sleep 1
 kill -0 $ATTACH 2>/dev/null || fail "attach before its export ended: $(cat "$T/attach2.out")"
@@ -127,17 +130,33 @@ src export "$WS2" --range "$R2" --deferred --keep-source --id "$ID2" >/dev/null
 wait $ATTACH || fail "attach that waited for its export: $(cat "$T/attach2.out")"
 grep -q '^attached' "$T/attach2.out" || fail "attach printed: $(cat "$T/attach2.out")"
 info "attach made before its export: $(head -n 1 "$T/attach2.out")"
-kill -USR1 "$WD2"
 kill -STOP "$WS2"
 sleep 0.1
 H2=$("$MEMHASH" "$WS2" 0x510000000000 0x510000800000)
 src go "$ID2" >"$T/go.out" || fail "go: $(cat "$T/go.out")"
 info "go latency: $(cat "$T/go.out")"
+sleep 1
+dst status "$ID2" --json >"$T/st.json"
+[ "$(key "$T/st.json" pages_present)" = 0 ] ||
+	fail "pages streamed before release: $(cat "$T/st.json")"
+grep -q 'lets the bulk stream start' "$T/src.log" &&
+	fail "the source streamed before the destination's release"
+expect_error "release of an unknown ID" "unknown migration ID" dst release "$(new_id)"
+expect_error "release of an attach without --hold-bulk" "not attached with its bulk lane held" \
+	dst release "$ID"
+dst release "$ID2" >"$T/rel.out" || fail "release: $(cat "$T/rel.out")"
+dst release "$ID2" >/dev/null || fail "a second release was refused"
+kill -USR1 "$WD2"
 dst wait "$ID2" --timeout 300 >/dev/null || fail "wait after attach-first failed"
 wait_verified WD2
 [ "$H2" = "$("$MEMHASH" "$WD2" 0x510000000000 0x510000800000)" ] ||
 	fail "attach-first: destination differs from the stopped source"
-info "attach before export: destination equal to the stopped source"
+grep -q 'lets the bulk stream start' "$T/src.log" ||
+	fail "the source never heard the destination's release"
+dst status "$ID2" --json >"$T/st.json"
+[ "$(key "$T/st.json" prefetched_pages)" -gt 0 ] ||
+	fail "nothing streamed after release: $(cat "$T/st.json")"
+info "attach before export, bulk held until release: destination equal to the stopped source, $(key "$T/st.json" prefetched_pages) pages streamed after the release"
 
 # Bounded: no export comes, the attach fails after --wait-export, saying so.
 start_workload WD3 dest --size 4M --threads 1 --base 0x520000000000

@@ -1,0 +1,118 @@
+/*
+ * attach with hold_bulk (migrate-qemu receive): the bulk lane is not read
+ * until the target runs. The destination QEMU loads its device state and
+ * starts its guest in the stop window, on CPUs the bulk stream would take
+ * (decrypting, installing, and the source encrypting for it). Faults are
+ * answered as ever on the demand lane. The client that attached releases
+ * it (RELEASE) once the guest runs; if it never does, the lane is read
+ * BULK_HOLD_SECS after the target's first fault all the same, so that a
+ * client that died does not leave the pages to demand alone.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "daemon/authz.h"
+#include "daemon/conn.h"
+#include "daemon/control.h"
+#include "daemon/dest/internal.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/role.h"
+
+#define BULK_HOLD_SECS 10
+
+static void
+release(struct dest *d, const char *why)
+{
+	Uffdd__Ping p = UFFDD__PING__INIT;
+
+	if (d->run_hold != 1)
+		return;
+	d->run_hold = 2;
+	if (d->run_hold_ev)
+		event_del(d->run_hold_ev);
+	log_info("migration %s: bulk lane read from now (%s)", log_id(d->m->id),
+		 why);
+	/* Lanes down: the next demand HELLO says nothing of a hold. */
+	if (d->src_holds && d->demand) {
+		conn_send(d->demand, FRAME_BULK_GO, &p.base);
+		conn_flush(d->demand);
+	}
+	d->src_holds = 0;
+	dest_bulk_hold(d);
+}
+
+/* The source's demand HELLO: whether it holds the stream for us too. */
+void
+dest_run_hold_hello(struct dest *d, const Uffdd__Hello *h)
+{
+	d->src_holds = 0;
+	for (size_t i = 0; d->run_hold == 1 && i < h->n_features; i++)
+		if (strcmp(h->features[i], FEATURE_BULK_HOLD) == 0)
+			d->src_holds = 1;
+}
+
+static void
+hold_over(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	release(arg, "held for its longest after the first fault");
+}
+
+/* A fault while held: the longest hold counts from the first. */
+void
+dest_run_hold_fault(struct dest *d)
+{
+	struct timeval tv = {BULK_HOLD_SECS, 0};
+
+	if (d->run_hold != 1 || d->run_hold_ev != NULL)
+		return;
+	d->run_hold_ev = evtimer_new(base, hold_over, d);
+	evtimer_add(d->run_hold_ev, &tv);
+}
+
+/* RELEASE: the target runs; its bulk lane is read. */
+static void
+release_request(uint64_t serial, const struct authz_caller *who,
+		struct procref *t, const ProtobufCMessage *msg)
+{
+	const Uffdd__GoRequest *req = (const Uffdd__GoRequest *)msg;
+	struct migration *m = migration_find(req->id, ROLE_DEST);
+	Uffdd__GoReply rep = UFFDD__GO_REPLY__INIT;
+	struct dest *d = m ? m->impl : NULL;
+
+	(void)t;
+	if (m == NULL || !authz_may_see(who, m)) {
+		control_reply_error(serial, ERR_UNKNOWN_ID,
+				    "release: unknown migration ID %s",
+				    log_id(req->id));
+		return;
+	}
+	if (d == NULL || d->run_hold == 0) {
+		control_reply_error(serial, ERR_INVALID,
+				    "release: migration %s was not attached "
+				    "with its bulk lane held; nothing changed",
+				    log_id(m->id));
+		return;
+	}
+	release(d, "released");
+	rep.id = m->id;
+	control_reply(serial, FRAME_CTL_RELEASE_REPLY, &rep.base);
+}
+
+static const struct role_request release_ops = {
+	.type = FRAME_CTL_RELEASE,
+	.verb = "release",
+	.request = release_request,
+};
+
+void
+dest_runhold_register(void)
+{
+	role_register_request(&release_ops);
+}
