@@ -201,8 +201,8 @@ preflight(struct flow *f)
 	}
 	if (!daemon_answers(f->sc) || !daemon_answers(f->dc))
 		return -1;
-	if (set_ignore_shared(f->src, 1) < 0 ||
-	    set_ignore_shared(f->dst, 1) < 0)
+	if (set_capability(f->src, "x-ignore-shared", 1) < 0 ||
+	    set_capability(f->dst, "x-ignore-shared", 1) < 0)
 		return -1;
 	f->ignoring = 1;
 	return 0;
@@ -401,7 +401,7 @@ undo(struct flow *f)
 {
 	if (f->src != NULL && !f->dst_ran && !f->resident && f->ignoring)
 		/* A later migration of it must move its shared RAM again. */
-		set_ignore_shared(f->src, 0);
+		set_capability(f->src, "x-ignore-shared", 0);
 	if (f->src != NULL && f->stopped_src && !f->dst_ran && !f->resident) {
 		if (qmp_execute(f->src, "cont", NULL, NULL) == 0)
 			flow_say("failed before switchover: source guest "

@@ -9,7 +9,9 @@
  *   2. attach to QEMU's RAM, each block mapped by name (qemu:BLOCK, as
  *      send exports it), waiting for the export to exist: the
  *      userfaultfd is made and both lanes are up before the source stops;
- *   3. QEMU loads the device state and runs (cont unless --no-resume);
+ *   3. QEMU loads the device state and starts the guest at once, told
+ *      so by a cont before (none with --no-resume: a QEMU started with
+ *      -S then leaves it paused);
  *   4. every page resident.
  */
 #include "config.h"
@@ -98,7 +100,7 @@ receive_open(struct receive *r)
 	if ((fd = connect_daemon_try()) < 0)
 		return -1;
 	close(fd);
-	if (set_ignore_shared(r->q, 1) < 0)
+	if (set_capability(r->q, "x-ignore-shared", 1) < 0)
 		return -1;
 	r->ignoring = 1;
 	snprintf(uri, sizeof(uri), "tcp:%s", r->incoming);
@@ -148,6 +150,7 @@ receive_attach(struct receive *r)
 	req.id = (char *)r->id;
 	req.maps = mp;
 	req.n_maps = r->n;
+	req.hold_bulk = 1; /* until the guest runs: receive_run() */
 	req.export_wait_secs = (uint32_t)(r->timeout > 3600 ? 3600
 					  : r->timeout < 1  ? 1
 							    : r->timeout);
@@ -167,11 +170,36 @@ receive_attach(struct receive *r)
 	return 0;
 }
 
-/* QEMU has loaded the device state; it runs, unless --no-resume. */
+/*
+ * The bulk lane, held since the attach so that QEMU's load and start keep
+ * the CPUs, is read (the daemon reads it by itself 10 s after the first
+ * fault if this fails).
+ */
+static void
+release_bulk(struct receive *r)
+{
+	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
+	ProtobufCMessage *rep;
+
+	req.id = (char *)r->id;
+	rep = flow_request(r->ctl, FRAME_CTL_RELEASE, &req.base,
+			   FRAME_CTL_RELEASE_REPLY);
+	if (rep != NULL)
+		frame_free(rep);
+}
+
+/*
+ * QEMU has loaded the device state; it runs, unless --no-resume. A cont
+ * while QEMU waits for its migration has it start the guest itself, at
+ * once, when the source's guest was running (QEMU started with -S would
+ * not): the one left for after the load is for a source that was paused.
+ */
 static int
 receive_run(struct receive *r)
 {
 	r->t0 = flow_now();
+	if (r->resume && qmp_execute(r->q, "cont", NULL, NULL) < 0)
+		return -1;
 	for (;;) {
 		if (query_str(r->q, "query-status", "status", r->st,
 			      sizeof(r->st)) < 0)
@@ -196,6 +224,7 @@ receive_run(struct receive *r)
 	r->t_run = flow_now();
 	flow_say(r->ran ? "destination guest running"
 			: "destination guest left paused (--no-resume)");
+	release_bulk(r);
 	return 0;
 }
 
@@ -223,7 +252,7 @@ receive_undo(struct receive *r)
 		return;
 	}
 	if (r->q != NULL && r->ignoring && !r->listening)
-		set_ignore_shared(r->q, 0);
+		set_capability(r->q, "x-ignore-shared", 0);
 	if (r->listening)
 		fprintf(stderr,
 			"uffd-client: the destination QEMU was never "

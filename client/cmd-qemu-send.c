@@ -6,13 +6,18 @@
  * Everything that can be done while the guest runs is done before it
  * stops:
  *
- *   1. QEMU: x-ignore-shared; its file-backed RAM blocks found;
+ *   1. QEMU: x-ignore-shared, events, pause-before-switchover; its
+ *      file-backed RAM blocks found;
  *   2. a holder maps the RAM files and is exported deferred, each block's
  *      range named qemu:BLOCK (the destination maps it by that name),
  *      under --id or a fresh ID, printed: nothing is read yet;
  *   3. wait until the destination has attached (lanes up, regions taken);
- *   4. stop, STOP event, then go: the daemon takes the files as they are;
- *   5. QEMU sends its device state to --to;
+ *   4. QEMU's migration starts, the guest running: the connection to the
+ *      destination QEMU and the little RAM that is not in the files go
+ *      before the stop; QEMU stops the guest and pauses before the
+ *      switchover;
+ *   5. go: the daemon takes the files as they are; QEMU sends the rest
+ *      (device state), and the destination runs;
  *   6. every page resident at the destination: the source QEMU quits.
  */
 #include "config.h"
@@ -40,7 +45,7 @@ struct send {
 	pid_t holder;
 	double t_stop;
 	/* How far it went, for what a failure must undo. */
-	int ignoring, stopped, went, sent, resident;
+	int ignoring, running, migrating, went, sent, resident;
 };
 
 static void
@@ -91,9 +96,13 @@ send_open(struct send *s)
 	if ((fd = connect_daemon_try()) < 0)
 		return -1;
 	close(fd);
-	if (set_ignore_shared(s->q, 1) < 0)
+	s->running = strcmp(s->st, "running") == 0;
+	if (set_capability(s->q, "x-ignore-shared", 1) < 0)
 		return -1;
 	s->ignoring = 1;
+	if (set_capability(s->q, "events", 1) < 0 ||
+	    set_capability(s->q, "pause-before-switchover", 1) < 0)
+		return -1;
 	return 0;
 }
 
@@ -200,17 +209,34 @@ send_wait_dest(struct send *s)
 	return 0;
 }
 
-/* The guest stops; the daemon takes its RAM files as they are now. */
+/*
+ * QEMU's migration starts with the guest running: the connection and the
+ * RAM outside the files go now. QEMU stops the guest and waits before the
+ * switchover: from here the source guest is stopped.
+ */
+static int
+send_switch(struct send *s)
+{
+	char uri[300];
+
+	snprintf(uri, sizeof(uri), "tcp:%s", s->to);
+	if (exec_uri(s->q, "migrate", uri) < 0)
+		return -1;
+	s->migrating = 1;
+	if (migration_reach(s->q, "pre-switchover", flow_now(), s->st,
+			    sizeof(s->st)) < 0)
+		return -1;
+	s->t_stop = flow_now();
+	return 0;
+}
+
+/* The guest is stopped: the daemon takes its RAM files as they are now. */
 static int
 send_go(struct send *s)
 {
 	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
 	Uffdd__GoReply *rep;
 
-	s->t_stop = flow_now();
-	s->stopped = strcmp(s->st, "running") == 0;
-	if (qemu_stop(s->q, s->st) < 0)
-		return -1;
 	req.id = s->id;
 	req.hold_bulk = 1;
 	rep = (Uffdd__GoReply *)flow_request(s->ctl, FRAME_CTL_GO, &req.base,
@@ -246,16 +272,23 @@ release_bulk(struct send *s)
 static int
 send_devstate(struct send *s)
 {
-	char uri[300];
+	json_object *a = json_object_new_object(), *r = NULL, *ram, *v;
 	uint64_t bytes = 0;
 
-	snprintf(uri, sizeof(uri), "tcp:%s", s->to);
-	if (exec_uri(s->q, "migrate", uri) < 0 ||
-	    devstate_wait(s->q, flow_now(), s->st, sizeof(s->st), &bytes) < 0)
+	json_object_object_add(a, "state",
+			       json_object_new_string("pre-switchover"));
+	if (qmp_execute(s->q, "migrate-continue", a, NULL) < 0 ||
+	    migration_reach(s->q, "completed", flow_now(), s->st,
+			    sizeof(s->st)) < 0)
 		return -1;
 	s->sent = 1;
 	holder_keep();
 	release_bulk(s);
+	if (qmp_execute(s->q, "query-migrate", NULL, &r) == 0 &&
+	    json_object_object_get_ex(r, "ram", &ram) &&
+	    json_object_object_get_ex(ram, "transferred", &v))
+		bytes = (uint64_t)json_object_get_int64(v);
+	json_object_put(r);
 	flow_say("device state sent to %s: %" PRIu64 " bytes by QEMU, %.0f ms "
 		 "after the source stopped",
 		 s->to, bytes, (flow_now() - s->t_stop) * 1000);
@@ -290,12 +323,53 @@ send_cancel(struct send *s)
 }
 
 /*
+ * QEMU's migration, if it started and has not completed, is cancelled and
+ * waited for: QEMU runs the guest it stopped again by itself. 1 when it
+ * completed all the same (the destination has the device state), else 0.
+ */
+static int
+send_unmigrate(struct send *s)
+{
+	double t0 = flow_now();
+
+	if (s->q == NULL || !s->migrating)
+		return 0;
+	qmp_execute(s->q, "migrate_cancel", NULL, NULL);
+	while (flow_now() - t0 < 5 && query_str(s->q, "query-migrate", "status",
+						s->st, sizeof(s->st)) == 0) {
+		if (strcmp(s->st, "completed") == 0)
+			return 1;
+		if (strcmp(s->st, "cancelled") == 0 ||
+		    strcmp(s->st, "failed") == 0)
+			break;
+		usleep(5000);
+	}
+	return 0;
+}
+
+/* The source guest runs again if it ran before; said so. */
+static void
+send_resume(struct send *s)
+{
+	char st[64] = "";
+
+	if (s->q == NULL || !s->running ||
+	    query_str(s->q, "query-status", "status", st, sizeof(st)) < 0)
+		return;
+	if (strcmp(st, "running") == 0 ||
+	    qmp_execute(s->q, "cont", NULL, NULL) == 0)
+		flow_say("failed before switchover: source guest runs again");
+}
+
+/*
  * A failure undone as far as it can be: until QEMU has sent the device
  * state, the source is the guest, and runs on; after, the destination is.
  */
 static void
 send_undo(struct send *s)
 {
+	if (!s->sent && send_unmigrate(s))
+		s->sent = 1;
 	if (s->sent) {
 		fprintf(stderr,
 			"uffd-client: the destination QEMU has the guest: "
@@ -308,28 +382,25 @@ send_undo(struct send *s)
 	}
 	if (s->id[0] && !s->went)
 		send_cancel(s);
-	/* A device-state migration still going must not land after cont. */
-	if (s->went)
-		qmp_execute(s->q, "migrate_cancel", NULL, NULL);
 	if (s->holder > 0) {
 		/* After go, its end fails the migration at both daemons. */
 		kill(s->holder, SIGKILL);
 		waitpid(s->holder, NULL, 0);
 		s->holder = -1;
 	}
-	if (s->q != NULL && s->ignoring)
-		set_ignore_shared(s->q, 0);
-	if (s->q != NULL && s->stopped &&
-	    qmp_execute(s->q, "cont", NULL, NULL) == 0)
-		flow_say("failed before switchover: source guest resumed");
-	if (s->went)
+	if (s->q != NULL && s->ignoring) {
+		set_capability(s->q, "x-ignore-shared", 0);
+		set_capability(s->q, "pause-before-switchover", 0);
+	}
+	send_resume(s);
+	if (s->migrating)
 		fprintf(stderr, "uffd-client: the destination QEMU never ran: "
 				"its migration fails; quit it\n");
 }
 
 /* The steps, in order; the first that fails ends it. */
 static int (*const send_steps[])(struct send *) = {
-	send_open, send_export,	  send_wait_dest,
+	send_open, send_export,	  send_wait_dest, send_switch,
 	send_go,   send_devstate, send_finish,
 };
 

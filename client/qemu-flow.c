@@ -217,3 +217,36 @@ source_quit(struct qmp *q)
 	flow_say("source QEMU has exited");
 	return 0;
 }
+
+int
+migration_reach(struct qmp *q, const char *want, double t0, char *st,
+		size_t stlen)
+{
+	st[0] = '\0';
+	for (;;) {
+		int left = (int)((t0 + DEVSTATE_SECS - flow_now()) * 1000);
+		json_object *d = NULL, *v;
+
+		if (left <= 0 || qmp_wait_event(q, "MIGRATION", left, &d) < 0) {
+			fprintf(stderr,
+				"uffd-client: QEMU's migration did not reach "
+				"%s within %d s (last: %s)\n",
+				want, DEVSTATE_SECS, st[0] ? st : "none");
+			return -1;
+		}
+		snprintf(st, stlen, "%s",
+			 d != NULL && json_object_object_get_ex(d, "status", &v)
+				 ? json_object_get_string(v)
+				 : "");
+		json_object_put(d);
+		if (strcmp(st, want) == 0)
+			return 0;
+		if (strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0) {
+			fprintf(stderr,
+				"uffd-client: QEMU's migration %s before "
+				"%s (see the QEMUs' stderr)\n",
+				st, want);
+			return -1;
+		}
+	}
+}

@@ -304,16 +304,15 @@ fail:
 	return -1;
 }
 
-/* Sets the x-ignore-shared migration capability. */
+/* Sets one migration capability (x-ignore-shared, events, ...). */
 int
-set_ignore_shared(struct qmp *q, int on)
+set_capability(struct qmp *q, const char *cap, int on)
 {
 	json_object *a = json_object_new_object(), *caps, *c;
 
 	caps = json_object_new_array();
 	c = json_object_new_object();
-	json_object_object_add(c, "capability",
-			       json_object_new_string("x-ignore-shared"));
+	json_object_object_add(c, "capability", json_object_new_string(cap));
 	json_object_object_add(c, "state", json_object_new_boolean(on));
 	json_object_array_add(caps, c);
 	json_object_object_add(a, "capabilities", caps);

@@ -31,8 +31,8 @@ struct ramblock {
  * /objects, with its mem-path, size and the mapping in the QEMU process.
  */
 int ramblocks(struct qmp *q, struct ramblock *b, size_t *n);
-/* Sets the x-ignore-shared migration capability. */
-int set_ignore_shared(struct qmp *q, int on);
+/* Sets one migration capability of QEMU (x-ignore-shared, ...). */
+int set_capability(struct qmp *q, const char *cap, int on);
 /* The value of a string member of a command's return, or "". */
 int query_str(struct qmp *q, const char *cmd, const char *member, char *out,
 	      size_t len);
@@ -69,6 +69,14 @@ int qemu_stop(struct qmp *q, const char *status);
  */
 int devstate_wait(struct qmp *q, double t0, char *st, size_t stlen,
 		  uint64_t *bytes);
+/*
+ * Waits, by QEMU's MIGRATION events (the "events" capability on), until
+ * the migration QEMU started at t0 has status want; st its last status.
+ * 0, or -1 (said why) when it failed, was cancelled, QMP closed, or it
+ * took longer than DEVSTATE_SECS.
+ */
+int migration_reach(struct qmp *q, const char *want, double t0, char *st,
+		    size_t stlen);
 /* cmd-qemu-send.c, cmd-qemu-receive.c: the two halves, on two hosts. */
 struct cmd_entry;
 int qemu_send(const struct cmd_entry *, int argc, char **argv);

@@ -7,7 +7,9 @@
 #          uffdd by migrate-qemu send (source) and receive (destination);
 #          QEMU plaintext and with TLS, uffdd with TLS (the daemon refuses
 #          plaintext peers off loopback), RUNS alternated runs each
-#          (default 3), medians shown
+#          (default 3), medians shown; beside them the floor: QEMU
+#          moving device state alone (x-ignore-shared, both QEMUs on one
+#          RAM file), the least any switchover of this kind takes here
 # Usage (root): BUILDDIR=_build tests/bench/qemu_postcopy.sh [one|hosts|all]
 # (default all). For each:
 #   resident  time from switchover to every page resident on the destination
@@ -172,13 +174,16 @@ retire() {
 	done
 }
 ms_between() { echo "($2 - $1) * 1000" | bc -l; }
-# record KEY DOWNTIME_MS RESIDENT_S STALL_MS BYTES: one run's numbers.
+# record KEY DOWNTIME_MS RESIDENT_S STALL_MS BYTES SENT_MS: one run's
+# numbers (SENT_MS: the source's stop until its device state was written,
+# QEMU's own "downtime" measure).
 declare -A VAL=()
 record() {
 	VAL[$1.down]+="$(printf '%.1f' "$2") "
 	VAL[$1.res]+="$(printf '%.3f' "$3") "
 	VAL[$1.stall]+="$4 "
 	VAL[$1.mib]+="$(printf '%.1f' "$(echo "$5 / 1048576" | bc -l)") "
+	VAL[$1.sent]+="$(printf '%.1f' "$6") "
 }
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "nan"}'; }
 
@@ -241,10 +246,40 @@ hosts_qemu() {
 	info=$(qmp "$a" query-migrate)
 	runs_on "$b" 3
 	record "qemu-$mode" "$(ms_between "$t_stop" "$t_run")" "$(echo "$t_done - $t_run" | bc -l)" \
-		"$(max_stall "$b")" "$(jget "$info" ram.transferred)"
+		"$(max_stall "$b")" "$(jget "$info" ram.transferred)" "$(jget "$info" downtime)"
 	info "QEMU $mode run $2: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms (QEMU's own: $(jget "$info" downtime) ms)"
 	qmp "$a" quit >/dev/null 2>&1 || true
 	retire "$a" "$b"
+}
+
+# hosts_floor RUN: the floor of any switchover that moves device state
+# alone: both QEMUs map the same RAM file (possible only because the two
+# "hosts" share a file system) and QEMU migrates with x-ignore-shared,
+# nothing else. Its STOP to RESUME is what QEMU's device state, its
+# stream and the destination's load and start cost on this machine.
+hosts_floor() {
+	local a=fs$1 b=fd$1 port n t_stop t_run info
+	RAM_FILE=$SHM-floor$1 hqemu "$a" "$NS_SRC"
+	runs_on "$a" 2
+	RAM_FILE=$SHM-floor$1 hqemu "$b" "$NS_DST" -incoming defer
+	for n in "$a" "$b"; do
+		qmp "$n" migrate-set-capabilities \
+			'{"capabilities":[{"capability":"x-ignore-shared","state":true},{"capability":"events","state":true}]}' >/dev/null
+	done
+	port=$((20000 + RANDOM % 12000))
+	qmp "$b" migrate-incoming "{\"uri\":\"tcp:$DST_HOST_ADDR:$port\"}" >/dev/null
+	qmp "$a" migrate "{\"uri\":\"tcp:$DST_HOST_ADDR:$port\"}" >/dev/null
+	t_stop=$(event_ts "$a" STOP)
+	t_run=$(event_ts "$b" RESUME)
+	[ -n "$t_stop" ] && [ -n "$t_run" ] || fail "floor: STOP '$t_stop' RESUME '$t_run': $(qmp "$a" query-migrate)"
+	info=$(qmp "$a" query-migrate)
+	runs_on "$b" 3
+	record floor "$(ms_between "$t_stop" "$t_run")" 0 "$(max_stall "$b")" "$(jget "$info" ram.transferred)" \
+		"$(ms_between "$t_stop" "$(event_ts "$a" MIGRATION '"completed"')")"
+	info "floor run $1: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms (QEMU's own: $(jget "$info" downtime) ms)"
+	qmp "$a" quit >/dev/null 2>&1 || true
+	retire "$a" "$b"
+	rm -f "$SHM-floor$1"
 }
 
 # hosts_uffdd MODE RUN: migrate-qemu receive on the destination host, then
@@ -273,7 +308,8 @@ hosts_uffdd() {
 	qbytes=$(sed -n 's/.*: \([0-9]*\) bytes by QEMU.*/\1/p' "$T/$a.send")
 	ubytes=$(jget "$("$CLIENT" --control "$(eval echo "\$${d}_SOCK")" status "$id" --json)" bytes)
 	runs_on "$b" 3
-	record "uffdd-$mode" "$(ms_between "$t_stop" "$t_run")" "$res" "$(max_stall "$b")" "$((ubytes + qbytes))"
+	record "uffdd-$mode" "$(ms_between "$t_stop" "$t_run")" "$res" "$(max_stall "$b")" "$((ubytes + qbytes))" \
+		"$(ms_between "$t_stop" "$(event_ts "$a" MIGRATION '"completed"')")"
 	info "uffdd $mode run $2: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms; send: $(sed -n 's/.*migrate-qemu: source vCPUs stopped; \(go: [0-9.]* ms\).*/\1/p' "$T/$a.send"), $(sed -n 's/.*migrate-qemu: device state sent to [^:]*:[0-9]*: \(.*\)/\1/p' "$T/$a.send"); receive: $(sed -n 's/^ *demand *//p' "$T/$b.recv")"
 	retire "$a" "$b"
 }
@@ -285,6 +321,8 @@ bench_hosts() {
 	start_daemon dstt
 	qemu_pki
 	for i in $(seq "$runs"); do
+		info "two hosts, run $i: the floor (device state alone)"
+		hosts_floor "$i"
 		for mode in plain tls; do
 			info "two hosts, $mode, run $i: QEMU's own postcopy"
 			hosts_qemu "$mode" "$i"
@@ -297,9 +335,11 @@ bench_hosts() {
 	done
 	echo
 	echo "Two hosts (network namespaces over a veth), 512 MiB TCG guest, medians of $runs alternated runs"
-	printf '%-28s %11s %11s %9s %12s\n' "" "downtime" "resident" "stall" "bytes moved"
-	for k in qemu-plain uffdd-plain qemu-tls uffdd-tls; do
+	echo "downtime: source STOP to destination RESUME; sent: source STOP to its device state written"
+	printf '%-28s %11s %9s %11s %9s %12s\n' "" "downtime" "sent" "resident" "stall" "bytes moved"
+	for k in floor qemu-plain uffdd-plain qemu-tls uffdd-tls; do
 		case $k in
+		floor) l="floor: shared RAM file" ;;
 		qemu-plain) l="QEMU postcopy-ram, plain" ;;
 		uffdd-plain)
 			echo "uffdd send/receive, plain   (refused: uffdd's --insecure is for loopback only)"
@@ -308,10 +348,11 @@ bench_hosts() {
 		qemu-tls) l="QEMU postcopy-ram, TLS" ;;
 		uffdd-tls) l="uffdd send/receive, TLS" ;;
 		esac
-		printf '%-28s %8s ms %9s s %6s ms %8s MiB\n' "$l" \
-			"$(median <<<"${VAL[$k.down]}")" "$(median <<<"${VAL[$k.res]}")" \
+		printf '%-28s %8s ms %6s ms %9s s %6s ms %8s MiB\n' "$l" \
+			"$(median <<<"${VAL[$k.down]}")" "$(median <<<"${VAL[$k.sent]}")" \
+			"$(median <<<"${VAL[$k.res]}")" \
 			"$(median <<<"${VAL[$k.stall]}")" "$(median <<<"${VAL[$k.mib]}")"
-		echo "    runs: downtime ms ${VAL[$k.down]}| resident s ${VAL[$k.res]}| stall ms ${VAL[$k.stall]}| MiB ${VAL[$k.mib]}"
+		echo "    runs: downtime ms ${VAL[$k.down]}| sent ms ${VAL[$k.sent]}| resident s ${VAL[$k.res]}| stall ms ${VAL[$k.stall]}| MiB ${VAL[$k.mib]}"
 	done
 }
 

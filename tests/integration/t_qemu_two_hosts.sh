@@ -81,7 +81,7 @@ same_ram() {
 
 QEMU_NS=$NS_SRC qemu a
 QEMU_NS=$NS_SRC qemu c
-QEMU_NS=$NS_DST qemu b -incoming defer
+QEMU_NS=$NS_DST qemu b -incoming defer -S
 QEMU_NS=$NS_DST qemu x -incoming defer
 info "booting the guests on the source host"
 runs_on a 2
@@ -119,7 +119,7 @@ runs_on b 3
 info "B: $(tail -n 1 "$T/b.serial")"
 
 info "C (source host) -> D (destination host), the link cut for 5 s after the switchover"
-QEMU_NS=$NS_DST qemu d -incoming defer
+QEMU_NS=$NS_DST qemu d -incoming defer -S
 id=$(new_id)
 port=$(in_port)
 receive d src2 "$id" "$port" --timeout 300 --no-resume
