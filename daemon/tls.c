@@ -30,6 +30,8 @@
  * with errors reported before the data read with them.
  */
 #define BEV_OPTS BEV_OPT_CLOSE_ON_FREE
+/* OpenSSL's read buffer for a lane read ahead (tls_read_ahead()). */
+#define TLS_READ_BUF (256u << 10)
 
 static SSL_CTX *ctx;
 static unsigned char pin[32];
@@ -177,6 +179,12 @@ tls_init(const char *ca, const char *cert, const char *key, const char *p)
 	 * revoked or replaced certificate takes effect at once.
 	 */
 	SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
+	/*
+	 * The read buffer, for read-ahead once the daemon reads a lane itself
+	 * (tls_read_ahead()): 256 KiB a read instead of a record's header and
+	 * body in two, about 4x fewer read calls on a bulk lane.
+	 */
+	SSL_CTX_set_default_read_buffer_len(c, TLS_READ_BUF);
 	SSL_CTX_set_num_tickets(c, 0);
 	SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
 	/*
@@ -376,6 +384,23 @@ tls_read(struct bufferevent *bev, void *buf, size_t len, char *why,
 		snprintf(why, whylen, "connection closed by peer");
 	ERR_clear_error();
 	return -1;
+}
+
+int
+tls_has_pending(struct bufferevent *bev)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+
+	return ssl != NULL && SSL_has_pending(ssl);
+}
+
+void
+tls_read_ahead(struct bufferevent *bev)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+
+	if (ssl != NULL)
+		SSL_set_read_ahead(ssl, 1);
 }
 
 size_t

@@ -57,5 +57,16 @@ long tls_read(struct bufferevent *, void *buf, size_t len, char *why,
  * announces them.
  */
 size_t tls_pending(struct bufferevent *);
+/*
+ * Whether OpenSSL holds bytes of the socket's, decrypted or not: with
+ * read-ahead, records no read event announces.
+ */
+int tls_has_pending(struct bufferevent *);
+/*
+ * The connection is read by the daemon alone from now (conn_read_direct()):
+ * OpenSSL may read ahead of the record it decrypts, up to TLS_READ_BUF
+ * bytes a read, which the bufferevent's own reader cannot live with.
+ */
+void tls_read_ahead(struct bufferevent *);
 
 #endif

@@ -16,8 +16,9 @@
 # BENCH_LATENCY_ONLY=1 the idle and the during-bulk fault cases alone,
 # BENCH_DST_ARGS adds arguments to the plaintext destination daemons and
 # BENCH_ARGS to every daemon (A/B runs of a daemon option, e.g.
-# BENCH_ARGS="--poll-us 0"), BENCH_CPU_ONLY=1 the bulk floor and the
-# plaintext bulk migration alone (the CPU s/GiB rows),
+# BENCH_ARGS="--poll-us 0"), BENCH_CPU_ONLY=1 the bulk floor, the
+# plaintext and TLS bulk migrations and the cipher alone (the CPU s/GiB
+# rows),
 # BENCH_BUSY_ONLY=1 the busy destination's pair
 # alone (the demo's workload against nothing touched, TLS). The idle fault case runs twice a round: once
 # with every process of it (the floor's three; the two daemons and the
@@ -264,11 +265,29 @@ cpu_rows() {
 	rec both_cpu "$(echo "($M_SCPU + $M_DCPU) / $GIB" | bc -l)"
 }
 
+# The TLS lanes: 1 GiB through the TLS pair, and their floor: the
+# plaintext lanes (cpu_rows(), just before) plus 1.5 times what the
+# cipher alone costs to seal and open 1 GiB (bench_cipher.c), all
+# measured in this round.
+tls_rows() {
+	local ccpu
+	migrate_once "$BIG" dstt 0 srct
+	rec tls_bulk_s "$M_SECS"
+	rec tls_both_cpu "$(echo "($M_SCPU + $M_DCPU) / $GIB" | bc -l)"
+	rec tls_src_cpu "$(echo "$M_SCPU / $GIB" | bc -l)"
+	rec tls_dst_cpu "$(echo "$M_DCPU / $GIB" | bc -l)"
+	read -r ccpu < <("$CFLOOR" "$(numfmt --from=iec "$BIG")" |
+		tr '=' ' ' | awk '{print $12}')
+	rec cipher_cpu "$ccpu"
+	rec tls_cpu_budget "$(echo "($M_SCPU_PLAIN + $M_DCPU_PLAIN) / $GIB + 1.5 * $ccpu" | bc -l)"
+}
+
 for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	info "round $ROUND of $ROUNDS"
 	# BENCH_CPU_ONLY=1: the CPU s/GiB rows alone (quick A/B of builds).
 	if [ -n "${BENCH_CPU_ONLY:-}" ]; then
 		cpu_rows
+		tls_rows
 		tail -n 40 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
 		continue
 	fi
@@ -325,16 +344,7 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 			rec "shmem_${how}_s" "$secs"
 			rec "shmem_${how}_cpu" "$rcpu"
 		done
-		migrate_once "$BIG" dstt 0 srct
-		rec tls_bulk_s "$M_SECS"
-		rec tls_both_cpu "$(echo "($M_SCPU + $M_DCPU) / $GIB" | bc -l)"
-		# The TLS lanes' floor: the plaintext lanes plus 1.5 times what
-		# the cipher alone costs to seal and open 1 GiB (bench_cipher.c),
-		# both measured in this round.
-		read -r ccpu < <("$CFLOOR" "$(numfmt --from=iec "$BIG")" |
-			tr '=' ' ' | awk '{print $12}')
-		rec cipher_cpu "$ccpu"
-		rec tls_cpu_budget "$(echo "($M_SCPU_PLAIN + $M_DCPU_PLAIN) / $GIB + 1.5 * $ccpu" | bc -l)"
+		tls_rows
 		# The bulk floor once more, for its best round: this machine
 		# makes it 1.5-6x slower at random (docs/benchmarks.md, "Best rounds").
 		read -r secs _ < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
@@ -449,6 +459,8 @@ fig med 3 "CPU s/GiB, source (floor: sender)" src_cpu floor_send_cpu -
 fig med 3 "CPU s/GiB, destination (floor: receiver)" dst_cpu floor_recv_cpu -
 fig med 3 "CPU s/GiB, both daemons (floor: both)" both_cpu floor_bulk_cpu 1.2
 fig med 3 "CPU s/GiB, both, TLS (floor: plain+1.5c)" tls_both_cpu tls_cpu_budget 1
+fig med 3 "  TLS source (floor: plaintext source)" tls_src_cpu src_cpu -
+fig med 3 "  TLS destination (floor: plaintext dest)" tls_dst_cpu dst_cpu -
 fig med 3 "CPU s/GiB, cipher AES-128-GCM seal+open" cipher_cpu cipher_cpu -
 fig med 3 "shmem install CPU/GiB, CONTINUE v COPY" shmem_continue_cpu shmem_copy_cpu -
 # Pre-copy: the figures against pure post-copy's; the freeze's target is
