@@ -51,6 +51,11 @@ void
 dest_run_hold_hello(struct dest *d, const Uffdd__Hello *h)
 {
 	d->src_holds = 0;
+	/* A pre-copy's rounds come before the target runs: no hold. */
+	if (d->precopy) {
+		release(d, "a pre-copy streams before its target runs");
+		return;
+	}
 	for (size_t i = 0; d->run_hold == 1 && i < h->n_features; i++)
 		if (strcmp(h->features[i], FEATURE_BULK_HOLD) == 0)
 			d->src_holds = 1;

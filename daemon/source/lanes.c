@@ -555,7 +555,9 @@ demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 		peer_set_user_timeout(c, PRECOPY_LINK_SECS);
 	}
 	was_held = s->peer_held;
-	s->peer_held = hello_says(hello, FEATURE_BULK_HOLD);
+	/* A pre-copy's rounds come before its target runs: never held. */
+	s->peer_held = hello_says(hello, FEATURE_BULK_HOLD) &&
+		       !source_precopy_running(s);
 	if (s->peer_held)
 		feat[me.n_features++] = FEATURE_BULK_HOLD;
 	conn_send(c, FRAME_HELLO, &me.base);
