@@ -125,6 +125,27 @@ conn_sink_want(const struct conn *c, size_t want)
 }
 
 /*
+ * The sink's part of a read, after conn_sink_start(): iov[*k] takes what
+ * is left of the frame's data going there, at most want (*s: its length).
+ * Returns what the input may take after it.
+ */
+static size_t
+conn_sink_iov(struct conn *c, struct evbuffer *in, size_t want,
+	      struct iovec *iov, int *k, size_t *s)
+{
+	conn_sink_start(c, in);
+	want = conn_sink_want(c, want);
+	*s = 0;
+	if (c->sink_len <= c->sink_got)
+		return want;
+	*s = c->sink_len - c->sink_got < want ? c->sink_len - c->sink_got
+					      : want;
+	iov[*k].iov_base = c->sink + c->sink_got;
+	iov[(*k)++].iov_len = *s;
+	return want - *s < CONN_SINK_TAIL ? want - *s : CONN_SINK_TAIL;
+}
+
+/*
  * A TLS connection decrypts into one buffer that stays and appends what
  * came to the input: reading into space reserved in the input
  * (evbuffer_reserve_space(), as for plaintext) grew the heap of a
@@ -144,15 +165,7 @@ conn_read_tls(struct conn *c, struct evbuffer *in, size_t want)
 	ssize_t r;
 	int k = 0;
 
-	conn_sink_start(c, in);
-	want = conn_sink_want(c, want);
-	if (c->sink_len > c->sink_got) {
-		s = c->sink_len - c->sink_got < want ? c->sink_len - c->sink_got
-						     : want;
-		iov[k].iov_base = c->sink + c->sink_got;
-		iov[k++].iov_len = s;
-		want = want - s < CONN_SINK_TAIL ? want - s : CONN_SINK_TAIL;
-	}
+	want = conn_sink_iov(c, in, want, iov, &k, &s);
 	if (want) {
 		iov[k].iov_base = buf;
 		iov[k++].iov_len = want < sizeof(buf) ? want : sizeof(buf);
@@ -187,15 +200,7 @@ conn_read_plain(struct conn *c, struct evbuffer *in, int fd, size_t want)
 	int n = 0, k = 0, used;
 
 	conn_input_frozen(c, 0);
-	conn_sink_start(c, in);
-	want = conn_sink_want(c, want);
-	if (c->sink_len > c->sink_got) {
-		s = c->sink_len - c->sink_got < want ? c->sink_len - c->sink_got
-						     : want;
-		iov[k].iov_base = c->sink + c->sink_got;
-		iov[k++].iov_len = s;
-		want = want - s < CONN_SINK_TAIL ? want - s : CONN_SINK_TAIL;
-	}
+	want = conn_sink_iov(c, in, want, iov, &k, &s);
 	if (want)
 		n = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
 	for (int i = 0; i < n; i++) {
