@@ -101,6 +101,8 @@ conn_destroy(struct conn *c)
 		TAILQ_REMOVE(&orphans, c, orphan);
 	if (c->rd)
 		event_free(c->rd);
+	if (c->wflush)
+		event_free(c->wflush);
 	if (c->deadline)
 		event_free(c->deadline);
 	if (c->resume)
@@ -357,11 +359,36 @@ conn_resume_cb(evutil_socket_t fd, short ev, void *arg)
 		conn_destroy(c);
 }
 
+/*
+ * A batched TLS sender (conn_batch_writes()): once the output is empty,
+ * the records still in the batch go out before anyone is told that all
+ * is sent. 1 when nothing is held; otherwise the socket's next writable
+ * moment comes back to conn_write_cb().
+ */
+static int
+conn_push(struct conn *c)
+{
+	int r;
+
+	if (!c->batch || c->dead)
+		return 1;
+	if ((r = tls_batch_flush(c->bev)) == 0) {
+		event_add(c->wflush, NULL);
+	} else if (r < 0 && !c->failing) {
+		conn_set_failing(c, strerror(errno));
+		event_active(c->resume, EV_TIMEOUT, 0);
+	}
+	return r;
+}
+
 static void
 conn_write_cb(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
 
+	if (c->batch && evbuffer_get_length(bufferevent_get_output(bev)) == 0 &&
+	    conn_push(c) != 1)
+		return;
 	if (c->finishing) {
 		if (!c->lingering &&
 		    evbuffer_get_length(bufferevent_get_output(bev)) == 0)
@@ -461,6 +488,8 @@ conn_free(struct conn *c)
 	conn_reading(c, 0);
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 	event_del(c->resume);
+	if (c->wflush)
+		event_del(c->wflush);
 	if (c->in_cb == 0)
 		conn_destroy(c);
 }
@@ -500,7 +529,8 @@ conn_finish(struct conn *c)
 	conn_set_sink(c, 0, NULL, 0);
 	conn_reading(c, 0);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
+	    conn_push(c) == 1)
 		conn_linger(c);
 }
 
@@ -540,6 +570,8 @@ conn_set_priority(struct conn *c, int prio)
 	event_priority_set(c->resume, prio);
 	if (c->rd)
 		event_priority_set(c->rd, prio);
+	if (c->wflush)
+		event_priority_set(c->wflush, prio);
 }
 
 void
@@ -570,6 +602,8 @@ conn_set_io_max(struct conn *c, size_t n)
 		return;
 	c->fill_max = n;
 	bufferevent_set_max_single_write(c->bev, n ? n : CONN_WRITE_MAX);
+	if (c->batch)
+		tls_batch_push_at(c->bev, n);
 }
 
 void
@@ -691,7 +725,33 @@ conn_output(struct conn *c)
 size_t
 conn_output_len(struct conn *c)
 {
-	return evbuffer_get_length(bufferevent_get_output(c->bev));
+	return evbuffer_get_length(bufferevent_get_output(c->bev)) +
+	       (c->batch ? tls_batch_held(c->bev) : 0);
+}
+
+static void
+conn_wflush_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct conn *c = arg;
+
+	conn_write_cb(c->bev, c);
+}
+
+void
+conn_batch_writes(struct conn *c)
+{
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+
+	if (c->batch || !c->tls || c->dead || fd < 0 ||
+	    tls_batch(c->bev, CONN_WRITE_MAX) < 0)
+		return;
+	c->wflush = event_new(bufferevent_get_base(c->bev), fd, EV_WRITE,
+			      conn_wflush_cb, c);
+	if (c->wflush == NULL)
+		fatalx("event_new");
+	event_priority_set(c->wflush, c->prio);
+	c->batch = 1;
+	tls_batch_push_at(c->bev, c->fill_max);
 }
 
 /*

@@ -63,6 +63,11 @@ void conn_pause(struct conn *, int on);
 void conn_stall(struct conn *, int on);
 /* Bytes one write or one read round may take (0: the default, 256 KiB). */
 void conn_set_io_max(struct conn *, size_t n);
+/*
+ * A TLS lane that mostly sends: its records go to the socket a write
+ * round's bytes at a time, not one by one. Nothing for plaintext.
+ */
+void conn_batch_writes(struct conn *);
 void conn_set_drain(struct conn *, conn_drain_cb, size_t lowmark);
 /* Read timeout in seconds (0: none): a silent peer is a broken one. */
 void conn_set_timeout(struct conn *, int secs);

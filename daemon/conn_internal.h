@@ -94,6 +94,12 @@ struct conn {
 	 * below stay off.
 	 */
 	int tls;
+	/*
+	 * conn_batch_writes(): a TLS sender whose records wait in a batch
+	 * (tls_batch()); wflush writes the rest out when the socket takes it.
+	 */
+	int batch;
+	struct event *wflush;
 	struct timeval rd_timeout; /* for the direct reader (0: none) */
 	size_t data_left;
 	/*

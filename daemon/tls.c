@@ -210,6 +210,7 @@ tls_free(void)
 {
 	SSL_CTX_free(ctx);
 	ctx = NULL;
+	tls_batch_free();
 }
 
 struct bufferevent *

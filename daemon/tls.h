@@ -68,5 +68,24 @@ int tls_has_pending(struct bufferevent *);
  * bytes a read, which the bufferevent's own reader cannot live with.
  */
 void tls_read_ahead(struct bufferevent *);
+/*
+ * tls_batch.c. Gathers the sealed records of an established connection
+ * and writes them cap bytes at a time, where OpenSSL writes each 16 KiB
+ * record by itself: a bulk lane's sender. 0, or -1 if bev is not TLS or
+ * not past its handshake.
+ */
+int tls_batch(struct bufferevent *, size_t cap);
+/* Write out once n bytes are held (0: cap), for small steps. */
+void tls_batch_push_at(struct bufferevent *, size_t n);
+/*
+ * Writes out what is held: 1 when nothing is left, 0 when the socket took
+ * what it could (wait until it is writable), -1 on an error (errno).
+ * 1 for a connection without a batch.
+ */
+int tls_batch_flush(struct bufferevent *);
+/* Bytes held, not yet written to the socket. */
+size_t tls_batch_held(struct bufferevent *);
+/* At exit, once every connection is freed. */
+void tls_batch_free(void);
 
 #endif

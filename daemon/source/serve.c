@@ -571,4 +571,5 @@ source_bulk_lane(struct source *s, struct conn *c)
 {
 	conn_set_priority(c, PRIO_BULK);
 	conn_set_drain(c, bulk_drain, BULK_LOW);
+	conn_batch_writes(c);
 }
