@@ -265,17 +265,28 @@ cpu_rows() {
 	rec both_cpu "$(echo "($M_SCPU + $M_DCPU) / $GIB" | bc -l)"
 }
 
-# The TLS lanes: 1 GiB through the TLS pair, and their floor: the
-# plaintext lanes (cpu_rows(), just before) plus 1.5 times what the
-# cipher alone costs to seal and open 1 GiB (bench_cipher.c), all
-# measured in this round.
-tls_rows() {
-	local ccpu
+# The TLS lanes: 1 GiB through the TLS pair.
+tls_migration() {
 	migrate_once "$BIG" dstt 0 srct
 	rec tls_bulk_s "$M_SECS"
 	rec tls_both_cpu "$(echo "($M_SCPU + $M_DCPU) / $GIB" | bc -l)"
 	rec tls_src_cpu "$(echo "$M_SCPU / $GIB" | bc -l)"
 	rec tls_dst_cpu "$(echo "$M_DCPU / $GIB" | bc -l)"
+}
+
+# The CPU rows of a round: the plaintext rows (cpu_rows()) and the TLS
+# migration, in an order that alternates by round, then the TLS floor: the
+# plaintext figure plus 1.5 times what the cipher alone costs to seal and
+# open 1 GiB (bench_cipher.c), all measured in this round.
+cpu_tls_rows() {
+	local ccpu
+	if [ $((ROUND % 2)) = 1 ]; then
+		tls_migration
+		cpu_rows
+	else
+		cpu_rows
+		tls_migration
+	fi
 	read -r ccpu < <("$CFLOOR" "$(numfmt --from=iec "$BIG")" |
 		tr '=' ' ' | awk '{print $12}')
 	rec cipher_cpu "$ccpu"
@@ -286,8 +297,7 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	info "round $ROUND of $ROUNDS"
 	# BENCH_CPU_ONLY=1: the CPU s/GiB rows alone (quick A/B of builds).
 	if [ -n "${BENCH_CPU_ONLY:-}" ]; then
-		cpu_rows
-		tls_rows
+		cpu_tls_rows
 		tail -n 40 "$OUT" | grep "^$ROUND " | awk '{printf "   %s=%s", $2, $3} END {print ""}'
 		continue
 	fi
@@ -334,7 +344,7 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 	# destination faults (the busy-lane latency case). BENCH_LATENCY_ONLY=1
 	# skips to the last (quick A/B of the two latency rows).
 	if [ -z "${BENCH_LATENCY_ONLY:-}" ]; then
-		cpu_rows
+		cpu_tls_rows
 		# Shared memory: installing with UFFDIO_COPY against receiving into
 		# the page cache and mapping with UFFDIO_CONTINUE (issue 6's zero-copy
 		# path), both in the floor program, receiver CPU per GiB.
@@ -344,7 +354,6 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 			rec "shmem_${how}_s" "$secs"
 			rec "shmem_${how}_cpu" "$rcpu"
 		done
-		tls_rows
 		# The bulk floor once more, for its best round: this machine
 		# makes it 1.5-6x slower at random (docs/benchmarks.md, "Best rounds").
 		read -r secs _ < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
@@ -481,6 +490,8 @@ FB=floor_bulk_s,floor_bulk_again_s
 fig best 3 "$BIG attach to resident (s)" bulk_s "$FB" 1.3
 fig best 3 "$BIG attach to resident, TLS (s)" tls_bulk_s "$FB" 1.6
 fig best 3 "$BIG resident, TLS, demo v untouched (s)" tls_demo_s tls_none_s 2
+fig best 3 "CPU s/GiB, both daemons (floor: both)" both_cpu floor_bulk_cpu 1.2
+fig best 3 "CPU s/GiB, both, TLS (floor: plain+1.5c)" tls_both_cpu tls_cpu_budget 1
 echo "(unpinned, a fault's three processes land on one vCPU or on two, the floor's as
  uffdd's, and a wakeup across vCPUs costs 20-70 us here: the unpinned idle
  rows say where the scheduler put them, the one-CPU rows what the code costs)"
