@@ -2,13 +2,13 @@
  * Batched TLS writes for a bulk lane (see tls.h, tls_batch()).
  *
  * OpenSSL writes each record, at most 16 KiB, to its BIO as it seals it:
- * one write() a record. A sender that writes 16 KiB at a time costs this
- * machine 0.63-0.79 CPU-s/GiB over loopback (sender and receiver), against
- * 0.50-0.56 writing 256 KiB at a time: each write pushes its own segments
- * through the stack, and the receiver takes smaller ones. This BIO sits
- * between OpenSSL and the socket's BIO and gathers sealed records until a
- * threshold, then writes them in one call. The copy it adds runs over
- * bytes still in cache from the sealing.
+ * one write() a record. Over loopback here a sender writing 16 KiB at a
+ * time costs 0.34-0.44 CPU-s/GiB against 0.28-0.34 writing 256 KiB at a
+ * time (docs/benchmarks.md, "Batched TLS records"): each write pushes its
+ * own segments through the stack. This BIO sits between OpenSSL and the
+ * socket's BIO and gathers sealed records until a threshold, then writes
+ * them in one call. The copy it adds runs over bytes still in cache from
+ * the sealing.
  *
  * Nothing may stay in it unsaid: whoever stops writing flushes
  * (tls_batch_flush()), and OpenSSL flushes its own handshake flights and

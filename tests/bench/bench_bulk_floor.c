@@ -13,6 +13,8 @@
  * a copy less; on this VM that costs 1.7-2.4 CPU-s/GiB against 0.4-0.6 for
  * a read into a small buffer and its write (docs/benchmarks.md, "A floor
  * that reads the source process"), so it is no floor here.
+ * BENCH_FLOOR_WRITE=BYTES (at most 256 KiB) cuts each write to that size:
+ * what writing one TLS record at a time costs the stack.
  * The clock runs from the first byte sent to the last page installed.
  *
  * A second argument picks the destination memory and the install:
@@ -118,12 +120,16 @@ sender(int fd, uint64_t size, int report)
 		NULL, size, PROT_READ | PROT_WRITE,
 		MAP_PRIVATE | MAP_ANONYMOUS | (own ? MAP_POPULATE : 0), -1, 0);
 	uint8_t *buf = malloc(SEND_RUN);
+	const char *wr = getenv("BENCH_FLOOR_WRITE");
+	size_t chunk = wr != NULL ? strtoul(wr, NULL, 0) : SEND_RUN;
 	uint64_t off = 0;
 	pid_t hpid = 0;
 	char go;
 
 	if (src == MAP_FAILED || buf == NULL)
 		die("mmap source");
+	if (chunk == 0 || chunk > SEND_RUN)
+		chunk = SEND_RUN;
 	if (own)
 		for (uint64_t i = 0; i < size; i += 4096)
 			memcpy(src + i, &i, sizeof(i));
@@ -144,7 +150,8 @@ sender(int fd, uint64_t size, int report)
 			p = buf;
 		}
 		for (size_t done = 0; done < n;) {
-			ssize_t w = write(fd, p + done, n - done);
+			size_t step = n - done < chunk ? n - done : chunk;
+			ssize_t w = write(fd, p + done, step);
 
 			if (w < 0 && errno == EINTR)
 				continue;
