@@ -14,7 +14,11 @@
  * a read into a small buffer and its write (docs/benchmarks.md, "A floor
  * that reads the source process"), so it is no floor here.
  * BENCH_FLOOR_WRITE=BYTES (at most 256 KiB) cuts each write to that size:
- * what writing one TLS record at a time costs the stack.
+ * what writing one TLS record at a time costs the stack. For shared
+ * memory, BENCH_FLOOR_SENDER=pread reads a memfd into the buffer and
+ * writes it, and =sendfile hands the memfd's pages to the socket with
+ * sendfile(): what a plaintext source could do from a shared region's
+ * backing file (docs/benchmarks.md, "sendfile from the backing file").
  * The clock runs from the first byte sent to the last page installed.
  *
  * A second argument picks the destination memory and the install:
@@ -33,7 +37,7 @@
  * or slow by chance (docs/benchmarks.md, "Warm memory").
  *
  * Prints: "bulk_floor bytes=N secs=S gib_s=R cpu_s_per_gib=C bad=0
- * send_cpu=X recv_cpu=Y mode=M sender=remote|own": C is user+sys CPU
+ * send_cpu=X recv_cpu=Y mode=M sender=HOW": C is user+sys CPU
  * seconds of sender and receiver together per GiB, X and Y the same for
  * each side.
  */
@@ -52,6 +56,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -106,61 +111,119 @@ holder(uint8_t *src, uint64_t size, int *hold)
 	return pid;
 }
 
+/* How the sender gets the bytes it sends (BENCH_FLOOR_SENDER). */
+enum how { REMOTE, OWN, PREAD, SENDFILE };
+
+static enum how
+sender_how(void)
+{
+	const char *h = getenv("BENCH_FLOOR_SENDER");
+
+	if (h == NULL || strcmp(h, "remote") == 0)
+		return REMOTE;
+	if (strcmp(h, "own") == 0)
+		return OWN;
+	if (strcmp(h, "pread") == 0)
+		return PREAD;
+	if (strcmp(h, "sendfile") == 0)
+		return SENDFILE;
+	fprintf(stderr,
+		"bench_bulk_floor: BENCH_FLOOR_SENDER=%s: want remote, own, "
+		"pread or sendfile\n",
+		h);
+	exit(2);
+}
+
+/* Writes n bytes from p, chunk bytes a write at most. */
+static void
+write_all(int fd, const uint8_t *p, size_t n, size_t chunk)
+{
+	for (size_t done = 0; done < n;) {
+		size_t step = n - done < chunk ? n - done : chunk;
+		ssize_t w = write(fd, p + done, step);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			die("send");
+		done += (size_t)w;
+	}
+}
+
+/*
+ * One run of n bytes at off, read as `how` says (into buf when it reads),
+ * and written to fd.
+ */
+static void
+send_one(enum how how, int fd, uint8_t *src, int mfd, pid_t hpid, uint8_t *buf,
+	 uint64_t off, size_t n, size_t chunk)
+{
+	struct iovec l = {buf, n}, r = {src + off, n};
+	off_t o = (off_t)off;
+
+	switch (how) {
+	case OWN:
+		write_all(fd, src + off, n, chunk);
+		break;
+	case REMOTE:
+		if (process_vm_readv(hpid, &l, 1, &r, 1, 0) != (ssize_t)n)
+			die("process_vm_readv");
+		write_all(fd, buf, n, chunk);
+		break;
+	case PREAD:
+		if (pread(mfd, buf, n, o) != (ssize_t)n)
+			die("pread");
+		write_all(fd, buf, n, chunk);
+		break;
+	case SENDFILE:
+		while (o < (off_t)(off + n))
+			if (sendfile(fd, mfd, &o, off + n - (uint64_t)o) <= 0 &&
+			    errno != EINTR)
+				die("sendfile");
+		break;
+	}
+}
+
 /*
  * The source: wait for the go byte, stream everything, and report the CPU
- * time of the stream alone (not of populating) on `report`.
+ * time of the stream alone (not of populating) on `report`. The memory
+ * sent is a third process's (REMOTE), the sender's own (OWN), or a
+ * memfd's page cache (PREAD, SENDFILE: shared memory, whose backing file
+ * a source could send from).
  */
 static void
 sender(int fd, uint64_t size, int report)
 {
-	const char *how = getenv("BENCH_FLOOR_SENDER");
-	int own = how != NULL && strcmp(how, "own") == 0, hold = -1;
-	double c0;
-	uint8_t *src = mmap(
-		NULL, size, PROT_READ | PROT_WRITE,
-		MAP_PRIVATE | MAP_ANONYMOUS | (own ? MAP_POPULATE : 0), -1, 0);
-	uint8_t *buf = malloc(SEND_RUN);
+	enum how how = sender_how();
+	int mfd = -1, hold = -1, shared = how == PREAD || how == SENDFILE;
+	uint8_t *src, *buf = malloc(SEND_RUN);
 	const char *wr = getenv("BENCH_FLOOR_WRITE");
 	size_t chunk = wr != NULL ? strtoul(wr, NULL, 0) : SEND_RUN;
 	uint64_t off = 0;
 	pid_t hpid = 0;
+	double c0;
 	char go;
 
+	if (shared && ((mfd = memfd_create("bench_bulk_floor_src", 0)) < 0 ||
+		       ftruncate(mfd, (off_t)size) < 0))
+		die("memfd");
+	src = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		   shared ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS, mfd, 0);
 	if (src == MAP_FAILED || buf == NULL)
 		die("mmap source");
 	if (chunk == 0 || chunk > SEND_RUN)
 		chunk = SEND_RUN;
-	if (own)
+	if (how == REMOTE)
+		hpid = holder(src, size, &hold);
+	else
 		for (uint64_t i = 0; i < size; i += 4096)
 			memcpy(src + i, &i, sizeof(i));
-	else
-		hpid = holder(src, size, &hold);
 	if (write(fd, "r", 1) != 1 || read(fd, &go, 1) != 1)
 		die("handshake");
 	c0 = cpu_s(RUSAGE_SELF);
-	while (off < size) {
-		size_t n = size - off < SEND_RUN ? size - off : SEND_RUN;
-		const uint8_t *p = src + off;
-		struct iovec l = {buf, n}, r = {src + off, n};
-
-		if (!own) {
-			if (process_vm_readv(hpid, &l, 1, &r, 1, 0) !=
-			    (ssize_t)n)
-				die("process_vm_readv");
-			p = buf;
-		}
-		for (size_t done = 0; done < n;) {
-			size_t step = n - done < chunk ? n - done : chunk;
-			ssize_t w = write(fd, p + done, step);
-
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0)
-				die("send");
-			done += (size_t)w;
-		}
-		off += n;
-	}
+	for (; off < size; off += SEND_RUN)
+		send_one(how, fd, src, mfd, hpid, buf, off,
+			 size - off < SEND_RUN ? size - off : SEND_RUN, chunk);
 	close(fd);
 	c0 = cpu_s(RUSAGE_SELF) - c0;
 	if (hpid > 0) {
@@ -197,6 +260,7 @@ main(int argc, char **argv)
 			mode);
 		return 2;
 	}
+	(void)sender_how(); /* a wrong BENCH_FLOOR_SENDER stops here */
 	if (argc > 1)
 		size = strtoull(argv[1], NULL, 0) & ~(RUN - 1);
 	if (size == 0)
@@ -316,9 +380,7 @@ main(int argc, char **argv)
 	       (c1 - c0) / ((double)size / (1 << 30)), bad,
 	       sender_cpu / ((double)size / (1 << 30)),
 	       (c1 - c0 - sender_cpu) / ((double)size / (1 << 30)), mode,
-	       getenv("BENCH_FLOOR_SENDER") &&
-			       strcmp(getenv("BENCH_FLOOR_SENDER"), "own") == 0
-		       ? "own"
-		       : "remote");
+	       getenv("BENCH_FLOOR_SENDER") ? getenv("BENCH_FLOOR_SENDER")
+					    : "remote");
 	return bad ? 1 : 0;
 }
