@@ -17,7 +17,9 @@ RANGE=$(printf '%x-%x' $((base)) $((end)))
 info "starting two daemons on loopback (source and destination host), TLS 1.3"
 start_daemon src
 start_daemon dst
-echo "   source uffdd on 127.0.0.1:$src_PORT, destination uffdd on 127.0.0.1:$dst_PORT"
+# At the priority the systemd unit gives them (Nice=).
+as_unit src dst
+echo "   source uffdd on 127.0.0.1:$src_PORT, destination uffdd on 127.0.0.1:$dst_PORT (nice $(unit_nice))"
 
 info "source: a process fills $SIZE with a pattern and keeps changing it"
 start_workload WS source --size "$SIZE" --threads 2

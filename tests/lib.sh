@@ -451,6 +451,22 @@ make_netns() {
 }
 
 # start_workload VAR MODE ARGS...: starts a workload, waits for "ready".
+# unit_nice: the nice value the unit runs the daemon at (Nice= in
+# systemd/uffdd.service, 0 if none). as_unit NAME...: daemons NAME... at
+# that value, as the service would run them.
+unit_nice() {
+	local n
+	n=$(sed -n 's/^Nice=//p' "$SRC/systemd/uffdd.service")
+	echo "${n:-0}"
+}
+as_unit() {
+	local d n
+	n=$(unit_nice)
+	for d in "$@"; do
+		renice -n "$n" -p "$(eval echo "\$${d}_PID")" >/dev/null
+	done
+}
+
 start_workload() {
 	local var=$1 mode=$2
 	shift 2

@@ -19,7 +19,8 @@
 # BENCH_ARGS="--poll-us 0"), BENCH_CPU_ONLY=1 the bulk floor, the
 # plaintext and TLS bulk migrations and the cipher alone (the CPU s/GiB
 # rows),
-# BENCH_BUSY_ONLY=1 the busy destination's pair
+# BENCH_NICE=N runs the daemons and floors at nice N instead of the
+# unit's Nice=, BENCH_BUSY_ONLY=1 the busy destination's pair
 # alone (the demo's workload against nothing touched, TLS). The idle fault case runs twice a round: once
 # with every process of it (the floor's three; the two daemons and the
 # workloads of the uffdd case) on one CPU, BENCH_PIN (default 1), floor
@@ -190,6 +191,17 @@ unset UFFDD_BENCH_BULK_DELAY_MS
 # leaves the bulk cases alone.
 # shellcheck disable=SC2086
 start_daemon srci --insecure ${BENCH_ARGS:-}
+# The daemons run at the unit's nice value (Nice= in systemd/uffdd.service),
+# as the service runs them, and so do the floor programs that stand for
+# them; the workloads stay at 0. BENCH_NICE=N overrides (0: as a plain
+# process; docs/busy-destination.md, "Scheduling").
+NICE=${BENCH_NICE:-$(unit_nice)}
+for d in src dst srct dstt dsti srci; do
+	renice -n "$NICE" -p "$(eval echo "\$${d}_PID")" >/dev/null
+done
+info "daemons and floors at nice $NICE"
+# floor CMD...: a floor program, at the daemons' nice value.
+floor() { nice -n "$NICE" "$@"; }
 PIN=${BENCH_PIN:-$(($(nproc) > 1 ? 1 : 0))}
 GIB=$(echo "$(numfmt --from=iec "$BIG") / 1073741824" | bc -l)
 # Memory touched and freed right before each bulk run, floor or uffdd.
@@ -223,7 +235,7 @@ floor_fault() {
 	local pre=()
 	[ -n "$1" ] && pre=(taskset -c "$1")
 	shift
-	read -r F_P50 F_P99 < <("${pre[@]}" "$FFLOOR" "$NFAULT" "$@" |
+	read -r F_P50 F_P99 < <(floor "${pre[@]}" "$FFLOOR" "$NFAULT" "$@" |
 		tr '=' ' ' | awk '{print $5, $7}')
 }
 
@@ -251,7 +263,7 @@ busy_dest_pair() {
 # cpu_rows: the bulk floor and the plaintext 1 GiB migration with nothing
 # touched, the figures of the CPU s/GiB rows (issue 24).
 cpu_rows() {
-	read -r secs cpu scpu rcpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
+	read -r secs cpu scpu rcpu < <(floor "$BFLOOR" "$(numfmt --from=iec "$BIG")" |
 		tr '=' ' ' | awk '{print $5, $9, $13, $15}')
 	rec floor_bulk_s "$secs"
 	rec floor_bulk_cpu "$cpu"
@@ -287,7 +299,7 @@ cpu_tls_rows() {
 		cpu_rows
 		tls_migration
 	fi
-	read -r ccpu < <("$CFLOOR" "$(numfmt --from=iec "$BIG")" |
+	read -r ccpu < <(floor "$CFLOOR" "$(numfmt --from=iec "$BIG")" |
 		tr '=' ' ' | awk '{print $12}')
 	rec cipher_cpu "$ccpu"
 	rec tls_cpu_budget "$(echo "($M_SCPU_PLAIN + $M_DCPU_PLAIN) / $GIB + 1.5 * $ccpu" | bc -l)"
@@ -349,14 +361,14 @@ for ((ROUND = 0; ROUND < ROUNDS; ROUND++)); do
 		# the page cache and mapping with UFFDIO_CONTINUE (issue 6's zero-copy
 		# path), both in the floor program, receiver CPU per GiB.
 		for how in copy continue; do
-			read -r secs rcpu < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" "shmem-$how" |
+			read -r secs rcpu < <(floor "$BFLOOR" "$(numfmt --from=iec "$BIG")" "shmem-$how" |
 				tr '=' ' ' | awk '{print $5, $15}')
 			rec "shmem_${how}_s" "$secs"
 			rec "shmem_${how}_cpu" "$rcpu"
 		done
 		# The bulk floor once more, for its best round: this machine
 		# makes it 1.5-6x slower at random (docs/benchmarks.md, "Best rounds").
-		read -r secs _ < <("$BFLOOR" "$(numfmt --from=iec "$BIG")" |
+		read -r secs _ < <(floor "$BFLOOR" "$(numfmt --from=iec "$BIG")" |
 			tr '=' ' ' | awk '{print $5}')
 		rec floor_bulk_again_s "$secs"
 		# Pre-copy against pure post-copy, the same writing process.
