@@ -75,6 +75,8 @@ struct migration {
 	int deferred;
 	int attached;
 	int went; /* export --deferred: its go was given */
+	/* attach --hold-bulk: kept once the role's state is freed (RELEASE). */
+	int hold_bulk;
 	/* attach --record-working-set: the pages faulted (migration_ws_*). */
 	struct mig_ws *ws;
 	void *impl; /* struct source or struct dest */

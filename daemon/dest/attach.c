@@ -520,6 +520,7 @@ attach_go(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	d->serial = serial;
 	d->export_wait = req->export_wait_secs;
 	d->run_hold = req->hold_bulk ? 1 : 0;
+	d->m->hold_bulk = d->run_hold;
 	migration_set_peer(d->m, from);
 	if (req->record_working_set) {
 		migration_ws_start(d->m, req->ws_faults, req->ws_secs);

@@ -98,6 +98,15 @@ release_request(uint64_t serial, const struct authz_caller *who,
 				    log_id(req->id));
 		return;
 	}
+	/*
+	 * A held migration that ended (its bulk lane can stream faster than
+	 * a client releases it) holds nothing any more: done already.
+	 */
+	if (d == NULL && m->hold_bulk) {
+		rep.id = m->id;
+		control_reply(serial, FRAME_CTL_RELEASE_REPLY, &rep.base);
+		return;
+	}
 	if (d == NULL || d->run_hold == 0) {
 		control_reply_error(serial, ERR_INVALID,
 				    "release: migration %s was not attached "
