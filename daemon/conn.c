@@ -42,6 +42,15 @@ conn_linger(struct conn *c)
 	tls_shutdown(c->bev);
 	shutdown(conn_fd(c), SHUT_WR);
 	evbuffer_drain(in, evbuffer_get_length(in));
+	/*
+	 * A direct reader goes on reading (whose records the daemon opens,
+	 * OpenSSL could not read on: it would fail at the next record).
+	 */
+	if (c->rd != NULL) {
+		c->rd_timeout = tv;
+		event_add(c->rd, &c->rd_timeout);
+		return;
+	}
 	bufferevent_set_timeouts(c->bev, &tv, NULL);
 	bufferevent_enable(c->bev, EV_READ);
 }
@@ -370,7 +379,7 @@ conn_push(struct conn *c)
 {
 	int r;
 
-	if (!c->batch || c->dead)
+	if (!c->wbio || c->dead)
 		return 1;
 	if ((r = tls_batch_flush(c->bev)) == 0) {
 		event_add(c->wflush, NULL);
@@ -386,7 +395,7 @@ conn_write_cb(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
 
-	if (c->batch && evbuffer_get_length(bufferevent_get_output(bev)) == 0 &&
+	if (c->wbio && evbuffer_get_length(bufferevent_get_output(bev)) == 0 &&
 	    conn_push(c) != 1)
 		return;
 	if (c->finishing) {
@@ -455,6 +464,34 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	event_active(c->resume, EV_TIMEOUT, 0);
 }
 
+static void
+conn_wflush_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct conn *c = arg;
+
+	conn_write_cb(c->bev, c);
+}
+
+/*
+ * A TLS connection writing through our BIO (tls_batch_attach()): what the
+ * socket does not take stays in the BIO, and wflush writes it out when the
+ * socket takes more.
+ */
+static void
+conn_wbio_init(struct conn *c)
+{
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+
+	if (!c->tls || fd < 0 || !tls_batch_has(c->bev))
+		return;
+	c->wflush = event_new(bufferevent_get_base(c->bev), fd, EV_WRITE,
+			      conn_wflush_cb, c);
+	if (c->wflush == NULL)
+		fatalx("event_new");
+	event_priority_set(c->wflush, c->prio);
+	c->wbio = 1;
+}
+
 struct conn *
 conn_new(struct event_base *base, struct bufferevent *bev, const char *name,
 	 conn_frame_cb fcb, conn_close_cb ccb, void *arg)
@@ -474,6 +511,7 @@ conn_new(struct event_base *base, struct bufferevent *bev, const char *name,
 	bufferevent_setwatermark(bev, EV_READ, 0, CONN_READ_HIGH);
 	bufferevent_set_max_single_write(bev, CONN_WRITE_MAX);
 	c->tls = bufferevent_openssl_get_ssl(bev) != NULL;
+	conn_wbio_init(c);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 	return c;
 }
@@ -726,30 +764,27 @@ size_t
 conn_output_len(struct conn *c)
 {
 	return evbuffer_get_length(bufferevent_get_output(c->bev)) +
-	       (c->batch ? tls_batch_held(c->bev) : 0);
+	       (c->wbio ? tls_batch_held(c->bev) : 0);
 }
 
-static void
-conn_wflush_cb(evutil_socket_t fd, short ev, void *arg)
+int
+conn_tls_opened(struct conn *c)
 {
-	struct conn *c = arg;
+	return c->tls && c->rd != NULL && tls_opens(c->bev);
+}
 
-	conn_write_cb(c->bev, c);
+int
+conn_tls_sealed(struct conn *c)
+{
+	return c->wbio && tls_batch_sealed(c->bev);
 }
 
 void
 conn_batch_writes(struct conn *c)
 {
-	evutil_socket_t fd = bufferevent_getfd(c->bev);
-
-	if (c->batch || !c->tls || c->dead || fd < 0 ||
+	if (c->batch || !c->wbio || c->dead ||
 	    tls_batch(c->bev, CONN_WRITE_MAX) < 0)
 		return;
-	c->wflush = event_new(bufferevent_get_base(c->bev), fd, EV_WRITE,
-			      conn_wflush_cb, c);
-	if (c->wflush == NULL)
-		fatalx("event_new");
-	event_priority_set(c->wflush, c->prio);
 	c->batch = 1;
 	tls_batch_push_at(c->bev, c->fill_max);
 }

@@ -68,6 +68,10 @@ void conn_set_io_max(struct conn *, size_t n);
  * round's bytes at a time, not one by one. Nothing for plaintext.
  */
 void conn_batch_writes(struct conn *);
+/* Whether our BIO seals c's TLS records (tls_batch_sealed()). */
+int conn_tls_sealed(struct conn *);
+/* Whether the daemon opens c's TLS records (tls_opens()). */
+int conn_tls_opened(struct conn *);
 void conn_set_drain(struct conn *, conn_drain_cb, size_t lowmark);
 /* Read timeout in seconds (0: none): a silent peer is a broken one. */
 void conn_set_timeout(struct conn *, int secs);

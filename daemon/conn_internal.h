@@ -95,9 +95,12 @@ struct conn {
 	 */
 	int tls;
 	/*
-	 * conn_batch_writes(): a TLS sender whose records wait in a batch
-	 * (tls_batch()); wflush writes the rest out when the socket takes it.
+	 * wbio: a TLS connection writing through our BIO (tls_batch_attach()),
+	 * which holds what the socket did not take; wflush writes it out when
+	 * the socket takes more. batch: conn_batch_writes(), its records
+	 * gathered into large writes (tls_batch()).
 	 */
+	int wbio;
 	int batch;
 	struct event *wflush;
 	struct timeval rd_timeout; /* for the direct reader (0: none) */

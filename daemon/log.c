@@ -107,6 +107,16 @@ xmalloc(size_t sz)
 	return p;
 }
 
+void *
+xrealloc(void *old, size_t sz)
+{
+	void *p = realloc(old, sz ? sz : 1);
+
+	if (p == NULL)
+		fatal("realloc %zu", sz);
+	return p;
+}
+
 char *
 xstrdup(const char *s)
 {

@@ -18,6 +18,7 @@ __attribute__((noreturn)) void fatalx(const char *, ...) ATTR_PRINTF(1, 2);
 /* Allocation failures are handled here, once: the daemon cannot go on. */
 void *xcalloc(size_t, size_t);
 void *xmalloc(size_t);
+void *xrealloc(void *, size_t);
 char *xstrdup(const char *);
 int xasprintf(char **, const char *, ...) ATTR_PRINTF(2, 3);
 

@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -38,6 +39,24 @@ static unsigned char pin[32];
 static int have_pin;
 /* SSL ex_data slot: a connection's own pin (attach --pin), 32 bytes. */
 static int pin_idx = -1;
+/* SSL ex_data slot: a client connection's struct rx. */
+static int rx_idx = -1;
+
+/*
+ * What a client connection keeps so that the daemon can open the peer's
+ * records itself once it reads the connection alone (tls_read_ahead()):
+ * the peer's application traffic secret, as OpenSSL's key log reports it,
+ * and how many records OpenSSL opened under it, which is the next
+ * record's sequence number.
+ */
+struct rx {
+	uint8_t secret[EVP_MAX_MD_SIZE];
+	size_t slen;
+	uint64_t count;
+	int have;
+	int armed;	       /* to take over at the next record's start */
+	struct tls_open *open; /* from then on */
+};
 
 /* Logs the OpenSSL error queue under what; returns -1 for the caller. */
 static int
@@ -116,6 +135,92 @@ pin_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
 	free(ptr);
 }
 
+static void
+rx_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+	void *argp)
+{
+	struct rx *rx = ptr;
+
+	(void)parent, (void)ad, (void)idx, (void)argl, (void)argp;
+	if (rx == NULL)
+		return;
+	tls_open_free(rx->open);
+	OPENSSL_cleanse(rx, sizeof(*rx));
+	free(rx);
+}
+
+static struct rx *
+rx_of(const SSL *ssl)
+{
+	return ssl != NULL && rx_idx >= 0 ? SSL_get_ex_data(ssl, rx_idx) : NULL;
+}
+
+/*
+ * The daemon opens the records from here on, if OpenSSL holds no part of
+ * one it has not opened: without read-ahead it reads a record's header
+ * and then its body, so it holds none once a record is whole (its
+ * plaintext may still wait, SSL_pending(), and is read out first). A
+ * record OpenSSL began stays its own; the next read finishes it, and then
+ * the daemon takes over (tls_read()).
+ */
+static void
+rx_take(SSL *ssl, struct rx *rx)
+{
+	if (!rx->armed || (SSL_has_pending(ssl) && SSL_pending(ssl) == 0))
+		return;
+	rx->armed = 0;
+	rx->open = tls_open_new(SSL_get_current_cipher(ssl), rx->secret,
+				rx->slen, rx->count);
+	OPENSSL_cleanse(rx->secret, sizeof(rx->secret));
+	rx->have = 0;
+	SSL_set_msg_callback(ssl, NULL);
+	if (rx->open == NULL)
+		SSL_set_read_ahead(ssl, 1);
+}
+
+/*
+ * OpenSSL's key log: a client keeps the server's first application
+ * traffic secret. OpenSSL reports it while it handles the server's
+ * Finished, after opening the record that carried it: every record it
+ * opens from now on is under that secret, counted by rx_msg_cb().
+ */
+static void
+rx_keylog_cb(const SSL *ssl, const char *line)
+{
+	static const char label[] = "SERVER_TRAFFIC_SECRET_0 ";
+	struct rx *rx = rx_of(ssl);
+	const char *p;
+	size_t n = 0;
+
+	if (rx == NULL || strncmp(line, label, sizeof(label) - 1) != 0 ||
+	    (p = strchr(line + sizeof(label) - 1, ' ')) == NULL)
+		return;
+	for (p++; isxdigit((unsigned char)p[0]) &&
+		  isxdigit((unsigned char)p[1]) && n < sizeof(rx->secret);
+	     p += 2) {
+		char hex[3] = {p[0], p[1], 0};
+
+		rx->secret[n++] = (uint8_t)strtoul(hex, NULL, 16);
+	}
+	rx->slen = n;
+	rx->have = *p == '\0' && n > 0;
+	rx->count = 0;
+}
+
+/* Counts the records OpenSSL opens (TLS 1.3 reports each one's type). */
+static void
+rx_msg_cb(int write_p, int version, int type, const void *buf, size_t len,
+	  SSL *ssl, void *arg)
+{
+	struct rx *rx;
+
+	(void)version, (void)buf, (void)len, (void)arg;
+	if (write_p || type != SSL3_RT_INNER_CONTENT_TYPE)
+		return;
+	if ((rx = rx_of(ssl)) != NULL && rx->have)
+		rx->count++;
+}
+
 /* Logs why c could not be built, frees it; -1 for the caller. */
 static int
 ctx_fail(SSL_CTX *c, const char *what)
@@ -145,6 +250,9 @@ tls_init(const char *ca, const char *cert, const char *key, const char *p)
 	}
 	if (pin_idx < 0 &&
 	    (pin_idx = SSL_get_ex_new_index(0, NULL, NULL, NULL, pin_free)) < 0)
+		return ssl_fail("SSL_get_ex_new_index");
+	if (rx_idx < 0 &&
+	    (rx_idx = SSL_get_ex_new_index(0, NULL, NULL, NULL, rx_free)) < 0)
 		return ssl_fail("SSL_get_ex_new_index");
 	if ((c = SSL_CTX_new(TLS_method())) == NULL)
 		return ssl_fail("SSL_CTX_new");
@@ -187,6 +295,7 @@ tls_init(const char *ca, const char *cert, const char *key, const char *p)
 	SSL_CTX_set_default_read_buffer_len(c, TLS_READ_BUF);
 	SSL_CTX_set_num_tickets(c, 0);
 	SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
+	SSL_CTX_set_keylog_callback(c, rx_keylog_cb);
 	/*
 	 * Only now replace what runs (a reload keeps the old context on any
 	 * error); connections keep a reference to the context they began on.
@@ -229,6 +338,12 @@ tls_accept(struct event_base *b, evutil_socket_t fd)
 		SSL_free(ssl);
 		return NULL;
 	}
+	/*
+	 * Before the handshake: OpenSSL hands the sending keys to the write
+	 * BIO as it sets them. A failure leaves OpenSSL sealing, as before.
+	 */
+	if (tls_batch_attach(bev) < 0)
+		ssl_fail("write BIO");
 	return bev;
 }
 
@@ -283,6 +398,12 @@ tls_connect(struct event_base *b, const char *host, const char *own_pin,
 	}
 	if (!is_ip)
 		SSL_set_tlsext_host_name(ssl, host);
+	if (!SSL_set_ex_data(ssl, rx_idx, xcalloc(1, sizeof(struct rx)))) {
+		snprintf(err, errlen, "TLS: SSL_set_ex_data failed");
+		SSL_free(ssl);
+		return NULL;
+	}
+	SSL_set_msg_callback(ssl, rx_msg_cb);
 	bev = bufferevent_openssl_socket_new(
 		b, -1, ssl, BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE);
 	if (bev == NULL) {
@@ -356,15 +477,27 @@ tls_read(struct bufferevent *bev, void *buf, size_t len, char *why,
 	 size_t whylen)
 {
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	struct rx *rx;
 	unsigned long e;
 	int r, err;
 
 	if (ssl == NULL || !SSL_is_init_finished(ssl))
 		return 0;
+	if ((rx = rx_of(ssl)) != NULL && rx->open != NULL) {
+		/* What OpenSSL opened before comes first; it reads no more. */
+		if ((r = SSL_pending(ssl)) <= 0)
+			return tls_open_read(rx->open, bufferevent_getfd(bev),
+					     buf, len, why, whylen);
+		if (len > (size_t)r)
+			len = (size_t)r;
+	}
 	if (len > INT_MAX)
 		len = INT_MAX;
-	if ((r = SSL_read(ssl, buf, (int)len)) > 0)
+	if ((r = SSL_read(ssl, buf, (int)len)) > 0) {
+		if (rx != NULL && rx->armed)
+			rx_take(ssl, rx);
 		return r;
+	}
 	err = SSL_get_error(ssl, r);
 	/*
 	 * WANT_WRITE (a record that needs an answer on a full socket) is
@@ -391,24 +524,62 @@ int
 tls_has_pending(struct bufferevent *bev)
 {
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	struct rx *rx = rx_of(ssl);
 
-	return ssl != NULL && SSL_has_pending(ssl);
+	if (ssl == NULL)
+		return 0;
+	if (rx != NULL && rx->open != NULL)
+		return SSL_pending(ssl) > 0 || tls_open_has_pending(rx->open);
+	return SSL_has_pending(ssl);
 }
 
+/*
+ * A client connection with its peer's traffic secret: the daemon opens
+ * its records (rx_take()), with AES-GCM. Any other: OpenSSL reads ahead.
+ */
 void
 tls_read_ahead(struct bufferevent *bev)
 {
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	struct rx *rx = rx_of(ssl);
+	int nid;
 
-	if (ssl != NULL)
-		SSL_set_read_ahead(ssl, 1);
+	if (ssl == NULL || (rx != NULL && (rx->armed || rx->open != NULL)))
+		return;
+	nid = SSL_is_init_finished(ssl)
+		      ? SSL_CIPHER_get_cipher_nid(SSL_get_current_cipher(ssl))
+		      : NID_undef;
+	if (rx != NULL && rx->have &&
+	    (nid == NID_aes_128_gcm || nid == NID_aes_256_gcm)) {
+		rx->armed = 1;
+		rx_take(ssl, rx);
+		return;
+	}
+	if (rx != NULL) {
+		OPENSSL_cleanse(rx->secret, sizeof(rx->secret));
+		rx->have = 0;
+		SSL_set_msg_callback(ssl, NULL);
+	}
+	SSL_set_read_ahead(ssl, 1);
+}
+
+int
+tls_opens(struct bufferevent *bev)
+{
+	struct rx *rx = rx_of(bufferevent_openssl_get_ssl(bev));
+
+	return rx != NULL && rx->open != NULL;
 }
 
 size_t
 tls_pending(struct bufferevent *bev)
 {
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	struct rx *rx = rx_of(ssl);
 	int n = ssl != NULL ? SSL_pending(ssl) : 0;
+	size_t held = n > 0 ? (size_t)n : 0;
 
-	return n > 0 ? (size_t)n : 0;
+	if (rx != NULL && rx->open != NULL)
+		held += tls_open_pending(rx->open);
+	return held;
 }

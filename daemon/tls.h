@@ -6,6 +6,7 @@
 #define UFFDD_TLS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -63,16 +64,31 @@ size_t tls_pending(struct bufferevent *);
  */
 int tls_has_pending(struct bufferevent *);
 /*
- * The connection is read by the daemon alone from now (conn_read_direct()):
- * OpenSSL may read ahead of the record it decrypts, up to TLS_READ_BUF
- * bytes a read, which the bufferevent's own reader cannot live with.
+ * The connection is read by the daemon alone from now (conn_read_direct()).
+ * A client connection with an AES-GCM suite has its records opened by the
+ * daemon (tls_open.c), straight into the reader's buffer; any other lets
+ * OpenSSL read ahead of the record it decrypts, up to TLS_READ_BUF bytes a
+ * read, which the bufferevent's own reader cannot live with.
  */
 void tls_read_ahead(struct bufferevent *);
+/* Whether the daemon opens bev's records (tls_read_ahead()). */
+int tls_opens(struct bufferevent *);
 /*
- * tls_batch.c. Gathers the sealed records of an established connection
- * and writes them cap bytes at a time, where OpenSSL writes each 16 KiB
- * record by itself: a bulk lane's sender. 0, or -1 if bev is not TLS or
- * not past its handshake.
+ * tls_batch.c. Every connection a daemon accepts writes through a BIO of
+ * ours under OpenSSL, which takes the sending keys from OpenSSL once the
+ * handshake sets them and seals the records itself (tls_seal.c): no copy
+ * into OpenSSL's record buffer. Done from tls_accept(); a write that the
+ * socket does not take at once stays in the BIO (tls_batch_flush()).
+ */
+int tls_batch_attach(struct bufferevent *);
+/* Whether bev writes through that BIO. */
+int tls_batch_has(struct bufferevent *);
+/* Whether the BIO seals bev's records (OpenSSL gave it the keys). */
+int tls_batch_sealed(struct bufferevent *);
+/*
+ * Gathers the records of a bulk lane's sender and writes them cap bytes
+ * at a time, where OpenSSL writes each 16 KiB record by itself. 0, or -1
+ * if bev has no batch BIO.
  */
 int tls_batch(struct bufferevent *, size_t cap);
 /* Write out once n bytes are held (0: cap), for small steps. */
@@ -87,5 +103,49 @@ int tls_batch_flush(struct bufferevent *);
 size_t tls_batch_held(struct bufferevent *);
 /* At exit, once every connection is freed. */
 void tls_batch_free(void);
+
+/*
+ * tls_seal.c: TLS 1.3 records made with keys OpenSSL handed over, in the
+ * kernel's struct for them (linux/tls.h): AES-128-GCM or AES-256-GCM, or
+ * NULL.
+ */
+#define TLS_SEAL_HDR 5
+#define TLS_SEAL_TAG 16
+#define TLS_SEAL_PLAIN_MAX 16384
+/* A record's bytes beyond its plaintext. */
+#define TLS_SEAL_OVERHEAD (TLS_SEAL_HDR + 1 + TLS_SEAL_TAG)
+struct tls_seal;
+struct tls_seal *tls_seal_new(const void *crypto_info);
+void tls_seal_free(struct tls_seal *);
+/*
+ * Seals n bytes (at most TLS_SEAL_PLAIN_MAX) of content type type into
+ * out, which has room for n + TLS_SEAL_OVERHEAD: the record's length, or
+ * 0 on failure (the sequence number would wrap, or OpenSSL failed).
+ */
+size_t tls_seal_record(struct tls_seal *, uint8_t type, const void *in,
+		       size_t n, uint8_t *out);
+
+/*
+ * tls_open.c: the peer's TLS 1.3 records opened by the daemon, with the
+ * key of its traffic secret (slen bytes, the suite's hash size), the next
+ * record being number seq. NULL for a suite it does not open (left to
+ * OpenSSL).
+ */
+struct tls_open;
+struct ssl_cipher_st;
+struct tls_open *tls_open_new(const struct ssl_cipher_st *suite,
+			      const uint8_t *secret, size_t slen, uint64_t seq);
+void tls_open_free(struct tls_open *);
+/*
+ * Opens records from fd into buf, as tls_read() answers: the bytes of
+ * application data placed, 0 when the socket must bring more, -1 with why
+ * filled at the peer's close_notify or EOF ("connection closed by peer")
+ * or on any record that fails its checks, after which every read fails.
+ */
+long tls_open_read(struct tls_open *, int fd, void *buf, size_t len, char *why,
+		   size_t whylen);
+/* Plaintext held or read already: at most this much, no read event. */
+size_t tls_open_pending(const struct tls_open *);
+int tls_open_has_pending(const struct tls_open *);
 
 #endif

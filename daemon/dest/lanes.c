@@ -268,6 +268,10 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		 * conn_fill()'s (a plaintext lane; TLS stays with it).
 		 */
 		conn_read_direct(c);
+		if (conn_tls_opened(c))
+			log_info("migration %s: bulk lane's TLS records opened "
+				 "by uffdd",
+				 log_id(d->m->id));
 	} else if (h->type != FRAME_PING) {
 		dest_lanes_down(d, "unexpected frame on the bulk lane");
 	}

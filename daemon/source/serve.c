@@ -572,4 +572,8 @@ source_bulk_lane(struct source *s, struct conn *c)
 	conn_set_priority(c, PRIO_BULK);
 	conn_set_drain(c, bulk_drain, BULK_LOW);
 	conn_batch_writes(c);
+	if (conn_tls_sealed(c))
+		log_info("migration %s: bulk lane's TLS records sealed by "
+			 "uffdd",
+			 log_id(s->m->id));
 }
