@@ -233,8 +233,8 @@ conn_process(struct conn *c)
 			more = 1;
 			break;
 		}
-		if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
-		    conn_out_max) {
+		/* What our TLS BIO holds counts: it is not yet sent. */
+		if (conn_output_len(c) > conn_out_max) {
 			/* conn_write_cb resumes once all of it is sent. */
 			c->blocked = 1;
 			more = 1;
@@ -464,12 +464,42 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	event_active(c->resume, EV_TIMEOUT, 0);
 }
 
+/*
+ * The socket takes more: write out what the BIO holds. Once a full BIO
+ * (conn_wbio_full()) is empty, the bufferevent writes again, and it tells
+ * the owner when the output drains.
+ */
 static void
 conn_wflush_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct conn *c = arg;
 
+	if (c->wfull) {
+		if (conn_push(c) != 1)
+			return;
+		c->wfull = 0;
+		if (!c->dead)
+			bufferevent_enable(c->bev, EV_WRITE);
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) > 0)
+			return;
+	}
 	conn_write_cb(c->bev, c);
+}
+
+/*
+ * Our BIO takes every write and holds what the socket does not (it must
+ * not ask OpenSSL to retry): past its limit, the bufferevent stops
+ * writing into it, and the output waits in the bufferevent, where
+ * conn_out_max and the owners' limits count it.
+ */
+static void
+conn_wbio_full(void *arg)
+{
+	struct conn *c = arg;
+
+	c->wfull = 1;
+	bufferevent_disable(c->bev, EV_WRITE);
+	event_add(c->wflush, NULL);
 }
 
 /*
@@ -489,6 +519,7 @@ conn_wbio_init(struct conn *c)
 	if (c->wflush == NULL)
 		fatalx("event_new");
 	event_priority_set(c->wflush, c->prio);
+	tls_batch_on_full(c->bev, conn_wbio_full, c);
 	c->wbio = 1;
 }
 

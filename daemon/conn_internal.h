@@ -101,6 +101,7 @@ struct conn {
 	 * gathered into large writes (tls_batch()).
 	 */
 	int wbio;
+	int wfull; /* the BIO held too much: the bufferevent writes not */
 	int batch;
 	struct event *wflush;
 	struct timeval rd_timeout; /* for the direct reader (0: none) */

@@ -81,6 +81,11 @@ int tls_opens(struct bufferevent *);
  * socket does not take at once stays in the BIO (tls_batch_flush()).
  */
 int tls_batch_attach(struct bufferevent *);
+/*
+ * cb(arg) is called when the BIO holds more than it should (1 MiB): its
+ * owner stops writing into bev until tls_batch_flush() empties it.
+ */
+void tls_batch_on_full(struct bufferevent *, void (*cb)(void *), void *arg);
 /* Whether bev writes through that BIO. */
 int tls_batch_has(struct bufferevent *);
 /* Whether the BIO seals bev's records (OpenSSL gave it the keys). */

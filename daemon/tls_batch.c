@@ -54,7 +54,17 @@
  */
 #define BATCH_MIN_CAP (64u << 10)
 
+/*
+ * Held bytes past which the BIO tells its conn to stop writing into it
+ * (tls_batch_on_full()) until it is empty: it takes every sealed write,
+ * so a peer that does not read would otherwise grow it without bound.
+ */
+#define BATCH_FULL (1u << 20)
+
 struct batch {
+	void (*full_cb)(void *); /* tls_batch_on_full() */
+	void *full_arg;
+	int full;	       /* full_cb told, not yet empty again */
 	struct tls_seal *seal; /* the sending keys, once OpenSSL gave them */
 	int ctrl_type;	       /* the next write is a record of this type */
 	uint8_t *buf;
@@ -94,6 +104,7 @@ batch_push(BIO *b)
 		q->len -= (size_t)w;
 	}
 	q->off = 0;
+	q->full = 0;
 	return 1;
 }
 
@@ -149,6 +160,10 @@ batch_seal(BIO *b, struct batch *q, const char *data, size_t n)
 	q->ctrl_type = 0;
 	if (q->len >= q->push_at && batch_push(b) < 0)
 		return -1;
+	if (q->len > BATCH_FULL && !q->full && q->full_cb != NULL) {
+		q->full = 1;
+		q->full_cb(q->full_arg);
+	}
 	BIO_clear_retry_flags(b);
 	return (int)n;
 }
@@ -331,6 +346,16 @@ tls_batch_attach(struct bufferevent *bev)
 	/* Offer the kTLS interface, through which OpenSSL hands the keys. */
 	SSL_set_options(ssl, SSL_OP_ENABLE_KTLS);
 	return 0;
+}
+
+void
+tls_batch_on_full(struct bufferevent *bev, void (*cb)(void *), void *arg)
+{
+	BIO *b = batch_of(bev);
+	struct batch *q = b != NULL ? BIO_get_data(b) : NULL;
+
+	if (q != NULL)
+		q->full_cb = cb, q->full_arg = arg;
 }
 
 int
