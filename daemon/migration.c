@@ -67,6 +67,18 @@ migration_find(const char *id, enum mig_role role)
 	return NULL;
 }
 
+struct migration *
+migration_of_pid(pid_t pid, enum mig_role role)
+{
+	struct migration *m;
+
+	TAILQ_FOREACH (m, &migrations, link)
+		if (m->role == role && m->pid == pid &&
+		    m->state != MIG_COMPLETE && m->state != MIG_FAILED)
+			return m;
+	return NULL;
+}
+
 void
 migration_free(struct migration *m)
 {

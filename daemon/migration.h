@@ -93,6 +93,8 @@ extern struct migration_list migrations;
 /* A new migration with a fresh random ID; id may name an existing ID. */
 struct migration *migration_new(enum mig_role, const char *id);
 struct migration *migration_find(const char *id, enum mig_role);
+/* The migration of this role that holds process pid and has not ended. */
+struct migration *migration_of_pid(pid_t pid, enum mig_role);
 void migration_free(struct migration *);
 const char *migration_state_name(enum mig_state);
 void migration_set_state(struct migration *, enum mig_state);

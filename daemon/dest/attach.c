@@ -431,19 +431,12 @@ pin_ok(const char *pin)
 static int
 target_busy(uint64_t serial, pid_t pid)
 {
-	struct migration *m;
-
-	TAILQ_FOREACH (m, &migrations, link) {
-		if (m->role == ROLE_DEST && m->pid == pid &&
-		    m->state != MIG_COMPLETE && m->state != MIG_FAILED) {
-			control_reply_error(serial, ERR_BUSY,
-					    "attach: process "
-					    "%d is already a migration target",
-					    (int)pid);
-			return -1;
-		}
-	}
-	return 0;
+	if (migration_of_pid(pid, ROLE_DEST) == NULL)
+		return 0;
+	control_reply_error(serial, ERR_BUSY,
+			    "attach: process %d is already a migration target",
+			    (int)pid);
+	return -1;
 }
 
 /*

@@ -484,6 +484,26 @@ check_request(const Uffdd__ExportRequest *req, struct range *ranges,
 }
 
 /*
+ * A process another export holds, frozen or about to be: a second one
+ * would serve a second destination from the same process, and the first
+ * to end would kill or continue it under the other. -1 with err filled.
+ */
+static int
+exported_already(pid_t pid, uint32_t *code, char *err, size_t errlen)
+{
+	struct migration *m = migration_of_pid(pid, ROLE_SOURCE);
+
+	if (m == NULL)
+		return 0;
+	*code = ERR_BUSY;
+	snprintf(err, errlen,
+		 "process %d is already exported as %s (cancel that "
+		 "migration first)",
+		 (int)pid, m->id);
+	return -1;
+}
+
+/*
  * The control request: checks the ranges, exports, and answers with the
  * new ID only once the state file holds the export (a pre-copy's, at its
  * switchover: source_persist_now(); a deferred one's, at its go).
@@ -499,7 +519,8 @@ source_export(uint64_t serial, const struct authz_caller *who,
 	struct source *s;
 	uint32_t code;
 
-	if (check_request(req, ranges, idbuf, &code, err, sizeof(err)) < 0) {
+	if (check_request(req, ranges, idbuf, &code, err, sizeof(err)) < 0 ||
+	    exported_already(req->pid, &code, err, sizeof(err)) < 0) {
 		control_reply_error(serial, code, "export: %s", err);
 		free(ranges);
 		procref_close(t);

@@ -38,6 +38,13 @@ untouched "export no region"
 # Now a real export, then attach errors against it.
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 [ "$(proc_state "$WS")" = T ] || fail "export did not freeze the source"
+# The same process again: refused, the first export untouched (the real
+# attach at the end still works).
+expect_error "second export" "already exported as $ID" \
+	"$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE"
+expect_error "second export, deferred" "already exported as $ID" \
+	"$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE" --deferred
+[ "$(proc_state "$WS")" = T ] || fail "a refused export thawed the source"
 
 # Unreachable source: a port nobody listens on.
 expect_error "unreachable source" "unreachable" \
