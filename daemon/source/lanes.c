@@ -19,6 +19,7 @@
 #include "daemon/pagemap.h"
 #include "daemon/peer.h"
 #include "daemon/procref.h"
+#include "daemon/stats.h"
 #include "daemon/source/internal.h"
 
 static void teardown(struct source *);
@@ -421,6 +422,36 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 }
 
 /*
+ * A HELLO for an ID this daemon does not know, logged once a minute for
+ * the same ID: a destination waiting for its export (attach
+ * --wait-export) asks again every 200 ms. Each other ID is logged.
+ */
+static void
+warn_unknown_id(struct conn *c, const char *id)
+{
+	static char last[MIG_ID_LEN + 1];
+	static uint64_t last_ns;
+	static unsigned quiet;
+	uint64_t now = now_ns();
+
+	if (strlen(id) == MIG_ID_LEN && strcmp(last, id) == 0 &&
+	    now - last_ns < 60000000000ull) {
+		quiet++;
+		return;
+	}
+	if (quiet && strcmp(last, id) == 0)
+		log_warnx("%s: unknown migration ID %s (asked %u times more "
+			  "in the minute before)",
+			  conn_name(c), log_id(id), quiet);
+	else
+		log_warnx("%s: unknown migration ID %s", conn_name(c),
+			  log_id(id));
+	snprintf(last, sizeof(last), "%s", id);
+	last_ns = now;
+	quiet = 0;
+}
+
+/*
  * The migration a HELLO names, if a lane may join it: the version spoken,
  * a known ID, not ended. Else the peer is told why and NULL.
  */
@@ -438,8 +469,7 @@ hello_source(struct conn *c, const Uffdd__Hello *hello)
 	}
 	m = migration_find(hello->migration_id, ROLE_SOURCE);
 	if (m == NULL) {
-		log_warnx("%s: unknown migration ID %s", conn_name(c),
-			  log_id(hello->migration_id));
+		warn_unknown_id(c, hello->migration_id);
 		conn_send_error(c, ERR_UNKNOWN_ID, "unknown migration ID");
 		conn_finish(c);
 		return NULL;

@@ -165,11 +165,15 @@ dst release "$ID2" >"$T/rel.out" 2>&1 ||
 # Bounded: no export comes, the attach fails after --wait-export, saying so.
 start_workload WD3 dest --size 4M --threads 1 --base 0x520000000000
 t0=$(date +%s%N)
+NID=$(new_id)
 expect_error "attach whose export never comes" "no export with it came within the" \
-	dst attach "$WD3" --from "127.0.0.1:$src_PORT" --id "$(new_id)" --wait-export 2
+	dst attach "$WD3" --from "127.0.0.1:$src_PORT" --id "$NID" --wait-export 2
 ms=$((($(date +%s%N) - t0) / 1000000))
 [ $ms -ge 1900 ] && [ $ms -lt 10000 ] || fail "--wait-export 2 gave up after $ms ms"
 info "--wait-export 2 gave up after $ms ms"
+# It asked several times; the source logged the unknown ID once.
+n=$(grep -c "unknown migration ID ${NID:0:8}" "$T/src.log")
+[ "$n" = 1 ] || fail "the source logged the waited-for ID $n times: $(grep "${NID:0:8}" "$T/src.log")"
 
 # A daemon stopped with a deferred export live leaves its process running
 # and remembers nothing of it (no state file before go).
