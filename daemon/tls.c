@@ -179,31 +179,59 @@ rx_take(SSL *ssl, struct rx *rx)
 }
 
 /*
- * OpenSSL's key log: a client keeps the server's first application
- * traffic secret. OpenSSL reports it while it handles the server's
- * Finished, after opening the record that carried it: every record it
- * opens from now on is under that secret, counted by rx_msg_cb().
+ * The secret of a key log line that starts with label (with its space),
+ * into out: its length, or 0 for another line or a malformed one.
  */
-static void
-rx_keylog_cb(const SSL *ssl, const char *line)
+static size_t
+keylog_secret(const char *line, const char *label, uint8_t *out, size_t cap)
 {
-	static const char label[] = "SERVER_TRAFFIC_SECRET_0 ";
-	struct rx *rx = rx_of(ssl);
+	size_t n = 0, ll = strlen(label);
 	const char *p;
-	size_t n = 0;
 
-	if (rx == NULL || strncmp(line, label, sizeof(label) - 1) != 0 ||
-	    (p = strchr(line + sizeof(label) - 1, ' ')) == NULL)
-		return;
+	if (strncmp(line, label, ll) != 0 ||
+	    (p = strchr(line + ll, ' ')) == NULL)
+		return 0;
 	for (p++; isxdigit((unsigned char)p[0]) &&
-		  isxdigit((unsigned char)p[1]) && n < sizeof(rx->secret);
+		  isxdigit((unsigned char)p[1]) && n < cap;
 	     p += 2) {
 		char hex[3] = {p[0], p[1], 0};
 
-		rx->secret[n++] = (uint8_t)strtoul(hex, NULL, 16);
+		out[n++] = (uint8_t)strtoul(hex, NULL, 16);
 	}
+	return *p == '\0' ? n : 0;
+}
+
+/*
+ * OpenSSL's key log. A client keeps the server's first application
+ * traffic secret: OpenSSL reports it while it handles the server's
+ * Finished, after opening the record that carried it, so every record it
+ * opens from now on is under that secret, counted by rx_msg_cb(). A
+ * server's sealer takes its next secret after a key update
+ * (tls_batch_update_keys()).
+ */
+static void
+keylog_cb(const SSL *ssl, const char *line)
+{
+	uint8_t secret[EVP_MAX_MD_SIZE];
+	struct rx *rx = rx_of(ssl);
+	size_t n;
+
+	if (SSL_is_server(ssl)) {
+		n = keylog_secret(line, "SERVER_TRAFFIC_SECRET_N ", secret,
+				  sizeof(secret));
+		if (n > 0)
+			tls_batch_update_keys(ssl, secret, n);
+		OPENSSL_cleanse(secret, sizeof(secret));
+		return;
+	}
+	if (rx == NULL)
+		return;
+	n = keylog_secret(line, "SERVER_TRAFFIC_SECRET_0 ", rx->secret,
+			  sizeof(rx->secret));
+	if (n == 0)
+		return;
 	rx->slen = n;
-	rx->have = *p == '\0' && n > 0;
+	rx->have = 1;
 	rx->count = 0;
 }
 
@@ -295,7 +323,7 @@ tls_init(const char *ca, const char *cert, const char *key, const char *p)
 	SSL_CTX_set_default_read_buffer_len(c, TLS_READ_BUF);
 	SSL_CTX_set_num_tickets(c, 0);
 	SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
-	SSL_CTX_set_keylog_callback(c, rx_keylog_cb);
+	SSL_CTX_set_keylog_callback(c, keylog_cb);
 	/*
 	 * Only now replace what runs (a reload keeps the old context on any
 	 * error); connections keep a reference to the context they began on.

@@ -86,6 +86,10 @@ int tls_batch_attach(struct bufferevent *);
  * owner stops writing into bev until tls_batch_flush() empties it.
  */
 void tls_batch_on_full(struct bufferevent *, void (*cb)(void *), void *arg);
+/* The sending keys after a key update (tls.c's key log callback). */
+struct ssl_st;
+void tls_batch_update_keys(const struct ssl_st *, const uint8_t *secret,
+			   size_t slen);
 /* Whether bev writes through that BIO. */
 int tls_batch_has(struct bufferevent *);
 /* Whether the BIO seals bev's records (OpenSSL gave it the keys). */
@@ -120,7 +124,19 @@ void tls_batch_free(void);
 /* A record's bytes beyond its plaintext. */
 #define TLS_SEAL_OVERHEAD (TLS_SEAL_HDR + 1 + TLS_SEAL_TAG)
 struct tls_seal;
+struct ssl_cipher_st;
+struct evp_md_st;
 struct tls_seal *tls_seal_new(const void *crypto_info);
+/*
+ * A sealer for a sending traffic secret that a key update made (slen
+ * bytes, the suite's hash size), from record 0; NULL for a suite it does
+ * not seal.
+ */
+struct tls_seal *tls_seal_next(const struct ssl_cipher_st *suite,
+			       const uint8_t *secret, size_t slen);
+/* HKDF-Expand-Label(secret, label, "", len) of RFC 8446 7.1: 0 or -1. */
+int tls_expand_label(const struct evp_md_st *md, const uint8_t *secret,
+		     size_t slen, const char *label, uint8_t *out, size_t len);
 void tls_seal_free(struct tls_seal *);
 /*
  * Seals n bytes (at most TLS_SEAL_PLAIN_MAX) of content type type into
@@ -137,7 +153,6 @@ size_t tls_seal_record(struct tls_seal *, uint8_t type, const void *in,
  * OpenSSL).
  */
 struct tls_open;
-struct ssl_cipher_st;
 struct tls_open *tls_open_new(const struct ssl_cipher_st *suite,
 			      const uint8_t *secret, size_t slen, uint64_t seq);
 void tls_open_free(struct tls_open *);

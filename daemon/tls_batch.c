@@ -65,6 +65,7 @@ struct batch {
 	void (*full_cb)(void *); /* tls_batch_on_full() */
 	void *full_arg;
 	int full;	       /* full_cb told, not yet empty again */
+	int broken;	       /* a key update left no key: writes fail */
 	struct tls_seal *seal; /* the sending keys, once OpenSSL gave them */
 	int ctrl_type;	       /* the next write is a record of this type */
 	uint8_t *buf;
@@ -183,6 +184,10 @@ batch_write(BIO *b, const char *data, int dlen)
 
 	if (want == 0)
 		return 0;
+	if (q->broken) {
+		BIO_clear_retry_flags(b);
+		return -1;
+	}
 	if (q->seal != NULL)
 		return batch_seal(b, q, data, want);
 	if ((room = batch_room(b, q, want)) < 0)
@@ -210,7 +215,7 @@ batch_set_keys(struct batch *q, long sending, void *info)
 
 	if (!sending || (s = tls_seal_new(info)) == NULL)
 		return 0;
-	tls_seal_free(q->seal); /* a key update replaces the keys */
+	tls_seal_free(q->seal);
 	q->seal = s;
 	return 1;
 }
@@ -300,11 +305,10 @@ batch_meth(void)
 	return batch_method;
 }
 
-/* The batch BIO of a TLS bufferevent, or NULL. */
+/* The batch BIO of a connection, or NULL. */
 static BIO *
-batch_of(struct bufferevent *bev)
+batch_of_ssl(const SSL *ssl)
 {
-	SSL *ssl = bufferevent_openssl_get_ssl(bev);
 	BIO *b = ssl != NULL ? SSL_get_wbio(ssl) : NULL;
 
 	/* OpenSSL puts its own buffer on top during a handshake. */
@@ -312,6 +316,12 @@ batch_of(struct bufferevent *bev)
 		if (batch_method != NULL && BIO_method_type(b) == batch_type)
 			return b;
 	return NULL;
+}
+
+static BIO *
+batch_of(struct bufferevent *bev)
+{
+	return batch_of_ssl(bufferevent_openssl_get_ssl(bev));
 }
 
 int
@@ -346,6 +356,27 @@ tls_batch_attach(struct bufferevent *bev)
 	/* Offer the kTLS interface, through which OpenSSL hands the keys. */
 	SSL_set_options(ssl, SSL_OP_ENABLE_KTLS);
 	return 0;
+}
+
+/*
+ * OpenSSL 3.0 hands a kTLS BIO the keys of the handshake only: after a key
+ * update (asked by the peer; ours never ask) it goes on giving plaintext,
+ * which the old key would seal and the peer could not open. Its key log
+ * reports the new traffic secret once the KeyUpdate message is sealed,
+ * and the sealer takes the new key from it here. A sealer that cannot be
+ * made fails every later write: nothing goes out under the wrong key.
+ */
+void
+tls_batch_update_keys(const SSL *ssl, const uint8_t *secret, size_t slen)
+{
+	BIO *b = batch_of_ssl(ssl);
+	struct batch *q = b != NULL ? BIO_get_data(b) : NULL;
+
+	if (q == NULL || q->seal == NULL)
+		return;
+	tls_seal_free(q->seal);
+	q->seal = tls_seal_next(SSL_get_current_cipher(ssl), secret, slen);
+	q->broken = q->seal == NULL;
 }
 
 void

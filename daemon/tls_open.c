@@ -28,10 +28,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/kdf.h>
 #include <openssl/ssl.h>
 
 #include "daemon/log.h"
@@ -54,46 +52,6 @@ struct tls_open {
 	int failed; /* why says it; every later read fails the same way */
 	char why[128];
 };
-
-/* HKDF-Expand-Label(secret, label, "", len), RFC 8446 7.1. */
-static int
-expand_label(const EVP_MD *md, const uint8_t *secret, size_t slen,
-	     const char *label, uint8_t *out, size_t len)
-{
-	uint8_t info[4 + 6 + 16];
-	size_t ll = strlen(label), n = 0;
-	int mode = EVP_KDF_HKDF_MODE_EXPAND_ONLY, ok;
-	EVP_KDF *kdf;
-	EVP_KDF_CTX *k;
-	OSSL_PARAM p[5];
-
-	if (ll > 16 || len > 255)
-		return -1;
-	info[n++] = 0;
-	info[n++] = (uint8_t)len;
-	info[n++] = (uint8_t)(6 + ll);
-	memcpy(info + n, "tls13 ", 6);
-	n += 6;
-	memcpy(info + n, label, ll);
-	n += ll;
-	info[n++] = 0; /* no context */
-	if ((kdf = EVP_KDF_fetch(NULL, "HKDF", NULL)) == NULL)
-		return -1;
-	k = EVP_KDF_CTX_new(kdf);
-	EVP_KDF_free(kdf);
-	if (k == NULL)
-		return -1;
-	p[0] = OSSL_PARAM_construct_int(OSSL_KDF_PARAM_MODE, &mode);
-	p[1] = OSSL_PARAM_construct_utf8_string(
-		OSSL_KDF_PARAM_DIGEST, (char *)EVP_MD_get0_name(md), 0);
-	p[2] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY,
-						 (void *)secret, slen);
-	p[3] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, n);
-	p[4] = OSSL_PARAM_construct_end();
-	ok = EVP_KDF_derive(k, out, len, p);
-	EVP_KDF_CTX_free(k);
-	return ok ? 0 : -1;
-}
 
 struct tls_open *
 tls_open_new(const SSL_CIPHER *suite, const uint8_t *secret, size_t slen,
@@ -121,8 +79,9 @@ tls_open_new(const SSL_CIPHER *suite, const uint8_t *secret, size_t slen,
 		return NULL;
 	o = xcalloc(1, sizeof(*o));
 	o->seq = seq;
-	if (expand_label(md, secret, slen, "key", key, (size_t)klen) < 0 ||
-	    expand_label(md, secret, slen, "iv", o->iv, sizeof(o->iv)) < 0 ||
+	if (tls_expand_label(md, secret, slen, "key", key, (size_t)klen) < 0 ||
+	    tls_expand_label(md, secret, slen, "iv", o->iv, sizeof(o->iv)) <
+		    0 ||
 	    (o->ctx = EVP_CIPHER_CTX_new()) == NULL ||
 	    !EVP_DecryptInit_ex(o->ctx, cipher, NULL, key, NULL)) {
 		OPENSSL_cleanse(key, sizeof(key));

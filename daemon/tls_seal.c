@@ -21,8 +21,11 @@
 #include <string.h>
 
 #include <linux/tls.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/ssl.h>
 
 #include "daemon/log.h"
 #include "daemon/tls.h"
@@ -33,6 +36,63 @@ struct tls_seal {
 	uint64_t seq;	/* the next record's sequence number */
 };
 
+/* HKDF-Expand-Label(secret, label, "", len), RFC 8446 7.1. */
+int
+tls_expand_label(const EVP_MD *md, const uint8_t *secret, size_t slen,
+		 const char *label, uint8_t *out, size_t len)
+{
+	uint8_t info[4 + 6 + 16];
+	size_t ll = strlen(label), n = 0;
+	int mode = EVP_KDF_HKDF_MODE_EXPAND_ONLY, ok;
+	EVP_KDF *kdf;
+	EVP_KDF_CTX *k;
+	OSSL_PARAM p[5];
+
+	if (ll > 16 || len > 255)
+		return -1;
+	info[n++] = 0;
+	info[n++] = (uint8_t)len;
+	info[n++] = (uint8_t)(6 + ll);
+	memcpy(info + n, "tls13 ", 6);
+	n += 6;
+	memcpy(info + n, label, ll);
+	n += ll;
+	info[n++] = 0; /* no context */
+	if ((kdf = EVP_KDF_fetch(NULL, "HKDF", NULL)) == NULL)
+		return -1;
+	k = EVP_KDF_CTX_new(kdf);
+	EVP_KDF_free(kdf);
+	if (k == NULL)
+		return -1;
+	p[0] = OSSL_PARAM_construct_int(OSSL_KDF_PARAM_MODE, &mode);
+	p[1] = OSSL_PARAM_construct_utf8_string(
+		OSSL_KDF_PARAM_DIGEST, (char *)EVP_MD_get0_name(md), 0);
+	p[2] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY,
+						 (void *)secret, slen);
+	p[3] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, n);
+	p[4] = OSSL_PARAM_construct_end();
+	ok = EVP_KDF_derive(k, out, len, p);
+	EVP_KDF_CTX_free(k);
+	return ok ? 0 : -1;
+}
+
+/* A sealer for cipher with this key and IV, the next record number seq. */
+static struct tls_seal *
+seal_make(const EVP_CIPHER *cipher, const uint8_t *key, const uint8_t iv[12],
+	  uint64_t seq)
+{
+	struct tls_seal *s = xcalloc(1, sizeof(*s));
+
+	if ((s->ctx = EVP_CIPHER_CTX_new()) == NULL ||
+	    !EVP_EncryptInit_ex(s->ctx, cipher, NULL, key, NULL)) {
+		tls_seal_free(s);
+		return NULL;
+	}
+	memcpy(s->iv, iv, sizeof(s->iv));
+	s->seq = seq;
+	return s;
+}
+
 struct tls_seal *
 tls_seal_new(const void *info)
 {
@@ -40,32 +100,49 @@ tls_seal_new(const void *info)
 	const struct tls12_crypto_info_aes_gcm_128 *g128 = info;
 	const struct tls12_crypto_info_aes_gcm_256 *g256 = info;
 	const EVP_CIPHER *cipher;
-	const uint8_t *key, *salt, *iv, *seq;
-	struct tls_seal *s;
+	const uint8_t *key, *salt, *iv, *rec;
+	uint8_t fulliv[12];
+	uint64_t seq = 0;
 
 	if (ci == NULL || ci->version != TLS_1_3_VERSION)
 		return NULL;
 	if (ci->cipher_type == TLS_CIPHER_AES_GCM_128) {
 		cipher = EVP_aes_128_gcm();
 		key = g128->key, salt = g128->salt, iv = g128->iv;
-		seq = g128->rec_seq;
+		rec = g128->rec_seq;
 	} else if (ci->cipher_type == TLS_CIPHER_AES_GCM_256) {
 		cipher = EVP_aes_256_gcm();
 		key = g256->key, salt = g256->salt, iv = g256->iv;
-		seq = g256->rec_seq;
+		rec = g256->rec_seq;
 	} else {
 		return NULL;
 	}
-	s = xcalloc(1, sizeof(*s));
-	if ((s->ctx = EVP_CIPHER_CTX_new()) == NULL ||
-	    !EVP_EncryptInit_ex(s->ctx, cipher, NULL, key, NULL)) {
-		tls_seal_free(s);
-		return NULL;
-	}
-	memcpy(s->iv, salt, 4);
-	memcpy(s->iv + 4, iv, 8);
+	memcpy(fulliv, salt, 4);
+	memcpy(fulliv + 4, iv, 8);
 	for (int i = 0; i < 8; i++)
-		s->seq = s->seq << 8 | seq[i];
+		seq = seq << 8 | rec[i];
+	return seal_make(cipher, key, fulliv, seq);
+}
+
+struct tls_seal *
+tls_seal_next(const SSL_CIPHER *suite, const uint8_t *secret, size_t slen)
+{
+	const EVP_MD *md = SSL_CIPHER_get_handshake_digest(suite);
+	int nid = SSL_CIPHER_get_cipher_nid(suite);
+	const EVP_CIPHER *cipher = nid == NID_aes_128_gcm   ? EVP_aes_128_gcm()
+				   : nid == NID_aes_256_gcm ? EVP_aes_256_gcm()
+							    : NULL;
+	uint8_t key[32], iv[12];
+	struct tls_seal *s = NULL;
+	int klen = cipher != NULL ? EVP_CIPHER_get_key_length(cipher) : 0;
+
+	if (md != NULL && klen > 0 && (size_t)klen <= sizeof(key) &&
+	    slen == (size_t)EVP_MD_get_size(md) &&
+	    tls_expand_label(md, secret, slen, "key", key, (size_t)klen) == 0 &&
+	    tls_expand_label(md, secret, slen, "iv", iv, sizeof(iv)) == 0)
+		s = seal_make(cipher, key, iv, 0);
+	OPENSSL_cleanse(key, sizeof(key));
+	OPENSSL_cleanse(iv, sizeof(iv));
 	return s;
 }
 
