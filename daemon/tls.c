@@ -467,6 +467,8 @@ tls_shutdown(struct bufferevent *bev)
 	/* Fails harmlessly mid-handshake or on a full socket buffer. */
 	if (ssl != NULL && SSL_is_init_finished(ssl))
 		SSL_shutdown(ssl);
+	/* A batch would hold the close_notify (OpenSSL does not flush it). */
+	tls_batch_flush(bev);
 	ERR_clear_error();
 }
 
