@@ -134,6 +134,14 @@ struct tls_seal *tls_seal_new(const void *crypto_info);
  */
 struct tls_seal *tls_seal_next(const struct ssl_cipher_st *suite,
 			       const uint8_t *secret, size_t slen);
+/*
+ * The key and IV of a TLS 1.3 traffic secret (slen bytes, the suite's
+ * hash size) and their cipher; NULL for a suite other than AES-GCM.
+ */
+struct evp_cipher_st;
+const struct evp_cipher_st *tls_traffic_keys(const struct ssl_cipher_st *suite,
+					     const uint8_t *secret, size_t slen,
+					     uint8_t key[32], uint8_t iv[12]);
 /* HKDF-Expand-Label(secret, label, "", len) of RFC 8446 7.1: 0 or -1. */
 int tls_expand_label(const struct evp_md_st *md, const uint8_t *secret,
 		     size_t slen, const char *label, uint8_t *out, size_t len);

@@ -57,35 +57,16 @@ struct tls_open *
 tls_open_new(const SSL_CIPHER *suite, const uint8_t *secret, size_t slen,
 	     uint64_t seq)
 {
-	const EVP_MD *md = SSL_CIPHER_get_handshake_digest(suite);
 	const EVP_CIPHER *cipher;
+	struct tls_open *o = xcalloc(1, sizeof(*o));
 	uint8_t key[32];
-	struct tls_open *o;
-	int klen;
 
-	switch (SSL_CIPHER_get_cipher_nid(suite)) {
-	case NID_aes_128_gcm:
-		cipher = EVP_aes_128_gcm();
-		break;
-	case NID_aes_256_gcm:
-		cipher = EVP_aes_256_gcm();
-		break;
-	default:
-		return NULL; /* left to OpenSSL */
-	}
-	klen = EVP_CIPHER_get_key_length(cipher);
-	if (md == NULL || klen <= 0 || (size_t)klen > sizeof(key) ||
-	    slen != (size_t)EVP_MD_get_size(md))
-		return NULL;
-	o = xcalloc(1, sizeof(*o));
 	o->seq = seq;
-	if (tls_expand_label(md, secret, slen, "key", key, (size_t)klen) < 0 ||
-	    tls_expand_label(md, secret, slen, "iv", o->iv, sizeof(o->iv)) <
-		    0 ||
-	    (o->ctx = EVP_CIPHER_CTX_new()) == NULL ||
+	cipher = tls_traffic_keys(suite, secret, slen, key, o->iv);
+	if (cipher == NULL || (o->ctx = EVP_CIPHER_CTX_new()) == NULL ||
 	    !EVP_DecryptInit_ex(o->ctx, cipher, NULL, key, NULL)) {
 		OPENSSL_cleanse(key, sizeof(key));
-		tls_open_free(o);
+		tls_open_free(o); /* another suite: left to OpenSSL */
 		return NULL;
 	}
 	OPENSSL_cleanse(key, sizeof(key));

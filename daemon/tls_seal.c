@@ -124,23 +124,36 @@ tls_seal_new(const void *info)
 	return seal_make(cipher, key, fulliv, seq);
 }
 
-struct tls_seal *
-tls_seal_next(const SSL_CIPHER *suite, const uint8_t *secret, size_t slen)
+const EVP_CIPHER *
+tls_traffic_keys(const SSL_CIPHER *suite, const uint8_t *secret, size_t slen,
+		 uint8_t key[32], uint8_t iv[12])
 {
 	const EVP_MD *md = SSL_CIPHER_get_handshake_digest(suite);
 	int nid = SSL_CIPHER_get_cipher_nid(suite);
 	const EVP_CIPHER *cipher = nid == NID_aes_128_gcm   ? EVP_aes_128_gcm()
 				   : nid == NID_aes_256_gcm ? EVP_aes_256_gcm()
 							    : NULL;
-	uint8_t key[32], iv[12];
-	struct tls_seal *s = NULL;
 	int klen = cipher != NULL ? EVP_CIPHER_get_key_length(cipher) : 0;
 
-	if (md != NULL && klen > 0 && (size_t)klen <= sizeof(key) &&
-	    slen == (size_t)EVP_MD_get_size(md) &&
-	    tls_expand_label(md, secret, slen, "key", key, (size_t)klen) == 0 &&
-	    tls_expand_label(md, secret, slen, "iv", iv, sizeof(iv)) == 0)
-		s = seal_make(cipher, key, iv, 0);
+	if (md == NULL || klen <= 0 || klen > 32 ||
+	    slen != (size_t)EVP_MD_get_size(md) ||
+	    tls_expand_label(md, secret, slen, "key", key, (size_t)klen) < 0 ||
+	    tls_expand_label(md, secret, slen, "iv", iv, 12) < 0) {
+		OPENSSL_cleanse(key, 32);
+		return NULL;
+	}
+	return cipher;
+}
+
+struct tls_seal *
+tls_seal_next(const SSL_CIPHER *suite, const uint8_t *secret, size_t slen)
+{
+	uint8_t key[32], iv[12];
+	const EVP_CIPHER *cipher =
+		tls_traffic_keys(suite, secret, slen, key, iv);
+	struct tls_seal *s =
+		cipher != NULL ? seal_make(cipher, key, iv, 0) : NULL;
+
 	OPENSSL_cleanse(key, sizeof(key));
 	OPENSSL_cleanse(iv, sizeof(iv));
 	return s;
