@@ -54,13 +54,14 @@ int tls_error(struct bufferevent *, char *buf, size_t len);
 long tls_read(struct bufferevent *, void *buf, size_t len, char *why,
 	      size_t whylen);
 /*
- * Decrypted bytes of a record not yet read out of OpenSSL: no read event
- * announces them.
+ * Decrypted bytes not yet read out (of OpenSSL, or whole records the
+ * daemon's own reader holds, tls_read_ahead()): no read event announces
+ * them.
  */
 size_t tls_pending(struct bufferevent *);
 /*
- * Whether OpenSSL holds bytes of the socket's, decrypted or not: with
- * read-ahead, records no read event announces.
+ * Whether OpenSSL, or the daemon's own reader, holds bytes of the
+ * socket's, decrypted or not: records no read event announces.
  */
 int tls_has_pending(struct bufferevent *);
 /*

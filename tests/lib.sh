@@ -450,23 +450,24 @@ make_netns() {
 	ip netns exec "$NETNS" ip link set lo up
 }
 
-# start_workload VAR MODE ARGS...: starts a workload, waits for "ready".
 # unit_nice: the nice value the unit runs the daemon at (Nice= in
-# systemd/uffdd.service, 0 if none). as_unit NAME...: daemons NAME... at
-# that value, as the service would run them.
+# systemd/uffdd.service, 0 if none). as_nice N NAME...: daemons NAME... at
+# nice N. as_unit NAME...: at the unit's value, as the service runs them.
 unit_nice() {
 	local n
 	n=$(sed -n 's/^Nice=//p' "$SRC/systemd/uffdd.service")
 	echo "${n:-0}"
 }
-as_unit() {
-	local d n
-	n=$(unit_nice)
+as_nice() {
+	local d n=$1
+	shift
 	for d in "$@"; do
 		renice -n "$n" -p "$(eval echo "\$${d}_PID")" >/dev/null
 	done
 }
+as_unit() { as_nice "$(unit_nice)" "$@"; }
 
+# start_workload VAR MODE ARGS...: starts a workload, waits for "ready".
 start_workload() {
 	local var=$1 mode=$2
 	shift 2

@@ -196,9 +196,7 @@ start_daemon srci --insecure ${BENCH_ARGS:-}
 # them; the workloads stay at 0. BENCH_NICE=N overrides (0: as a plain
 # process; docs/busy-destination.md, "Scheduling").
 NICE=${BENCH_NICE:-$(unit_nice)}
-for d in src dst srct dstt dsti srci; do
-	renice -n "$NICE" -p "$(eval echo "\$${d}_PID")" >/dev/null
-done
+as_nice "$NICE" src dst srct dstt dsti srci
 info "daemons and floors at nice $NICE"
 # floor CMD...: a floor program, at the daemons' nice value.
 floor() { nice -n "$NICE" "$@"; }
