@@ -143,6 +143,11 @@ struct evp_cipher_st;
 const struct evp_cipher_st *tls_traffic_keys(const struct ssl_cipher_st *suite,
 					     const uint8_t *secret, size_t slen,
 					     uint8_t key[32], uint8_t iv[12]);
+/*
+ * A record's nonce (RFC 8446 5.3): the IV with the sequence number XORed
+ * into its last 8 bytes, so no two records under one key share one.
+ */
+void tls_nonce(const uint8_t iv[12], uint64_t seq, uint8_t nonce[12]);
 /* HKDF-Expand-Label(secret, label, "", len) of RFC 8446 7.1: 0 or -1. */
 int tls_expand_label(const struct evp_md_st *md, const uint8_t *secret,
 		     size_t slen, const char *label, uint8_t *out, size_t len);

@@ -167,9 +167,7 @@ open_one(struct tls_open *o, uint8_t *out, size_t space)
 		return open_fail(o, "TLS: record sequence number exhausted");
 	plen = clen - TLS_SEAL_TAG;
 	a = plen < space ? plen : space;
-	memcpy(nonce, o->iv, sizeof(nonce));
-	for (int i = 0; i < 8; i++)
-		nonce[4 + i] ^= (uint8_t)(o->seq >> (56 - 8 * i));
+	tls_nonce(o->iv, o->seq, nonce);
 	if (!EVP_DecryptInit_ex(o->ctx, NULL, NULL, NULL, nonce) ||
 	    !EVP_DecryptUpdate(o->ctx, NULL, &l, h, TLS_SEAL_HDR) ||
 	    !EVP_DecryptUpdate(o->ctx, out, &l, h + TLS_SEAL_HDR, (int)a) ||

@@ -169,6 +169,14 @@ tls_seal_free(struct tls_seal *s)
 	free(s);
 }
 
+void
+tls_nonce(const uint8_t iv[12], uint64_t seq, uint8_t nonce[12])
+{
+	memcpy(nonce, iv, 12);
+	for (int i = 0; i < 8; i++)
+		nonce[4 + i] ^= (uint8_t)(seq >> (56 - 8 * i));
+}
+
 /*
  * One record: header (the AEAD's additional data), then the plaintext
  * and its content type encrypted, then the tag. The nonce is the IV with
@@ -188,9 +196,7 @@ tls_seal_record(struct tls_seal *s, uint8_t type, const void *in, size_t n,
 	out[0] = 23; /* application_data: every TLS 1.3 record looks so */
 	out[1] = 3, out[2] = 3;
 	out[3] = (uint8_t)(clen >> 8), out[4] = (uint8_t)clen;
-	memcpy(nonce, s->iv, sizeof(nonce));
-	for (int i = 0; i < 8; i++)
-		nonce[4 + i] ^= (uint8_t)(s->seq >> (56 - 8 * i));
+	tls_nonce(s->iv, s->seq, nonce);
 	if (!EVP_EncryptInit_ex(s->ctx, NULL, NULL, NULL, nonce) ||
 	    !EVP_EncryptUpdate(s->ctx, NULL, &l, out, TLS_SEAL_HDR) ||
 	    (n > 0 &&
