@@ -541,6 +541,17 @@ reserve_huge_pages() {
 # Process state letter (R, S, T, t, Z...) from /proc/PID/stat.
 proc_state() { sed -e 's/^.*) //' "/proc/$1/stat" | cut -d' ' -f1; }
 
+# flip_byte FILE OFFSET: inverts every bit of the byte at OFFSET, so the
+# file changes whatever that byte held (writing a fixed value does not
+# when the byte already had it).
+flip_byte() {
+	python3 -c 'import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(int(sys.argv[2])); b = f.read(1)
+    if len(b) != 1: sys.exit("flip_byte: offset past the end")
+    f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 0xff]))' "$1" "$2"
+}
+
 # expect_error NAME PATTERN CMD...: CMD must fail and say PATTERN
 # (case-insensitive); its first line is shown.
 expect_error() {

@@ -143,10 +143,10 @@ expect_error "missing image" "No such file" try_attach "$T/none.img"
 head -c $((SZ - 64)) "$IMG" >"$T/cut.img"
 expect_error "truncated image" "truncated" try_attach "$T/cut.img"
 cp "$IMG" "$T/bad.img"
-printf '\x55' | dd of="$T/bad.img" bs=1 seek=30 conv=notrunc status=none
+flip_byte "$T/bad.img" 30
 expect_error "header changed" "header checksum" try_attach "$T/bad.img"
 cp "$IMG" "$T/bad.img"
-printf '\x55' | dd of="$T/bad.img" bs=1 seek=$((SZ - 10)) conv=notrunc status=none
+flip_byte "$T/bad.img" $((SZ - 10))
 expect_error "index changed" "checksum" try_attach "$T/bad.img"
 expect_error "not an image" "bad magic" try_attach "$UFFDD"
 expect_error "a directory" "not a regular file" try_attach "$T"
@@ -193,7 +193,7 @@ broken_restore() {
 }
 # The last 8 MiB of data are gone, and a byte in the middle is changed.
 broken_restore truncated "truncate -s $((SZ / 2)) $T/truncated.img"
-broken_restore corrupted "printf '\x55' | dd of=$T/corrupted.img bs=1 seek=$((SZ / 2)) conv=notrunc status=none"
+broken_restore corrupted "flip_byte $T/corrupted.img $((SZ / 2))"
 grep -q "checksum mismatch" "$T/broken.out" || fail "corrupted: the reason does not say checksum: $(cat "$T/broken.out")"
 
 # A restarted daemon has no image: the restore it finds in its state

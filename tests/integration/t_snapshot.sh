@@ -93,13 +93,13 @@ info "keep-source: process running, image checks"
 IMG=$T/kept.img
 SZ=$(stat -c %s "$IMG")
 cp "$IMG" "$T/bad.img"
-printf '\x55' | dd of="$T/bad.img" bs=1 seek=$((4096 + 100)) conv=notrunc status=none
+flip_byte "$T/bad.img" $((4096 + 100))
 expect_error "data byte changed" "checksum mismatch" "$CLIENT" image check "$T/bad.img"
 cp "$IMG" "$T/bad.img"
-printf '\x55' | dd of="$T/bad.img" bs=1 seek=30 conv=notrunc status=none
+flip_byte "$T/bad.img" 30
 expect_error "header byte changed" "header checksum" "$CLIENT" image check "$T/bad.img"
 cp "$IMG" "$T/bad.img"
-printf '\x55' | dd of="$T/bad.img" bs=1 seek=$((SZ - 10)) conv=notrunc status=none
+flip_byte "$T/bad.img" $((SZ - 10))
 expect_error "index byte changed" "page index checksum" "$CLIENT" image check "$T/bad.img"
 head -c $((SZ - 64)) "$IMG" >"$T/cut.img"
 expect_error "truncated" "truncated" "$CLIENT" image check "$T/cut.img"

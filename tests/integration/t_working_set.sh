@@ -96,12 +96,12 @@ info "third restore, read with pread: $FAULTS demand faults, byte for byte"
 # A corrupted working set: refused with what is wrong, nothing changed.
 cp "$IMG" "$T/bad.img"
 len=$(stat -c %s "$T/bad.img")
-printf '\xff' | dd of="$T/bad.img" bs=1 seek=$((len - 20)) conv=notrunc 2>/dev/null
+flip_byte "$T/bad.img" $((len - 20))
 if "$CLIENT" image check "$T/bad.img" >"$T/out" 2>&1; then fail "a corrupted working set passed image check"; fi
 grep -q 'working set: index checksum mismatch' "$T/out" || fail "image check: $(cat "$T/out")"
 cp "$IMG" "$T/bad2.img"
 ws_off=$(python3 -c 'import struct,sys; b=open(sys.argv[1],"rb").read(176); print(struct.unpack_from("<Q", b, 152)[0])' "$T/bad2.img")
-printf '\xff' | dd of="$T/bad2.img" bs=1 seek=$((ws_off + 100)) conv=notrunc 2>/dev/null
+flip_byte "$T/bad2.img" $((ws_off + 100))
 if "$CLIENT" image check "$T/bad2.img" >"$T/out" 2>&1; then fail "a corrupted working-set page passed image check"; fi
 grep -q 'checksum mismatch in working-set page' "$T/out" || fail "image check: $(cat "$T/out")"
 start_workload WD dest --size "$SIZE" --untouched-every 0 --prefault
