@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 size_t conn_out_max = CONN_OUT_MAX;
 
 static void conn_read_cb(struct bufferevent *, void *);
+static void conn_tls_rekeys(struct conn *);
 
 /* Connections conn_finish() took from their owners: nobody else has them. */
 static TAILQ_HEAD(, conn) orphans = TAILQ_HEAD_INITIALIZER(orphans);
@@ -350,6 +352,8 @@ conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
 	if (c->failing && !c->dead)
 		conn_reading(c, 0);
 	conn_tls_kick(c);
+	if (!c->dead)
+		conn_tls_rekeys(c);
 	c->in_cb--;
 	if (c->dead && c->in_cb == 0)
 		conn_destroy(c);
@@ -390,11 +394,37 @@ conn_push(struct conn *c)
 	return r;
 }
 
+/*
+ * TLS key updates: a sealer asks for its own between writes, once due
+ * (tls_batch_rekey()); the daemon's opener takes the peer's. Both are
+ * rare (one a TLS_REKEY_RECORDS records) and logged.
+ */
+static void
+conn_tls_rekeys(struct conn *c)
+{
+	uint64_t n;
+
+	if (c->wbio && tls_batch_rekey(c->bev))
+		log_info("%s: TLS: new sending key asked for, after %" PRIu64
+			 " records under the last one (key update %" PRIu64 ")",
+			 c->name, tls_batch_records(c->bev),
+			 tls_batch_updates(c->bev) + 1);
+	if (c->rd != NULL && c->tls &&
+	    (n = tls_open_updates_of(c->bev)) != c->peer_rekeys) {
+		c->peer_rekeys = n;
+		log_info(
+			"%s: TLS: the peer's new key taken (key update %" PRIu64
+			")",
+			c->name, n);
+	}
+}
+
 static void
 conn_write_cb(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
 
+	conn_tls_rekeys(c);
 	if (c->wbio && evbuffer_get_length(bufferevent_get_output(bev)) == 0 &&
 	    conn_push(c) != 1)
 		return;

@@ -103,6 +103,7 @@ struct conn {
 	int wbio;
 	int wfull; /* the BIO held too much: the bufferevent writes not */
 	int batch;
+	uint64_t peer_rekeys; /* the peer's key updates its opener took */
 	struct event *wflush;
 	struct timeval rd_timeout; /* for the direct reader (0: none) */
 	size_t data_left;

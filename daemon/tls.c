@@ -205,8 +205,10 @@ keylog_secret(const char *line, const char *label, uint8_t *out, size_t cap)
  * OpenSSL's key log. A client keeps the server's first application
  * traffic secret: OpenSSL reports it while it handles the server's
  * Finished, after opening the record that carried it, so every record it
- * opens from now on is under that secret, counted by rx_msg_cb(). A
- * server's sealer takes its next secret after a key update
+ * opens from now on is under that secret, counted by rx_msg_cb(). A key
+ * update OpenSSL opens before the daemon takes over is reported likewise,
+ * after the record that carried it was counted, and starts the count
+ * again. A server's sealer takes its next secret after a key update
  * (tls_batch_update_keys()).
  */
 static void
@@ -226,13 +228,19 @@ keylog_cb(const SSL *ssl, const char *line)
 	}
 	if (rx == NULL)
 		return;
-	n = keylog_secret(line, "SERVER_TRAFFIC_SECRET_0 ", rx->secret,
-			  sizeof(rx->secret));
-	if (n == 0)
-		return;
-	rx->slen = n;
-	rx->have = 1;
-	rx->count = 0;
+	/* The first, or the next after a key update OpenSSL opened. */
+	n = keylog_secret(line, "SERVER_TRAFFIC_SECRET_0 ", secret,
+			  sizeof(secret));
+	if (n == 0 && rx->have)
+		n = keylog_secret(line, "SERVER_TRAFFIC_SECRET_N ", secret,
+				  sizeof(secret));
+	if (n > 0) {
+		memcpy(rx->secret, secret, n);
+		rx->slen = n;
+		rx->have = 1;
+		rx->count = 0;
+	}
+	OPENSSL_cleanse(secret, sizeof(secret));
 }
 
 /* Counts the records OpenSSL opens (TLS 1.3 reports each one's type). */
@@ -511,7 +519,15 @@ tls_read(struct bufferevent *bev, void *buf, size_t len, char *why,
 	unsigned long e;
 	int r, err;
 
-	if (ssl == NULL || !SSL_is_init_finished(ssl))
+	/*
+	 * Not before the handshake. A key update of ours waiting to go out
+	 * (tls_batch_rekey()) puts OpenSSL "in init" again: its next read or
+	 * write sends it, and this read must be that one, or a reader that
+	 * the socket keeps waking would never get past it.
+	 */
+	if (ssl == NULL ||
+	    (!SSL_is_init_finished(ssl) &&
+	     SSL_get_key_update_type(ssl) == SSL_KEY_UPDATE_NONE))
 		return 0;
 	if ((rx = rx_of(ssl)) != NULL && rx->open != NULL) {
 		/* What OpenSSL opened before comes first; it reads no more. */
@@ -591,6 +607,14 @@ tls_read_ahead(struct bufferevent *bev)
 		SSL_set_msg_callback(ssl, NULL);
 	}
 	SSL_set_read_ahead(ssl, 1);
+}
+
+uint64_t
+tls_open_updates_of(struct bufferevent *bev)
+{
+	struct rx *rx = rx_of(bufferevent_openssl_get_ssl(bev));
+
+	return rx != NULL && rx->open != NULL ? tls_open_updates(rx->open) : 0;
 }
 
 int

@@ -91,6 +91,27 @@ void tls_batch_on_full(struct bufferevent *, void (*cb)(void *), void *arg);
 struct ssl_st;
 void tls_batch_update_keys(const struct ssl_st *, const uint8_t *secret,
 			   size_t slen);
+/*
+ * A sender moves to a new key (KeyUpdate, RFC 8446 4.6.3) once it has
+ * sealed this many records under one: 128 GiB of full records, a quarter
+ * of what AES-GCM may safely seal under one key (2^24.5 records, RFC 8446
+ * 5.5), which OpenSSL 3.0 does not enforce. UFFDD_TEST_REKEY_RECORDS in
+ * the environment sets a smaller count for the tests.
+ */
+#define TLS_REKEY_RECORDS (1ull << 23)
+/*
+ * Asks OpenSSL for that key update when bev's sealer is due one; it goes
+ * out before the next record. Called between writes (conn_write_cb()),
+ * never from inside OpenSSL. 1 if it asked.
+ */
+int tls_batch_rekey(struct bufferevent *);
+/*
+ * Records bev's sealer sealed under its key, the key updates it made, and
+ * the key updates of the peer's that the daemon's opener took.
+ */
+uint64_t tls_batch_records(struct bufferevent *);
+uint64_t tls_batch_updates(struct bufferevent *);
+uint64_t tls_open_updates_of(struct bufferevent *);
 /* Whether bev writes through that BIO. */
 int tls_batch_has(struct bufferevent *);
 /* Whether the BIO seals bev's records (OpenSSL gave it the keys). */
@@ -152,6 +173,8 @@ void tls_nonce(const uint8_t iv[12], uint64_t seq, uint8_t nonce[12]);
 int tls_expand_label(const struct evp_md_st *md, const uint8_t *secret,
 		     size_t slen, const char *label, uint8_t *out, size_t len);
 void tls_seal_free(struct tls_seal *);
+/* Records sealed under its key so far (the next sequence number). */
+uint64_t tls_seal_records(const struct tls_seal *);
 /*
  * Seals n bytes (at most TLS_SEAL_PLAIN_MAX) of content type type into
  * out, which has room for n + TLS_SEAL_OVERHEAD: the record's length, or
@@ -181,5 +204,7 @@ long tls_open_read(struct tls_open *, int fd, void *buf, size_t len, char *why,
 /* Plaintext held or read already: at most this much, no read event. */
 size_t tls_open_pending(const struct tls_open *);
 int tls_open_has_pending(const struct tls_open *);
+/* KeyUpdates of the peer's it took. */
+uint64_t tls_open_updates(const struct tls_open *);
 
 #endif

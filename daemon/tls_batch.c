@@ -33,6 +33,7 @@
 #include <sys/types.h>
 
 #include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include <event2/bufferevent_ssl.h>
@@ -66,6 +67,8 @@ struct batch {
 	void *full_arg;
 	int full;	       /* full_cb told, not yet empty again */
 	int broken;	       /* a key update left no key: writes fail */
+	int rekeying;	       /* asked OpenSSL for a key update */
+	uint64_t updates;      /* key updates made */
 	struct tls_seal *seal; /* the sending keys, once OpenSSL gave them */
 	int ctrl_type;	       /* the next write is a record of this type */
 	uint8_t *buf;
@@ -77,6 +80,7 @@ struct batch {
 
 static BIO_METHOD *batch_method;
 static int batch_type;
+static uint64_t rekey_records; /* TLS_REKEY_RECORDS, or the tests' count */
 
 /*
  * Writes out what is held, down to nothing or until the socket takes no
@@ -377,6 +381,65 @@ tls_batch_update_keys(const SSL *ssl, const uint8_t *secret, size_t slen)
 	tls_seal_free(q->seal);
 	q->seal = tls_seal_next(SSL_get_current_cipher(ssl), secret, slen);
 	q->broken = q->seal == NULL;
+	q->rekeying = 0;
+	q->updates++;
+}
+
+/* TLS_REKEY_RECORDS, or UFFDD_TEST_REKEY_RECORDS when set (at least 2). */
+static uint64_t
+rekey_after(void)
+{
+	const char *env;
+	char *end;
+	unsigned long long n;
+
+	if (rekey_records != 0)
+		return rekey_records;
+	rekey_records = TLS_REKEY_RECORDS;
+	if ((env = getenv("UFFDD_TEST_REKEY_RECORDS")) != NULL) {
+		errno = 0;
+		n = strtoull(env, &end, 10);
+		if (errno == 0 && *end == '\0' && n >= 2 &&
+		    n < TLS_REKEY_RECORDS)
+			rekey_records = n;
+	}
+	return rekey_records;
+}
+
+int
+tls_batch_rekey(struct bufferevent *bev)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	BIO *b = batch_of_ssl(ssl);
+	struct batch *q = b != NULL ? BIO_get_data(b) : NULL;
+
+	if (q == NULL || q->seal == NULL || q->rekeying ||
+	    tls_seal_records(q->seal) < rekey_after())
+		return 0;
+	if (!SSL_key_update(ssl, SSL_KEY_UPDATE_NOT_REQUESTED)) {
+		ERR_clear_error(); /* a write pending: asked again next time */
+		return 0;
+	}
+	q->rekeying = 1;
+	return 1;
+}
+
+uint64_t
+tls_batch_records(struct bufferevent *bev)
+{
+	BIO *b = batch_of(bev);
+	struct batch *q = b != NULL ? BIO_get_data(b) : NULL;
+
+	return q != NULL && q->seal != NULL ? tls_seal_records(q->seal) : 0;
+}
+
+uint64_t
+tls_batch_updates(struct bufferevent *bev)
+{
+	BIO *b = batch_of(bev);
+	struct batch *q = b != NULL ? BIO_get_data(b) : NULL;
+
+	return q != NULL ? q->updates : 0;
 }
 
 void

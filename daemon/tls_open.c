@@ -13,11 +13,14 @@
  *
  * Every record is checked as OpenSSL would: its header, its length, its
  * tag under the next sequence number, its content type. Application data
- * is all it passes on; the peer's close_notify ends the stream as EOF;
- * any other alert, a post-handshake message (a key update), or anything
- * that does not authenticate fails the connection. A record stream taken
- * from the middle would fail at the first record: the sequence number is
- * part of the nonce.
+ * is all it passes on; the peer's close_notify ends the stream as EOF; a
+ * KeyUpdate that asks nothing of us moves to the next traffic secret
+ * (RFC 8446 4.6.3; a source sends one every TLS_REKEY_RECORDS records).
+ * Any other alert or post-handshake message, a KeyUpdate that asks for
+ * ours (our writes are OpenSSL's, which this reader cannot make answer),
+ * or anything that does not authenticate fails the connection. A record
+ * stream taken from the middle would fail at the first record: the
+ * sequence number is part of the nonce.
  */
 #include "config.h"
 
@@ -42,9 +45,13 @@
 
 struct tls_open {
 	EVP_CIPHER_CTX *ctx;
+	const SSL_CIPHER *suite;
+	uint8_t secret[EVP_MAX_MD_SIZE]; /* the peer's, for its next one */
+	size_t slen;
 	uint8_t iv[12];
 	uint64_t seq;
-	uint8_t *raw; /* bytes read from the socket, not yet opened */
+	uint64_t updates; /* key updates taken */
+	uint8_t *raw;	  /* bytes read from the socket, not yet opened */
 	size_t raw_off, raw_len;
 	/* A record's plaintext past the caller's space, served first. */
 	uint8_t spill[REC_MAX];
@@ -53,23 +60,39 @@ struct tls_open {
 	char why[128];
 };
 
+/* Takes the key and IV of the traffic secret o holds: 0, or -1. */
+static int
+open_keys(struct tls_open *o)
+{
+	uint8_t key[32];
+	const EVP_CIPHER *cipher =
+		tls_traffic_keys(o->suite, o->secret, o->slen, key, o->iv);
+	int ok = cipher != NULL &&
+		 EVP_DecryptInit_ex(o->ctx, cipher, NULL, key, NULL);
+
+	OPENSSL_cleanse(key, sizeof(key));
+	return ok ? 0 : -1;
+}
+
 struct tls_open *
 tls_open_new(const SSL_CIPHER *suite, const uint8_t *secret, size_t slen,
 	     uint64_t seq)
 {
-	const EVP_CIPHER *cipher;
 	struct tls_open *o = xcalloc(1, sizeof(*o));
-	uint8_t key[32];
 
+	o->suite = suite;
 	o->seq = seq;
-	cipher = tls_traffic_keys(suite, secret, slen, key, o->iv);
-	if (cipher == NULL || (o->ctx = EVP_CIPHER_CTX_new()) == NULL ||
-	    !EVP_DecryptInit_ex(o->ctx, cipher, NULL, key, NULL)) {
-		OPENSSL_cleanse(key, sizeof(key));
+	if (slen > sizeof(o->secret) ||
+	    (o->ctx = EVP_CIPHER_CTX_new()) == NULL) {
+		tls_open_free(o);
+		return NULL;
+	}
+	memcpy(o->secret, secret, slen);
+	o->slen = slen;
+	if (open_keys(o) < 0) {
 		tls_open_free(o); /* another suite: left to OpenSSL */
 		return NULL;
 	}
-	OPENSSL_cleanse(key, sizeof(key));
 	o->raw = xmalloc(RAW_CAP);
 	return o;
 }
@@ -100,6 +123,44 @@ static uint8_t
 inner_byte(const struct tls_open *o, const uint8_t *out, size_t a, size_t i)
 {
 	return i < a ? out[i] : o->spill[i - a];
+}
+
+/*
+ * A handshake record after the handshake (its n bytes of content): a
+ * KeyUpdate alone in it, which asks nothing of us, moves the stream to
+ * the peer's next traffic secret from record 0 (RFC 8446 4.6.3, 7.2).
+ * Anything else fails the stream. No application data: 0, or -1.
+ */
+static long
+open_handshake(struct tls_open *o, const uint8_t *out, size_t a, size_t n)
+{
+	uint8_t next[EVP_MAX_MD_SIZE], m[5];
+	const EVP_MD *md = SSL_CIPHER_get_handshake_digest(o->suite);
+
+	o->spill_off = o->spill_len = 0;
+	for (size_t i = 0; i < n && i < sizeof(m); i++)
+		m[i] = inner_byte(o, out, a, i);
+	if (n != sizeof(m) || m[0] != 24 || m[1] != 0 || m[2] != 0 || m[3] != 1)
+		return open_fail(o, "TLS: a handshake message after the "
+				    "handshake that is not a key update (a "
+				    "ticket?), not taken on this connection");
+	if (m[4] == 1)
+		return open_fail(o, "TLS: the peer asked for our key update, "
+				    "which this connection does not answer");
+	if (m[4] != 0)
+		return open_fail(o, "TLS: bad key update");
+	if (md == NULL || tls_expand_label(md, o->secret, o->slen,
+					   "traffic upd", next, o->slen) < 0) {
+		OPENSSL_cleanse(next, sizeof(next));
+		return open_fail(o, "TLS: key update: no next secret");
+	}
+	memcpy(o->secret, next, o->slen);
+	OPENSSL_cleanse(next, sizeof(next));
+	if (open_keys(o) < 0)
+		return open_fail(o, "TLS: key update: no next key");
+	o->seq = 0;
+	o->updates++;
+	return 0;
 }
 
 /*
@@ -135,9 +196,7 @@ open_content(struct tls_open *o, const uint8_t *out, size_t a, size_t plen)
 		return open_fail(o, why);
 	}
 	if (type == 22)
-		return open_fail(o, "TLS: a handshake message after the "
-				    "handshake (key update or ticket), not "
-				    "taken on this connection");
+		return open_handshake(o, out, a, i);
 	return open_fail(o, "TLS: bad record type");
 }
 
@@ -263,4 +322,10 @@ int
 tls_open_has_pending(const struct tls_open *o)
 {
 	return o->spill_len > 0 || o->raw_len > 0;
+}
+
+uint64_t
+tls_open_updates(const struct tls_open *o)
+{
+	return o->updates;
 }

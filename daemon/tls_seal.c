@@ -169,6 +169,12 @@ tls_seal_free(struct tls_seal *s)
 	free(s);
 }
 
+uint64_t
+tls_seal_records(const struct tls_seal *s)
+{
+	return s->seq;
+}
+
 void
 tls_nonce(const uint8_t iv[12], uint64_t seq, uint8_t nonce[12])
 {

@@ -6,7 +6,9 @@
  * record that opens proves the two derivations agree. Then the hostile
  * cases: a changed byte, a skipped or replayed record, a bad header or
  * length, alerts, post-handshake messages, a record without a type, EOF
- * in the middle of a record. Each must fail the stream for good.
+ * in the middle of a record. Each must fail the stream for good. A key
+ * update of the peer's is taken, with OpenSSL's derivation of the next
+ * secret on the sealing side.
  */
 #include "config.h"
 
@@ -30,9 +32,9 @@
 static uint8_t secret[32];
 static struct tls12_crypto_info_aes_gcm_128 info;
 
-/* OpenSSL's HKDF-Expand-Label, not ours. */
+/* OpenSSL's HKDF-Expand-Label of sec (32 bytes), not ours. */
 static void
-ossl_label(const char *label, uint8_t *out, size_t len)
+ossl_label_of(const uint8_t *sec, const char *label, uint8_t *out, size_t len)
 {
 	int mode = EVP_KDF_HKDF_MODE_EXPAND_ONLY;
 	EVP_KDF *kdf = EVP_KDF_fetch(NULL, "TLS13-KDF", NULL);
@@ -41,8 +43,8 @@ ossl_label(const char *label, uint8_t *out, size_t len)
 		OSSL_PARAM_construct_int(OSSL_KDF_PARAM_MODE, &mode),
 		OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST,
 						 "SHA256", 0),
-		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, secret,
-						  sizeof(secret)),
+		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY,
+						  (void *)sec, sizeof(secret)),
 		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_PREFIX,
 						  "tls13 ", 6),
 		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_LABEL,
@@ -56,6 +58,29 @@ ossl_label(const char *label, uint8_t *out, size_t len)
 	EVP_KDF_free(kdf);
 }
 
+static void
+ossl_label(const char *label, uint8_t *out, size_t len)
+{
+	ossl_label_of(secret, label, out, len);
+}
+
+/* A sealer with the key and IV OpenSSL derives from sec, from record seq. */
+static struct tls_seal *
+ossl_sealer(const uint8_t *sec, uint64_t seq)
+{
+	uint8_t iv[12];
+
+	ossl_label_of(sec, "key", info.key, sizeof(info.key));
+	ossl_label_of(sec, "iv", iv, sizeof(iv));
+	info.info.version = TLS_1_3_VERSION;
+	info.info.cipher_type = TLS_CIPHER_AES_GCM_128;
+	memcpy(info.salt, iv, 4);
+	memcpy(info.iv, iv + 4, 8);
+	for (int i = 0; i < 8; i++)
+		info.rec_seq[i] = (uint8_t)(seq >> (56 - 8 * i));
+	return tls_seal_new(&info);
+}
+
 /* A sealer and an opener of one direction, from record number seq. */
 struct pair {
 	struct tls_seal *s;
@@ -67,20 +92,11 @@ static void
 pair_open(struct pair *p, uint64_t seq)
 {
 	const SSL_CIPHER *suite;
-	uint8_t iv[12];
 	SSL_CTX *ctx = SSL_CTX_new(TLS_method());
 	SSL *ssl = SSL_new(ctx);
 	int sv[2];
 
-	ossl_label("key", info.key, sizeof(info.key));
-	ossl_label("iv", iv, sizeof(iv));
-	info.info.version = TLS_1_3_VERSION;
-	info.info.cipher_type = TLS_CIPHER_AES_GCM_128;
-	memcpy(info.salt, iv, 4);
-	memcpy(info.iv, iv + 4, 8);
-	for (int i = 0; i < 8; i++)
-		info.rec_seq[i] = (uint8_t)(seq >> (56 - 8 * i));
-	p->s = tls_seal_new(&info);
+	p->s = ossl_sealer(secret, seq);
 	suite = SSL_CIPHER_find(ssl, (const unsigned char *)"\x13\x01");
 	p->o = tls_open_new(suite, secret, sizeof(secret), seq);
 	CHECK(p->s != NULL && p->o != NULL);
@@ -288,8 +304,8 @@ test_types(void)
 	pair_close(&p);
 
 	pair_open(&p, 0);
-	send_rec(&p, 22, "\x18\x00\x00\x01\x00", 5, rec); /* KeyUpdate */
-	expect_fail(&p, "handshake message after the handshake");
+	send_rec(&p, 22, "\x04\x00\x00\x01\x00", 5, rec); /* a "ticket" */
+	expect_fail(&p, "not a key update");
 	pair_close(&p);
 
 	pair_open(&p, 0);
@@ -301,6 +317,65 @@ test_types(void)
 	pair_open(&p, 0);
 	send_rec(&p, 20, "\x01", 1, rec); /* change_cipher_spec, encrypted */
 	expect_fail(&p, "bad record type");
+	pair_close(&p);
+}
+
+/*
+ * The peer's key updates (RFC 8446 4.6.3): after a KeyUpdate that asks
+ * nothing, records come under the next traffic secret from number 0,
+ * which OpenSSL's "traffic upd" derivation gives the sealer here.
+ */
+static void
+test_key_update(void)
+{
+	uint8_t rec[256], buf[64], next[32], next2[32];
+	char why[128] = "";
+	struct pair p;
+
+	ossl_label("traffic upd", next, sizeof(next));
+	ossl_label_of(next, "traffic upd", next2, sizeof(next2));
+	pair_open(&p, 7);
+	send_rec(&p, 23, "abc", 3, rec);
+	send_rec(&p, 22, "\x18\x00\x00\x01\x00", 5, rec);
+	tls_seal_free(p.s);
+	p.s = ossl_sealer(next, 0);
+	send_rec(&p, 23, "defg", 4, rec);
+	send_rec(&p, 22, "\x18\x00\x00\x01\x00", 5, rec);
+	tls_seal_free(p.s);
+	p.s = ossl_sealer(next2, 0);
+	send_rec(&p, 23, "hi", 2, rec);
+	CHECK(read_all(&p, buf, sizeof(buf), why) == 9);
+	CHECK(memcmp(buf, "abcdefghi", 9) == 0);
+	CHECK(tls_open_updates(p.o) == 2);
+	pair_close(&p);
+
+	/* A record under the old key after the update. */
+	pair_open(&p, 0);
+	send_rec(&p, 22, "\x18\x00\x00\x01\x00", 5, rec);
+	send_rec(&p, 23, "old", 3, rec);
+	expect_fail(&p, "bad record mac");
+	pair_close(&p);
+
+	/* One that asks for ours, which this reader cannot send. */
+	pair_open(&p, 0);
+	send_rec(&p, 22, "\x18\x00\x00\x01\x01", 5, rec);
+	expect_fail(&p, "asked for our key update");
+	pair_close(&p);
+
+	pair_open(&p, 0);
+	send_rec(&p, 22, "\x18\x00\x00\x01\x02", 5, rec);
+	expect_fail(&p, "bad key update");
+	pair_close(&p);
+
+	/* Not alone in its record, or a length that is not 1. */
+	pair_open(&p, 0);
+	send_rec(&p, 22, "\x18\x00\x00\x01\x00\x18", 6, rec);
+	expect_fail(&p, "not a key update");
+	pair_close(&p);
+
+	pair_open(&p, 0);
+	send_rec(&p, 22, "\x18\x00\x00\x02\x00\x00", 6, rec);
+	expect_fail(&p, "not a key update");
 	pair_close(&p);
 }
 
@@ -348,6 +423,7 @@ main(void)
 	test_forgeries();
 	test_headers();
 	test_types();
+	test_key_update();
 	test_eof();
 	test_declined();
 	return UNIT_DONE();
