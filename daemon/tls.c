@@ -472,6 +472,10 @@ tls_shutdown(struct bufferevent *bev)
 {
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
 
+	/* A key update of ours still waiting goes first (tls_read()). */
+	if (ssl != NULL && !SSL_is_init_finished(ssl) &&
+	    SSL_get_key_update_type(ssl) != SSL_KEY_UPDATE_NONE)
+		SSL_do_handshake(ssl);
 	/* Fails harmlessly mid-handshake or on a full socket buffer. */
 	if (ssl != NULL && SSL_is_init_finished(ssl))
 		SSL_shutdown(ssl);
