@@ -466,6 +466,14 @@ as_nice() {
 	done
 }
 as_unit() { as_nice "$(unit_nice)" "$@"; }
+# bench_nice NAME...: a benchmark's daemons at the unit's nice value, as
+# the service runs them, or at BENCH_NICE; says which, once.
+bench_nice() {
+	as_nice "${BENCH_NICE:-$(unit_nice)}" "$@"
+	[ -n "${BENCH_NICE_SAID:-}" ] && return
+	BENCH_NICE_SAID=1
+	info "daemons at nice ${BENCH_NICE:-$(unit_nice)} (BENCH_NICE overrides)"
+}
 
 # start_workload VAR MODE ARGS...: starts a workload, waits for "ready".
 start_workload() {

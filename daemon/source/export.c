@@ -402,6 +402,7 @@ name_regions(struct source *s, const Uffdd__ExportRequest *req, char *err,
 				return -1;
 			}
 		snprintf(hit->r.name, sizeof(hit->r.name), "%s", q->name);
+		hit->named = 1;
 	}
 	return 0;
 }

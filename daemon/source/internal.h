@@ -95,6 +95,7 @@ struct src_region {
 	 */
 	uint64_t *final;
 	int accepted;
+	int named; /* r.name given by export --range ...=NAME */
 	/*
 	 * Shared hugetlb: its page cache, read with pread. A page this
 	 * process does not map (dropped with MADV_DONTNEED, or touched only

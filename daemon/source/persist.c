@@ -23,6 +23,7 @@
 #include "daemon/source/internal.h"
 #include "daemon/state.h"
 #include "daemon/statefmt.h"
+#include "proto/frame.h"
 
 /* The source's own keys, after the common ones (state.h, state_write). */
 static int
@@ -40,6 +41,15 @@ save_more(struct state_out *o, const struct migration *m)
 			       (const uint64_t[]){s->ranges[i].start,
 						  s->ranges[i].end},
 			       2);
+	/* export --range ...=NAME: a destination may map by it later. */
+	for (size_t i = 0, k = 0; i < s->nregs; i++) {
+		if (!s->regs[i].named)
+			continue;
+		state_put_u64(o, state_key(key, "name_at", k),
+			      s->regs[i].r.start);
+		state_put_str(o, state_key(key, "name", k++),
+			      s->regs[i].r.name);
+	}
 	return 0;
 }
 
@@ -144,7 +154,42 @@ struct saved {
 	long long switches; /* -1: none saved */
 	struct range *ranges;
 	size_t nranges;
+	struct saved_name {
+		uint64_t at; /* the start of the region named */
+		char name[REGION_NAME_MAX];
+	} * names;
+	size_t nnames;
 };
+
+/* name.N and name_at.N: the names export gave, as name_regions() took them. */
+static int
+saved_names(struct state_tbl *t, struct saved *sv)
+{
+	char key[STATE_KEY_MAX], akey[STATE_KEY_MAX];
+
+	sv->nnames = state_count(t, "name");
+	sv->names = xcalloc(sv->nnames + 1, sizeof(*sv->names));
+	for (size_t i = 0; i < sv->nnames; i++) {
+		struct saved_name *n = &sv->names[i];
+
+		if (state_u64(t, state_key(akey, "name_at", i), 1, UINT64_MAX,
+			      &n->at) < 0 ||
+		    state_str(t, state_key(key, "name", i), n->name,
+			      sizeof(n->name)) < 0)
+			return -1;
+		if (n->name[0] == '\0' || text_bad_at(n->name) >= 0)
+			return state_bad(t, key, "%s: not printable UTF-8",
+					 key);
+		for (size_t k = 0; k < i; k++)
+			if (sv->names[k].at == n->at ||
+			    strcmp(sv->names[k].name, n->name) == 0)
+				return state_bad(t, key,
+						 "%s: a second name for one "
+						 "region, or one name twice",
+						 key);
+	}
+	return 0;
+}
 
 /*
  * Reads and checks every record; touches nothing. sv->live: the state is
@@ -184,7 +229,8 @@ saved_read(struct state_tbl *t, struct saved *sv)
 		   strcmp(st, "paused") == 0;
 	if (!sv->live && strcmp(st, "complete") && strcmp(st, "failed"))
 		return state_bad(t, "state", "state %s: not a source's", st);
-	if (state_ranges(t, "range", &sv->ranges, &sv->nranges) < 0)
+	if (state_ranges(t, "range", &sv->ranges, &sv->nranges) < 0 ||
+	    saved_names(t, sv) < 0)
 		return -1;
 	return state_all_read(t);
 }
@@ -197,6 +243,7 @@ source_restore_check(struct state_tbl *t)
 	int rc = saved_read(t, &sv);
 
 	free(sv.ranges);
+	free(sv.names);
 	return rc;
 }
 
@@ -247,6 +294,36 @@ ran_meanwhile(const char *file, struct source *s, const struct saved *sv,
 }
 
 /*
+ * The names export gave go back on the regions they named: the process was
+ * frozen meanwhile, so each still starts where it did. -1 if one does not.
+ */
+static int
+names_back(const char *file, struct source *s, const struct saved *sv)
+{
+	for (size_t i = 0; i < sv->nnames; i++) {
+		struct src_region *hit = NULL;
+
+		for (size_t k = 0; k < s->nregs && hit == NULL; k++)
+			if (s->regs[k].r.start == sv->names[i].at)
+				hit = &s->regs[k];
+		if (hit == NULL) {
+			log_warnx("%s: no region of process %d starts at "
+				  "0x%llx, which the export named %s: export "
+				  "%s not taken up; the process is left as "
+				  "it was found",
+				  file, (int)sv->pid,
+				  (unsigned long long)sv->names[i].at,
+				  sv->names[i].name, log_id(sv->id));
+			return -1;
+		}
+		snprintf(hit->r.name, sizeof(hit->r.name), "%s",
+			 sv->names[i].name);
+		hit->named = 1;
+	}
+	return 0;
+}
+
+/*
  * After a daemon restart: the exported process is still frozen; classify it
  * again under the same ID and wait for the destination to resume.
  */
@@ -285,6 +362,11 @@ source_restore(struct state_tbl *t)
 		log_warnx("%s: %s", file, err);
 		goto out;
 	}
+	if (names_back(file, s, &sv) < 0) {
+		source_thaw(&s->t, s->was_stopped);
+		migration_free(s->m);
+		goto out;
+	}
 	now = source_switch_count(sv.pid, NULL);
 	if (ran_meanwhile(file, s, &sv, now)) {
 		source_thaw(&s->t, s->was_stopped);
@@ -300,5 +382,6 @@ source_restore(struct state_tbl *t)
 	rc = 0;
 out:
 	free(sv.ranges);
+	free(sv.names);
 	return rc;
 }

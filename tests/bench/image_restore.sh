@@ -20,6 +20,7 @@ RANGE=${BASE#0x}-${END#0x}
 
 start_daemon g --insecure
 start_daemon h --insecure
+bench_nice g h
 start_workload WS source --size "$SIZE" --threads 2 --untouched-every 0
 kill -STOP "$WS"
 sleep 0.2

@@ -30,6 +30,7 @@ mkdir -p "$DIR" && on_cleanup "rm -rf $DIR"
 IMG=$DIR/i.img
 
 start_daemon g --insecure
+bench_nice g
 start_workload WS source --size "$SIZE" --threads 2 --untouched-every 0
 kill -STOP "$WS"
 sleep 0.2
@@ -73,8 +74,10 @@ run second
 # Image reads, pread against io_uring read-ahead (the daemon's default):
 # the reader alone, then the restore with the working set, from a second
 # daemon that reads with pread, alternating with the first.
-"$BUILDDIR/tests/bench/bench_image_read" "$IMG" "${BENCH_ROUNDS:-3}"
+nice -n "${BENCH_NICE:-$(unit_nice)}" \
+	"$BUILDDIR/tests/bench/bench_image_read" "$IMG" "${BENCH_ROUNDS:-3}"
 UFFDD_TEST_IMAGE_IO=pread start_daemon p --insecure
+bench_nice p
 for _ in $(seq "${BENCH_ROUNDS:-3}"); do
 	D=p run "second, pread"
 	D=g run "second, io_uring"

@@ -3,6 +3,8 @@
 # source (as two QEMUs map guest RAM), and the source region is mapped onto
 # the target's by address pair; a tmpfs file (a VMM's RAM file) and
 # anonymous memory, byte-exact. Unmapped source regions are not taken.
+# A region's name (export --range ...=NAME) is kept in the source's state
+# file: the source's daemon restarts between export and attach.
 . "$SRC/tests/lib.sh"
 need_root
 start_daemon src
@@ -17,6 +19,33 @@ for kind in tmpfs anon; do
 	[ "$kind" = anon ] && NAME==guest-ram0 MAP=guest-ram0=5a0000000000
 	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "500000000000-500004000000$NAME")
 	H_SRC=$("$MEMHASH" "$WS" $A $((A + (64 << 20))))
+	if [ -n "$NAME" ]; then
+		# The name outlives a restart of the source's daemon, and its
+		# state file's name records are checked like the rest of it.
+		F=$T/src.state/$ID.source.state
+		kill_daemon src
+		grep -q '^name\.0=guest-ram0$' "$F" || fail "no name in the state file: $(cat "$F")"
+		cp -p "$F" "$T/pristine"
+		sed -i 's/^name\.0=.*/name.0=guest%1Bram0/' "$F"
+		state_resum "$F"
+		restart_daemon src
+		grep -q "name\.0: not printable UTF-8; state file refused" "$T/src.log" ||
+			fail "a name with an escape was not refused: $(tail -n 3 "$T/src.log")"
+		[ "$(proc_state "$WS")" = T ] || fail "a refused state file let the process go"
+		kill_daemon src
+		rm -f "$F.refused"
+		cp -p "$T/pristine" "$F"
+		sed -i "s/^name_at\.0=.*/name_at.0=$((A + 4096))/" "$F"
+		state_resum "$F"
+		restart_daemon src
+		grep -q "no region of process $WS starts at 0x500000001000, which the export named guest-ram0" "$T/src.log" ||
+			fail "a name for no region was taken: $(tail -n 3 "$T/src.log")"
+		kill_daemon src
+		cp -p "$T/pristine" "$F"
+		restart_daemon src
+		grep -q "restored export ${ID:0:8}" "$T/src.log" ||
+			fail "the export was not restored: $(cat "$T/src.log")"
+	fi
 	# Without the map nothing matches: the addresses differ.
 	if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$ID" >"$T/out" 2>&1; then
