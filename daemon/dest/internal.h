@@ -167,6 +167,7 @@ struct dest {
 
 	/* lanes.c: the two lanes to the source, and their reconnection. */
 	struct conn *demand, *bulk;
+	int bulk_opened;  /* logged that we open this bulk lane's records */
 	int resuming;	  /* the demand lane is in a resume handshake */
 	uint64_t t_pause; /* ns: when the lanes went down */
 	int backoff_ms;

@@ -252,6 +252,16 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 {
 	struct dest *d = arg;
 
+	/*
+	 * The daemon takes the reading over at a record's end, which may be
+	 * a read or two after the HELLO (tls_read_ahead()): said once then.
+	 */
+	if (!d->bulk_opened && conn_tls_opened(c)) {
+		d->bulk_opened = 1;
+		log_info(
+			"migration %s: bulk lane's TLS records opened by uffdd",
+			log_id(d->m->id));
+	}
 	if (h->type == FRAME_PAGE_DATA) {
 		if (d->m->state == MIG_RUNNING)
 			dest_page_data(d, c, h, (const Uffdd__PageData *)msg);
@@ -268,10 +278,7 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		 * conn_fill()'s (a plaintext lane; TLS stays with it).
 		 */
 		conn_read_direct(c);
-		if (conn_tls_opened(c))
-			log_info("migration %s: bulk lane's TLS records opened "
-				 "by uffdd",
-				 log_id(d->m->id));
+		d->bulk_opened = 0;
 	} else if (h->type != FRAME_PING) {
 		dest_lanes_down(d, "unexpected frame on the bulk lane");
 	}
