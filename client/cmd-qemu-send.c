@@ -19,6 +19,10 @@
  *   5. go: the daemon takes the files as they are; QEMU sends the rest
  *      (device state), and the destination runs;
  *   6. every page resident at the destination: the source QEMU quits.
+ *
+ * SIGINT, SIGTERM or SIGHUP before the destination runs ends it as a
+ * failure does (send_undo): the source guest runs on, its capabilities
+ * as they were, the export cancelled; then send ends by that signal.
  */
 #include "config.h"
 
@@ -186,6 +190,8 @@ send_wait_dest(struct send *s)
 		 "receive --id %s)",
 		 s->id);
 	while ((rc = attached(s)) == 0) {
+		if (flow_stop_signal())
+			return -1;
 		if (!process_alive(qmp_pid(s->q))) {
 			fprintf(stderr,
 				"uffd-client: source QEMU pid %d is "
@@ -411,12 +417,18 @@ qemu_send(const struct cmd_entry *self, int argc, char **argv)
 	size_t n = sizeof(send_steps) / sizeof(send_steps[0]), done = 0;
 
 	send_args(self, argc, argv, &s);
-	while (done < n && send_steps[done](&s) == 0)
+	flow_defer_signals();
+	while (done < n && !flow_stop_signal() && send_steps[done](&s) == 0)
 		done++;
-	if (done < n)
+	if (done < n) {
+		if (flow_stop_signal())
+			fprintf(stderr, "uffd-client: %s: stopping\n",
+				strsignal(flow_stop_signal()));
 		send_undo(&s);
-	else if (s.holder > 0)
+	} else if (s.holder > 0) {
 		waitpid(s.holder, NULL, 0); /* the daemon killed it */
+	}
 	qmp_close(s.q);
+	flow_end_by_signal();
 	return done == n ? 0 : 1;
 }

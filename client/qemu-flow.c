@@ -40,20 +40,70 @@ flow_say(const char *fmt, ...)
 	fprintf(stderr, "\n");
 }
 
-static volatile sig_atomic_t holder_pid, holder_kept;
+static volatile sig_atomic_t holder_pid, holder_kept, stop_sig;
+static int defer_signals;
 
 /*
  * SIGINT, SIGTERM, SIGHUP: before the destination guest runs, the holder
  * is ours to remove (the source guest is still the guest); after, it is
- * the destination guest's RAM until the migration completes.
+ * the destination guest's RAM until the migration completes. With
+ * flow_defer_signals(), before that point the first signal is only
+ * noted: the caller undoes what it did (flow_stop_signal()); a second one
+ * ends us at once, as without.
  */
 static void
 on_fatal_signal(int sig)
 {
+	if (defer_signals && !holder_kept && stop_sig == 0) {
+		stop_sig = sig;
+		return;
+	}
 	if (holder_pid > 0 && !holder_kept)
 		kill((pid_t)holder_pid, SIGKILL);
 	signal(sig, SIG_DFL);
 	raise(sig);
+}
+
+static void catch_fatal_signals(void);
+
+void
+flow_defer_signals(void)
+{
+	defer_signals = 1;
+	catch_fatal_signals();
+}
+
+int
+flow_stop_signal(void)
+{
+	return stop_sig;
+}
+
+void
+flow_end_by_signal(void)
+{
+	int sig = stop_sig;
+
+	if (sig == 0)
+		return;
+	fflush(stdout);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* The fatal signals to on_fatal_signal(). */
+static void
+catch_fatal_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_fatal_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaction(sigs[i], &sa, NULL);
 }
 
 /*
@@ -67,9 +117,7 @@ holder_start(struct ramblock *b, size_t n)
 {
 	pid_t pid;
 
-	signal(SIGINT, on_fatal_signal);
-	signal(SIGTERM, on_fatal_signal);
-	signal(SIGHUP, on_fatal_signal);
+	catch_fatal_signals();
 
 	for (size_t i = 0; i < n; i++) {
 		int fd = open(b[i].path, O_RDWR | O_CLOEXEC);
@@ -224,10 +272,20 @@ migration_reach(struct qmp *q, const char *want, double t0, char *st,
 {
 	st[0] = '\0';
 	for (;;) {
-		int left = (int)((t0 + DEVSTATE_SECS - flow_now()) * 1000);
+		int left = (int)((t0 + DEVSTATE_SECS - flow_now()) * 1000),
+		    r = -1;
 		json_object *d = NULL, *v;
 
-		if (left <= 0 || qmp_wait_event(q, "MIGRATION", left, &d) < 0) {
+		if (flow_stop_signal())
+			return -1;
+		/* A signal to us is looked at every 100 ms at most. */
+		if (left > 0) {
+			r = qmp_wait_event(q, "MIGRATION",
+					   left < 100 ? left : 100, &d);
+			if (r < 0 && errno == ETIMEDOUT)
+				continue;
+		}
+		if (r < 0) {
 			fprintf(stderr,
 				"uffd-client: QEMU's migration did not reach "
 				"%s within %d s (last: %s)\n",

@@ -58,6 +58,15 @@ void flow_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  */
 pid_t holder_start(struct ramblock *b, size_t n);
 void holder_keep(void);
+/*
+ * Before holder_start(): until holder_keep(), a fatal signal is only
+ * noted (flow_stop_signal() says which), for the caller to undo what it
+ * did and then end by it (flow_end_by_signal()); a second one ends us at
+ * once. The waits of the flow give up when one is noted.
+ */
+void flow_defer_signals(void);
+int flow_stop_signal(void);
+void flow_end_by_signal(void);
 /* Every page is the destination's: the source QEMU quits (0), or -1. */
 int source_quit(struct qmp *q);
 /* Stops the vCPUs of a QEMU whose status is `status`, if running. */

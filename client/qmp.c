@@ -318,7 +318,7 @@ qmp_execute(struct qmp *q, const char *cmd, json_object *args,
 /*
  * Waits for the event NAME (kept or new), at most timeout_ms (-1 forever).
  * Returns 0 with a reference to its "data" when data is not NULL, -1 on
- * timeout or a lost connection.
+ * timeout (errno ETIMEDOUT) or a lost connection.
  */
 int
 qmp_wait_event(struct qmp *q, const char *name, int timeout_ms,
@@ -335,8 +335,10 @@ qmp_wait_event(struct qmp *q, const char *name, int timeout_ms,
 			int left =
 				deadline < 0 ? -1 : (int)(deadline - now_ms());
 
-			if (deadline >= 0 && left <= 0)
+			if (deadline >= 0 && left <= 0) {
+				errno = ETIMEDOUT;
 				return -1;
+			}
 			o = qmp_read(q, left);
 			if (o == NULL)
 				return -1;

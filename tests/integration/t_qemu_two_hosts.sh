@@ -11,7 +11,9 @@
 # bulk stream slowed so that the post-copy is still running at the cut:
 # the migration resumes and completes, the destination's RAM byte for byte
 # the source's, and the checker sees no wrong byte once the guest runs. And one refusal: a receive for an ID no send
-# exports gives up at its timeout, saying so, its QEMU not started.
+# exports gives up at its timeout, saying so, its QEMU not started. And a
+# send stopped by SIGTERM before the stop leaves the source guest running
+# with its migration capabilities off.
 . "$SRC/tests/lib.sh"
 need_root
 . "$SRC/tests/e2e/qemu-lib.sh"
@@ -101,6 +103,32 @@ st=$(qmp x query-status)
 echo "$st" | grep -q '"status":"inmigrate"' ||
 	fail "QEMU x after the refused receive: $st"
 info "QEMU x left not started: $st"
+
+# A send stopped (SIGTERM, as systemctl stop or a Ctrl-C would) while it
+# waits for its destination: it undoes what it did, as a failure does, and
+# ends by the signal. The guest runs on and A's migration capabilities are
+# as they were: x-ignore-shared left on would have a later plain migration
+# of A skip its RAM.
+info "send stopped by SIGTERM while it waits for its destination"
+id=$(new_id)
+send a src "$id" "$(in_port)"
+wait_line "$T/send-a.err" 'waiting for the destination to attach' "$SEND_PID"
+kill -TERM "$SEND_PID"
+rc=0
+wait "$SEND_PID" || rc=$?
+[ "$rc" = 143 ] || fail "send exited $rc after SIGTERM (want 143, by the signal): $(cat "$T/send-a.err")"
+grep -q 'Terminated: stopping' "$T/send-a.err" || fail "send did not say it was stopping: $(cat "$T/send-a.err")"
+caps=$(qmp a query-migrate-capabilities)
+for c in x-ignore-shared pause-before-switchover; do
+	echo "$caps" | grep -q "\"capability\":\"$c\",\"state\":false\|\"state\":false,\"capability\":\"$c\"" ||
+		fail "capability $c of A left on after the stopped send: $caps"
+done
+qmp a query-status | grep -q '"status":"running"' || fail "A is not running: $(qmp a query-status)"
+"$CLIENT" --control "$src_SOCK" status "$id" --json >"$T/st.json" 2>&1
+grep -q '"state":"failed"' "$T/st.json" && grep -q 'cancelled before go' "$T/st.json" ||
+	fail "the stopped send's export was not cancelled: $(cat "$T/st.json")"
+runs_on a 1
+info "send said: $(grep -v '^migrate-qemu: ' "$T/send-a.err" | tr '\n' ' ')"
 
 info "A (source host) -> B (destination host): receive first, then send"
 id=$(new_id)
