@@ -11,15 +11,16 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 
 #include "daemon/inject.h"
+#include "daemon/procref.h"
 #include "daemon/region.h"
 
 #if !defined(__x86_64__)
@@ -243,6 +244,7 @@ inject_begin_draining(struct inject *inj, pid_t pid, int all_threads,
 	if (all_threads) {
 		if (seize_all(inj) < 0)
 			goto fail;
+		inj->all_threads = 1;
 	} else {
 		if ((inj->tids = calloc(1, sizeof(pid_t))) == NULL ||
 		    seize_one(inj, pid) < 0 || inj->ntids == 0)
@@ -411,90 +413,6 @@ send_fd(struct inject *inj, int cs, int fd)
 }
 
 /*
- * A private directory for the hand-over that the target can reach: made
- * through /proc/PID/root, the target's own view of the file system
- * (whatever its mount namespace, or a private /tmp of ours), in the first
- * of its /tmp, /dev/shm and /var/tmp that takes it. ours is the path we
- * use, theirs the same directory as the target names it. 0, or -1.
- */
-static int
-handover_dir(pid_t pid, char *ours, size_t olen, char *theirs, size_t tlen)
-{
-	static const char *const bases[] = {"/tmp", "/dev/shm", "/var/tmp"};
-
-	for (size_t i = 0; i < sizeof(bases) / sizeof(bases[0]); i++) {
-		size_t cut;
-
-		snprintf(ours, olen, "/proc/%d/root%s/uffdd-pass-XXXXXX",
-			 (int)pid, bases[i]);
-		if (mkdtemp(ours) == NULL)
-			continue;
-		/* Searchable, not listable: the socket's name is no secret. */
-		chmod(ours, 0711);
-		cut = strlen(ours) - strlen(bases[i]) -
-		      strlen("/uffdd-pass-XXXXXX");
-		snprintf(theirs, tlen, "%s", ours + cut);
-		return 0;
-	}
-	return -1;
-}
-
-/*
- * Our end of the hand-over: a stream socket listening at path, which the
- * target may connect to (0666 in a directory only we can list). -1 with
- * inj->err set.
- */
-static int
-handover_listen(struct inject *inj, const char *path)
-{
-	struct sockaddr_un sun = {.sun_family = AF_UNIX};
-	int ls = -1;
-
-	if (strlen(path) >= sizeof(sun.sun_path)) {
-		snprintf(inj->err, sizeof(inj->err),
-			 "hand-over socket path too long: %s", path);
-		return -1;
-	}
-	memcpy(sun.sun_path, path, strlen(path) + 1);
-	ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (ls < 0 || bind(ls, (struct sockaddr *)&sun, sizeof(sun)) < 0 ||
-	    chmod(path, 0666) < 0 || listen(ls, 4) < 0) {
-		snprintf(inj->err, sizeof(inj->err), "hand-over socket %s: %s",
-			 path, strerror(errno));
-		if (ls >= 0)
-			close(ls);
-		return -1;
-	}
-	return ls;
-}
-
-/*
- * The connection the target made, and only it: anyone may connect to the
- * socket, so the peer the kernel recorded must be the target (the calls
- * run in its main thread, whose pid is the process's). -1 with inj->err.
- */
-static int
-handover_accept(struct inject *inj, int ls)
-{
-	for (int tries = 0; tries < 8; tries++) {
-		struct ucred cr;
-		socklen_t len = sizeof(cr);
-		int cs = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
-
-		if (cs < 0)
-			break;
-		if (getsockopt(cs, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0 &&
-		    cr.pid == inj->pid)
-			return cs;
-		close(cs); /* someone else's: not given anything */
-	}
-	snprintf(inj->err, sizeof(inj->err),
-		 "process %d did not connect to the hand-over socket",
-		 (int)inj->pid);
-	return -1;
-}
-
-/*
  * The target's recvmsg on its socket sock: msghdr, iovec and control in
  * its scratch page. The descriptor it received (its number there), or -1
  * (inj->err set when the recvmsg itself failed).
@@ -540,22 +458,117 @@ target_recv_fd(struct inject *inj, long sock, uint64_t scratch)
 	return out;
 }
 
+/* Copies len bytes out of the target's memory at addr. */
+static int
+peek_target(pid_t pid, uint64_t addr, void *buf, size_t len)
+{
+	struct iovec l = {buf, len}, r = {(void *)addr, len};
+
+	return process_vm_readv(pid, &l, 1, &r, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
 /*
- * Hands one of our descriptors to the target: we listen on a stream socket
- * in a private directory inside the target's own file system view, the
- * target connects, we check that the connection is the target's and send
- * the descriptor with SCM_RIGHTS, and the target receives it. The messages
- * live in a scratch page mapped in the target for the purpose. Returns the
- * descriptor's number in the target, or -1 with inj->err set.
+ * The one rule for every descriptor that enters a process (docs/design.md,
+ * "Descriptors into a process"): while it sits in the target's file table
+ * nothing but us may reach that table. Every thread of the target is
+ * seized (so none of them can dup it, or clone a new sharer), no other task
+ * on the host shares its file table or memory (CLONE_FILES, CLONE_VM), and
+ * the target is not dumpable for the while, so that no process without
+ * CAP_SYS_PTRACE can take a copy with pidfd_getfd() or open it through
+ * /proc/PID/fd. *dumpable gets what to restore (-1: nothing). 0, or -1 with
+ * inj->err set.
+ */
+static int
+guard_table(struct inject *inj, long *dumpable)
+{
+	char who[192];
+	int n;
+
+	*dumpable = -1;
+	if (!inj->all_threads) {
+		snprintf(inj->err, sizeof(inj->err),
+			 "process %d: a descriptor goes only to a process "
+			 "whose every thread is stopped",
+			 (int)inj->pid);
+		return -1;
+	}
+	n = proc_sharers(inj->pid, PROC_SHARE_VM | PROC_SHARE_FILES, who,
+			 sizeof(who));
+	if (n != 0) {
+		snprintf(inj->err, sizeof(inj->err),
+			 n < 0 ? "process %d: this kernel cannot tell which "
+				 "processes share its files (no kcmp(2))%s"
+			       : "process %d shares its memory or files with "
+				 "%s: no descriptor is handed to it",
+			 (int)inj->pid, n < 0 ? "" : who);
+		return -1;
+	}
+	*dumpable =
+		inject_syscall(inj, SYS_prctl, PR_GET_DUMPABLE, 0, 0, 0, 0, 0);
+	if (*dumpable != 1)
+		return *dumpable < 0 ? -1 : 0; /* 0, 2: already shut */
+	if (inject_syscall(inj, SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0, 0) <
+	    0) {
+		snprintf(inj->err, sizeof(inj->err),
+			 "prctl(PR_SET_DUMPABLE) in %d failed", (int)inj->pid);
+		*dumpable = -1;
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * A connected socket pair made inside the target (both ends its own);
+ * the daemon takes a copy of the first end with pidfd_getfd(), which
+ * needs no name in any file system. *ours our copy, tsv the target's two
+ * numbers. 0, or -1 with inj->err set.
+ */
+static int
+target_socketpair(struct inject *inj, uint64_t scratch, int *ours, int tsv[2])
+{
+	long rc = inject_syscall(inj, SYS_socketpair, AF_UNIX,
+				 SOCK_STREAM | SOCK_CLOEXEC, 0, scratch, 0, 0);
+	int pidfd;
+
+	tsv[0] = tsv[1] = -1;
+	if (rc < 0 ||
+	    peek_target(inj->pid, scratch, tsv, 2 * sizeof(int)) < 0) {
+		snprintf(inj->err, sizeof(inj->err), "socketpair in %d: %s",
+			 (int)inj->pid, strerror(rc < 0 ? (int)-rc : EFAULT));
+		tsv[0] = tsv[1] = -1;
+		return -1;
+	}
+	/* Seized by us, the pid cannot name another process meanwhile. */
+	pidfd = (int)syscall(SYS_pidfd_open, inj->pid, 0);
+	*ours = pidfd < 0 ? -1
+			  : (int)syscall(SYS_pidfd_getfd, pidfd, tsv[0], 0);
+	if (pidfd >= 0)
+		close(pidfd);
+	if (*ours < 0) {
+		snprintf(inj->err, sizeof(inj->err),
+			 "pidfd_getfd of %d's socket: %s", (int)inj->pid,
+			 strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Hands one of our descriptors to the target without touching any file
+ * system: the target makes a socket pair, we take a copy of one end and
+ * send the descriptor over it with SCM_RIGHTS, and the target receives it
+ * on the other. The messages live in a scratch page mapped in the target
+ * for the purpose; guard_table() keeps everyone else out of its file
+ * table meanwhile. Returns the descriptor's number in the target, or -1
+ * with inj->err set.
  */
 int
 inject_pass_fd(struct inject *inj, int fd)
 {
-	char dir[128], theirs[96], path[160];
-	struct sockaddr_un sun = {.sun_family = AF_UNIX};
-	long scratch, sock = -1, rc;
-	int out = -1, ls = -1, cs = -1;
+	long scratch, dumpable = -1;
+	int out = -1, ours = -1, tsv[2] = {-1, -1};
 
+	inj->err[0] = '\0';
 	scratch = inject_syscall(inj, SYS_mmap, 0, 4096, PROT_READ | PROT_WRITE,
 				 MAP_PRIVATE | MAP_ANONYMOUS, (unsigned long)-1,
 				 0);
@@ -564,46 +577,18 @@ inject_pass_fd(struct inject *inj, int fd)
 			 (int)inj->pid, strerror((int)-scratch));
 		return -1;
 	}
-	dir[0] = '\0';
-	if (handover_dir(inj->pid, dir, sizeof(dir), theirs, sizeof(theirs)) <
-	    0) {
-		snprintf(inj->err, sizeof(inj->err),
-			 "no directory for the hand-over in the /tmp, /dev/shm "
-			 "or /var/tmp of process %d",
-			 (int)inj->pid);
-		dir[0] = '\0';
-		goto out;
-	}
-	snprintf(path, sizeof(path), "%s/s", dir);
-	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/s", theirs);
-	if ((ls = handover_listen(inj, path)) < 0)
-		goto out;
-	sock = inject_syscall(inj, SYS_socket, AF_UNIX,
-			      SOCK_STREAM | SOCK_CLOEXEC, 0, 0, 0, 0);
-	if (sock < 0 ||
-	    poke_target(inj->pid, (uint64_t)scratch, &sun, sizeof(sun)) < 0 ||
-	    (rc = inject_syscall(inj, SYS_connect, (unsigned long)sock,
-				 (unsigned long)scratch, sizeof(sun), 0, 0,
-				 0)) < 0) {
-		snprintf(inj->err, sizeof(inj->err),
-			 "process %d could not connect to the hand-over socket",
-			 (int)inj->pid);
-		goto out;
-	}
-	if ((cs = handover_accept(inj, ls)) >= 0 && send_fd(inj, cs, fd) == 0)
-		out = target_recv_fd(inj, sock, (uint64_t)scratch);
-out:
-	if (cs >= 0)
-		close(cs);
-	if (ls >= 0)
-		close(ls);
-	if (sock >= 0)
-		inject_syscall(inj, SYS_close, (unsigned long)sock, 0, 0, 0, 0,
-			       0);
-	if (dir[0]) {
-		unlink(path);
-		rmdir(dir);
-	}
+	if (guard_table(inj, &dumpable) == 0 &&
+	    target_socketpair(inj, (uint64_t)scratch, &ours, tsv) == 0 &&
+	    send_fd(inj, ours, fd) == 0)
+		out = target_recv_fd(inj, tsv[1], (uint64_t)scratch);
+	if (ours >= 0)
+		close(ours);
+	for (int i = 0; i < 2; i++)
+		if (tsv[i] >= 0)
+			inject_syscall(inj, SYS_close, (unsigned long)tsv[i], 0,
+				       0, 0, 0, 0);
+	if (dumpable == 1)
+		inject_syscall(inj, SYS_prctl, PR_SET_DUMPABLE, 1, 0, 0, 0, 0);
 	inject_syscall(inj, SYS_munmap, (unsigned long)scratch, 4096, 0, 0, 0,
 		       0);
 	if (out < 0 && inj->err[0] == '\0')

@@ -16,6 +16,7 @@ struct inject {
 	struct user_regs_struct saved;
 	unsigned long syscall_ip; /* a `syscall` instruction in the vdso */
 	int have_regs;
+	int all_threads; /* every thread seized (inject_begin(..., 1)) */
 	char err[256];
 	pid_t stuck; /* the thread that did not stop in time, or 0 */
 	/* While a thread is awaited: see inject_begin_draining(). */
@@ -44,10 +45,11 @@ long inject_syscall(struct inject *inj, long nr, unsigned long a1,
 		    unsigned long a2, unsigned long a3, unsigned long a4,
 		    unsigned long a5, unsigned long a6);
 /*
- * Gives the target a copy of our descriptor fd, over a unix socket in a
- * private directory of the target's own /tmp (reached through
- * /proc/PID/root: a private /tmp of the daemon's does not come between).
- * Returns its number in the target, or -1 with inj->err set.
+ * Gives the target a copy of our descriptor fd over a socket pair made in
+ * the target, never through its file system. Only to a target whose every
+ * thread is seized and whose file table and memory no other task shares;
+ * it is not dumpable while the descriptor crosses. Returns its number in
+ * the target, or -1 with inj->err set.
  */
 int inject_pass_fd(struct inject *inj, int fd);
 /*

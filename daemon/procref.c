@@ -149,43 +149,77 @@ shares(pid_t a, pid_t b, int type)
 	return r == 0 ? 1 : r > 0 ? 0 : errno == ENOSYS ? -1 : 0;
 }
 
+/*
+ * Adds task tid (of process p) to the list if it shares what want names
+ * with pid: 1 if it does, 0 if not, -1 if the kernel cannot tell.
+ */
+static int
+sharer(pid_t pid, pid_t p, pid_t tid, int want, char *list, size_t len,
+       size_t *used, int n)
+{
+	int vm = 0, files = 0;
+
+	if (want & PROC_SHARE_VM)
+		vm = shares(pid, tid, KCMP_VM);
+	if (want & PROC_SHARE_FILES)
+		files = shares(pid, tid, KCMP_FILES);
+	if (vm < 0 || files < 0)
+		return -1;
+	if (!vm && !files)
+		return 0;
+	if (*used < len)
+		*used += (size_t)snprintf(list + *used, len - *used,
+					  "%s%d (%s)", n ? ", " : "", (int)p,
+					  vm && files ? "memory and files"
+					  : vm	      ? "memory"
+						      : "files");
+	return 1;
+}
+
+/*
+ * Every task is looked at, not only each process's first thread: a thread
+ * of another process may share pid's file table when its own first thread
+ * no longer does (it unshared, or exited).
+ */
 int
 proc_sharers(pid_t pid, int want, char *list, size_t len)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *e;
 	size_t used = 0;
-	int n = 0;
+	int n = 0, rc = 0;
 
 	if (d == NULL)
 		return -1;
 	list[0] = '\0';
-	while ((e = readdir(d)) != NULL) {
+	while (rc >= 0 && (e = readdir(d)) != NULL) {
 		pid_t p = (pid_t)atoi(e->d_name);
-		int vm = 0, files = 0;
+		char path[64];
+		DIR *td;
+		struct dirent *te;
 
 		if (p <= 0 || p == pid)
 			continue;
-		if (want & PROC_SHARE_VM)
-			vm = shares(pid, p, KCMP_VM);
-		if (want & PROC_SHARE_FILES)
-			files = shares(pid, p, KCMP_FILES);
-		if (vm < 0 || files < 0) {
-			closedir(d);
-			errno = ENOSYS;
-			return -1;
+		snprintf(path, sizeof(path), "/proc/%d/task", (int)p);
+		if ((td = opendir(path)) == NULL)
+			continue; /* gone meanwhile */
+		rc = 0;
+		while ((te = readdir(td)) != NULL) {
+			pid_t tid = (pid_t)atoi(te->d_name);
+
+			if (tid <= 0)
+				continue;
+			rc = sharer(pid, p, tid, want, list, len, &used, n);
+			if (rc != 0)
+				break; /* one line a process */
 		}
-		if (!vm && !files)
-			continue;
-		if (used < len)
-			used += (size_t)snprintf(
-				list + used, len - used, "%s%d (%s)",
-				n ? ", " : "", (int)p,
-				vm && files ? "memory and files"
-				: vm	    ? "memory"
-					    : "files");
-		n++;
+		closedir(td);
+		n += rc > 0;
 	}
 	closedir(d);
+	if (rc < 0) {
+		errno = ENOSYS;
+		return -1;
+	}
 	return n;
 }

@@ -58,7 +58,7 @@ wptrack_usable(void)
  * (vm.unprivileged_userfaultfd=0): the device, handed in for one call.
  */
 static long
-uffd_via_device(struct inject *inj)
+uffd_via_device(struct inject *inj, char *why, size_t len)
 {
 	int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC), tdev;
 	long rc;
@@ -67,8 +67,11 @@ uffd_via_device(struct inject *inj)
 		return -EPERM;
 	tdev = inject_pass_fd(inj, dev);
 	close(dev);
-	if (tdev < 0)
+	if (tdev < 0) {
+		snprintf(why, len, "/dev/userfaultfd for process %d: %s",
+			 (int)inj->pid, inj->err);
 		return -EPERM;
+	}
 	rc = inject_syscall(inj, SYS_ioctl, (unsigned long)tdev,
 			    USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK, 0, 0,
 			    0);
@@ -104,14 +107,17 @@ take_uffd(const struct procref *t, int sync, char *why, size_t len)
 			    O_CLOEXEC | O_NONBLOCK |
 				    (sync ? 0 : UFFD_USER_MODE_ONLY),
 			    0, 0, 0, 0, 0);
+	why[0] = '\0';
 	if (sync && fd == -EPERM && kfeat.dev_userfaultfd)
-		fd = uffd_via_device(&inj);
+		fd = uffd_via_device(&inj, why, len);
 	if (fd >= 0) {
 		ours = (int)syscall(SYS_pidfd_getfd, t->pidfd, (int)fd, 0);
 		inject_syscall(&inj, SYS_close, (unsigned long)fd, 0, 0, 0, 0,
 			       0);
 	}
 	inject_end(&inj);
+	if (fd < 0 && why[0] != '\0')
+		return -1;
 	if (fd < 0)
 		snprintf(why, len, "userfaultfd() in process %d: %s",
 			 (int)t->pid, strerror((int)-fd));

@@ -695,3 +695,19 @@ state_resum() {
 	} >"$1"
 	rm -f "$1.body"
 }
+
+# make_user VAR: a throwaway unprivileged user for a test that plays an
+# attacker (useradd, removed at exit); VAR gets its uid and AS_VAR the
+# setpriv prefix that runs a command as it, as a login would (no
+# capabilities; a setuid program still runs setuid).
+make_user() {
+	local var=$1 name=uffdd-t$$-$1 uid
+	command -v useradd >/dev/null || skip "useradd missing (Debian package passwd)"
+	command -v setpriv >/dev/null || skip "setpriv missing (util-linux)"
+	useradd --system --no-create-home --shell /usr/sbin/nologin "$name" ||
+		fail "useradd $name failed"
+	on_cleanup "userdel $name 2>/dev/null"
+	uid=$(id -u "$name")
+	eval "$var=$uid"
+	eval "AS_$var=(setpriv --reuid=$uid --regid=$(id -g "$name") --clear-groups)"
+}

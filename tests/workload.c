@@ -721,9 +721,40 @@ uffd_attempt(void)
 	fflush(stdout);
 }
 
+/*
+ * --sibling files-grab: what a helper sharing our file table would do to
+ * a descriptor the daemon hands us: look at the table all the time and
+ * keep a copy of any /dev/userfaultfd it finds there.
+ */
+static void
+grab_devices(void)
+{
+	char path[64], link[64];
+
+	for (;;) {
+		for (int fd = 0; fd < 1024; fd++) {
+			ssize_t n;
+
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+			n = readlink(path, link, sizeof(link) - 1);
+			if (n <= 0)
+				continue;
+			link[n] = '\0';
+			if (strcmp(link, "/dev/userfaultfd") == 0 &&
+			    dup(fd) >= 0) {
+				printf("grabbed /dev/userfaultfd\n");
+				fflush(stdout);
+			}
+		}
+		usleep(50);
+	}
+}
+
 static int
 sibling_main(void *arg)
 {
+	if (strcmp(sibling, "files-grab") == 0)
+		grab_devices();
 	for (;;)
 		pause();
 	return 0;
@@ -983,7 +1014,7 @@ usage(void)
 		"                  fork-exit-late|protect|punch|grow]\n"
 		"         [--touch N] [--idle-child] [--stuck-thread]\n"
 		"         [--exec-on-usr2 PATH] [--try-uffd] [--sibling "
-		"vm|files]\n"
+		"vm|files|files-grab]\n"
 		"         [--signal-bench N]\n");
 	exit(2);
 }
@@ -1112,7 +1143,8 @@ main(int argc, char **argv)
 			break;
 		case 'L':
 			sibling = optarg;
-			if (strcmp(sibling, "vm") && strcmp(sibling, "files"))
+			if (strcmp(sibling, "vm") && strcmp(sibling, "files") &&
+			    strcmp(sibling, "files-grab"))
 				usage();
 			break;
 		case 'G':
