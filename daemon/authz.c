@@ -4,8 +4,9 @@
  * socket could read or replace the memory of any process. The rule mirrors
  * the kernel's ptrace access check (PTRACE_MODE_REALCREDS): the caller's
  * uid and gid must equal the target's real, effective and saved ids, the
- * target may hold no capability the caller lacks and must be dumpable, or
- * the caller must be privileged in the daemon's user namespace.
+ * target may hold no capability (the caller's own are never read: see
+ * authz_caller_from_socket()) and must be dumpable, or the caller must be
+ * privileged: uid 0 or the admin group when it connected.
  */
 #include "config.h"
 
@@ -19,21 +20,16 @@
 #include <sys/stat.h>
 
 #include "daemon/authz.h"
-#include "daemon/compat.h"
+#include "daemon/conffile.h"
+#include "daemon/log.h"
 #include "daemon/log.h"
 #include "daemon/migration.h"
 #include "daemon/procref.h"
 
-#define CAP_SYS_PTRACE_BIT 19
-
-#ifndef SO_PEERPIDFD
-#define SO_PEERPIDFD 77 /* 6.5+ */
-#endif
-
 /* What /proc/PID/status says about a process's credentials. */
 struct creds {
 	unsigned long uid[3], gid[3]; /* real, effective, saved */
-	uint64_t capeff, capprm;
+	uint64_t capprm;
 };
 
 /* Reads the Uid/Gid triples and capabilities; -1 if the process is gone. */
@@ -54,58 +50,54 @@ read_creds(pid_t pid, struct creds *c)
 		else if (sscanf(line, "Gid: %lu %lu %lu", &c->gid[0],
 				&c->gid[1], &c->gid[2]) == 3)
 			have |= 2;
-		else if (sscanf(line, "CapEff: %" SCNx64, &c->capeff) == 1)
-			have |= 4;
 		else if (sscanf(line, "CapPrm: %" SCNx64, &c->capprm) == 1)
-			have |= 8;
+			have |= 4;
 	}
 	fclose(f);
-	if (have != 15) {
+	if (have != 7) {
 		errno = ESRCH;
 		return -1;
 	}
 	return 0;
 }
 
-/* Whether process pid is in the daemon's own user namespace. */
+/*
+ * Whether the caller was in group gid when it connected: its primary
+ * group, or one of the supplementary groups the kernel recorded then
+ * (SO_PEERGROUPS, Linux 4.13 and later).
+ */
 static int
-same_userns(pid_t pid)
+in_group(int fd, gid_t primary, gid_t gid)
 {
-	struct stat ours, theirs;
-	char path[64];
+	socklen_t len = 64 * sizeof(gid_t);
+	gid_t *g = NULL;
+	int in = 0;
 
-	snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
-	return stat("/proc/self/ns/user", &ours) == 0 &&
-	       stat(path, &theirs) == 0 && ours.st_dev == theirs.st_dev &&
-	       ours.st_ino == theirs.st_ino;
+	if (gid == (gid_t)-1)
+		return 0;
+	if (primary == gid)
+		return 1;
+	for (int tries = 0; tries < 2; tries++) {
+		free(g);
+		g = xcalloc(1, len);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) == 0)
+			break;
+		if (errno != ERANGE)
+			len = 0;
+	}
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		in |= g[i] == gid;
+	free(g);
+	return in;
 }
 
 /*
- * The caller's capabilities, read through the pidfd the socket gave: the
- * process it names is the one that connected, and while it is alive after
- * the reads, they were of it (its pid was not given to another).
+ * Everything here was recorded by the kernel when the client called
+ * connect(), and nothing is read later: a client may run a setuid program
+ * after connecting (the pid SO_PEERCRED names then has that program's
+ * capabilities) or hand its socket to another process. So capabilities
+ * count for nothing; privileged means uid 0, or the admin group, then.
  */
-static void
-caller_caps(struct authz_caller *c, int fd)
-{
-	socklen_t len = sizeof(int);
-	struct creds cr;
-	int pidfd = -1, ok;
-
-	if (c->pid <= 0 ||
-	    getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0 ||
-	    pidfd < 0)
-		return;
-	ok = read_creds(c->pid, &cr) == 0 && same_userns(c->pid) &&
-	     syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
-	close(pidfd);
-	if (!ok)
-		return;
-	c->capprm = cr.capprm;
-	if (cr.capeff & (UINT64_C(1) << CAP_SYS_PTRACE_BIT))
-		c->privileged = 1;
-}
-
 int
 authz_caller_from_socket(struct authz_caller *c, int fd)
 {
@@ -116,14 +108,14 @@ authz_caller_from_socket(struct authz_caller *c, int fd)
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
 		return -1;
 	/*
-	 * Recorded by the kernel at connect() and mapped into our user
-	 * namespace: uid 0 of a namespace the caller made is not 0 here.
+	 * Mapped into our user namespace: uid 0 of a namespace the caller
+	 * made is not 0 here.
 	 */
 	c->pid = cred.pid;
 	c->uid = cred.uid;
 	c->gid = cred.gid;
-	c->privileged = cred.uid == 0;
-	caller_caps(c, fd);
+	c->privileged =
+		cred.uid == 0 || in_group(fd, cred.gid, conf.admin_gid);
 	return 0;
 }
 
@@ -136,9 +128,9 @@ refusal(const struct authz_caller *c, const struct creds *cr, uid_t owner)
 {
 	for (int i = 0; i < 3; i++)
 		if (cr->uid[i] != c->uid || cr->gid[i] != c->gid)
-			return "same uid and gid, or CAP_SYS_PTRACE";
-	if ((cr->capprm & ~c->capprm) != 0)
-		return "it holds capabilities the caller does not";
+			return "same uid and gid, or uid 0 or the admin group";
+	if (cr->capprm != 0)
+		return "it holds capabilities";
 	/* A process that is not dumpable has its /proc entry owned by root. */
 	if (owner != c->uid)
 		return "it is not dumpable (setuid, or it said so)";

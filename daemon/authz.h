@@ -20,19 +20,18 @@ struct authz_caller {
 	uid_t uid;
 	gid_t gid;
 	/*
-	 * uid 0, or CAP_SYS_PTRACE in the daemon's own user namespace: may
-	 * act on any process. A capability held in a user namespace of the
-	 * caller's own making gives nothing here.
+	 * uid 0, or in the admin group (conf.admin_gid), when it connected,
+	 * in the daemon's user namespace: may act on any process. Nothing
+	 * read later counts (capabilities, /proc): the client may have run
+	 * a setuid program since, or handed its socket on.
 	 */
 	int privileged;
-	/* Permitted capabilities in our user namespace (0: none or unknown). */
-	uint64_t capprm;
 };
 
 /*
- * Fills in the caller of the connected unix socket fd: SO_PEERCRED, and
- * its capabilities through SO_PEERPIDFD where the kernel has it (6.5+;
- * without it only uid 0 is privileged). Returns -1 if fd has no peer.
+ * Fills in the caller of the connected unix socket fd from what the
+ * kernel recorded at connect(): SO_PEERCRED and SO_PEERGROUPS. Returns -1
+ * if fd has no peer.
  */
 int authz_caller_from_socket(struct authz_caller *, int fd);
 /*

@@ -59,6 +59,8 @@ static const struct key {
 	 "control socket mode, octal", 0, 0},
 	{"control-group", T_GROUP, offsetof(struct uffdd_conf, control_gid), 0,
 	 "control socket group", 0, 0},
+	{"admin-group", T_GROUP, offsetof(struct uffdd_conf, admin_gid), 0,
+	 "callers in it at connect act on any process", 0, 0},
 	{"state-dir", T_STR, offsetof(struct uffdd_conf, state_dir), 1,
 	 "per-migration state files", 0, 0},
 	{"ca", T_STR, offsetof(struct uffdd_conf, ca), 0, "CA certificates", 0,
@@ -128,6 +130,7 @@ conffile_defaults(struct uffdd_conf *c)
 	c->state_dir = xstrdup("/run/uffdd");
 	c->control_mode = 0600;
 	c->control_gid = (gid_t)-1;
+	c->admin_gid = (gid_t)-1;
 	c->pause_deadline = 300;
 	c->pagemap_scan = 1;
 	c->max_regions = REGION_TABLE_MAX;

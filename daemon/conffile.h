@@ -16,6 +16,11 @@ struct uffdd_conf {
 	char *control;
 	mode_t control_mode; /* of the control socket; 0600 by default */
 	gid_t control_gid;   /* its group; (gid_t)-1: leave it */
+	/*
+	 * Callers in this group when they connected may act on any
+	 * process, as uid 0 may; (gid_t)-1: none (authz.h).
+	 */
+	gid_t admin_gid;
 	char *state_dir;
 	int foreground;
 	int verbose;

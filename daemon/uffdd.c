@@ -46,6 +46,7 @@ usage(FILE *f)
 		"usage: uffdd [--listen HOST:PORT] [--control PATH] "
 		"[--state-dir DIR]\n"
 		"             [--control-mode MODE] [--control-group GROUP]\n"
+		"             [--admin-group GROUP]\n"
 		"             [--ca FILE --cert FILE --key FILE [--pin SHA256]]"
 		"\n"
 		"             [--insecure] [--config FILE] [-n] "
@@ -66,6 +67,10 @@ usage(FILE *f)
 		"  --control-mode MODE control socket mode, octal (default "
 		"0600)\n"
 		"  --control-group GRP control socket group (name or number)\n"
+		"  --admin-group GRP   callers in this group when they "
+		"connect may act on\n"
+		"                      any process, as root may (default: "
+		"none)\n"
 		"  --state-dir DIR     per-migration state files (default %s)\n"
 		"  --ca FILE           CA certificate(s) every peer's "
 		"certificate must\n"
@@ -182,7 +187,8 @@ static int
 conf_build(struct uffdd_conf *c, char *err, size_t errlen)
 {
 	static const char *const tls_keys[] = {"ca", "cert", "key", "pin"};
-	struct uffdd_conf file = {.control_gid = (gid_t)-1};
+	struct uffdd_conf file = {.control_gid = (gid_t)-1,
+				  .admin_gid = (gid_t)-1};
 
 	conffile_defaults(c);
 	if (conffile_load(conf_path, conf_path_given, &file, err, errlen) < 0) {
@@ -287,6 +293,7 @@ parse_args(int argc, char **argv, int *check)
 		{"control", required_argument, NULL, 'c'},
 		{"control-mode", required_argument, NULL, 'K'},
 		{"control-group", required_argument, NULL, 'K'},
+		{"admin-group", required_argument, NULL, 'K'},
 		{"state-dir", required_argument, NULL, 's'},
 		{"insecure", no_argument, NULL, 'I'},
 		{"ca", required_argument, NULL, 'K'},
@@ -317,6 +324,7 @@ parse_args(int argc, char **argv, int *check)
 	int ch, idx, rc;
 
 	cli.control_gid = (gid_t)-1;
+	cli.admin_gid = (gid_t)-1;
 	while ((ch = getopt_long(argc, argv, "l:c:s:Infvh", opts, &idx)) !=
 	       -1) {
 		switch (ch) {

@@ -138,8 +138,7 @@ save_more(struct state_out *o, const struct migration *m)
 	/* Whose the migration is: every process it acts on must be theirs. */
 	state_put_u64s(o, "owner",
 		       (const uint64_t[]){d->owner.uid, d->owner.gid,
-					  (uint64_t)d->owner.privileged,
-					  d->owner.capprm},
+					  (uint64_t)d->owner.privileged, 0},
 		       4);
 	state_put_str(o, "from", d->from);
 	/* None yet: the daemon died in the attach; not to be taken up. */

@@ -63,10 +63,11 @@ saved_owner(struct state_tbl *t, struct authz_caller *c)
 	if (v[0] > UINT32_MAX || v[1] > UINT32_MAX || v[2] > 1)
 		return state_bad(t, "owner",
 				 "owner: want UID GID PRIVILEGED CAPPRM");
+	/* CAPPRM (v[3]) stays in the format, unread: a caller's capabilities
+	 * never count (authz.h). */
 	*c = (struct authz_caller){.uid = (uid_t)v[0],
 				   .gid = (gid_t)v[1],
-				   .privileged = (int)v[2],
-				   .capprm = v[3]};
+				   .privileged = (int)v[2]};
 	return 0;
 }
 
