@@ -22,9 +22,8 @@
 #include "daemon/authz.h"
 #include "daemon/conffile.h"
 #include "daemon/log.h"
-#include "daemon/log.h"
-#include "daemon/migration.h"
 #include "daemon/procref.h"
+#include "proto/frame.h"
 
 /* What /proc/PID/status says about a process's credentials. */
 struct creds {
@@ -114,8 +113,7 @@ authz_caller_from_socket(struct authz_caller *c, int fd)
 	c->pid = cred.pid;
 	c->uid = cred.uid;
 	c->gid = cred.gid;
-	c->privileged =
-		cred.uid == 0 || in_group(fd, cred.gid, conf.admin_gid);
+	c->privileged = cred.uid == 0 || in_group(fd, cred.gid, conf.admin_gid);
 	return 0;
 }
 
@@ -198,31 +196,4 @@ authz_allows(const struct authz_caller *c, const struct procref *t)
 	const char *why;
 
 	return check(c, t, &why, &owner) == 0;
-}
-
-void
-authz_set_owner(const struct authz_caller *c, struct migration *m)
-{
-	m->owned = 1;
-	m->owner_uid = c->uid;
-	m->owner_gid = c->gid;
-}
-
-int
-authz_may_see(const struct authz_caller *c, const struct migration *m)
-{
-	struct procref t;
-	char err[128];
-	int ok;
-
-	/* The owner still sees it after completion killed the process. */
-	if (c->privileged ||
-	    (m->owned && m->owner_uid == c->uid && m->owner_gid == c->gid))
-		return 1;
-	if (procref_open(&t, m->pid, err, sizeof(err)) < 0)
-		return 0;
-	/* The pid of the migration's process, not of one that took it. */
-	ok = t.start == m->start && authz_allows(c, &t);
-	procref_close(&t);
-	return ok;
 }

@@ -45,13 +45,4 @@ int authz_may_ptrace(const struct authz_caller *, const struct procref *t,
 /* The same, silent: 1 if allowed. */
 int authz_allows(const struct authz_caller *, const struct procref *t);
 
-struct migration;
-/* Records the caller as the owner of the migration its request made. */
-void authz_set_owner(const struct authz_caller *, struct migration *);
-/*
- * Whether the caller may see a migration (and its ID): it made it, or it
- * could ptrace the process. Silent: status asks this for every migration.
- */
-int authz_may_see(const struct authz_caller *, const struct migration *);
-
 #endif

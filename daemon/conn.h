@@ -79,6 +79,9 @@ const char *conn_name(const struct conn *);
 int conn_fd(const struct conn *);
 
 int conn_send(struct conn *, uint16_t type, const ProtobufCMessage *msg);
+/* The same with the message already packed (len bytes), not read here. */
+int conn_send_packed(struct conn *, uint16_t type, const uint8_t *msg,
+		     size_t len);
 /* Queues a PAGE_DATA header; the caller appends data_len bytes itself. */
 int conn_send_data_hdr(struct conn *, const ProtobufCMessage *msg,
 		       uint32_t data_len);

@@ -31,6 +31,19 @@ conn_send(struct conn *c, uint16_t type, const ProtobufCMessage *msg)
 }
 
 int
+conn_send_packed(struct conn *c, uint16_t type, const uint8_t *msg, size_t len)
+{
+	struct frame_hdr h = {.type = type, .msg_len = (uint32_t)len};
+	uint8_t hdr[FRAME_HDR_LEN];
+	struct iovec iov[2] = {{hdr, sizeof(hdr)}, {(void *)msg, len}};
+
+	if (len > FRAME_MSG_MAX)
+		return -1;
+	frame_hdr_encode(hdr, &h);
+	return conn_writev(c, iov, 2);
+}
+
+int
 conn_send_data_hdr(struct conn *c, const ProtobufCMessage *msg,
 		   uint32_t data_len)
 {

@@ -1,7 +1,8 @@
 /*
- * The control socket: uffd-client's requests, framed like the peer lanes.
- * Replies to slow requests (attach) are routed by client serial number, so a
- * client that went away is simply not answered.
+ * Control requests in the engine (control.h): they come from the
+ * privileged part, which read them from uffd-client, checked the caller
+ * and opened a grant for the process they name (docs/privsep.md); the
+ * roles serve them, and their replies go back the same way.
  */
 #include "config.h"
 
@@ -10,41 +11,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/un.h>
+#include <sys/queue.h>
 #include <unistd.h>
 
-#include <event2/bufferevent.h>
-#include <event2/listener.h>
+#include <event2/event.h>
 
 #include "daemon/authz.h"
-#include "daemon/conffile.h"
-#include "daemon/conn.h"
 #include "daemon/control.h"
+#include "daemon/ctlmsg.h"
+#include "daemon/imsg.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/procref.h"
 #include "daemon/role.h"
 
+/* A client with a request in the engine: its serial and grant. */
 struct client {
 	TAILQ_ENTRY(client) link;
 	uint64_t serial;
-	struct conn *conn;
-	struct authz_caller who;
+	uint64_t grant;
+	control_byte_cb ask_cb; /* a CTL_ASK waits */
+	void *ask_arg;
 };
 
 static TAILQ_HEAD(, client) clients = TAILQ_HEAD_INITIALIZER(clients);
-static struct evconnlistener *listener;
-static char *sock_path;
-static uint64_t next_serial = 1;
-
-static void
-client_free(struct client *cl)
-{
-	TAILQ_REMOVE(&clients, cl, link);
-	conn_free(cl->conn);
-	free(cl);
-}
+static int sock = -1;
+static struct event *ev;
+static void (*on_stop)(void), (*on_reload)(void);
+/* While a request is dispatched: the migrations its caller may see. */
+static const struct ctl_seen *seen;
+static size_t nseen;
+static int seen_all;
 
 static struct client *
 client_find(uint64_t serial)
@@ -57,295 +54,313 @@ client_find(uint64_t serial)
 	return NULL;
 }
 
-void
-control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *msg)
+static struct client *
+client_get(uint64_t serial)
 {
 	struct client *cl = client_find(serial);
-	const char *id = NULL;
-	struct migration *m;
+
+	if (cl == NULL) {
+		cl = xcalloc(1, sizeof(*cl));
+		cl->serial = serial;
+		TAILQ_INSERT_TAIL(&clients, cl, link);
+	}
+	return cl;
+}
+
+/* The client went away: an ask it left is answered. */
+static void
+client_gone(uint64_t serial)
+{
+	struct client *cl = client_find(serial);
+	control_byte_cb cb;
 
 	if (cl == NULL)
 		return;
-	/* The caller whose request made a migration may follow it. */
-	if (type == FRAME_CTL_EXPORT_REPLY)
-		id = ((const Uffdd__ExportReply *)msg)->id;
-	else if (type == FRAME_CTL_ATTACH_REPLY)
-		id = ((const Uffdd__AttachReply *)msg)->id;
-	if (id != NULL && (m = migration_find(id, type == FRAME_CTL_EXPORT_REPLY
-							  ? ROLE_SOURCE
-							  : ROLE_DEST)) != NULL)
-		authz_set_owner(&cl->who, m);
-	conn_send(cl->conn, type, msg);
+	TAILQ_REMOVE(&clients, cl, link);
+	if ((cb = cl->ask_cb) != NULL)
+		cb(cl->ask_arg, -1, 0, CONTROL_ASK_GONE,
+		   "the client went away");
+	free(cl);
 }
 
-struct conn *
-control_conn(uint64_t serial)
+/* Tells the privileged part that the engine holds nothing of a grant. */
+static void
+drop_grant(uint64_t grant)
+{
+	if (sock >= 0 && grant != 0)
+		imsg_send(sock, CTL_DROP, grant, 0, NULL, 0, NULL, 0);
+}
+
+void
+control_bind(uint64_t serial, enum mig_role role, const char *id)
 {
 	struct client *cl = client_find(serial);
+	struct ctl_bind b = {.role = role};
 
-	return cl ? cl->conn : NULL;
+	if (cl == NULL || cl->grant == 0 || sock < 0)
+		return;
+	snprintf(b.id, sizeof(b.id), "%s", id);
+	imsg_send(sock, CTL_BIND, cl->grant, 0, &b, sizeof(b), NULL, 0);
+}
+
+/* Sends an already packed message of type to the client. */
+static void
+send_packed(uint64_t serial, uint16_t type, const uint8_t *msg, size_t len)
+{
+	struct ctl_reply r = {.frame_type = type, .msg_len = (uint32_t)len};
+	uint8_t *buf = xmalloc(sizeof(r) + len + 1);
+
+	memcpy(buf, &r, sizeof(r));
+	memcpy(buf + sizeof(r), msg, len);
+	if (sock >= 0 && imsg_send(sock, CTL_REPLY, serial, 0, buf,
+				   sizeof(r) + len, NULL, 0) < 0)
+		log_warn("control reply to client %llu",
+			 (unsigned long long)serial);
+	free(buf);
+}
+
+void
+control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *msg)
+{
+	size_t len = protobuf_c_message_get_packed_size(msg);
+	uint8_t *buf = xmalloc(len + 1);
+
+	protobuf_c_message_pack(msg, buf);
+	/* The caller whose request made a migration may follow it. */
+	if (type == FRAME_CTL_EXPORT_REPLY)
+		control_bind(serial, ROLE_SOURCE,
+			     ((const Uffdd__ExportReply *)msg)->id);
+	else if (type == FRAME_CTL_ATTACH_REPLY)
+		control_bind(serial, ROLE_DEST,
+			     ((const Uffdd__AttachReply *)msg)->id);
+	send_packed(serial, type, buf, len);
+	free(buf);
 }
 
 void
 control_reply_error(uint64_t serial, uint32_t code, const char *fmt, ...)
 {
-	struct client *cl = client_find(serial);
+	Uffdd__Error e = UFFDD__ERROR__INIT;
 	char msg[512];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	e.code = code;
+	e.message = msg;
+	control_reply(serial, FRAME_ERROR, &e.base);
+}
+
+void
+control_ask(uint64_t serial, uint16_t type, const ProtobufCMessage *msg,
+	    int want_fd, unsigned secs, control_byte_cb cb, void *arg)
+{
+	struct client *cl = client_find(serial);
+	struct ctl_ask a = {.want_fd = (uint32_t)want_fd, .secs = secs};
+	size_t len = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+	struct ctl_reply r = {.frame_type = type, .msg_len = (uint32_t)len};
+	size_t total = sizeof(a) + (msg ? sizeof(r) + len : 0);
+	uint8_t *buf = xmalloc(total + 1);
+	int rc;
+
+	memcpy(buf, &a, sizeof(a));
+	if (msg != NULL) {
+		memcpy(buf + sizeof(a), &r, sizeof(r));
+		protobuf_c_message_pack(msg, buf + sizeof(a) + sizeof(r));
+	}
+	rc = cl == NULL || cl->ask_cb != NULL || sock < 0
+		     ? -1
+		     : imsg_send(sock, CTL_ASK, serial, 0, buf, total, NULL, 0);
+	free(buf);
+	if (rc < 0) {
+		cb(arg, -1, 0, CONTROL_ASK_GONE, "the client went away");
+		return;
+	}
+	cl->ask_cb = cb;
+	cl->ask_arg = arg;
+}
+
+void
+control_ask_cancel(uint64_t serial)
+{
+	struct client *cl = client_find(serial);
+
 	if (cl != NULL)
-		conn_send_error(cl->conn, code, "%s", msg);
+		cl->ask_cb = NULL;
 }
 
+/* CTL_BYTE: the answer to an ask. */
 static void
-do_status(struct client *cl, const Uffdd__StatusRequest *req)
+got_byte(struct imsg *m)
 {
-	Uffdd__StatusReply rep = UFFDD__STATUS_REPLY__INIT;
-	Uffdd__MigrationStatus *st, **ptrs;
-	Uffdd__Range **lbufs, ***lptrs;
-	Uffdd__ThreadBlock **tbufs, ***tptrs;
-	struct migration *m;
-	size_t n = 0, i = 0;
+	struct client *cl = client_find(m->h.id);
+	const struct ctl_byte *b = imsg_payload(m, sizeof(*b));
+	control_byte_cb cb;
+	char why[sizeof(b->why) + 1];
 
-	TAILQ_FOREACH (m, &migrations, link)
-		n++;
-	st = xcalloc(n, sizeof(*st));
-	ptrs = xcalloc(n, sizeof(*ptrs));
-	lbufs = xcalloc(n, sizeof(*lbufs));
-	lptrs = xcalloc(n, sizeof(*lptrs));
-	tbufs = xcalloc(n, sizeof(*tbufs));
-	tptrs = xcalloc(n, sizeof(*tptrs));
-	TAILQ_FOREACH (m, &migrations, link) {
-		if (req->id[0] && strcmp(req->id, m->id) != 0)
-			continue;
-		/* IDs are credentials: only for who may touch the process. */
-		if (!authz_may_see(&cl->who, m))
-			continue;
-		uffdd__migration_status__init(&st[i]);
-		migration_status(m, &st[i]);
-		st[i].n_lost = migration_lost_ranges(m, &lbufs[i], &lptrs[i]);
-		st[i].lost = lptrs[i];
-		st[i].n_threads = migration_threads(m, &tbufs[i], &tptrs[i]);
-		st[i].threads = tptrs[i];
-		/* The working set goes to who asks for this one migration. */
-		if (req->id[0] && m->ws) {
-			st[i].n_working_set = m->ws->n;
-			st[i].working_set = m->ws->keys;
-		}
-		/* None recorded (or lost in a restart): nothing to wait for. */
-		st[i].working_set_closed = migration_ws_closed(m);
-		ptrs[i] = &st[i];
-		i++;
-	}
-	if (req->id[0] && i == 0) {
-		conn_send_error(cl->conn, ERR_UNKNOWN_ID,
-				"unknown migration ID %s", log_id(req->id));
-	} else {
-		rep.n_migrations = i;
-		rep.migrations = ptrs;
-		static char *feat[] = {FEATURE_PRECOPY, FEATURE_DEFERRED};
-
-		rep.n_features = 2;
-		rep.features = feat;
-		conn_send(cl->conn, FRAME_CTL_STATUS_REPLY, &rep.base);
-	}
-	for (size_t k = 0; k < i; k++) {
-		free(lbufs[k]);
-		free(lptrs[k]);
-		free(tbufs[k]);
-		free(tptrs[k]);
-	}
-	free(lbufs);
-	free(lptrs);
-	free(tbufs);
-	free(tptrs);
-	free(ptrs);
-	free(st);
+	if (cl == NULL || (cb = cl->ask_cb) == NULL || b == NULL)
+		return;
+	cl->ask_cb = NULL;
+	snprintf(why, sizeof(why), "%.*s", (int)sizeof(b->why), b->why);
+	if (b->status != 0)
+		cb(cl->ask_arg, -1, 0, b->status, why);
+	else
+		cb(cl->ask_arg, imsg_take_fd(m, 0), b->byte, 0, NULL);
 }
 
-/*
- * Export and attach only for a caller that could ptrace the process: t is
- * opened for the check and handed to the role, which does every later step
- * through it (procref.h). 0 when allowed; else the caller is told.
- */
-static int
-allowed(struct client *cl, const char *what, pid_t pid, struct procref *t)
+int
+control_may_see(const struct migration *m)
 {
-	uint32_t code = ERR_INVALID;
-	char err[256];
-
-	*t = (struct procref)PROCREF_NONE;
-	if (pid <= 1 || pid == getpid())
-		snprintf(err, sizeof(err),
-			 "%d is not a process uffdd can migrate", (int)pid);
-	else if (procref_open(t, pid, err, sizeof(err)) < 0)
-		code = errno == ESRCH ? ERR_NO_PROCESS : ERR_PERMISSION;
-	else if (authz_may_ptrace(&cl->who, t, &code, err, sizeof(err)) == 0)
+	if (seen_all)
 		return 1;
-	procref_close(t);
-	conn_send_error(cl->conn, code, "%s: %s", what, err);
+	for (size_t i = 0; i < nseen; i++)
+		if (seen[i].role == (uint32_t)m->role &&
+		    strcmp(seen[i].id, m->id) == 0)
+			return 1;
 	return 0;
 }
 
+/* Hands a request to the role that serves it (the caller was checked). */
 static void
-client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
-	     void *arg)
+dispatch(uint64_t serial, uint16_t type, const struct authz_caller *who,
+	 struct procref *t, ProtobufCMessage *msg)
 {
-	struct client *cl = arg;
-	struct procref t;
+	const struct role_request *q;
+	const struct role_ops *r;
 
-	switch (h->type) {
+	switch (type) {
 	case FRAME_CTL_EXPORT:
-	case FRAME_CTL_ATTACH: {
-		/* The role that serves it, with the process checked. */
-		const struct role_ops *r = role_by_request(h->type);
-
-		if (r != NULL && r->request_no_process &&
-		    r->request_no_process(msg)) {
-			t = (struct procref)PROCREF_NONE;
-			r->request(cl->serial, &cl->who, &t, msg);
-		} else if (r != NULL &&
-			   allowed(cl, r->verb, r->request_pid(msg), &t)) {
-			r->request(cl->serial, &cl->who, &t, msg);
-		}
+	case FRAME_CTL_ATTACH:
+		if ((r = role_by_request(type)) != NULL)
+			r->request(serial, who, t, msg);
 		break;
-	}
 	case FRAME_CTL_STATUS:
-		do_status(cl, (const Uffdd__StatusRequest *)msg);
+		control_status(serial, (const Uffdd__StatusRequest *)msg);
 		break;
-	case FRAME_CTL_GO:
-	case FRAME_CTL_CANCEL:
-	case FRAME_CTL_RELEASE:
-	case FRAME_CTL_SNAPSHOT: {
-		/* Served by a role besides its own request (role.h). */
-		const struct role_request *q = role_request_by_type(h->type);
-
-		if (q == NULL)
-			conn_send_error(c, ERR_INVALID,
-					"%s is not served by this daemon",
-					frame_type_name(h->type));
-		else if (q->request_pid == NULL)
-			q->request(cl->serial, &cl->who, NULL, msg);
-		else if (allowed(cl, q->verb, q->request_pid(msg), &t))
-			q->request(cl->serial, &cl->who, &t, msg);
-		break;
-	}
 	default:
-		conn_send_error(c, ERR_PROTOCOL,
-				"unexpected %s on the control "
-				"socket",
-				frame_type_name(h->type));
-		conn_finish(c);
-		TAILQ_REMOVE(&clients, cl, link);
-		free(cl);
-		break;
+		if ((q = role_request_by_type(type)) != NULL)
+			q->request(serial, who, q->request_pid ? t : NULL, msg);
+		else
+			control_reply_error(serial, ERR_INVALID,
+					    "%s is not served here",
+					    frame_type_name(type));
 	}
 }
 
+/* CTL_REQUEST: checked whole before anything of it is used. */
 static void
-client_close(struct conn *c, const char *why, void *arg)
+request(struct imsg *m)
 {
-	client_free(arg);
-}
-
-static void
-accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-	  int sl, void *arg)
-{
+	const struct ctl_request *rq = (const void *)m->data;
+	struct procref t = PROCREF_NONE;
+	const ProtobufCMessageDescriptor *d;
 	struct authz_caller who;
-	struct bufferevent *bev;
-	struct client *cl;
-	char name[64];
+	ProtobufCMessage *msg;
+	size_t off;
 
-	/* Who connected, as the kernel recorded it then (authz.h). */
-	if (authz_caller_from_socket(&who, fd) < 0) {
-		log_warn("control: SO_PEERCRED");
-		evutil_closesocket(fd);
+	if (m->h.len < sizeof(*rq) || rq->nseen > CTL_SEEN_MAX ||
+	    (off = sizeof(*rq) + rq->nseen * sizeof(struct ctl_seen)) +
+			    rq->msg_len !=
+		    m->h.len ||
+	    (d = frame_descriptor(rq->frame_type)) == NULL ||
+	    (msg = protobuf_c_message_unpack(d, NULL, rq->msg_len,
+					     m->data + off)) == NULL) {
+		log_warnx("control: a request that does not hold together: "
+			  "dropped");
 		return;
 	}
-	bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-	if (bev == NULL) {
-		evutil_closesocket(fd);
-		return;
+	who = (struct authz_caller){.pid = rq->who.pid,
+				    .uid = rq->who.uid,
+				    .gid = rq->who.gid,
+				    .privileged = rq->who.privileged};
+	client_get(m->h.id)->grant = rq->grant;
+	t.grant = rq->grant;
+	if (rq->pid > 0 && m->nfd == 2) {
+		t.pid = rq->pid;
+		t.pidfd = imsg_take_fd(m, 0);
+		t.memfd = imsg_take_fd(m, 1);
+		t.start = rq->start;
+		t.probe = rq->probe;
 	}
-	cl = xcalloc(1, sizeof(*cl));
-	cl->serial = next_serial++;
-	cl->who = who;
-	snprintf(name, sizeof(name), "control client pid %d", (int)who.pid);
-	cl->conn = conn_new(base, bev, name, client_frame, client_close, cl);
-	conn_set_priority(cl->conn, PRIO_CONTROL);
-	TAILQ_INSERT_TAIL(&clients, cl, link);
+	seen = (const void *)(m->data + sizeof(*rq));
+	nseen = rq->nseen;
+	seen_all = rq->seen_all != 0;
+	dispatch(m->h.id, rq->frame_type, &who, &t, msg);
+	seen = NULL;
+	nseen = 0;
+	seen_all = 0;
+	/* Not taken by the role: nothing of the grant is kept. */
+	procref_close(&t);
+	protobuf_c_message_free_unpacked(msg, NULL);
 }
 
-int
-control_listen(const char *path)
+static void
+ctl_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct sockaddr_un sun = {.sun_family = AF_UNIX};
-	mode_t old;
+	struct imsg m;
+	int r;
 
-	if (strlen(path) >= sizeof(sun.sun_path)) {
-		log_warnx("control socket path too long: %s", path);
-		return -1;
-	}
-	strcpy(sun.sun_path, path);
-	/* A stale socket from a dead daemon is replaced, a live one is not. */
-	if (access(path, F_OK) == 0) {
-		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-		if (fd >= 0 &&
-		    connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
-			close(fd);
-			log_warnx("control socket %s: another uffdd is running "
-				  "there",
-				  path);
-			return -1;
+	for (int i = 0; i < 64; i++) {
+		if ((r = imsg_recv(fd, &m)) < 0 && errno == EBADMSG)
+			continue;
+		if (r == 0) {
+			/* The privileged part is gone: so are we. */
+			log_warnx("control: the privileged part is gone; "
+				  "stopping");
+			on_stop();
+			return;
 		}
-		if (fd >= 0)
-			close(fd);
-		unlink(path);
+		if (r < 0)
+			return;
+		switch (m.h.type) {
+		case CTL_REQUEST:
+			request(&m);
+			break;
+		case CTL_CLIENT_GONE:
+			client_gone(m.h.id);
+			break;
+		case CTL_BYTE:
+			got_byte(&m);
+			break;
+		case CTL_STOP:
+			on_stop();
+			break;
+		case CTL_RELOAD:
+			on_reload();
+			break;
+		default:
+			log_warnx("control: unexpected message %u",
+				  (unsigned)m.h.type);
+		}
+		imsg_clear(&m);
 	}
-	/*
-	 * Root only by default: the socket is created 0600, then opened to
-	 * --control-mode and --control-group. Whoever gets in is still held
-	 * to the ptrace rule on every request (authz.c).
-	 */
-	old = umask(0177);
-	listener = evconnlistener_new_bind(
-		base, accept_cb, NULL,
-		LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 16,
-		(struct sockaddr *)&sun, sizeof(sun));
-	umask(old);
-	if (listener == NULL) {
-		log_warn("control socket %s", path);
-		return -1;
-	}
-	sock_path = xstrdup(path);
-	if (control_apply_mode() < 0) {
-		control_close();
-		return -1;
-	}
-	return 0;
 }
 
-int
-control_apply_mode(void)
+void
+control_init(int fd, void (*stop)(void), void (*reload)(void))
 {
-	if (sock_path == NULL)
-		return 0;
-	/* No control-group: our own group, also after a reload removed it. */
-	gid_t gid =
-		conf.control_gid != (gid_t)-1 ? conf.control_gid : getegid();
+	sock = fd;
+	on_stop = stop;
+	on_reload = reload;
+	procref_drop_hook = drop_grant;
+	evutil_make_socket_nonblocking(sock);
+	if ((ev = event_new(base, sock, EV_READ | EV_PERSIST, ctl_cb, NULL)) ==
+	    NULL)
+		fatalx("event_new");
+	event_priority_set(ev, PRIO_CONTROL);
+	event_add(ev, NULL);
+}
 
-	if (chown(sock_path, (uid_t)-1, gid) < 0 ||
-	    chmod(sock_path, conf.control_mode) < 0) {
-		log_warn("control socket %s: mode %04o group %ld", sock_path,
-			 (unsigned)conf.control_mode, (long)gid);
-		return -1;
-	}
-	return 0;
+void
+control_say(int type, const char *line)
+{
+	struct ctl_status st;
+
+	memset(&st, 0, sizeof(st));
+	snprintf(st.line, sizeof(st.line), "%s", line);
+	if (sock >= 0)
+		imsg_send(sock, type, 0, 0, &st, sizeof(st), NULL, 0);
 }
 
 void
@@ -354,14 +369,12 @@ control_close(void)
 	struct client *cl;
 
 	while ((cl = TAILQ_FIRST(&clients)) != NULL)
-		client_free(cl);
-	if (listener) {
-		evconnlistener_free(listener);
-		listener = NULL;
-	}
-	if (sock_path) {
-		unlink(sock_path);
-		free(sock_path);
-		sock_path = NULL;
-	}
+		client_gone(cl->serial);
+	if (ev != NULL)
+		event_free(ev);
+	ev = NULL;
+	procref_drop_hook = NULL;
+	if (sock >= 0)
+		close(sock);
+	sock = -1;
 }

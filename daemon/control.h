@@ -1,29 +1,54 @@
 /*
- * The control socket (control.c): uffd-client's requests, checked
- * (authz.h) and handed to the role that serves them (role.h).
+ * Control requests in the engine (control.c): they arrive from the
+ * privileged part, checked, with the grant of the process they name
+ * (docs/privsep.md), and go to the role that serves them (role.h); their
+ * replies go back to the client the same way.
  */
 #ifndef UFFDD_CONTROL_H
 #define UFFDD_CONTROL_H
 
 #include <stdint.h>
 
+#include "daemon/ctlmsg.h"
+#include "daemon/migration.h"
 #include "proto/frame.h"
 
-struct conn;
-
-int control_listen(const char *path);
-/* Applies conf.control_mode and conf.control_gid to the socket. */
-int control_apply_mode(void);
+/*
+ * Serves the requests that come on socket fd (the ctl socket pair's end);
+ * stop and reload are called when the privileged part says so.
+ */
+void control_init(int fd, void (*stop)(void), void (*reload)(void));
 void control_close(void);
+/* Tells the privileged part CTL_READY or CTL_STATUS with line. */
+void control_say(int type, const char *line);
 /* Sends a reply to control client `serial` if it is still connected. */
 void control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *);
-/*
- * The connection of control client `serial`, NULL once it is gone: for a
- * request that reads the socket itself a while (a snapshot takes a file
- * descriptor over it), with the connection paused (conn_pause()).
- */
-struct conn *control_conn(uint64_t serial);
 void control_reply_error(uint64_t serial, uint32_t code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/*
+ * The migration (role, id) was made by client serial's request: its
+ * caller may follow it (status, go, cancel, release).
+ */
+void control_bind(uint64_t serial, enum mig_role role, const char *id);
+/*
+ * While a request is served: whether its caller may see m (it made it, or
+ * could ptrace its process, as the privileged part judged).
+ */
+int control_may_see(const struct migration *m);
+/*
+ * Sends control client serial the reply msg of type (NULL: none), then
+ * waits for one byte of it (with a file descriptor when want_fd: the
+ * client opened the file with its own rights, fdpass.h): the client's next
+ * frames wait meanwhile. cb gets the descriptor (or -1), the byte,
+ * and status 0, or a CONTROL_ASK_* status and why, exactly once, later.
+ */
+typedef void (*control_byte_cb)(void *arg, int fd, uint8_t byte, int status,
+				const char *why);
+void control_ask(uint64_t serial, uint16_t type, const ProtobufCMessage *msg,
+		 int want_fd, unsigned secs, control_byte_cb cb, void *arg);
+/* The ask's answer is not wanted any more (its requester is freed). */
+void control_ask_cancel(uint64_t serial);
+/* STATUS (control_status.c). */
+void control_status(uint64_t serial, const Uffdd__StatusRequest *req);
 
 #endif

@@ -11,13 +11,6 @@
 #include <sys/types.h>
 
 /*
- * One byte from a client socket, with the descriptor it carries (fd NULL:
- * none is taken). Descriptors that come otherwise (several, or when none
- * is wanted) are closed. As recvmsg(), non-blocking.
- */
-ssize_t fdpass_recv_byte(int sock, char *b, int *fd);
-
-/*
  * The answer to fdpass_ask(): the descriptor (the callee owns it), or -1
  * with why (the client went away, sent none, was too slow, the daemon
  * stops). The control client is reading frames again by then.
@@ -26,11 +19,10 @@ typedef void (*fdpass_cb)(void *arg, int fd, const char *why);
 
 /*
  * Tells control client serial FILE_READY and waits (its frames paused) for
- * its byte and descriptor; cb is called exactly once, later.
+ * its byte and descriptor (control_ask()); cb is called exactly once,
+ * later (at exit too, with -1).
  */
 void fdpass_ask(uint64_t serial, fdpass_cb cb, void *arg);
-/* At exit: every ask still waiting is answered with -1. */
-void fdpass_close_all(void);
 /*
  * What every file handed over is checked for first: its mode and open
  * flags are read into *st and *fl, and a file on FUSE is refused (its

@@ -81,10 +81,6 @@ struct migration {
 	struct mig_ws *ws;
 	void *impl; /* struct source or struct dest */
 	void (*impl_free)(struct migration *);
-	/* The control caller whose request made it (authz.c, for status). */
-	int owned;
-	uid_t owner_uid;
-	gid_t owner_gid;
 };
 
 TAILQ_HEAD(migration_list, migration);

@@ -128,7 +128,10 @@ procref_move(struct procref *dst, struct procref *src)
 {
 	*dst = *src;
 	src->pidfd = src->memfd = -1;
+	src->grant = 0;
 }
+
+void (*procref_drop_hook)(uint64_t grant);
 
 void
 procref_close(struct procref *r)
@@ -137,6 +140,9 @@ procref_close(struct procref *r)
 		close(r->pidfd);
 	if (r->memfd >= 0)
 		close(r->memfd);
+	if (r->grant != 0 && procref_drop_hook != NULL)
+		procref_drop_hook(r->grant);
+	r->grant = 0;
 	r->pidfd = r->memfd = -1;
 }
 

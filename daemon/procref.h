@@ -24,12 +24,24 @@ struct procref {
 	int memfd;
 	uint64_t probe;		  /* an address mapped then (its stack) */
 	unsigned long long start; /* start time, clock ticks after boot */
+	/*
+	 * In the engine: the grant the privileged part opened for it
+	 * (docs/privsep.md); 0 in the privileged part, or none.
+	 */
+	uint64_t grant;
 };
 
-#define PROCREF_NONE                               \
-	{                                          \
-		.pid = 0, .pidfd = -1, .memfd = -1 \
+#define PROCREF_NONE                                           \
+	{                                                      \
+		.pid = 0, .pidfd = -1, .memfd = -1, .grant = 0 \
 	}
+
+/*
+ * Called with its grant when an engine's procref that holds one is closed
+ * (the engine tells the privileged part: nothing of it is kept); NULL in
+ * the privileged part.
+ */
+extern void (*procref_drop_hook)(uint64_t grant);
 
 /*
  * Opens a reference to process pid. Returns 0, or -1 with errno set

@@ -14,7 +14,8 @@
 #include <event2/event.h>
 
 #include "daemon/conffile.h"
-#include "daemon/control.h"
+#include "daemon/engine.h"
+#include "daemon/priv/parent.h"
 #include "daemon/dest.h"
 #include "daemon/fdpass.h"
 #include "daemon/log.h"
@@ -45,8 +46,8 @@ usage(FILE *f)
 	fprintf(f,
 		"usage: uffdd [--listen HOST:PORT] [--control PATH] "
 		"[--state-dir DIR]\n"
-		"             [--control-mode MODE] [--control-group GROUP]\n"
-		"             [--admin-group GROUP]\n"
+		"             [--control-mode MODE] [--control-group GROUP] "
+		"[--admin-group GROUP]\n"
 		"             [--ca FILE --cert FILE --key FILE [--pin SHA256]]"
 		"\n"
 		"             [--insecure] [--config FILE] [-n] "
@@ -67,10 +68,8 @@ usage(FILE *f)
 		"  --control-mode MODE control socket mode, octal (default "
 		"0600)\n"
 		"  --control-group GRP control socket group (name or number)\n"
-		"  --admin-group GRP   callers in this group when they "
-		"connect may act on\n"
-		"                      any process, as root may (default: "
-		"none)\n"
+		"  --admin-group GRP   its members at connect act on any "
+		"process, as root\n"
 		"  --state-dir DIR     per-migration state files (default %s)\n"
 		"  --ca FILE           CA certificate(s) every peer's "
 		"certificate must\n"
@@ -143,47 +142,11 @@ usage(FILE *f)
 		"/run/uffdd/control.sock", "/run/uffdd", CONFFILE_DEFAULT_PATH);
 }
 
-/* systemd's STATUS= line: what the daemon is doing now. */
-static void
-status_line(char *buf, size_t len)
-{
-	struct migration *m;
-	int n = 0, active = 0;
-
-	TAILQ_FOREACH (m, &migrations, link) {
-		n++;
-		active += m->state == MIG_RUNNING || m->state == MIG_PAUSED ||
-			  m->state == MIG_CONNECTING;
-	}
-	snprintf(buf, len, "%d migrations, %d active; peers on %s", n, active,
-		 conf.listen ? conf.listen : "(none)");
-}
-
-static void
-on_signal(evutil_socket_t sig, short ev, void *arg)
-{
-	notify_send("STOPPING=1");
-	log_info("signal %d: shutting down", (int)sig);
-	if (tracee_count() > 0)
-		log_warnx("%zu targets that hold no copy of their userfaultfd "
-			  "are killed with the daemon (their missing pages "
-			  "could only read as zeros)",
-			  tracee_count());
-	event_base_loopexit(base, NULL);
-}
-
-/* A held target stopped for a signal (tracee.h): pass it on. */
-static void
-on_chld(evutil_socket_t sig, short ev, void *arg)
-{
-	tracee_reap();
-}
-
 /*
  * Builds the effective configuration: defaults, the file, then the flags.
  * Returns -1 with err filled if the file is unreadable or invalid.
  */
-static int
+int
 conf_build(struct uffdd_conf *c, char *err, size_t errlen)
 {
 	static const char *const tls_keys[] = {"ca", "cert", "key", "pin"};
@@ -226,100 +189,83 @@ conf_build(struct uffdd_conf *c, char *err, size_t errlen)
 	return 0;
 }
 
-/*
- * Hands the settings that live outside conf to their modules; the rest
- * (peer.c, source/) read conf at each use, so a reload reaches them too.
- */
-static void
-apply_limits(void)
+int
+conf_reload(struct uffdd_conf *next)
 {
-	pagemap_force_read = !conf.pagemap_scan;
-	region_table_max = (unsigned)conf.max_regions;
-	conn_out_max = (size_t)conf.max_output;
-}
-
-/*
- * Rereads the file. Anything invalid keeps the running configuration whole;
- * a change to a key that needs a restart too, with a warning.
- */
-static void
-reload(void)
-{
-	struct uffdd_conf next;
 	const char *k;
 	char err[512];
 
-	if (conf_build(&next, err, sizeof(err)) < 0) {
+	if (conf_build(next, err, sizeof(err)) < 0) {
 		log_warnx("reload: %s; keeping the running configuration", err);
-		return;
+		return -1;
 	}
-	if ((k = conffile_restart_key(&conf, &next)) != NULL) {
+	if ((k = conffile_restart_key(&conf, next)) != NULL) {
 		log_warnx("reload: %s changes only at restart; keeping the "
 			  "running configuration",
 			  k);
-		conffile_clear(&next);
-		return;
+		conffile_clear(next);
+		return -1;
 	}
-	if (!next.insecure &&
-	    tls_init(next.ca, next.cert, next.key, next.pin) < 0) {
-		log_warnx("reload: TLS settings refused; keeping the running "
-			  "configuration");
-		conffile_clear(&next);
-		return;
-	}
-	conffile_clear(&conf);
-	conf = next;
-	log_init(conf.foreground, conf.verbose);
-	control_apply_mode();
-	apply_limits();
-	log_info("reloaded %s", conf_path);
+	return 0;
 }
 
-/* SIGHUP, as systemctl reload sends it. */
-static void
-on_hup(evutil_socket_t sig, short ev, void *arg)
+const char *
+conf_file_path(void)
 {
-	notify_send("RELOADING=1");
-	reload();
-	notify_send("READY=1");
+	return conf_path;
+}
+
+/* --engine CTL,RPC (internal): the engine's socket pairs' ends. */
+static int
+engine_fds(const char *arg, int engine[2], char *err, size_t errlen)
+{
+	if (sscanf(arg, "%d,%d", &engine[0], &engine[1]) == 2 &&
+	    engine[0] > 2 && engine[1] > 2)
+		return 0;
+	snprintf(err, errlen, "engine: want CTL,RPC descriptors");
+	return -1;
 }
 
 /* Flags, each a config key of the same name, into cli. */
+/* The flags: each a config key of the same name, but a few. */
+static const struct option opts[] = {
+	{"listen", required_argument, NULL, 'l'},
+	{"control", required_argument, NULL, 'c'},
+	{"control-mode", required_argument, NULL, 'K'},
+	{"control-group", required_argument, NULL, 'K'},
+	{"admin-group", required_argument, NULL, 'K'},
+	{"state-dir", required_argument, NULL, 's'},
+	{"insecure", no_argument, NULL, 'I'},
+	{"ca", required_argument, NULL, 'K'},
+	{"cert", required_argument, NULL, 'K'},
+	{"key", required_argument, NULL, 'K'},
+	{"pin", required_argument, NULL, 'K'},
+	{"log-level", required_argument, NULL, 'K'},
+	{"pause-deadline", required_argument, NULL, 'K'},
+	{"bulk-rate", required_argument, NULL, 'K'},
+	{"pagemap-scan", required_argument, NULL, 'K'},
+	{"no-pagemap-scan", no_argument, NULL, 'N'},
+	{"max-regions", required_argument, NULL, 'K'},
+	{"max-request-pages", required_argument, NULL, 'K'},
+	{"max-pending", required_argument, NULL, 'K'},
+	{"max-pending-per-address", required_argument, NULL, 'K'},
+	{"hello-timeout", required_argument, NULL, 'K'},
+	{"max-output", required_argument, NULL, 'K'},
+	{"poll-us", required_argument, NULL, 'K'},
+	{"zero-detect", required_argument, NULL, 'K'},
+	{"config", required_argument, NULL, 'F'},
+	{"check", no_argument, NULL, 'n'},
+	{"foreground", no_argument, NULL, 'f'},
+	{"verbose", no_argument, NULL, 'v'},
+	{"help", no_argument, NULL, 'h'},
+	/* Internal: run as the engine (docs/privsep.md). */
+	{"engine", required_argument, NULL, 'E'},
+	{NULL, 0, NULL, 0},
+};
+
 static int
-parse_args(int argc, char **argv, int *check)
+parse_args(int argc, char **argv, int *check, int engine[2])
 {
-	static const struct option opts[] = {
-		{"listen", required_argument, NULL, 'l'},
-		{"control", required_argument, NULL, 'c'},
-		{"control-mode", required_argument, NULL, 'K'},
-		{"control-group", required_argument, NULL, 'K'},
-		{"admin-group", required_argument, NULL, 'K'},
-		{"state-dir", required_argument, NULL, 's'},
-		{"insecure", no_argument, NULL, 'I'},
-		{"ca", required_argument, NULL, 'K'},
-		{"cert", required_argument, NULL, 'K'},
-		{"key", required_argument, NULL, 'K'},
-		{"pin", required_argument, NULL, 'K'},
-		{"log-level", required_argument, NULL, 'K'},
-		{"pause-deadline", required_argument, NULL, 'K'},
-		{"bulk-rate", required_argument, NULL, 'K'},
-		{"pagemap-scan", required_argument, NULL, 'K'},
-		{"no-pagemap-scan", no_argument, NULL, 'N'},
-		{"max-regions", required_argument, NULL, 'K'},
-		{"max-request-pages", required_argument, NULL, 'K'},
-		{"max-pending", required_argument, NULL, 'K'},
-		{"max-pending-per-address", required_argument, NULL, 'K'},
-		{"hello-timeout", required_argument, NULL, 'K'},
-		{"max-output", required_argument, NULL, 'K'},
-		{"poll-us", required_argument, NULL, 'K'},
-		{"zero-detect", required_argument, NULL, 'K'},
-		{"config", required_argument, NULL, 'F'},
-		{"check", no_argument, NULL, 'n'},
-		{"foreground", no_argument, NULL, 'f'},
-		{"verbose", no_argument, NULL, 'v'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
 	char err[256];
 	int ch, idx, rc;
 
@@ -329,16 +275,13 @@ parse_args(int argc, char **argv, int *check)
 	       -1) {
 		switch (ch) {
 		case 'l':
-			rc = conffile_set(&cli, "listen", optarg, err,
-					  sizeof(err));
-			break;
 		case 'c':
-			rc = conffile_set(&cli, "control", optarg, err,
-					  sizeof(err));
-			break;
 		case 's':
-			rc = conffile_set(&cli, "state-dir", optarg, err,
-					  sizeof(err));
+			rc = conffile_set(&cli,
+					  ch == 'l'   ? "listen"
+					  : ch == 'c' ? "control"
+						      : "state-dir",
+					  optarg, err, sizeof(err));
 			break;
 		case 'I':
 			rc = conffile_set(&cli, "insecure", "yes", err,
@@ -372,6 +315,9 @@ parse_args(int argc, char **argv, int *check)
 		case 'h':
 			usage(stdout);
 			exit(0);
+		case 'E':
+			rc = engine_fds(optarg, engine, err, sizeof(err));
+			break;
 		default:
 			usage(stderr);
 			return -1;
@@ -391,11 +337,10 @@ parse_args(int argc, char **argv, int *check)
 int
 main(int argc, char **argv)
 {
-	struct event *sigterm, *sigint, *sighup, *sigchld;
+	int check = 0, engine[2] = {-1, -1};
 	char err[512];
-	int check = 0;
 
-	if (parse_args(argc, argv, &check) < 0)
+	if (parse_args(argc, argv, &check, engine) < 0)
 		return 2;
 	if (conf_build(&conf, err, sizeof(err)) < 0) {
 		fprintf(stderr, "uffdd: %s\n", err);
@@ -414,73 +359,11 @@ main(int argc, char **argv)
 	if (geteuid() != 0)
 		fatalx("must run as root: it reads and writes other processes' "
 		       "memory");
-	if (!conf.insecure &&
-	    tls_init(conf.ca, conf.cert, conf.key, conf.pin) < 0)
-		return 1;
-	/* Before anything is exported or attached: it holds credentials. */
-	if (state_dir_open(conf.state_dir, err, sizeof(err)) < 0) {
-		log_warnx("%s", err);
-		return 1;
+	if (engine[0] >= 0) {
+		int rc = engine_main(engine[0], engine[1]);
+
+		conffile_clear(&cli);
+		return rc;
 	}
-	notify_init();
-	if (!conf.foreground && daemon(0, 0) < 0)
-		fatal("daemon");
-	log_init(conf.foreground, conf.verbose);
-	signal(SIGPIPE, SIG_IGN);
-	/*
-	 * Lane buffers come and go in chunks of hundreds of KiB. Above
-	 * glibc's mmap threshold, and with its trimming, each one was fresh
-	 * memory from the kernel, faulted in and zeroed page by page (a
-	 * fifth of the bulk lane's CPU). Keep them on the heap and reuse it.
-	 */
-	mallopt(M_MMAP_THRESHOLD, 16 << 20);
-	mallopt(M_TRIM_THRESHOLD, 64 << 20);
-
-	if ((base = event_base_new()) == NULL)
-		fatalx("event_base_new");
-	if (event_base_priority_init(base, PRIO_COUNT) < 0)
-		fatalx("event_base_priority_init");
-	apply_limits();
-	probe_kernel();
-	if (control_listen(conf.control) < 0)
-		return 1;
-	if (conf.listen && peer_listen(conf.listen) < 0) {
-		control_close();
-		return 1;
-	}
-	sigterm = evsignal_new(base, SIGTERM, on_signal, NULL);
-	sigint = evsignal_new(base, SIGINT, on_signal, NULL);
-	sighup = evsignal_new(base, SIGHUP, on_hup, NULL);
-	sigchld = evsignal_new(base, SIGCHLD, on_chld, NULL);
-	evsignal_add(sigterm, NULL);
-	evsignal_add(sigint, NULL);
-	evsignal_add(sighup, NULL);
-	evsignal_add(sigchld, NULL);
-	source_register();
-	dest_register();
-	state_restore_all();
-	log_info("ready: control %s", conf.control);
-	notify_send("READY=1\nSTATUS=ready; peers on %s, control %s",
-		    conf.listen ? conf.listen : "(none)", conf.control);
-	notify_watchdog_start(base, status_line);
-
-	run_loop();
-
-	fdpass_close_all();
-	source_snapshot_close_all();
-	control_close();
-	peer_close_listeners();
-	migration_free_all();
-	conn_free_finishing();
-	event_free(sigterm);
-	event_free(sigint);
-	event_free(sighup);
-	event_free(sigchld);
-	notify_stop();
-	event_base_free(base);
-	tls_free();
-	state_dir_close();
-	conffile_clear(&conf);
-	conffile_clear(&cli);
-	return 0;
+	return parent_main(argc, argv);
 }

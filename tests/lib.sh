@@ -377,14 +377,26 @@ ensure_daemon() {
 	start_daemon "$name" "$@"
 }
 
+# engine_pid NAME: the pid of daemon NAME's engine, the unprivileged
+# process that runs its migrations (docs/privsep.md); daemon_pids NAME:
+# both of its processes, the privileged part first.
+engine_pid() { pgrep -P "$(eval echo "\$${1}_PID")" | head -n 1; }
+daemon_pids() { echo "$(eval echo "\$${1}_PID") $(engine_pid "$1")"; }
+
 # kill_daemon NAME: SIGKILL, as a crash would. Its exit status is not
 # checked at the end, its log is.
 kill_daemon() {
-	local pid
+	local pid eng
 	pid=$(eval echo "\$${1}_PID")
+	eng=$(engine_pid "$1")
 	KILLED[$pid]=1
-	kill -9 "$pid"
+	kill -9 "$pid" $eng
 	wait "$pid" 2>/dev/null || true
+	# The engine dies with it (PR_SET_PDEATHSIG): gone before a restart.
+	for _ in $(seq 250); do
+		[ -z "$eng" ] || [ "$(proc_state "$eng" 2>/dev/null || echo Z)" = Z ] && break
+		sleep 0.02
+	done
 }
 
 # cut_link PORT / heal_link: the cable is pulled (no reset, no error, just
@@ -707,6 +719,7 @@ make_user() {
 	useradd --system --no-create-home --shell /usr/sbin/nologin "$name" ||
 		fail "useradd $name failed"
 	on_cleanup "userdel $name 2>/dev/null"
+	on_cleanup "pkill -KILL -u $name 2>/dev/null"
 	uid=$(id -u "$name")
 	eval "$var=$uid"
 	eval "AS_$var=(setpriv --reuid=$uid --regid=$(id -g "$name") --clear-groups)"

@@ -233,6 +233,14 @@ match_regions(struct dest *d, const Uffdd__RegionTable *t, struct match *mt)
 	struct vma *v;
 	size_t nv;
 
+	/* Its maps only if it is still the process the caller named. */
+	if (!procref_same(&d->t)) {
+		dest_attach_fail(d, ERR_NO_PROCESS,
+				 "process %d: no such process (it exited, or "
+				 "runs another program, since it was named)",
+				 (int)d->m->pid);
+		return -1;
+	}
 	if (region_read_maps(d->m->pid, &v, &nv) < 0) {
 		dest_attach_fail(d, ERR_NO_PROCESS, "process %d: %s",
 				 (int)d->m->pid, strerror(errno));
@@ -583,6 +591,7 @@ image_fd(void *arg, int fd, const char *why)
 	} else {
 		log_info("attach %d: restoring from an image as %s",
 			 (int)a->t.pid, log_id(id));
+		control_bind(a->serial, ROLE_SOURCE, id);
 		attach_go(a->serial, &a->who, &a->t, req, id, PEER_LOCAL);
 	}
 	procref_close(&a->t);

@@ -92,7 +92,7 @@ release_request(uint64_t serial, const struct authz_caller *who,
 	struct dest *d = m ? m->impl : NULL;
 
 	(void)t;
-	if (m == NULL || !authz_may_see(who, m)) {
+	if (m == NULL || !control_may_see(m)) {
 		control_reply_error(serial, ERR_UNKNOWN_ID,
 				    "release: unknown migration ID %s",
 				    log_id(req->id));

@@ -205,7 +205,7 @@ take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
 
 /*
  * The deferred export a GO or CANCEL names, if the caller may see it
- * (authz_may_see(), as for status: an ID it may not see is unknown to
+ * (control_may_see(), as for status: an ID it may not see is unknown to
  * it). Else the caller is told why and NULL.
  */
 static struct source *
@@ -215,7 +215,7 @@ named_export(uint64_t serial, const struct authz_caller *who,
 	struct migration *m = migration_find(req->id, ROLE_SOURCE);
 	struct source *s = m ? m->impl : NULL;
 
-	if (m == NULL || !authz_may_see(who, m)) {
+	if (m == NULL || !control_may_see(m)) {
 		control_reply_error(serial, ERR_UNKNOWN_ID,
 				    "%s: unknown migration ID %s", verb,
 				    log_id(req->id));
@@ -379,7 +379,7 @@ release_request(uint64_t serial, const struct authz_caller *who,
 
 	if (!req->release_bulk)
 		return 0;
-	if (m == NULL || !authz_may_see(who, m)) {
+	if (m == NULL || !control_may_see(m)) {
 		control_reply_error(serial, ERR_UNKNOWN_ID,
 				    "go: unknown migration ID %s",
 				    log_id(req->id));
@@ -408,7 +408,6 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	uint64_t t0 = now_ns();
 	struct source *s;
 	uint64_t us[3] = {0};
-	struct conn *c;
 	char err[256];
 	uint32_t code;
 
@@ -429,8 +428,6 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	rep.queued = answer_queued(s);
 	rep.id = s->m->id;
 	control_reply(serial, FRAME_CTL_GO_REPLY, &rep.base);
-	if ((c = control_conn(serial)) != NULL)
-		conn_flush(c);
 	log_info("migration %s: go: process %d taken in %llu us (freeze %llu, "
 		 "maps %llu, pages taken as data %llu); %u queued page "
 		 "requests answered",

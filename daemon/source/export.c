@@ -348,7 +348,6 @@ serve_image(int fd, const struct authz_caller *who, char *id, uint32_t *code,
 
 	if (s == NULL)
 		return -1;
-	authz_set_owner(who, s->m);
 	memcpy(id, s->m->id, MIG_ID_LEN + 1);
 	return 0;
 }

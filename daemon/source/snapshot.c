@@ -70,9 +70,9 @@ struct snap {
 	size_t nranges;
 	int keep, frozen, was_stopped;
 	enum snap_phase phase;
-	int sock; /* a copy of the client's socket, read while it is paused */
-	int fd;	  /* the image file */
-	struct event *sock_ev, *round_ev;
+	int asking; /* a byte of the client is awaited (control_ask()) */
+	int fd;	    /* the image file */
+	struct event *round_ev;
 	struct src_region *regs;
 	size_t nregs;
 	uint32_t cur_reg;
@@ -91,19 +91,13 @@ static TAILQ_HEAD(, snap) snaps = TAILQ_HEAD_INITIALIZER(snaps);
 static void
 snap_free(struct snap *s)
 {
-	struct conn *c = control_conn(s->serial);
-
 	TAILQ_REMOVE(&snaps, s, link);
 	if (s->frozen)
 		source_thaw(&s->t, s->was_stopped);
-	if (c != NULL)
-		conn_pause(c, 0);
-	if (s->sock_ev)
-		event_free(s->sock_ev);
+	if (s->asking)
+		control_ask_cancel(s->serial);
 	if (s->round_ev)
 		event_free(s->round_ev);
-	if (s->sock >= 0)
-		close(s->sock);
 	if (s->fd >= 0)
 		close(s->fd);
 	image_writer_free(&s->w);
@@ -141,24 +135,32 @@ snap_fail(struct snap *s, uint32_t code, const char *fmt, ...)
 	snap_free(s);
 }
 
-/* The reply's totals. */
+/* A reply with the snapshot's totals. */
 static void
-snap_reply(struct snap *s, uint16_t type, int killed)
+snap_totals(struct snap *s, Uffdd__SnapshotReply *rep, int killed)
 {
-	Uffdd__SnapshotReply rep = UFFDD__SNAPSHOT_REPLY__INIT;
 	struct timespec now;
 	struct stat st;
 
+	uffdd__snapshot_reply__init(rep);
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	rep.regions = (uint32_t)s->nregs;
-	rep.data_pages = s->pages[IMAGE_DATA];
-	rep.zero_pages = s->pages[IMAGE_ZERO];
-	rep.hole_pages = s->pages[IMAGE_HOLE];
-	rep.bytes =
+	rep->regions = (uint32_t)s->nregs;
+	rep->data_pages = s->pages[IMAGE_DATA];
+	rep->zero_pages = s->pages[IMAGE_ZERO];
+	rep->hole_pages = s->pages[IMAGE_HOLE];
+	rep->bytes =
 		s->fd >= 0 && fstat(s->fd, &st) == 0 ? (uint64_t)st.st_size : 0;
-	rep.elapsed_s = (double)(now.tv_sec - s->t0.tv_sec) +
-			(double)(now.tv_nsec - s->t0.tv_nsec) / 1e9;
-	rep.killed = killed;
+	rep->elapsed_s = (double)(now.tv_sec - s->t0.tv_sec) +
+			 (double)(now.tv_nsec - s->t0.tv_nsec) / 1e9;
+	rep->killed = killed;
+}
+
+static void
+snap_reply(struct snap *s, uint16_t type, int killed)
+{
+	Uffdd__SnapshotReply rep;
+
+	snap_totals(s, &rep, killed);
 	control_reply(s->serial, type, &rep.base);
 }
 
@@ -190,7 +192,7 @@ check_file(int fd, char *err, size_t errlen)
 }
 
 static void round_cb(evutil_socket_t, short, void *);
-static void sock_cb(evutil_socket_t, short, void *);
+static void client_byte(void *, int, uint8_t, int, const char *);
 
 /* The client's time for its next byte, in this phase. */
 static int
@@ -202,14 +204,18 @@ commit_wait(const struct snap *s)
 	       (int)(s->w.data_end / COMMIT_WAIT_BYTES_A_SEC);
 }
 
-/* Waits for the client's next byte, at most secs seconds. */
+/*
+ * Sends the client reply rep of type and waits for its next byte, at most
+ * secs seconds.
+ */
 static void
-wait_client(struct snap *s, enum snap_phase phase, int secs)
+wait_client(struct snap *s, enum snap_phase phase, int secs, uint16_t type,
+	    const Uffdd__SnapshotReply *rep)
 {
-	struct timeval tv = {secs, 0};
-
 	s->phase = phase;
-	event_add(s->sock_ev, &tv);
+	s->asking = 1;
+	control_ask(s->serial, type, &rep->base, phase == SNAP_WAIT_FD,
+		    (unsigned)secs, client_byte, s);
 }
 
 /*
@@ -329,35 +335,21 @@ got_commit(struct snap *s, char b)
 
 /* The client's byte: its file, or its commit. */
 static void
-sock_cb(evutil_socket_t fd, short what, void *arg)
+client_byte(void *arg, int fd, uint8_t b, int status, const char *why)
 {
 	struct snap *s = arg;
-	ssize_t r;
-	int got;
-	char b;
 
-	if (what & EV_TIMEOUT) {
+	s->asking = 0;
+	if (status == CONTROL_ASK_TIMEOUT)
 		snap_fail(s, ERR_INVALID, "the client did not %s in time",
 			  s->phase == SNAP_WAIT_FD ? "hand its file over"
 						   : "name the image");
-		return;
-	}
-	r = fdpass_recv_byte(fd, &b, s->phase == SNAP_WAIT_FD ? &got : NULL);
-	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-		wait_client(s, s->phase, commit_wait(s));
-		return;
-	}
-	if (r <= 0) {
-		snap_fail(s, ERR_INVALID, "the client went away");
-		return;
-	}
-	if (s->phase == SNAP_WAIT_COMMIT) {
-		got_commit(s, b);
-	} else if (got < 0) {
-		snap_fail(s, ERR_INVALID, "no file descriptor from the client");
-	} else {
-		got_file(s, got);
-	}
+	else if (status != 0)
+		snap_fail(s, ERR_INVALID, "%s", why);
+	else if (s->phase == SNAP_WAIT_COMMIT)
+		got_commit(s, (char)b);
+	else
+		got_file(s, fd);
 }
 
 /*
@@ -471,6 +463,7 @@ bad:
 static void
 finish(struct snap *s)
 {
+	Uffdd__SnapshotReply rep;
 	int running = 0;
 	long long n;
 
@@ -494,9 +487,10 @@ finish(struct snap *s)
 		 (unsigned long long)s->pages[IMAGE_DATA],
 		 (unsigned long long)s->pages[IMAGE_ZERO],
 		 (unsigned long long)s->pages[IMAGE_HOLE]);
-	snap_reply(s, FRAME_CTL_SNAPSHOT_WRITTEN, 0);
+	snap_totals(s, &rep, 0);
 	s->phase = SNAP_WAIT_COMMIT;
-	wait_client(s, SNAP_WAIT_COMMIT, commit_wait(s));
+	wait_client(s, SNAP_WAIT_COMMIT, commit_wait(s),
+		    FRAME_CTL_SNAPSHOT_WRITTEN, &rep);
 }
 
 /*
@@ -548,7 +542,6 @@ snapshot_request(uint64_t serial, const struct authz_caller *who,
 {
 	const Uffdd__SnapshotRequest *req = (const void *)msg;
 	Uffdd__SnapshotReply rep = UFFDD__SNAPSHOT_REPLY__INIT;
-	struct conn *c = control_conn(serial);
 	struct region *regs = NULL;
 	struct snap *s;
 	uint32_t code;
@@ -558,7 +551,7 @@ snapshot_request(uint64_t serial, const struct authz_caller *who,
 	TAILQ_INSERT_TAIL(&snaps, s, link);
 	s->serial = serial;
 	s->who = *who;
-	s->sock = s->fd = -1;
+	s->fd = -1;
 	procref_move(&s->t, t);
 	clock_gettime(CLOCK_MONOTONIC, &s->t0);
 	s->keep = req->keep_source;
@@ -580,19 +573,12 @@ snapshot_request(uint64_t serial, const struct authz_caller *who,
 		return;
 	}
 	free(regs);
-	if (c == NULL || (s->sock = dup(conn_fd(c))) < 0) {
-		snap_fail(s, ERR_INVALID, "control connection: %s",
-			  c == NULL ? "gone" : strerror(errno));
-		return;
-	}
-	conn_pause(c, 1);
-	s->sock_ev = event_new(base, s->sock, EV_READ, sock_cb, s);
 	s->round_ev = event_new(base, -1, 0, round_cb, s);
-	if (s->sock_ev == NULL || s->round_ev == NULL)
+	if (s->round_ev == NULL)
 		fatalx("event_new");
 	event_priority_set(s->round_ev, PRIO_BULK);
-	control_reply(serial, FRAME_CTL_SNAPSHOT_READY, &rep.base);
-	wait_client(s, SNAP_WAIT_FD, FD_WAIT_SECS);
+	wait_client(s, SNAP_WAIT_FD, FD_WAIT_SECS, FRAME_CTL_SNAPSHOT_READY,
+		    &rep);
 }
 
 static int

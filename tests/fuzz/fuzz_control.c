@@ -1,9 +1,11 @@
 /*
  * libFuzzer target: the control protocol, end to end through the daemon's
- * own control socket (daemon/control.c, authz.c, conn.c): each input is
- * what a local client writes after connecting. Export and attach reach
- * stubs here (the roles need real processes); status, errors, framing and
- * the authorization check run for real.
+ * own control socket (daemon/priv/ctlsock.c, authz.c, grant.c, conn.c)
+ * and, over a socket pair as in the daemon, the engine's side of it
+ * (daemon/control.c): each input is what a local client writes after
+ * connecting. Export and attach reach stubs here (the roles need real
+ * processes); status, errors, framing, forwarding and the authorization
+ * check run for real.
  */
 #include "config.h"
 
@@ -17,6 +19,8 @@
 
 #include "daemon/conffile.h"
 #include "daemon/control.h"
+#include "daemon/priv/ctlsock.h"
+#include "daemon/imsg.h"
 #include "daemon/log.h"
 #include "daemon/conn.h"
 #include "daemon/migration.h"
@@ -69,6 +73,11 @@ static const struct role_ops stub_dest = {
 	.request = stub_request,
 };
 
+static void
+stop(void)
+{
+}
+
 /* Status reports the kernel's features; probing them is not fuzzed. */
 const char *
 probe_summary(void)
@@ -77,6 +86,20 @@ probe_summary(void)
 }
 
 static char path[108];
+static int sv[2];
+static struct event *parent_ev;
+
+/* What the engine side says, read by the privileged side as the daemon does. */
+static void
+from_engine(evutil_socket_t fd, short what, void *arg)
+{
+	struct imsg m;
+
+	while (imsg_recv(fd, &m) > 0) {
+		ctlsock_engine_msg(&m);
+		imsg_clear(&m);
+	}
+}
 
 static void
 remove_socket(void)
@@ -99,8 +122,16 @@ setup(void)
 		abort();
 	snprintf(path, sizeof(path), "/tmp/uffdd-fuzz-control.%d.sock",
 		 (int)getpid());
-	if (control_listen(path) < 0)
+	if (ctlsock_listen(path) < 0 ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		abort();
+	/* Both parts in one process, on one event base. */
+	ctlsock_engine(sv[0], -1);
+	control_init(sv[1], stop, stop);
+	evutil_make_socket_nonblocking(sv[0]);
+	parent_ev = event_new(base, sv[0], EV_READ | EV_PERSIST, from_engine,
+			      NULL);
+	event_add(parent_ev, NULL);
 	atexit(remove_socket);
 	/* Something for status to list: ours, and one of no process. */
 	m = migration_new(ROLE_SOURCE, NULL);
@@ -126,7 +157,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	shutdown(fd, SHUT_WR);
 	/* Accept, read, answer, see the end: a few turns of the loop. */
-	for (int i = 0; i < 6; i++) {
+	for (int i = 0; i < 10; i++) {
 		event_base_loop(base, EVLOOP_NONBLOCK);
 		while (recv(fd, reply, sizeof(reply), MSG_DONTWAIT) > 0)
 			;

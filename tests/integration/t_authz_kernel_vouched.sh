@@ -72,7 +72,8 @@ exec_between() {
 		sleep 0.05
 	done
 	grep -q '^ready' "$T/WX.out" || fail "$name: workload not ready: $(cat "$T/WX.log")"
-	kill -STOP "$src_PID"
+	# Both of its processes: the engine would answer meanwhile.
+	kill -STOP $(daemon_pids src)
 	local before now
 	before=$(conns_to_src)
 	"$@" "$CLIENT" --control "$dst_SOCK" attach "$WX" --from "$src_ADDR:$src_PORT" \
@@ -92,7 +93,7 @@ exec_between() {
 		sleep 0.05
 	done
 	[ "${n:-0}" -ge 2 ] || fail "$name: target did not run its program again: $(cat "$T/WX.log")"
-	kill -CONT "$src_PID"
+	kill -CONT $(daemon_pids src)
 	if wait "$client"; then
 		fail "$name: attach succeeded into the program run since: $(cat "$T/attach.out")"
 	fi

@@ -17,10 +17,12 @@ field() { status | sed "s/.*\"$1\":\"\\{0,1\\}\\([a-z0-9]*\\).*/\\1/"; }
 paced_migration src dst 192M 0x500000000000
 sleep 1.5
 [ "$(field state)" = running ] || fail "migration not running before the stop: $(status)"
-on_cleanup kill -CONT "$dst_PID"
-kill -STOP "$dst_PID"
+# Both of its processes: the engine runs the migration.
+DST_PIDS=$(daemon_pids dst)
+on_cleanup kill -CONT $DST_PIDS
+kill -STOP $DST_PIDS
 sleep 5
-kill -CONT "$dst_PID"
+kill -CONT $DST_PIDS
 sleep 1.5
 [ "$(field state)" = running ] || fail "not running after the destination woke: $(status)"
 [ "$(field reconnects)" = 0 ] ||
@@ -30,10 +32,11 @@ info "destination stopped 5 s: no reconnect"
 
 [ "$(field state)" = running ] ||
 	fail "migration not running before the source's stop: the test proves nothing"
-on_cleanup kill -CONT "$src_PID"
-kill -STOP "$src_PID"
+SRC_PIDS=$(daemon_pids src)
+on_cleanup kill -CONT $SRC_PIDS
+kill -STOP $SRC_PIDS
 sleep 5
-kill -CONT "$src_PID"
+kill -CONT $SRC_PIDS
 paced_finish dst
 rc=$(status | sed 's/.*"reconnects":\([0-9]*\).*/\1/')
 info "source stopped 5 s: $rc reconnect(s)"

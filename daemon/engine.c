@@ -1,0 +1,190 @@
+/*
+ * The engine's process (engine.h): set-up, its signals and the privileged
+ * part's word, the loop, shut-down.
+ */
+#include "config.h"
+
+#include <malloc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "daemon/conffile.h"
+#include "daemon/control.h"
+#include "daemon/ctlmsg.h"
+#include "daemon/dest.h"
+#include "daemon/engine.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/pagemap.h"
+#include "daemon/peer.h"
+#include "daemon/privop.h"
+#include "daemon/probe.h"
+#include "daemon/region.h"
+#include "daemon/source.h"
+#include "daemon/state.h"
+#include "daemon/tls.h"
+#include "daemon/tracee.h"
+
+/* What the engine is doing now, for systemd's STATUS= line. */
+static void
+status_line(char *buf, size_t len)
+{
+	struct migration *m;
+	int n = 0, active = 0;
+
+	TAILQ_FOREACH (m, &migrations, link) {
+		n++;
+		active += m->state == MIG_RUNNING || m->state == MIG_PAUSED ||
+			  m->state == MIG_CONNECTING;
+	}
+	snprintf(buf, len, "%d migrations, %d active; peers on %s", n, active,
+		 conf.listen ? conf.listen : "(none)");
+}
+
+static void
+stop(void)
+{
+	if (tracee_count() > 0)
+		log_warnx("%zu targets that hold no copy of their userfaultfd "
+			  "are killed with the daemon (their missing pages "
+			  "could only read as zeros)",
+			  tracee_count());
+	event_base_loopexit(base, NULL);
+}
+
+static void
+on_signal(evutil_socket_t sig, short ev, void *arg)
+{
+	stop();
+}
+
+/* A held target stopped for a signal (tracee.h): pass it on. */
+static void
+on_chld(evutil_socket_t sig, short ev, void *arg)
+{
+	tracee_reap();
+}
+
+/*
+ * Hands the settings that live outside conf to their modules; the rest
+ * (peer.c, source/) read conf at each use, so a reload reaches them too.
+ */
+static void
+apply_limits(void)
+{
+	pagemap_force_read = !conf.pagemap_scan;
+	region_table_max = (unsigned)conf.max_regions;
+	conn_out_max = (size_t)conf.max_output;
+}
+
+/*
+ * Rereads the file (the privileged part says when: SIGHUP reaches it).
+ * Anything invalid keeps the running configuration whole.
+ */
+static void
+reload(void)
+{
+	struct uffdd_conf next;
+
+	if (conf_reload(&next) < 0)
+		return;
+	if (!next.insecure &&
+	    tls_init(next.ca, next.cert, next.key, next.pin) < 0) {
+		log_warnx("reload: TLS settings refused; keeping the running "
+			  "configuration");
+		conffile_clear(&next);
+		return;
+	}
+	conffile_clear(&conf);
+	conf = next;
+	log_init(conf.foreground, conf.verbose);
+	apply_limits();
+	log_info("reloaded %s", conf_file_path());
+}
+
+/* Tells the privileged part what the engine is doing, now and then. */
+static void
+status_cb(evutil_socket_t fd, short what, void *arg)
+{
+	char line[256];
+
+	status_line(line, sizeof(line));
+	control_say(CTL_STATUS, line);
+}
+
+int
+engine_main(int ctl, int rpc)
+{
+	struct event *sigterm, *sigint, *sigchld, *status_ev;
+	struct timeval tv = {1, 0};
+	char err[512], line[256];
+
+	if (!conf.insecure &&
+	    tls_init(conf.ca, conf.cert, conf.key, conf.pin) < 0)
+		return 1;
+	/* Before anything is exported or attached: it holds credentials. */
+	if (state_dir_open(conf.state_dir, err, sizeof(err)) < 0) {
+		log_warnx("%s", err);
+		return 1;
+	}
+	log_init(conf.foreground, conf.verbose);
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGHUP, SIG_IGN); /* the privileged part says CTL_RELOAD */
+	/*
+	 * Lane buffers come and go in chunks of hundreds of KiB. Above
+	 * glibc's mmap threshold, and with its trimming, each one was fresh
+	 * memory from the kernel, faulted in and zeroed page by page (a
+	 * fifth of the bulk lane's CPU). Keep them on the heap and reuse it.
+	 */
+	mallopt(M_MMAP_THRESHOLD, 16 << 20);
+	mallopt(M_TRIM_THRESHOLD, 64 << 20);
+
+	if ((base = event_base_new()) == NULL)
+		fatalx("event_base_new");
+	if (event_base_priority_init(base, PRIO_COUNT) < 0)
+		fatalx("event_base_priority_init");
+	apply_limits();
+	probe_kernel();
+	if (conf.listen && peer_listen(conf.listen) < 0)
+		return 1;
+	sigterm = evsignal_new(base, SIGTERM, on_signal, NULL);
+	sigint = evsignal_new(base, SIGINT, on_signal, NULL);
+	sigchld = evsignal_new(base, SIGCHLD, on_chld, NULL);
+	status_ev = event_new(base, -1, EV_PERSIST, status_cb, NULL);
+	evsignal_add(sigterm, NULL);
+	evsignal_add(sigint, NULL);
+	evsignal_add(sigchld, NULL);
+	event_add(status_ev, &tv);
+	control_init(ctl, stop, reload);
+	privop_init(rpc);
+	source_register();
+	dest_register();
+	state_restore_all();
+	snprintf(line, sizeof(line), "ready; peers on %s, control %s",
+		 conf.listen ? conf.listen : "(none)", conf.control);
+	control_say(CTL_READY, line);
+	status_cb(-1, 0, NULL);
+
+	run_loop();
+
+	source_snapshot_close_all();
+	peer_close_listeners();
+	migration_free_all();
+	conn_free_finishing();
+	control_close();
+	privop_close();
+	event_free(sigterm);
+	event_free(sigint);
+	event_free(sigchld);
+	event_free(status_ev);
+	event_base_free(base);
+	tls_free();
+	state_dir_close();
+	conffile_clear(&conf);
+	return 0;
+}

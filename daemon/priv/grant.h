@@ -1,0 +1,55 @@
+/*
+ * Grants (docs/privsep.md): what the privileged part allowed. A control
+ * request that names a process, and that its caller may make, opens one:
+ * the process (a procref opened under the check), the caller as it was at
+ * connect, and the migrations the engine made of it (bound by the engine
+ * once it has them: the caller owns those, for status). The engine names
+ * processes by grant only; a request of its that names no grant, or a
+ * grant's process that is not itself any more, does nothing.
+ */
+#ifndef UFFDD_PRIV_GRANT_H
+#define UFFDD_PRIV_GRANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "daemon/authz.h"
+#include "daemon/ctlmsg.h"
+#include "daemon/migration.h"
+#include "daemon/procref.h"
+
+#define GRANT_BINDS 4
+
+struct grant {
+	TAILQ_ENTRY(grant) link;
+	uint64_t id;
+	uint16_t frame_type; /* the request that opened it */
+	struct authz_caller who;
+	struct procref t; /* PROCREF_NONE: the request named no process */
+	struct ctl_bind binds[GRANT_BINDS];
+	size_t nbinds;
+	int dropped; /* the engine holds nothing of it: kept for status */
+};
+
+/* A new grant: t (may be PROCREF_NONE) is moved into it. */
+struct grant *grant_new(uint16_t frame_type, const struct authz_caller *,
+			struct procref *t);
+struct grant *grant_find(uint64_t id);
+/* The engine made migration (role, id) of grant g. */
+void grant_bind(struct grant *, uint32_t role, const char *id);
+void grant_free(struct grant *);
+/*
+ * The engine holds nothing of grant g any more: its process is let go;
+ * what it made stays seen by its caller, for a while (GRANTS_KEPT).
+ */
+void grant_drop(struct grant *);
+void grant_free_all(void);
+/*
+ * The migrations who may see: those it made, and those of processes it
+ * could ptrace (authz_may_see() of old). *all is set for a caller who may
+ * see every one (privileged). Returns how many, in *out (malloc'd).
+ */
+size_t grant_seen(const struct authz_caller *, struct ctl_seen **out, int *all);
+
+#endif
