@@ -212,17 +212,33 @@ check_region(const struct image *im, uint32_t i, const uint8_t *b,
 		return bad(err, errlen, "region %u: page size %u", i,
 			   r->page_size);
 	if (r->length == 0 || r->length % r->page_size ||
-	    r->start % r->page_size || r->start + r->length < r->start ||
+	    r->start % r->page_size || r->file_off % IMAGE_ALIGN ||
 	    r->kind < 1 || r->kind > 6 || r->shared > 1 ||
 	    get32(b + IR_RESERVED) != 0)
 		return bad(err, errlen, "region %u: bad start, length or kind",
 			   i);
+	/*
+	 * Its pages cost the file one record whatever their number: the
+	 * address space bounds them (and every sum of them: the regions do
+	 * not overlap). Written so that nothing wraps.
+	 */
+	if (r->start >= IMAGE_ADDR_END ||
+	    r->length > IMAGE_ADDR_END - r->start ||
+	    r->file_off > INT64_MAX - r->length)
+		return bad(err, errlen,
+			   "region %u: 0x%llx, %llu bytes: not inside the user "
+			   "address space (below 0x%llx)",
+			   i, (unsigned long long)r->start,
+			   (unsigned long long)r->length,
+			   (unsigned long long)IMAGE_ADDR_END);
 	if (prev != NULL && r->start < prev->start + prev->length)
 		return bad(err, errlen,
 			   "region %u overlaps or precedes region %u", i,
 			   i - 1);
+	/* A run holds one page at least. */
 	if (r->first_run != runs_before || r->nruns == 0 ||
-	    r->nruns > im->nruns - runs_before)
+	    r->nruns > im->nruns - runs_before ||
+	    r->nruns > r->length / r->page_size)
 		return bad(err, errlen, "region %u: runs out of place", i);
 	return 0;
 }

@@ -7,7 +7,8 @@
  *
  * The reader takes nothing from a file on trust: every count, offset and
  * length is checked against the file's real size and against the others
- * before anything is allocated or read by it (image_open()).
+ * before anything is allocated or read by it, every region against the
+ * user address space (image_open()).
  */
 #ifndef UFFDD_IMAGE_H
 #define UFFDD_IMAGE_H
@@ -35,6 +36,13 @@
 #define IMAGE_REGIONS_MAX 4096u
 /* Pages of at most this size (what one frame carries: FRAME_DATA_MAX). */
 #define IMAGE_PAGE_MAX (4u << 20)
+/*
+ * Every region lies below this address: the x86-64 user address space
+ * (4-level page tables). A region's pages cost the reader nothing in the
+ * file (a hole or zero run is one record), so this is what bounds them,
+ * and the bitmaps a source keeps of them (docs/image-format.md, "Limits").
+ */
+#define IMAGE_ADDR_END (1ull << 47)
 /* A data run holds at most this many bytes (or one page, if larger). */
 #define IMAGE_RUN_BYTES (4u << 20)
 /*
