@@ -13,6 +13,7 @@
 #ifndef UFFDD_IMAGE_H
 #define UFFDD_IMAGE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,6 +44,12 @@
  * and the bitmaps a source keeps of them (docs/image-format.md, "Limits").
  */
 #define IMAGE_ADDR_END (1ull << 47)
+/*
+ * The reader reads and hashes the tables at most this many bytes at a
+ * time, with one buffer: a file that claims long tables costs reads, not
+ * memory, and image_open_stoppable() looks at its stop flag between steps.
+ */
+#define IMAGE_READ_STEP (1u << 20)
 /* A data run holds at most this many bytes (or one page, if larger). */
 #define IMAGE_RUN_BYTES (4u << 20)
 /*
@@ -115,6 +122,13 @@ struct image {
  * Returns 0, or -1 with err saying what is wrong and where.
  */
 int image_open(struct image *, int fd, char *err, size_t errlen);
+/*
+ * The same, on a thread that may be told to stop (the daemon's worker,
+ * daemon/worker.h): gives up with err "stopped" once *stop is set, which
+ * it looks at between reads of IMAGE_READ_STEP bytes.
+ */
+int image_open_stoppable(struct image *, int fd, const atomic_int *stop,
+			 char *err, size_t errlen);
 /* The run of region ri of an opened image that holds page (binary search). */
 const struct image_run *image_run_of(const struct image *, uint32_t ri,
 				     uint64_t page);
