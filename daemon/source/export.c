@@ -521,7 +521,8 @@ source_export(uint64_t serial, const struct authz_caller *who,
 	uint32_t code;
 
 	if (check_request(req, ranges, idbuf, &code, err, sizeof(err)) < 0 ||
-	    exported_already(req->pid, &code, err, sizeof(err)) < 0) {
+	    (!req->image &&
+	     exported_already(req->pid, &code, err, sizeof(err)) < 0)) {
 		control_reply_error(serial, code, "export: %s", err);
 		free(ranges);
 		procref_close(t);
