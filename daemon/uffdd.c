@@ -30,6 +30,7 @@
 #include "daemon/stats.h"
 #include "daemon/tls.h"
 #include "daemon/tracee.h"
+#include "daemon/worker.h"
 
 struct uffdd_conf conf;
 struct event_base *base;
@@ -458,6 +459,8 @@ main(int argc, char **argv)
 
 	run_loop();
 
+	/* First: their ends answer clients and free what the jobs made. */
+	worker_stop_all();
 	fdpass_close_all();
 	source_snapshot_close_all();
 	control_close();
