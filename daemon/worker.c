@@ -91,9 +91,7 @@ job_run(struct job *j)
 	if (rc != 0) {
 		log_warnx("worker: no thread for a job: %s", strerror(rc));
 		snprintf(why, sizeof(why),
-			 "the daemon could not start a "
-			 "thread for it (%s); try again",
-			 strerror(rc));
+			 "no thread to check it (%s); try again", strerror(rc));
 		j->done(j->arg, why);
 		free(j);
 		return;

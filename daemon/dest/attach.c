@@ -575,7 +575,10 @@ image_served(void *arg, const char *id, uint32_t code, const char *err)
 		control_reply_error(a->serial, code, "attach: %s", err);
 	} else if (target_busy(a->serial, a->t.pid) < 0) {
 		/* Another attach took the target while the image was checked. */
-		migration_free(migration_find(id, ROLE_SOURCE));
+		struct migration *m = migration_find(id, ROLE_SOURCE);
+
+		if (m != NULL)
+			migration_free(m);
 	} else {
 		req = uffdd__attach_request__unpack(NULL, a->len, a->req);
 		if (req == NULL)
