@@ -181,6 +181,12 @@ control_ask(uint64_t serial, uint16_t type, const ProtobufCMessage *msg,
 	cl->ask_arg = arg;
 }
 
+int
+control_client_here(uint64_t serial)
+{
+	return client_find(serial) != NULL;
+}
+
 void
 control_ask_cancel(uint64_t serial)
 {

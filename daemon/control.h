@@ -46,6 +46,8 @@ typedef void (*control_byte_cb)(void *arg, int fd, uint8_t byte, int status,
 				const char *why);
 void control_ask(uint64_t serial, uint16_t type, const ProtobufCMessage *msg,
 		 int want_fd, unsigned secs, control_byte_cb cb, void *arg);
+/* Whether control client serial is still connected (as far as we know). */
+int control_client_here(uint64_t serial);
 /* The ask's answer is not wanted any more (its requester is freed). */
 void control_ask_cancel(uint64_t serial);
 /* STATUS (control_status.c). */

@@ -29,6 +29,7 @@
 #include "daemon/state.h"
 #include "daemon/tls.h"
 #include "daemon/tracee.h"
+#include "daemon/worker.h"
 
 /* What the engine is doing now, for systemd's STATUS= line. */
 static void
@@ -172,6 +173,8 @@ engine_main(int ctl, int rpc)
 
 	run_loop();
 
+	/* First: their ends answer clients and free what the jobs made. */
+	worker_stop_all();
 	source_snapshot_close_all();
 	peer_close_listeners();
 	migration_free_all();

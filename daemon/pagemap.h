@@ -6,6 +6,7 @@
 #define UFFDD_PAGEMAP_H
 
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 /* A plain bit array, one bit a page. */
@@ -31,6 +32,30 @@ static inline uint64_t
 bit_words(uint64_t n)
 {
 	return (n + 63) / 64;
+}
+
+/*
+ * Sets bits [from, to): the words between the ends at once, so that a run
+ * of pages costs its words, not its pages (an image's run is one record
+ * however long).
+ */
+static inline void
+bit_set_range(uint64_t *b, uint64_t from, uint64_t to)
+{
+	uint64_t fw = from >> 6, lw, head, tail;
+
+	if (from >= to)
+		return;
+	lw = (to - 1) >> 6;
+	head = ~0ULL << (from & 63);
+	tail = ~0ULL >> (63 - ((to - 1) & 63));
+	if (fw == lw) {
+		b[fw] |= head & tail;
+		return;
+	}
+	b[fw] |= head;
+	memset(b + fw + 1, 0xff, (size_t)(lw - fw - 1) * sizeof(*b));
+	b[lw] |= tail;
 }
 
 enum pagemap_method {

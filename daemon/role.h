@@ -17,6 +17,10 @@ struct conn;
 struct procref;
 struct state_tbl;
 
+/* The answer to serve_image (below): the ID, or NULL with code and err. */
+typedef void (*role_image_cb)(void *arg, const char *id, uint32_t code,
+			      const char *err);
+
 struct role_ops {
 	enum mig_role role;
 	const char *name; /* as a state file's "role" record names it */
@@ -51,12 +55,13 @@ struct role_ops {
 	int (*hello)(struct conn *, const Uffdd__Hello *);
 	/*
 	 * The source's, for attach --image: serves the image at fd (taken
-	 * over) to this daemon's own destination under a new ID, written to
-	 * id (MIG_ID_LEN + 1 bytes), owned by who. 0, or -1 with *code and
-	 * err set.
+	 * over) to this daemon's own destination under a new ID, owned by
+	 * who, once the image is checked, which happens off the loop
+	 * (worker.h). done gets the ID, or NULL with code and err; on the
+	 * loop, exactly once, maybe before this returns.
 	 */
-	int (*serve_image)(int fd, const struct authz_caller *who, char *id,
-			   uint32_t *code, char *err, size_t errlen);
+	void (*serve_image)(int fd, const struct authz_caller *who,
+			    role_image_cb done, void *arg);
 };
 
 /*

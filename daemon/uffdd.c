@@ -31,6 +31,7 @@
 #include "daemon/stats.h"
 #include "daemon/tls.h"
 #include "daemon/tracee.h"
+#include "daemon/worker.h"
 
 struct uffdd_conf conf;
 struct event_base *base;

@@ -58,6 +58,114 @@ pread_all(int fd, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+/* Whether the caller of image_open_stoppable() asked it to give up. */
+static int
+stopped(const atomic_int *stop)
+{
+	return stop != NULL && atomic_load_explicit(stop, memory_order_relaxed);
+}
+
+/*
+ * SHA-256 of bytes [off, off + len) of fd into md, read IMAGE_READ_STEP
+ * bytes at a time into one buffer: a length the file claims costs reads
+ * and hashing, never memory. 0, or -1 with err set.
+ */
+static int
+hash_range(int fd, uint64_t off, uint64_t len, const atomic_int *stop,
+	   uint8_t md[IMAGE_SHA_LEN], char *err, size_t errlen)
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	uint8_t *b = malloc(len < IMAGE_READ_STEP ? len + 1 : IMAGE_READ_STEP);
+	unsigned mdlen = 0;
+	int rc = -1;
+
+	if (ctx == NULL || b == NULL ||
+	    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+		bad(err, errlen, "out of memory for a checksum");
+		goto out;
+	}
+	while (len > 0) {
+		size_t n =
+			len < IMAGE_READ_STEP ? (size_t)len : IMAGE_READ_STEP;
+
+		if (stopped(stop)) {
+			bad(err, errlen, "stopped");
+			goto out;
+		}
+		if (pread_all(fd, b, n, off) < 0) {
+			bad(err, errlen, "reading %zu bytes at %llu: %s", n,
+			    (unsigned long long)off, strerror(errno));
+			goto out;
+		}
+		if (EVP_DigestUpdate(ctx, b, n) != 1) {
+			bad(err, errlen, "SHA-256 failed");
+			goto out;
+		}
+		off += n;
+		len -= n;
+	}
+	if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != IMAGE_SHA_LEN)
+		bad(err, errlen, "SHA-256 failed");
+	else
+		rc = 0;
+out:
+	EVP_MD_CTX_free(ctx);
+	free(b);
+	return rc;
+}
+
+/*
+ * Fixed-size records of the file (regions, runs, working-set entries),
+ * read in order IMAGE_READ_STEP bytes' worth at a time: n records of len
+ * bytes from off on; buf holds records [first, first + have).
+ */
+struct recs {
+	int fd;
+	uint64_t off, n;
+	size_t len;
+	uint64_t first, have;
+	uint8_t *buf;
+	const atomic_int *stop;
+};
+
+static void
+recs_init(struct recs *rs, int fd, uint64_t off, uint64_t n, size_t len,
+	  const atomic_int *stop)
+{
+	free(rs->buf);
+	*rs = (struct recs){.fd = fd, .off = off, .n = n, .len = len};
+	rs->stop = stop;
+}
+
+/* Record k (< n), read with those after it if need be; NULL, err set. */
+static const uint8_t *
+rec_at(struct recs *rs, uint64_t k, char *err, size_t errlen)
+{
+	uint64_t step = IMAGE_READ_STEP / rs->len;
+
+	if (k >= rs->first && k - rs->first < rs->have)
+		return rs->buf + (k - rs->first) * rs->len;
+	if (step > rs->n)
+		step = rs->n;
+	if (rs->buf == NULL && (rs->buf = malloc(step * rs->len)) == NULL) {
+		bad(err, errlen, "out of memory for the tables");
+		return NULL;
+	}
+	if (stopped(rs->stop)) {
+		bad(err, errlen, "stopped");
+		return NULL;
+	}
+	rs->first = k;
+	rs->have = rs->n - k < step ? rs->n - k : step;
+	if (pread_all(rs->fd, rs->buf, (size_t)(rs->have * rs->len),
+		      rs->off + k * rs->len) < 0) {
+		rs->have = 0;
+		bad(err, errlen, "reading tables: %s", strerror(errno));
+		return NULL;
+	}
+	return rs->buf;
+}
+
 const char *
 image_class_name(uint32_t cls)
 {
@@ -212,17 +320,33 @@ check_region(const struct image *im, uint32_t i, const uint8_t *b,
 		return bad(err, errlen, "region %u: page size %u", i,
 			   r->page_size);
 	if (r->length == 0 || r->length % r->page_size ||
-	    r->start % r->page_size || r->start + r->length < r->start ||
+	    r->start % r->page_size || r->file_off % IMAGE_ALIGN ||
 	    r->kind < 1 || r->kind > 6 || r->shared > 1 ||
 	    get32(b + IR_RESERVED) != 0)
 		return bad(err, errlen, "region %u: bad start, length or kind",
 			   i);
+	/*
+	 * Its pages cost the file one record whatever their number: the
+	 * address space bounds them (and every sum of them: the regions do
+	 * not overlap). Written so that nothing wraps.
+	 */
+	if (r->start >= IMAGE_ADDR_END ||
+	    r->length > IMAGE_ADDR_END - r->start ||
+	    r->file_off > INT64_MAX - r->length)
+		return bad(err, errlen,
+			   "region %u: 0x%llx, %llu bytes: not inside the user "
+			   "address space (below 0x%llx)",
+			   i, (unsigned long long)r->start,
+			   (unsigned long long)r->length,
+			   (unsigned long long)IMAGE_ADDR_END);
 	if (prev != NULL && r->start < prev->start + prev->length)
 		return bad(err, errlen,
 			   "region %u overlaps or precedes region %u", i,
 			   i - 1);
+	/* A run holds one page at least. */
 	if (r->first_run != runs_before || r->nruns == 0 ||
-	    r->nruns > im->nruns - runs_before)
+	    r->nruns > im->nruns - runs_before ||
+	    r->nruns > r->length / r->page_size)
 		return bad(err, errlen, "region %u: runs out of place", i);
 	return 0;
 }
@@ -272,49 +396,76 @@ check_run(const struct image *im, uint64_t k, const uint8_t *b, uint32_t ri,
 	return 0;
 }
 
-/* The region table and page index, read and checked together. */
+/*
+ * The regions, from the region table: each checked, and their runs
+ * counted against the page index's. Read a step at a time (rs).
+ */
 static int
-check_tables(struct image *im, const struct image_fmt_hdr *h, char *err,
-	     size_t errlen)
+check_regions(struct image *im, const struct image_fmt_hdr *h, struct recs *rs,
+	      char *err, size_t errlen)
 {
-	size_t len = (size_t)(im->tables_end - h->regions_off);
-	uint8_t md[IMAGE_SHA_LEN], *b = malloc(len ? len : 1);
+	uint64_t runs = 0;
+
+	recs_init(rs, im->fd, h->regions_off, h->nregions, IMAGE_REGION_LEN,
+		  rs->stop);
+	for (uint32_t i = 0; i < h->nregions; i++) {
+		const uint8_t *b = rec_at(rs, i, err, errlen);
+
+		if (b == NULL || check_region(im, i, b, runs, err, errlen) < 0)
+			return -1;
+		runs += im->regions[i].nruns;
+	}
+	if (runs != h->nruns)
+		return bad(err, errlen, "page index: runs left over");
+	return 0;
+}
+
+/*
+ * The region table and page index: their checksum first, read and hashed
+ * a step at a time; then the regions, then the runs, read the same way.
+ * What is allocated is sized by the checked counts: at most 4096 regions,
+ * and no more runs than the file holds records or the regions pages.
+ */
+static int
+check_tables(struct image *im, const struct image_fmt_hdr *h,
+	     const atomic_int *stop, char *err, size_t errlen)
+{
+	struct recs rs = {.stop = stop};
+	uint8_t md[IMAGE_SHA_LEN];
 	uint64_t k = 0, data_at = IMAGE_HDR_LEN;
 	int rc = -1;
 
-	if (b == NULL)
-		return bad(err, errlen, "out of memory for %zu bytes", len);
-	if (pread_all(im->fd, b, len, h->regions_off) < 0) {
-		bad(err, errlen, "reading tables: %s", strerror(errno));
-		goto out;
-	}
-	if (EVP_Digest(b, len, md, NULL, EVP_sha256(), NULL) != 1 ||
-	    memcmp(md, h->tables_sha, IMAGE_SHA_LEN) != 0) {
-		bad(err, errlen,
-		    "region table or page index checksum "
-		    "mismatch");
-		goto out;
-	}
-	im->regions = calloc(h->nregions, sizeof(*im->regions));
-	im->runs = calloc(h->nruns ? h->nruns : 1, sizeof(*im->runs));
-	if (im->regions == NULL || im->runs == NULL) {
-		bad(err, errlen, "out of memory for the tables");
-		goto out;
-	}
+	if (hash_range(im->fd, h->regions_off, im->tables_end - h->regions_off,
+		       stop, md, err, errlen) < 0)
+		return -1;
+	if (memcmp(md, h->tables_sha, IMAGE_SHA_LEN) != 0)
+		return bad(err, errlen,
+			   "region table or page index checksum mismatch");
 	im->nregions = h->nregions;
 	im->nruns = h->nruns;
+	im->regions = calloc(h->nregions, sizeof(*im->regions));
+	if (im->regions == NULL)
+		return bad(err, errlen, "out of memory for the tables");
+	if (check_regions(im, h, &rs, err, errlen) < 0)
+		goto out;
+	im->runs = calloc(h->nruns ? h->nruns : 1, sizeof(*im->runs));
+	if (im->runs == NULL) {
+		bad(err, errlen, "out of memory for %llu runs",
+		    (unsigned long long)h->nruns);
+		goto out;
+	}
+	recs_init(&rs, im->fd, h->runs_off, h->nruns, IMAGE_RUN_LEN, stop);
 	for (uint32_t i = 0; i < h->nregions; i++) {
-		const uint8_t *rb = b + (size_t)i * IMAGE_REGION_LEN;
-		const uint8_t *ub = b + (h->runs_off - h->regions_off);
 		struct image_region *r = &im->regions[i];
 		uint64_t next = 0, cnt[4] = {0};
 
-		if (check_region(im, i, rb, k, err, errlen) < 0)
-			goto out;
-		for (; k < r->first_run + r->nruns; k++)
-			if (check_run(im, k, ub + k * IMAGE_RUN_LEN, i, &next,
-				      &data_at, cnt, err, errlen) < 0)
+		for (; k < r->first_run + r->nruns; k++) {
+			const uint8_t *b = rec_at(&rs, k, err, errlen);
+
+			if (b == NULL || check_run(im, k, b, i, &next, &data_at,
+						   cnt, err, errlen) < 0)
 				goto out;
+		}
 		if (next != r->length / r->page_size ||
 		    cnt[IMAGE_DATA] != r->data_pages ||
 		    cnt[IMAGE_ZERO] != r->zero_pages ||
@@ -332,7 +483,7 @@ check_tables(struct image *im, const struct image_fmt_hdr *h, char *err,
 	}
 	rc = 0;
 out:
-	free(b);
+	free(rs.buf);
 	return rc;
 }
 
@@ -372,38 +523,39 @@ cmp_key(const void *a, const void *b)
 /*
  * The working-set index (version 2), once the tables are checked: its
  * checksum, then each entry a data page of a region, none twice, their
- * bytes end to end filling the section's data exactly.
+ * bytes end to end filling the section's data exactly. Read a step at a
+ * time, as the tables are.
  */
 static int
-check_ws(struct image *im, const uint8_t *hdr, char *err, size_t errlen)
+check_ws(struct image *im, const uint8_t *hdr, const atomic_int *stop,
+	 char *err, size_t errlen)
 {
 	uint64_t idx = get64(hdr + IH_WS_INDEX_OFF),
 		 at = get64(hdr + IH_WS_OFF);
-	size_t len = (size_t)(im->nws * IMAGE_WS_ENTRY_LEN);
-	uint8_t md[IMAGE_SHA_LEN], *b = malloc(len);
-	uint64_t *keys = calloc(im->nws, sizeof(*keys));
+	struct recs rs = {0};
+	uint8_t md[IMAGE_SHA_LEN];
+	uint64_t *keys = NULL;
 	int rc = -1;
 
+	if (hash_range(im->fd, idx, im->nws * IMAGE_WS_ENTRY_LEN, stop, md, err,
+		       errlen) < 0)
+		return -1;
+	if (memcmp(md, hdr + IH_WS_SHA, IMAGE_SHA_LEN) != 0)
+		return bad(err, errlen, "working set: index checksum mismatch");
+	keys = calloc(im->nws, sizeof(*keys));
 	im->ws = calloc(im->nws, sizeof(*im->ws));
-	if (b == NULL || keys == NULL || im->ws == NULL) {
+	if (keys == NULL || im->ws == NULL) {
 		bad(err, errlen, "out of memory for the working set");
 		goto out;
 	}
-	if (pread_all(im->fd, b, len, idx) < 0) {
-		bad(err, errlen, "reading the working set: %s",
-		    strerror(errno));
-		goto out;
-	}
-	if (EVP_Digest(b, len, md, NULL, EVP_sha256(), NULL) != 1 ||
-	    memcmp(md, hdr + IH_WS_SHA, IMAGE_SHA_LEN) != 0) {
-		bad(err, errlen, "working set: index checksum mismatch");
-		goto out;
-	}
+	recs_init(&rs, im->fd, idx, im->nws, IMAGE_WS_ENTRY_LEN, stop);
 	for (uint64_t i = 0; i < im->nws; i++) {
-		const uint8_t *e = b + i * IMAGE_WS_ENTRY_LEN;
+		const uint8_t *e = rec_at(&rs, i, err, errlen);
 		struct image_ws *w = &im->ws[i];
 		const struct image_region *r;
 
+		if (e == NULL)
+			goto out;
 		w->region = get32(e + IW_REGION);
 		w->page = get64(e + IW_PAGE);
 		memcpy(w->sha, e + IW_SHA, IMAGE_SHA_LEN);
@@ -441,13 +593,20 @@ check_ws(struct image *im, const uint8_t *hdr, char *err, size_t errlen)
 		}
 	rc = 0;
 out:
-	free(b);
+	free(rs.buf);
 	free(keys);
 	return rc;
 }
 
 int
 image_open(struct image *im, int fd, char *err, size_t errlen)
+{
+	return image_open_stoppable(im, fd, NULL, err, errlen);
+}
+
+int
+image_open_stoppable(struct image *im, int fd, const atomic_int *stop,
+		     char *err, size_t errlen)
 {
 	uint8_t hdr[IMAGE_HDR_LEN];
 	struct image_fmt_hdr h = {0};
@@ -466,8 +625,8 @@ image_open(struct image *im, int fd, char *err, size_t errlen)
 			   "%llu bytes: shorter than an image header",
 			   (unsigned long long)im->file_len);
 	if (check_hdr(im, hdr, &h, err, errlen) < 0 ||
-	    check_tables(im, &h, err, errlen) < 0 ||
-	    (im->nws && check_ws(im, hdr, err, errlen) < 0)) {
+	    check_tables(im, &h, stop, err, errlen) < 0 ||
+	    (im->nws && check_ws(im, hdr, stop, err, errlen) < 0)) {
 		free(im->regions);
 		free(im->runs);
 		free(im->ws);

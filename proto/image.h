@@ -7,11 +7,13 @@
  *
  * The reader takes nothing from a file on trust: every count, offset and
  * length is checked against the file's real size and against the others
- * before anything is allocated or read by it (image_open()).
+ * before anything is allocated or read by it, every region against the
+ * user address space (image_open()).
  */
 #ifndef UFFDD_IMAGE_H
 #define UFFDD_IMAGE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +37,19 @@
 #define IMAGE_REGIONS_MAX 4096u
 /* Pages of at most this size (what one frame carries: FRAME_DATA_MAX). */
 #define IMAGE_PAGE_MAX (4u << 20)
+/*
+ * Every region lies below this address: the x86-64 user address space
+ * (4-level page tables). A region's pages cost the reader nothing in the
+ * file (a hole or zero run is one record), so this is what bounds them,
+ * and the bitmaps a source keeps of them (docs/image-format.md, "Limits").
+ */
+#define IMAGE_ADDR_END (1ull << 47)
+/*
+ * The reader reads and hashes the tables at most this many bytes at a
+ * time, with one buffer: a file that claims long tables costs reads, not
+ * memory, and image_open_stoppable() looks at its stop flag between steps.
+ */
+#define IMAGE_READ_STEP (1u << 20)
 /* A data run holds at most this many bytes (or one page, if larger). */
 #define IMAGE_RUN_BYTES (4u << 20)
 /*
@@ -107,6 +122,13 @@ struct image {
  * Returns 0, or -1 with err saying what is wrong and where.
  */
 int image_open(struct image *, int fd, char *err, size_t errlen);
+/*
+ * The same, on a thread that may be told to stop (the daemon's worker,
+ * daemon/worker.h): gives up with err "stopped" once *stop is set, which
+ * it looks at between reads of IMAGE_READ_STEP bytes.
+ */
+int image_open_stoppable(struct image *, int fd, const atomic_int *stop,
+			 char *err, size_t errlen);
 /* The run of region ri of an opened image that holds page (binary search). */
 const struct image_run *image_run_of(const struct image *, uint32_t ri,
 				     uint64_t page);

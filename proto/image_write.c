@@ -78,7 +78,9 @@ image_writer_begin(struct image_writer *w, int fd,
 		if (r->page_size < IMAGE_ALIGN ||
 		    r->page_size > IMAGE_PAGE_MAX ||
 		    (r->page_size & (r->page_size - 1)) ||
-		    r->length % r->page_size || r->length == 0) {
+		    r->length % r->page_size || r->length == 0 ||
+		    r->start >= IMAGE_ADDR_END ||
+		    r->length > IMAGE_ADDR_END - r->start) {
 			free(w->regions);
 			w->regions = NULL;
 			errno = EINVAL;

@@ -559,24 +559,57 @@ struct image_attach {
 	size_t len;
 };
 
+static void
+image_attach_free(struct image_attach *a)
+{
+	procref_close(&a->t);
+	free(a->req);
+	free(a);
+}
+
 /*
- * The image arrived: this daemon's source role serves it under a new ID
- * (role.h, serve_image), and the destination attaches to that as to any
- * source, over a socket pair (PEER_LOCAL). Region matching, setup, the
- * lanes, the failure rules: all the attach's own.
+ * The image is checked and served under id (or refused: NULL), and the
+ * destination attaches to that as to any source, over a socket pair
+ * (PEER_LOCAL). Region matching, setup, the lanes, the failure rules: all
+ * the attach's own.
+ */
+static void
+image_served(void *arg, const char *id, uint32_t code, const char *err)
+{
+	struct image_attach *a = arg;
+	Uffdd__AttachRequest *req;
+
+	if (id == NULL) {
+		control_reply_error(a->serial, code, "attach: %s", err);
+	} else if (target_busy(a->serial, a->t.pid) < 0) {
+		/* Another attach took the target while the image was checked. */
+		struct migration *m = migration_find(id, ROLE_SOURCE);
+
+		if (m != NULL)
+			migration_free(m);
+	} else {
+		req = uffdd__attach_request__unpack(NULL, a->len, a->req);
+		if (req == NULL)
+			fatalx("attach --image: the request copy");
+		log_info("attach %d: restoring from an image as %s",
+			 (int)a->t.pid, log_id(id));
+		control_bind(a->serial, ROLE_SOURCE, id);
+		attach_go(a->serial, &a->who, &a->t, req, id, PEER_LOCAL);
+		uffdd__attach_request__free_unpacked(req, NULL);
+	}
+	image_attach_free(a);
+}
+
+/*
+ * The image arrived: this daemon's source role checks it off the loop and
+ * serves it under a new ID (role.h, serve_image), then image_served().
  */
 static void
 image_fd(void *arg, int fd, const char *why)
 {
 	struct image_attach *a = arg;
 	const struct role_ops *src = role_get(ROLE_SOURCE);
-	Uffdd__AttachRequest *req =
-		uffdd__attach_request__unpack(NULL, a->len, a->req);
-	char id[MIG_ID_LEN + 1], err[256];
-	uint32_t code = ERR_INVALID;
 
-	if (req == NULL)
-		fatalx("attach --image: the request copy");
 	if (fd < 0) {
 		control_reply_error(a->serial, ERR_INVALID, "attach: %s", why);
 	} else if (target_busy(a->serial, a->t.pid) < 0) {
@@ -585,19 +618,11 @@ image_fd(void *arg, int fd, const char *why)
 		close(fd);
 		control_reply_error(a->serial, ERR_INVALID,
 				    "attach: this daemon serves no images");
-	} else if (src->serve_image(fd, &a->who, id, &code, err, sizeof(err)) <
-		   0) {
-		control_reply_error(a->serial, code, "attach: %s", err);
 	} else {
-		log_info("attach %d: restoring from an image as %s",
-			 (int)a->t.pid, log_id(id));
-		control_bind(a->serial, ROLE_SOURCE, id);
-		attach_go(a->serial, &a->who, &a->t, req, id, PEER_LOCAL);
+		src->serve_image(fd, &a->who, image_served, a);
+		return;
 	}
-	procref_close(&a->t);
-	uffdd__attach_request__free_unpacked(req, NULL);
-	free(a->req);
-	free(a);
+	image_attach_free(a);
 }
 
 /*

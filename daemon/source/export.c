@@ -312,19 +312,19 @@ struct image_ask {
 	struct authz_caller who;
 };
 
+/* The image checked (off the loop: image.c) and served, or refused. */
 static void
-export_image_fd(void *arg, int fd, const char *why)
+export_image_done(void *arg, struct source *s, const char *err)
 {
 	struct image_ask *a = arg;
-	struct source *s;
-	char err[256];
-	uint32_t code;
 
-	if (fd < 0) {
-		control_reply_error(a->serial, ERR_INVALID, "export: %s", why);
-	} else if ((s = source_image_create(fd, 0, &code, err, sizeof(err))) ==
-		   NULL) {
-		control_reply_error(a->serial, code, "export: %s", err);
+	if (s == NULL) {
+		control_reply_error(a->serial, ERR_INVALID, "export: %s", err);
+	} else if (!control_client_here(a->serial)) {
+		/* No one will ever know its ID. */
+		log_info("export --image: the client went away while its "
+			 "image was checked; not exported");
+		migration_free(s->m);
 	} else {
 		Uffdd__ExportReply rep = UFFDD__EXPORT_REPLY__INIT;
 
@@ -339,17 +339,50 @@ export_image_fd(void *arg, int fd, const char *why)
 	free(a);
 }
 
-/* The role's operation for attach --image (role.h, serve_image). */
-static int
-serve_image(int fd, const struct authz_caller *who, char *id, uint32_t *code,
-	    char *err, size_t errlen)
+static void
+export_image_fd(void *arg, int fd, const char *why)
 {
-	struct source *s = source_image_create(fd, 1, code, err, errlen);
+	struct image_ask *a = arg;
 
-	if (s == NULL)
-		return -1;
-	memcpy(id, s->m->id, MIG_ID_LEN + 1);
-	return 0;
+	if (fd < 0) {
+		control_reply_error(a->serial, ERR_INVALID, "export: %s", why);
+		free(a);
+		return;
+	}
+	source_image_create(fd, 0, export_image_done, a);
+}
+
+/* attach --image: the destination's caller, waiting for the source. */
+struct serve_ask {
+	struct authz_caller who;
+	role_image_cb done;
+	void *arg;
+};
+
+static void
+serve_image_done(void *arg, struct source *s, const char *err)
+{
+	struct serve_ask *a = arg;
+
+	if (s == NULL) {
+		a->done(a->arg, NULL, ERR_INVALID, err);
+	} else {
+		a->done(a->arg, s->m->id, 0, NULL);
+	}
+	free(a);
+}
+
+/* The role's operation for attach --image (role.h, serve_image). */
+static void
+serve_image(int fd, const struct authz_caller *who, role_image_cb done,
+	    void *arg)
+{
+	struct serve_ask *a = xcalloc(1, sizeof(*a));
+
+	a->who = *who;
+	a->done = done;
+	a->arg = arg;
+	source_image_create(fd, 1, serve_image_done, a);
 }
 
 /*
@@ -520,7 +553,8 @@ source_export(uint64_t serial, const struct authz_caller *who,
 	uint32_t code;
 
 	if (check_request(req, ranges, idbuf, &code, err, sizeof(err)) < 0 ||
-	    exported_already(req->pid, &code, err, sizeof(err)) < 0) {
+	    (!req->image &&
+	     exported_already(req->pid, &code, err, sizeof(err)) < 0)) {
 		control_reply_error(serial, code, "export: %s", err);
 		free(ranges);
 		procref_close(t);

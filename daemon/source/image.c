@@ -7,7 +7,9 @@
  * are read from the file, each data run read whole and its SHA-256
  * checked before any of its bytes leaves (source_image_read()). Everything
  * else, lanes, requests, the bulk stream, HAVE and resume, is the source
- * role's as for a process.
+ * role's as for a process. The file is opened and its tables checked on a
+ * worker thread (image_job_run(), worker.h), as long as the file makes
+ * it; the loop makes the source of what it gives back.
  */
 #include "config.h"
 
@@ -26,11 +28,12 @@
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
 #include "daemon/source/internal.h"
+#include "daemon/worker.h"
 #include "proto/image.h"
 
 #define NO_RUN UINT64_MAX
 
-static void ws_grid(struct src_image *);
+static int ws_grid(struct src_image *, char *err, size_t errlen);
 
 /*
  * The file handed over must be one the daemon may read without harm: a
@@ -57,44 +60,74 @@ check_file(int fd, char *err, size_t errlen)
 }
 
 /*
- * Region ri of the image as the source role holds a region: its identity
- * for the table sent, its data bitmap from the runs. A zero page of a
- * private file mapping is data (zeros the process wrote over the file's
- * page): on the wire a ZERO marker there means "the file's own page".
+ * The image's regions as the source role holds them: each one's identity
+ * for the table sent, and its data bitmap from the runs, a run's bits set
+ * at once. A zero page of a private file mapping is data (zeros the
+ * process wrote over the file's page): on the wire a ZERO marker there
+ * means "the file's own page". On the worker: calloc, not xcalloc. The
+ * bitmaps take a bit a page, which the address space bounds (2^35 pages
+ * of 4 KiB in all: image.h, IMAGE_ADDR_END); a hole costs untouched
+ * zeros. 0, or -1 with err set.
  */
-static void
-image_region(struct source *s, uint32_t ri)
+static int
+image_regions(const struct image *im, struct src_region **out, char *err,
+	      size_t errlen)
 {
-	const struct image *im = &s->img->img;
-	const struct image_region *ir = &im->regions[ri];
-	struct src_region *sr = &s->regs[ri];
-	int file_private = ir->kind == REGION_FILE_PRIVATE;
+	struct src_region *regs = calloc(im->nregions, sizeof(*regs));
 
-	sr->r.index = ri;
-	snprintf(sr->r.name, sizeof(sr->r.name), "%s", ir->name);
-	sr->r.start = ir->start;
-	sr->r.length = ir->length;
-	sr->r.page_size = ir->page_size;
-	sr->r.kind = (enum region_kind)ir->kind;
-	sr->r.shared = (int)ir->shared;
-	sr->r.file_off = ir->file_off;
-	sr->npages = ir->length / ir->page_size;
-	sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
-	sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
-	sr->cache_fd = -1;
-	for (uint64_t k = ir->first_run; k < ir->first_run + ir->nruns; k++) {
-		const struct image_run *u = &im->runs[k];
+	*out = regs;
+	for (uint32_t ri = 0; regs != NULL && ri < im->nregions; ri++) {
+		const struct image_region *ir = &im->regions[ri];
+		struct src_region *sr = &regs[ri];
+		int file_private = ir->kind == REGION_FILE_PRIVATE;
 
-		if (u->cls != IMAGE_DATA &&
-		    !(u->cls == IMAGE_ZERO && file_private))
-			continue;
-		for (uint64_t p = u->first_page; p < u->first_page + u->npages;
-		     p++)
-			bit_set(sr->data, p);
-		sr->r.data_pages += u->npages;
+		sr->r.index = ri;
+		snprintf(sr->r.name, sizeof(sr->r.name), "%s", ir->name);
+		sr->r.start = ir->start;
+		sr->r.length = ir->length;
+		sr->r.page_size = ir->page_size;
+		sr->r.kind = (enum region_kind)ir->kind;
+		sr->r.shared = (int)ir->shared;
+		sr->r.file_off = ir->file_off;
+		sr->npages = ir->length / ir->page_size;
+		sr->cache_fd = -1;
+		sr->data = calloc(bit_words(sr->npages), sizeof(uint64_t));
+		sr->sent = calloc(bit_words(sr->npages), sizeof(uint64_t));
+		if (sr->data == NULL || sr->sent == NULL) {
+			snprintf(err, errlen,
+				 "out of memory for the bitmaps of region %u "
+				 "(%llu pages)",
+				 ri, (unsigned long long)sr->npages);
+			return -1;
+		}
+		for (uint64_t k = ir->first_run; k < ir->first_run + ir->nruns;
+		     k++) {
+			const struct image_run *u = &im->runs[k];
+
+			if (u->cls != IMAGE_DATA &&
+			    !(u->cls == IMAGE_ZERO && file_private))
+				continue;
+			bit_set_range(sr->data, u->first_page,
+				      u->first_page + u->npages);
+			sr->r.data_pages += u->npages;
+		}
+		sr->r.zero_pages = sr->npages - sr->r.data_pages;
 	}
-	sr->r.zero_pages = sr->npages - sr->r.data_pages;
-	s->m->pages_total += sr->npages;
+	if (regs == NULL)
+		snprintf(err, errlen, "out of memory for %u regions",
+			 im->nregions);
+	return regs == NULL ? -1 : 0;
+}
+
+/* Regions as image_regions() made them, or began to. */
+static void
+regions_free(struct src_region *regs, uint32_t n)
+{
+	for (uint32_t i = 0; regs != NULL && i < n; i++) {
+		free(regs[i].data);
+		free(regs[i].sent);
+	}
+	free(regs);
 }
 
 /* Reads ahead this many runs or batches: see docs/image-format.md. */
@@ -118,36 +151,104 @@ ra_start(struct src_image *si)
 		log_warnx("image: read with pread, not io_uring: %s", err);
 }
 
-struct source *
-source_image_create(int fd, int local, uint32_t *code, char *err, size_t errlen)
+/*
+ * What the worker makes of the file handed over: the file checked, the
+ * image opened and every table checked (image_open_stoppable()). It takes
+ * the descriptor alone and touches nothing of the daemon's, so that it
+ * can move to another process. 0, or -1 with err set (fd left open).
+ */
+static int
+image_load(int fd, struct image *im, const atomic_int *stop, char *err,
+	   size_t errlen)
 {
-	struct src_image *si;
-	struct source *s;
+	if (check_file(fd, err, errlen) < 0)
+		return -1;
+	return image_open_stoppable(im, fd, stop, err, errlen);
+}
 
-	*code = ERR_INVALID;
-	if (check_file(fd, err, errlen) < 0) {
-		close(fd);
-		return NULL;
+/*
+ * An image opened off the loop (source_image_create()): the file handed
+ * over, the caller waiting, and what the worker made: the image and the
+ * regions, or err.
+ */
+struct image_job {
+	int fd; /* until the image holds it */
+	int local;
+	source_image_cb done;
+	void *arg;
+	struct src_image *si;
+	struct src_region *regs;
+	char err[256];
+};
+
+/* On the worker (worker.h): everything the file's size can make long. */
+static void
+image_job_run(void *arg, const atomic_int *stop)
+{
+	struct image_job *j = arg;
+	struct src_image *si = calloc(1, sizeof(*si));
+
+	if ((j->si = si) == NULL) {
+		snprintf(j->err, sizeof(j->err), "out of memory");
+		return;
 	}
-	si = xcalloc(1, sizeof(*si));
-	si->local = local;
-	for (int j = 0; j < IMG_SLOTS; j++)
-		si->run[j] = NO_RUN;
-	if (image_open(&si->img, fd, err, errlen) < 0) {
-		free(si);
-		return NULL;
+	if (image_load(j->fd, &si->img, stop, j->err, sizeof(j->err)) < 0) {
+		si->img.fd = -1; /* still j->fd's */
+		return;
 	}
-	ws_grid(si);
-	ra_start(si);
-	s = source_new_bare(NULL);
-	s->img = si;
-	s->keep_source = 1; /* there is no process to end */
-	s->nregs = si->img.nregions;
-	s->regs = xcalloc(s->nregs, sizeof(*s->regs));
-	for (uint32_t i = 0; i < si->img.nregions; i++)
-		image_region(s, i);
-	source_start(s);
-	return s;
+	j->fd = -1;
+	if (image_regions(&si->img, &j->regs, j->err, sizeof(j->err)) < 0 ||
+	    ws_grid(si, j->err, sizeof(j->err)) < 0)
+		return;
+	si->local = j->local;
+	for (int k = 0; k < IMG_SLOTS; k++)
+		si->run[k] = NO_RUN;
+}
+
+/* Back on the loop: the source made of it, or the job undone. */
+static void
+image_job_done(void *arg, const char *why)
+{
+	struct image_job *j = arg;
+	struct src_image *si = j->si;
+	struct source *s = NULL;
+
+	if (why != NULL)
+		snprintf(j->err, sizeof(j->err), "%s", why);
+	if (j->err[0] == '\0') {
+		ra_start(si);
+		s = source_new_bare(NULL);
+		s->img = si;
+		s->keep_source = 1; /* there is no process to end */
+		s->nregs = si->img.nregions;
+		s->regs = j->regs;
+		for (size_t i = 0; i < s->nregs; i++)
+			s->m->pages_total += s->regs[i].npages;
+		source_start(s);
+	} else {
+		if (si != NULL) {
+			regions_free(j->regs, si->img.nregions);
+			free(si->ws_batch);
+			image_close(&si->img);
+			free(si);
+		}
+		if (j->fd >= 0)
+			close(j->fd);
+	}
+	j->done(j->arg, s, s == NULL ? j->err : NULL);
+	free(j);
+}
+
+void
+source_image_create(int fd, int local, source_image_cb done, void *arg)
+{
+	struct image_job *j = xcalloc(1, sizeof(*j));
+
+	j->fd = fd;
+	j->local = local;
+	j->done = done;
+	j->arg = arg;
+	worker_start(image_job_run, image_job_done, j);
 }
 
 /*
@@ -291,15 +392,19 @@ source_image_read(struct source *s, const struct src_region *sr, uint64_t page,
 
 /*
  * Cuts the working set into batches of at most WS_BATCH_BYTES (one page
- * at least), once: batch b is pages [ws_batch[b], ws_batch[b + 1]).
+ * at least), once: batch b is pages [ws_batch[b], ws_batch[b + 1]). On the
+ * worker: 0, or -1 with err set.
  */
-static void
-ws_grid(struct src_image *si)
+static int
+ws_grid(struct src_image *si, char *err, size_t errlen)
 {
 	const struct image *im = &si->img;
 	uint64_t bytes = 0;
 
-	si->ws_batch = xcalloc(im->nws + 1, sizeof(uint64_t));
+	if ((si->ws_batch = calloc(im->nws + 1, sizeof(uint64_t))) == NULL) {
+		snprintf(err, errlen, "out of memory for the working set");
+		return -1;
+	}
 	for (uint64_t i = 0; i < im->nws; i++) {
 		uint32_t ps = im->regions[im->ws[i].region].page_size;
 
@@ -310,6 +415,7 @@ ws_grid(struct src_image *si)
 		bytes += ps;
 	}
 	si->ws_batch[si->nws_batch] = im->nws;
+	return 0;
 }
 
 /* The batch that holds working-set page i. */

@@ -249,12 +249,16 @@ void source_hold_changed(struct source *);
 
 /* image.c */
 /*
- * A source for the image at fd (taken over, closed on failure), checked
- * and opened; local: its lanes may come from this daemon only. NULL with
- * *code and err set.
+ * The answer to source_image_create(): the new source, or NULL with err
+ * saying why (the image is refused, the daemon stops).
  */
-struct source *source_image_create(int fd, int local, uint32_t *code, char *err,
-				   size_t errlen);
+typedef void (*source_image_cb)(void *arg, struct source *s, const char *err);
+/*
+ * A source for the image at fd (taken over), checked and opened off the
+ * loop (worker.h); local: its lanes may come from this daemon only. done
+ * is called on the loop, exactly once, maybe before this returns.
+ */
+void source_image_create(int fd, int local, source_image_cb done, void *arg);
 /*
  * Bytes of pages [page, page + len / page size) of region sr into dst,
  * every data run's checksum checked first (demand: for a demand answer,

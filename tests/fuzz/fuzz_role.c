@@ -58,6 +58,13 @@ control_ask(uint64_t serial, uint16_t type, const ProtobufCMessage *msg,
 	cb(arg, -1, 0, CONTROL_ASK_GONE, "the client went away");
 }
 
+int
+control_client_here(uint64_t serial)
+{
+	(void)serial;
+	return 1;
+}
+
 void
 control_ask_cancel(uint64_t serial)
 {

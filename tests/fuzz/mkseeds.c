@@ -17,6 +17,7 @@
 
 #include "proto/frame.h"
 #include "proto/image.h"
+#include "proto/image_fmt.h"
 #include "tests/fuzz/fuzz_role.h"
 
 static const char *dir;
@@ -425,6 +426,44 @@ image_seed(const char *name, uint32_t nregions, uint32_t kind, int ws)
 	close(fd);
 }
 
+/*
+ * An image seed made by hand, as a hostile client would (the writer
+ * refuses it): one region at start, length bytes of 4 KiB pages, all one
+ * hole run, every checksum right. Security review finding 4's shapes: a
+ * hole of 2^62 bytes, a region past 2^47.
+ */
+static void
+crafted_seed(const char *name, uint64_t start, uint64_t length)
+{
+	static uint8_t b[1 + IMAGE_HDR_LEN + IMAGE_REGION_LEN + IMAGE_RUN_LEN];
+	uint8_t *tables = b + 1 + IMAGE_HDR_LEN;
+	struct image_region r = {0};
+	struct image_run u = {0};
+	struct image_fmt_hdr h = {0};
+
+	r.start = start;
+	r.length = length;
+	r.page_size = 4096;
+	r.kind = 1;
+	r.nruns = 1;
+	r.hole_pages = length / 4096;
+	u.cls = IMAGE_HOLE;
+	u.npages = length / 4096;
+	image_fmt_put_region(tables, &r);
+	image_fmt_put_run(tables + IMAGE_REGION_LEN, &u);
+	h.nregions = 1;
+	h.nruns = 1;
+	h.data_off = h.regions_off = IMAGE_HDR_LEN;
+	h.runs_off = IMAGE_HDR_LEN + IMAGE_REGION_LEN;
+	h.file_len = sizeof(b) - 1;
+	EVP_Digest(tables, IMAGE_REGION_LEN + IMAGE_RUN_LEN, h.tables_sha, NULL,
+		   EVP_sha256(), NULL);
+	if (image_fmt_put_hdr(b + 1, &h) < 0)
+		exit(1);
+	b[0] = 3;
+	put("image", name, b, sizeof(b));
+}
+
 int
 main(int argc, char **argv)
 {
@@ -518,5 +557,7 @@ main(int argc, char **argv)
 	image_seed("working_set", 1, 1, 1);
 	image_seed("two_regions", 2, 3, 0);
 	image_seed("two_regions_working_set", 2, 3, 1);
+	crafted_seed("hole_2_62", 0x500000000000, 1ull << 62);
+	crafted_seed("past_2_47", 0x7ffffff00000, 2 << 20);
 	return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * Unit tests for snapshot images (proto/image.h): what the writer makes
  * reads back, and the reader refuses a file changed anywhere, cut short,
- * or with tables that contradict each other.
+ * with tables that contradict each other, or with regions outside the
+ * user address space.
  */
 #include "config.h"
 
@@ -215,6 +216,143 @@ long_runs(void)
 	image_close(&im);
 }
 
+/*
+ * A one-region image made by hand (as a hostile client would), its
+ * checksums right: the region at start, length bytes of 4 KiB pages, one
+ * run of cls. Into a memfd; the descriptor.
+ */
+static int
+craft(uint64_t start, uint64_t length, uint32_t cls)
+{
+	struct image_region r = {0};
+	struct image_run u = {0};
+	struct image_fmt_hdr h = {0};
+	uint8_t tables[IMAGE_REGION_LEN + IMAGE_RUN_LEN] = {0};
+	uint8_t hdr[IMAGE_HDR_LEN];
+	int fd = memfd_create("crafted", 0);
+
+	r.start = start;
+	r.length = length;
+	r.page_size = PS;
+	r.kind = 1;
+	r.nruns = 1;
+	u.cls = cls;
+	u.npages = length / PS;
+	if (cls == IMAGE_ZERO)
+		r.zero_pages = u.npages;
+	else
+		r.hole_pages = u.npages;
+	image_fmt_put_region(tables, &r);
+	image_fmt_put_run(tables + IMAGE_REGION_LEN, &u);
+	h.nregions = 1;
+	h.nruns = 1;
+	h.data_off = h.regions_off = IMAGE_HDR_LEN;
+	h.runs_off = IMAGE_HDR_LEN + IMAGE_REGION_LEN;
+	h.file_len = IMAGE_HDR_LEN + sizeof(tables);
+	EVP_Digest(tables, sizeof(tables), h.tables_sha, NULL, EVP_sha256(),
+		   NULL);
+	CHECK(image_fmt_put_hdr(hdr, &h) == 0);
+	CHECK(write(fd, hdr, sizeof(hdr)) == (ssize_t)sizeof(hdr));
+	CHECK(write(fd, tables, sizeof(tables)) == (ssize_t)sizeof(tables));
+	return fd;
+}
+
+/* Opens a crafted image: 0, or -1 with the reason in err. */
+static int
+open_crafted(uint64_t start, uint64_t length, uint32_t cls, char *err,
+	     size_t errlen)
+{
+	struct image im;
+	int fd = craft(start, length, cls);
+
+	if (image_open(&im, fd, err, errlen) < 0) {
+		close(fd);
+		return -1;
+	}
+	image_close(&im);
+	return 0;
+}
+
+/*
+ * The shapes of security review finding 4: a region's pages cost the
+ * file one record, so its address and length are what bound them. A hole
+ * of 2^62 bytes, a region that ends past 2^47 or wraps, one that starts
+ * there: refused, saying so. The whole user address space in one hole,
+ * and a page that ends at 2^47: taken.
+ */
+static void
+crafted_regions(void)
+{
+	const uint64_t base = 0x500000000000ull;
+	char err[256] = "";
+
+	CHECK(open_crafted(base, 1ull << 62, IMAGE_HOLE, err, sizeof(err)) <
+		      0 &&
+	      strstr(err, "user address space") != NULL);
+	CHECK(open_crafted(base, 1ull << 62, IMAGE_ZERO, err, sizeof(err)) < 0);
+	CHECK(open_crafted(0x7ffffff00000ull, 2 << 20, IMAGE_HOLE, err,
+			   sizeof(err)) < 0 &&
+	      strstr(err, "user address space") != NULL);
+	/* start + length wraps to 4096. */
+	CHECK(open_crafted(0x7fff00000000ull, 0 - 0x7fff00000000ull + PS,
+			   IMAGE_HOLE, err, sizeof(err)) < 0 &&
+	      strstr(err, "user address space") != NULL);
+	CHECK(open_crafted(IMAGE_ADDR_END, PS, IMAGE_HOLE, err, sizeof(err)) <
+	      0);
+	CHECK(open_crafted(IMAGE_ADDR_END - PS, PS, IMAGE_ZERO, err,
+			   sizeof(err)) == 0 ||
+	      !fprintf(stderr, "%s\n", err));
+	CHECK(open_crafted(0, IMAGE_ADDR_END, IMAGE_HOLE, err, sizeof(err)) ==
+		      0 ||
+	      !fprintf(stderr, "%s\n", err));
+}
+
+/*
+ * Finding 5's file: a sparse image whose header is right and whose
+ * tables, 64 MiB of zeros by its word, have the wrong checksum. Refused
+ * for that, read a step at a time; and a reader told to stop, stops.
+ */
+static void
+sparse_tables(void)
+{
+	struct image_fmt_hdr h = {0};
+	uint8_t hdr[IMAGE_HDR_LEN];
+	struct image im;
+	atomic_int stop = 1;
+	char err[256] = "";
+	int fd = memfd_create("sparse", 0);
+
+	h.nregions = 1;
+	h.data_off = h.regions_off = IMAGE_HDR_LEN;
+	h.runs_off = IMAGE_HDR_LEN + IMAGE_REGION_LEN;
+	h.nruns = (64u << 20) / IMAGE_RUN_LEN;
+	h.file_len = h.runs_off + h.nruns * IMAGE_RUN_LEN;
+	CHECK(image_fmt_put_hdr(hdr, &h) == 0);
+	CHECK(write(fd, hdr, sizeof(hdr)) == (ssize_t)sizeof(hdr));
+	CHECK(ftruncate(fd, (off_t)h.file_len) == 0);
+	CHECK(image_open(&im, fd, err, sizeof(err)) < 0 &&
+	      strstr(err, "checksum mismatch") != NULL);
+	CHECK(image_open_stoppable(&im, fd, &stop, err, sizeof(err)) < 0 &&
+	      strcmp(err, "stopped") == 0);
+	close(fd);
+}
+
+/* The writer makes no image the reader would refuse for its addresses. */
+static void
+writer_bounds(void)
+{
+	struct image_region r = {0};
+	struct image_writer w;
+	int fd = memfd_create("w", 0);
+
+	r.start = IMAGE_ADDR_END - PS;
+	r.length = 2 * PS;
+	r.page_size = PS;
+	r.kind = 1;
+	CHECK(image_writer_begin(&w, fd, &r, 1, 1) < 0 && errno == EINVAL);
+	close(fd);
+}
+
 int
 main(void)
 {
@@ -225,6 +363,9 @@ main(void)
 	round_trip(b, len);
 	corruptions(b, len);
 	long_runs();
+	crafted_regions();
+	sparse_tables();
+	writer_bounds();
 	free(b);
 	return UNIT_DONE();
 }

@@ -11,7 +11,8 @@
  *
  * A private file mapping: of pages read (the file's, resident), written
  * (anonymous copies, some then made read-only) and never touched, only
- * the written ones are data, with each method.
+ * the written ones are data, with each method. And bit_set_range(), which
+ * sets a run's bits a word at a time, against bit_set() bit by bit.
  */
 #include "config.h"
 
@@ -123,6 +124,30 @@ check_shmem(pid_t child, uint64_t shm, int mfd, uint64_t first, uint64_t n)
 	free(b);
 }
 
+/* bit_set_range() sets what bit_set() page by page would, and no more. */
+static void
+set_ranges(void)
+{
+	static const uint64_t cuts[][2] = {
+		{0, 0},	   {0, 1},    {5, 6},	  {0, 64},   {63, 65},
+		{1, 63},   {64, 128}, {60, 200},  {3, 300},  {128, 129},
+		{100, 99}, {0, 320},  {127, 193}, {191, 192}};
+	uint64_t a[5], b[5];
+
+	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+		memset(a, 0, sizeof(a));
+		memset(b, 0, sizeof(b));
+		a[1] = b[1] = 0x1234; /* bits already set stay */
+		bit_set_range(a, cuts[i][0], cuts[i][1]);
+		for (uint64_t p = cuts[i][0]; p < cuts[i][1]; p++)
+			bit_set(b, p);
+		CHECK(memcmp(a, b, sizeof(a)) == 0 ||
+		      !fprintf(stderr, "range %llu-%llu\n",
+			       (unsigned long long)cuts[i][0],
+			       (unsigned long long)cuts[i][1]));
+	}
+}
+
 int
 main(void)
 {
@@ -136,6 +161,7 @@ main(void)
 	int scan_ok, mfd = memfd_create("test_pagemap", MFD_CLOEXEC);
 	uint64_t shm;
 
+	set_ranges();
 	CHECK(mfd >= 0);
 	CHECK(ftruncate(mfd, (off_t)SHM_PAGES * PS) == 0);
 	for (uint64_t p = 0; p < SHM_PAGES; p++)
