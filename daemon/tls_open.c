@@ -9,7 +9,9 @@
  * for TLS 1.3. So once the handshake is over, the daemon reads the
  * socket itself and opens each record with the same key (derived from
  * the traffic secret, RFC 8446 7.3) straight into the buffer the frame's
- * pages go to: one pass for the decryption and the copy.
+ * pages go to: one pass for the decryption and the copy. Its bytes count
+ * only once its tag is checked, and a record that fails the check is
+ * wiped from that buffer (open_one()).
  *
  * Every record is checked as OpenSSL would: its header, its length, its
  * tag under the next sequence number, its content type. Application data
@@ -204,6 +206,18 @@ open_content(struct tls_open *o, const uint8_t *out, size_t a, size_t plen)
  * Opens the record at the head of raw into out (space bytes; the rest of
  * its plaintext to the spill). The bytes of application data placed in
  * out, -1 with the stream failed, or -2 when the record is not all there.
+ *
+ * The record is decrypted in place, into out, before its tag is checked:
+ * AES-GCM checks the tag only at the end, and decrypting into a buffer of
+ * our own first would cost the copy this file exists to save (OpenSSL
+ * decrypts in place in its read buffer too, and then copies). That is
+ * safe because nothing can see those bytes before the check: the tag is
+ * checked in this same call, with no callback between; a caller counts
+ * only the bytes tls_open_read() returns, which are those of records
+ * that authenticated (a frame's sink, conn_read_tls(), is the daemon's
+ * own memory, handed on only once its count says the frame is whole);
+ * and a record that does not authenticate is wiped from out and the
+ * spill before the stream fails, so no byte of it is left for anyone.
  */
 static long
 open_one(struct tls_open *o, uint8_t *out, size_t space)
@@ -235,8 +249,11 @@ open_one(struct tls_open *o, uint8_t *out, size_t space)
 				(int)(plen - a))) ||
 	    !EVP_CIPHER_CTX_ctrl(o->ctx, EVP_CTRL_GCM_SET_TAG, TLS_SEAL_TAG,
 				 (void *)(h + TLS_SEAL_HDR + plen)) ||
-	    EVP_DecryptFinal_ex(o->ctx, out + a, &l) <= 0)
+	    EVP_DecryptFinal_ex(o->ctx, out + a, &l) <= 0) {
+		OPENSSL_cleanse(out, a);
+		OPENSSL_cleanse(o->spill, plen - a);
 		return open_fail(o, "TLS: decryption failed or bad record mac");
+	}
 	o->seq++;
 	o->raw_off += TLS_SEAL_HDR + clen;
 	o->raw_len -= TLS_SEAL_HDR + clen;

@@ -6,9 +6,10 @@
  * record that opens proves the two derivations agree. Then the hostile
  * cases: a changed byte, a skipped or replayed record, a bad header or
  * length, alerts, post-handshake messages, a record without a type, EOF
- * in the middle of a record. Each must fail the stream for good. A key
- * update of the peer's is taken, with OpenSSL's derivation of the next
- * secret on the sealing side.
+ * in the middle of a record. Each must fail the stream for good, and a
+ * record that does not authenticate must leave nothing in the reader's
+ * buffer. A key update of the peer's is taken, with OpenSSL's derivation
+ * of the next secret on the sealing side.
  */
 #include "config.h"
 
@@ -250,6 +251,42 @@ test_forgeries(void)
 	pair_close(&p);
 }
 
+/*
+ * A record is decrypted in the reader's buffer before its tag is checked
+ * (tls_open.c, open_one()). One that fails the check counts for nothing
+ * and leaves none of its plaintext there, nor in the spill a later read
+ * would serve. Only its tag is changed, so all of its plaintext would be
+ * there but for the wipe: once whole in the buffer, once mostly spilled.
+ */
+static void
+test_tag_first(void)
+{
+	static uint8_t plain[TLS_SEAL_PLAIN_MAX], buf[TLS_SEAL_PLAIN_MAX + 64],
+		rec[TLS_SEAL_PLAIN_MAX + 64];
+	const size_t spaces[] = {sizeof(buf), 100};
+	struct pair p;
+	size_t len;
+
+	memset(plain, 'P', sizeof(plain));
+	for (size_t i = 0; i < sizeof(spaces) / sizeof(spaces[0]); i++) {
+		char why[128] = "";
+
+		pair_open(&p, 0);
+		send_rec(&p, 23, "abc", 3, rec);
+		len = tls_seal_record(p.s, 23, plain, sizeof(plain), rec);
+		rec[len - 1] ^= 1; /* the tag's last byte */
+		CHECK(write(p.w, rec, len) == (ssize_t)len);
+		memset(buf, 0xee, sizeof(buf));
+		/* The good record's 3 bytes; the failure waits for the next read. */
+		CHECK(tls_open_read(p.o, p.r, buf, spaces[i], why,
+				    sizeof(why)) == 3);
+		CHECK(memcmp(buf, "abc", 3) == 0);
+		CHECK(memchr(buf, 'P', sizeof(buf)) == NULL);
+		expect_fail(&p, "bad record mac");
+		pair_close(&p);
+	}
+}
+
 /* Headers and lengths checked before any decryption. */
 static void
 test_headers(void)
@@ -421,6 +458,7 @@ main(void)
 		secret[i] = (uint8_t)(0xa5 ^ i * 13);
 	test_stream();
 	test_forgeries();
+	test_tag_first();
 	test_headers();
 	test_types();
 	test_key_update();
