@@ -14,10 +14,12 @@
  * wiped from that buffer (open_one()).
  *
  * Every record is checked as OpenSSL would: its header, its length, its
- * tag under the next sequence number, its content type. Application data
- * is all it passes on; the peer's close_notify ends the stream as EOF; a
- * KeyUpdate that asks nothing of us moves to the next traffic secret
- * (RFC 8446 4.6.3; a source sends one every TLS_REKEY_RECORDS records).
+ * tag under the next sequence number, its content type; and, as OpenSSL
+ * does, no more than 32 empty records in a row are taken (OPEN_MAX_EMPTY).
+ * Application data is all it passes on; the peer's close_notify ends the
+ * stream as EOF; a KeyUpdate that asks nothing of us moves to the next
+ * traffic secret (RFC 8446 4.6.3; a source sends one every
+ * TLS_REKEY_RECORDS records).
  * Any other alert or post-handshake message, a KeyUpdate that asks for
  * ours (our writes are OpenSSL's, which this reader cannot make answer),
  * or anything that does not authenticate fails the connection. A record
@@ -44,6 +46,16 @@
 #define REC_MAX (TLS_SEAL_PLAIN_MAX + 256)
 /* What one read from the socket may bring, and a record that began. */
 #define RAW_CAP ((256u << 10) + TLS_SEAL_HDR + REC_MAX)
+/*
+ * Empty records in a row (application data of no bytes) that the opener
+ * takes: the next one fails the stream. Each costs a decryption and
+ * brings the caller nothing, so without a limit a peer could keep a
+ * reader opening records for as long as it cares to send them, in one
+ * read as long as the socket keeps up. OpenSSL 3.0 has the same limit
+ * (MAX_EMPTY_RECORDS in ssl/record/ssl3_record.c: the 33rd empty record
+ * in a row fails, any record with content ends the run).
+ */
+#define OPEN_MAX_EMPTY 32
 
 struct tls_open {
 	EVP_CIPHER_CTX *ctx;
@@ -53,6 +65,7 @@ struct tls_open {
 	uint8_t iv[12];
 	uint64_t seq;
 	uint64_t updates; /* key updates taken */
+	unsigned empty;	  /* empty records in a row (OPEN_MAX_EMPTY) */
 	uint8_t *raw;	  /* bytes read from the socket, not yet opened */
 	size_t raw_off, raw_len;
 	/* A record's plaintext past the caller's space, served first. */
@@ -162,6 +175,7 @@ open_handshake(struct tls_open *o, const uint8_t *out, size_t a, size_t n)
 		return open_fail(o, "TLS: key update: no next key");
 	o->seq = 0;
 	o->updates++;
+	o->empty = 0; /* a record with content */
 	return 0;
 }
 
@@ -184,6 +198,15 @@ open_content(struct tls_open *o, const uint8_t *out, size_t a, size_t plen)
 	if (type == 23) {
 		if (i > TLS_SEAL_PLAIN_MAX)
 			return open_fail(o, "TLS: record overflow");
+		if (i == 0 && o->empty == OPEN_MAX_EMPTY) {
+			char why[96];
+
+			snprintf(why, sizeof(why),
+				 "TLS: more than %d empty records in a row",
+				 OPEN_MAX_EMPTY);
+			return open_fail(o, why);
+		}
+		o->empty = i == 0 ? o->empty + 1 : 0;
 		o->spill_off = 0;
 		o->spill_len = i > a ? i - a : 0;
 		return (long)(i > a ? a : i);

@@ -87,6 +87,7 @@ struct pair {
 	struct tls_seal *s;
 	struct tls_open *o;
 	int w, r; /* the socketpair: write end, read end (non-blocking) */
+	uint8_t sec[32]; /* the sealer's traffic secret */
 };
 
 static void
@@ -97,6 +98,7 @@ pair_open(struct pair *p, uint64_t seq)
 	SSL *ssl = SSL_new(ctx);
 	int sv[2];
 
+	memcpy(p->sec, secret, sizeof(p->sec));
 	p->s = ossl_sealer(secret, seq);
 	suite = SSL_CIPHER_find(ssl, (const unsigned char *)"\x13\x01");
 	p->o = tls_open_new(suite, secret, sizeof(secret), seq);
@@ -126,6 +128,22 @@ send_rec(struct pair *p, uint8_t type, const void *in, size_t n, uint8_t *rec)
 	CHECK(len == n + TLS_SEAL_OVERHEAD);
 	CHECK(write(p->w, rec, len) == (ssize_t)len);
 	return len;
+}
+
+/*
+ * Sends a KeyUpdate that asks nothing of the reader, and seals from then
+ * on under the next traffic secret, from record 0, as OpenSSL derives it.
+ */
+static void
+send_key_update(struct pair *p)
+{
+	uint8_t rec[64], next[32];
+
+	send_rec(p, 22, "\x18\x00\x00\x01\x00", 5, rec);
+	ossl_label_of(p->sec, "traffic upd", next, sizeof(next));
+	memcpy(p->sec, next, sizeof(p->sec));
+	tls_seal_free(p->s);
+	p->s = ossl_sealer(p->sec, 0);
 }
 
 /* Reads all it can; the bytes, or -1 with why. */
@@ -416,6 +434,51 @@ test_key_update(void)
 	pair_close(&p);
 }
 
+/*
+ * Empty records (application data of no bytes) open to nothing, so a
+ * reader could open them forever. As OpenSSL 3.0 does (MAX_EMPTY_RECORDS),
+ * 32 in a row pass and the 33rd fails the stream; a record with content
+ * ends a run, a KeyUpdate too.
+ */
+static void
+test_empty_records(void)
+{
+	uint8_t rec[256], buf[64];
+	char why[128] = "";
+	struct pair p;
+
+	pair_open(&p, 0);
+	for (int run = 0; run < 2; run++) {
+		for (int i = 0; i < 32; i++)
+			send_rec(&p, 23, "", 0, rec);
+		send_rec(&p, 23, "x", 1, rec);
+	}
+	CHECK(read_all(&p, buf, sizeof(buf), why) == 2);
+	CHECK(memcmp(buf, "xx", 2) == 0 && why[0] == '\0');
+	pair_close(&p);
+
+	/* The bytes before the 33rd come out first; then it fails. */
+	pair_open(&p, 0);
+	send_rec(&p, 23, "a", 1, rec);
+	for (int i = 0; i < 33; i++)
+		send_rec(&p, 23, "", 0, rec);
+	send_rec(&p, 23, "b", 1, rec);
+	CHECK(tls_open_read(p.o, p.r, buf, sizeof(buf), why, sizeof(why)) == 1);
+	expect_fail(&p, "more than 32 empty records in a row");
+	pair_close(&p);
+
+	pair_open(&p, 0);
+	for (int i = 0; i < 32; i++)
+		send_rec(&p, 23, "", 0, rec);
+	send_key_update(&p);
+	for (int i = 0; i < 32; i++)
+		send_rec(&p, 23, "", 0, rec);
+	send_rec(&p, 23, "y", 1, rec);
+	CHECK(read_all(&p, buf, sizeof(buf), why) == 1 && buf[0] == 'y');
+	CHECK(tls_open_updates(p.o) == 1 && why[0] == '\0');
+	pair_close(&p);
+}
+
 /* EOF inside a record, and between records. */
 static void
 test_eof(void)
@@ -462,6 +525,7 @@ main(void)
 	test_headers();
 	test_types();
 	test_key_update();
+	test_empty_records();
 	test_eof();
 	test_declined();
 	return UNIT_DONE();
