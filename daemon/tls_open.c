@@ -14,8 +14,10 @@
  * wiped from that buffer (open_one()).
  *
  * Every record is checked as OpenSSL would: its header, its length, its
- * tag under the next sequence number, its content type; and, as OpenSSL
- * does, no more than 32 empty records in a row are taken (OPEN_MAX_EMPTY).
+ * tag under the next sequence number, its content type. At most 32
+ * empty records in a row are taken, as by OpenSSL (OPEN_MAX_EMPTY), and
+ * at most 32 KeyUpdates with no data between, as by BoringSSL
+ * (OPEN_MAX_KEY_UPDATES).
  * Application data is all it passes on; the peer's close_notify ends the
  * stream as EOF; a KeyUpdate that asks nothing of us moves to the next
  * traffic secret (RFC 8446 4.6.3; a source sends one every
@@ -56,6 +58,18 @@
  * in a row fails, any record with content ends the run).
  */
 #define OPEN_MAX_EMPTY 32
+/*
+ * KeyUpdates with no application data between that the opener takes:
+ * the next one fails the stream. A KeyUpdate ends a run of empty records,
+ * so without this a peer could send 32 empty records and a KeyUpdate,
+ * again and again, and keep a reader opening records for ever (each
+ * update costs a key derivation besides). OpenSSL 3.0 has no such limit:
+ * 1.1.1 allowed 32 key updates a connection and dropped the count in
+ * 1.1.1b, since a long connection may need more. This is BoringSSL's
+ * (kMaxKeyUpdates): 32 in a row, application data ends a run. Our
+ * sources send records of data between any two of theirs.
+ */
+#define OPEN_MAX_KEY_UPDATES 32
 
 struct tls_open {
 	EVP_CIPHER_CTX *ctx;
@@ -66,6 +80,7 @@ struct tls_open {
 	uint64_t seq;
 	uint64_t updates; /* key updates taken */
 	unsigned empty;	  /* empty records in a row (OPEN_MAX_EMPTY) */
+	unsigned rekeys;  /* KeyUpdates with no data between */
 	uint8_t *raw;	  /* bytes read from the socket, not yet opened */
 	size_t raw_off, raw_len;
 	/* A record's plaintext past the caller's space, served first. */
@@ -164,6 +179,14 @@ open_handshake(struct tls_open *o, const uint8_t *out, size_t a, size_t n)
 				    "which this connection does not answer");
 	if (m[4] != 0)
 		return open_fail(o, "TLS: bad key update");
+	if (o->rekeys == OPEN_MAX_KEY_UPDATES) {
+		char why[96];
+
+		snprintf(why, sizeof(why),
+			 "TLS: more than %d key updates with no data between",
+			 OPEN_MAX_KEY_UPDATES);
+		return open_fail(o, why);
+	}
 	if (md == NULL || tls_expand_label(md, o->secret, o->slen,
 					   "traffic upd", next, o->slen) < 0) {
 		OPENSSL_cleanse(next, sizeof(next));
@@ -175,6 +198,7 @@ open_handshake(struct tls_open *o, const uint8_t *out, size_t a, size_t n)
 		return open_fail(o, "TLS: key update: no next key");
 	o->seq = 0;
 	o->updates++;
+	o->rekeys++;
 	o->empty = 0; /* a record with content */
 	return 0;
 }
@@ -206,7 +230,10 @@ open_content(struct tls_open *o, const uint8_t *out, size_t a, size_t plen)
 				 OPEN_MAX_EMPTY);
 			return open_fail(o, why);
 		}
-		o->empty = i == 0 ? o->empty + 1 : 0;
+		if (i == 0)
+			o->empty++;
+		else
+			o->empty = o->rekeys = 0;
 		o->spill_off = 0;
 		o->spill_len = i > a ? i - a : 0;
 		return (long)(i > a ? a : i);

@@ -9,7 +9,8 @@
  * in the middle of a record. Each must fail the stream for good, and a
  * record that does not authenticate must leave nothing in the reader's
  * buffer. A key update of the peer's is taken, with OpenSSL's derivation
- * of the next secret on the sealing side.
+ * of the next secret on the sealing side. Runs of records that bring no
+ * data, empty ones or KeyUpdates, fail past 32.
  */
 #include "config.h"
 
@@ -479,6 +480,54 @@ test_empty_records(void)
 	pair_close(&p);
 }
 
+/*
+ * KeyUpdates in a row: 32 pass, the 33rd fails, as BoringSSL counts them
+ * (OpenSSL 3.0 does not). Application data ends a run; empty records do
+ * not, or runs of 32 empty records, each ended by a KeyUpdate, would go
+ * on for ever.
+ */
+static void
+test_key_update_runs(void)
+{
+	uint8_t rec[256], buf[64];
+	char why[128] = "";
+	struct pair p;
+
+	pair_open(&p, 3);
+	for (int run = 0; run < 2; run++) {
+		for (int i = 0; i < 32; i++)
+			send_key_update(&p);
+		send_rec(&p, 23, "x", 1, rec);
+	}
+	CHECK(read_all(&p, buf, sizeof(buf), why) == 2);
+	CHECK(memcmp(buf, "xx", 2) == 0 && why[0] == '\0');
+	CHECK(tls_open_updates(p.o) == 64);
+	pair_close(&p);
+
+	pair_open(&p, 0);
+	send_rec(&p, 23, "a", 1, rec);
+	for (int i = 0; i < 33; i++)
+		send_key_update(&p);
+	send_rec(&p, 23, "b", 1, rec);
+	CHECK(tls_open_read(p.o, p.r, buf, sizeof(buf), why, sizeof(why)) == 1);
+	expect_fail(&p, "more than 32 key updates with no data between");
+	CHECK(tls_open_updates(p.o) == 32);
+	pair_close(&p);
+
+	/* A read after each run: the counts hold from read to read. */
+	pair_open(&p, 0);
+	for (int i = 0; i < 33; i++) {
+		for (int e = 0; e < 32; e++)
+			send_rec(&p, 23, "", 0, rec);
+		send_key_update(&p);
+		if (i < 32)
+			CHECK(tls_open_read(p.o, p.r, buf, sizeof(buf), why,
+					    sizeof(why)) == 0);
+	}
+	expect_fail(&p, "more than 32 key updates with no data between");
+	pair_close(&p);
+}
+
 /* EOF inside a record, and between records. */
 static void
 test_eof(void)
@@ -526,6 +575,7 @@ main(void)
 	test_types();
 	test_key_update();
 	test_empty_records();
+	test_key_update_runs();
 	test_eof();
 	test_declined();
 	return UNIT_DONE();
