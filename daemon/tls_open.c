@@ -17,16 +17,15 @@
  * tag under the next sequence number, its content type. At most 32
  * empty records in a row are taken, as by OpenSSL (OPEN_MAX_EMPTY), and
  * at most 32 KeyUpdates with no data between, as by BoringSSL
- * (OPEN_MAX_KEY_UPDATES).
- * Application data is all it passes on; the peer's close_notify ends the
- * stream as EOF; a KeyUpdate that asks nothing of us moves to the next
- * traffic secret (RFC 8446 4.6.3; a source sends one every
- * TLS_REKEY_RECORDS records).
- * Any other alert or post-handshake message, a KeyUpdate that asks for
- * ours (our writes are OpenSSL's, which this reader cannot make answer),
- * or anything that does not authenticate fails the connection. A record
- * stream taken from the middle would fail at the first record: the
- * sequence number is part of the nonce.
+ * (OPEN_MAX_KEY_UPDATES). Application data is all it passes on; the
+ * peer's close_notify ends the stream as EOF; a KeyUpdate that asks
+ * nothing of us moves to the next traffic secret (RFC 8446 4.6.3; a
+ * source sends one every TLS_REKEY_RECORDS records). Any other alert or
+ * post-handshake message, a KeyUpdate that asks for ours (our writes are
+ * OpenSSL's, which this reader cannot make answer), or anything that
+ * does not authenticate fails the connection. A record stream taken from
+ * the middle would fail at the first record: the sequence number is part
+ * of the nonce.
  */
 #include "config.h"
 
