@@ -198,6 +198,8 @@ void tls_open_free(struct tls_open *);
  * application data placed, 0 when the socket must bring more, -1 with why
  * filled at the peer's close_notify or EOF ("connection closed by peer")
  * or on any record that fails its checks, after which every read fails.
+ * Records are decrypted in buf itself: the bytes past those returned are
+ * scratch, and hold nothing of a record that did not authenticate.
  */
 long tls_open_read(struct tls_open *, int fd, void *buf, size_t len, char *why,
 		   size_t whylen);

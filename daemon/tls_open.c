@@ -9,18 +9,23 @@
  * for TLS 1.3. So once the handshake is over, the daemon reads the
  * socket itself and opens each record with the same key (derived from
  * the traffic secret, RFC 8446 7.3) straight into the buffer the frame's
- * pages go to: one pass for the decryption and the copy.
+ * pages go to: one pass for the decryption and the copy. Its bytes count
+ * only once its tag is checked, and a record that fails the check is
+ * wiped from that buffer (open_one()).
  *
  * Every record is checked as OpenSSL would: its header, its length, its
- * tag under the next sequence number, its content type. Application data
- * is all it passes on; the peer's close_notify ends the stream as EOF; a
- * KeyUpdate that asks nothing of us moves to the next traffic secret
- * (RFC 8446 4.6.3; a source sends one every TLS_REKEY_RECORDS records).
- * Any other alert or post-handshake message, a KeyUpdate that asks for
- * ours (our writes are OpenSSL's, which this reader cannot make answer),
- * or anything that does not authenticate fails the connection. A record
- * stream taken from the middle would fail at the first record: the
- * sequence number is part of the nonce.
+ * tag under the next sequence number, its content type. At most 32
+ * empty records in a row are taken, as by OpenSSL (OPEN_MAX_EMPTY), and
+ * at most 32 KeyUpdates with no data between, as by BoringSSL
+ * (OPEN_MAX_KEY_UPDATES). Application data is all it passes on; the
+ * peer's close_notify ends the stream as EOF; a KeyUpdate that asks
+ * nothing of us moves to the next traffic secret (RFC 8446 4.6.3; a
+ * source sends one every TLS_REKEY_RECORDS records). Any other alert or
+ * post-handshake message, a KeyUpdate that asks for ours (our writes are
+ * OpenSSL's, which this reader cannot make answer), or anything that
+ * does not authenticate fails the connection. A record stream taken from
+ * the middle would fail at the first record: the sequence number is part
+ * of the nonce.
  */
 #include "config.h"
 
@@ -42,6 +47,28 @@
 #define REC_MAX (TLS_SEAL_PLAIN_MAX + 256)
 /* What one read from the socket may bring, and a record that began. */
 #define RAW_CAP ((256u << 10) + TLS_SEAL_HDR + REC_MAX)
+/*
+ * Empty records in a row (application data of no bytes) that the opener
+ * takes: the next one fails the stream. Each costs a decryption and
+ * brings the caller nothing, so without a limit a peer could keep a
+ * reader opening records for as long as it cares to send them, in one
+ * read as long as the socket keeps up. OpenSSL 3.0 has the same limit
+ * (MAX_EMPTY_RECORDS in ssl/record/ssl3_record.c: the 33rd empty record
+ * in a row fails, any record with content ends the run).
+ */
+#define OPEN_MAX_EMPTY 32
+/*
+ * KeyUpdates with no application data between that the opener takes:
+ * the next one fails the stream. A KeyUpdate ends a run of empty records,
+ * so without this a peer could send 32 empty records and a KeyUpdate,
+ * again and again, and keep a reader opening records for ever (each
+ * update costs a key derivation besides). OpenSSL 3.0 has no such limit:
+ * 1.1.1 allowed 32 key updates a connection and dropped the count in
+ * 1.1.1b, since a long connection may need more. This is BoringSSL's
+ * (kMaxKeyUpdates): 32 in a row, application data ends a run. Our
+ * sources send records of data between any two of theirs.
+ */
+#define OPEN_MAX_KEY_UPDATES 32
 
 struct tls_open {
 	EVP_CIPHER_CTX *ctx;
@@ -51,6 +78,8 @@ struct tls_open {
 	uint8_t iv[12];
 	uint64_t seq;
 	uint64_t updates; /* key updates taken */
+	unsigned empty;	  /* empty records in a row (OPEN_MAX_EMPTY) */
+	unsigned rekeys;  /* KeyUpdates with no data between */
 	uint8_t *raw;	  /* bytes read from the socket, not yet opened */
 	size_t raw_off, raw_len;
 	/* A record's plaintext past the caller's space, served first. */
@@ -149,6 +178,14 @@ open_handshake(struct tls_open *o, const uint8_t *out, size_t a, size_t n)
 				    "which this connection does not answer");
 	if (m[4] != 0)
 		return open_fail(o, "TLS: bad key update");
+	if (o->rekeys == OPEN_MAX_KEY_UPDATES) {
+		char why[96];
+
+		snprintf(why, sizeof(why),
+			 "TLS: more than %d key updates with no data between",
+			 OPEN_MAX_KEY_UPDATES);
+		return open_fail(o, why);
+	}
 	if (md == NULL || tls_expand_label(md, o->secret, o->slen,
 					   "traffic upd", next, o->slen) < 0) {
 		OPENSSL_cleanse(next, sizeof(next));
@@ -160,6 +197,8 @@ open_handshake(struct tls_open *o, const uint8_t *out, size_t a, size_t n)
 		return open_fail(o, "TLS: key update: no next key");
 	o->seq = 0;
 	o->updates++;
+	o->rekeys++;
+	o->empty = 0; /* a record with content */
 	return 0;
 }
 
@@ -182,6 +221,18 @@ open_content(struct tls_open *o, const uint8_t *out, size_t a, size_t plen)
 	if (type == 23) {
 		if (i > TLS_SEAL_PLAIN_MAX)
 			return open_fail(o, "TLS: record overflow");
+		if (i == 0 && o->empty == OPEN_MAX_EMPTY) {
+			char why[96];
+
+			snprintf(why, sizeof(why),
+				 "TLS: more than %d empty records in a row",
+				 OPEN_MAX_EMPTY);
+			return open_fail(o, why);
+		}
+		if (i == 0)
+			o->empty++;
+		else
+			o->empty = o->rekeys = 0;
 		o->spill_off = 0;
 		o->spill_len = i > a ? i - a : 0;
 		return (long)(i > a ? a : i);
@@ -204,6 +255,18 @@ open_content(struct tls_open *o, const uint8_t *out, size_t a, size_t plen)
  * Opens the record at the head of raw into out (space bytes; the rest of
  * its plaintext to the spill). The bytes of application data placed in
  * out, -1 with the stream failed, or -2 when the record is not all there.
+ *
+ * The record is decrypted in place, into out, before its tag is checked:
+ * AES-GCM checks the tag only at the end, and decrypting into a buffer of
+ * our own first would cost the copy this file exists to save (OpenSSL
+ * decrypts in place in its read buffer too, and then copies). That is
+ * safe because nothing can see those bytes before the check: the tag is
+ * checked in this same call, with no callback between; a caller counts
+ * only the bytes tls_open_read() returns, which are those of records
+ * that authenticated (a frame's sink, conn_read_tls(), is the daemon's
+ * own memory, handed on only once its count says the frame is whole);
+ * and a record that does not authenticate is wiped from out and the
+ * spill before the stream fails, so no byte of it is left for anyone.
  */
 static long
 open_one(struct tls_open *o, uint8_t *out, size_t space)
@@ -235,8 +298,11 @@ open_one(struct tls_open *o, uint8_t *out, size_t space)
 				(int)(plen - a))) ||
 	    !EVP_CIPHER_CTX_ctrl(o->ctx, EVP_CTRL_GCM_SET_TAG, TLS_SEAL_TAG,
 				 (void *)(h + TLS_SEAL_HDR + plen)) ||
-	    EVP_DecryptFinal_ex(o->ctx, out + a, &l) <= 0)
+	    EVP_DecryptFinal_ex(o->ctx, out + a, &l) <= 0) {
+		OPENSSL_cleanse(out, a);
+		OPENSSL_cleanse(o->spill, plen - a);
 		return open_fail(o, "TLS: decryption failed or bad record mac");
+	}
 	o->seq++;
 	o->raw_off += TLS_SEAL_HDR + clen;
 	o->raw_len -= TLS_SEAL_HDR + clen;

@@ -6,9 +6,11 @@
  * record that opens proves the two derivations agree. Then the hostile
  * cases: a changed byte, a skipped or replayed record, a bad header or
  * length, alerts, post-handshake messages, a record without a type, EOF
- * in the middle of a record. Each must fail the stream for good. A key
- * update of the peer's is taken, with OpenSSL's derivation of the next
- * secret on the sealing side.
+ * in the middle of a record. Each must fail the stream for good, and a
+ * record that does not authenticate must leave nothing in the reader's
+ * buffer. A key update of the peer's is taken, with OpenSSL's derivation
+ * of the next secret on the sealing side. Runs of records that bring no
+ * data, empty ones or KeyUpdates, fail past 32.
  */
 #include "config.h"
 
@@ -86,6 +88,7 @@ struct pair {
 	struct tls_seal *s;
 	struct tls_open *o;
 	int w, r; /* the socketpair: write end, read end (non-blocking) */
+	uint8_t sec[32]; /* the sealer's traffic secret */
 };
 
 static void
@@ -96,6 +99,7 @@ pair_open(struct pair *p, uint64_t seq)
 	SSL *ssl = SSL_new(ctx);
 	int sv[2];
 
+	memcpy(p->sec, secret, sizeof(p->sec));
 	p->s = ossl_sealer(secret, seq);
 	suite = SSL_CIPHER_find(ssl, (const unsigned char *)"\x13\x01");
 	p->o = tls_open_new(suite, secret, sizeof(secret), seq);
@@ -125,6 +129,22 @@ send_rec(struct pair *p, uint8_t type, const void *in, size_t n, uint8_t *rec)
 	CHECK(len == n + TLS_SEAL_OVERHEAD);
 	CHECK(write(p->w, rec, len) == (ssize_t)len);
 	return len;
+}
+
+/*
+ * Sends a KeyUpdate that asks nothing of the reader, and seals from then
+ * on under the next traffic secret, from record 0, as OpenSSL derives it.
+ */
+static void
+send_key_update(struct pair *p)
+{
+	uint8_t rec[64], next[32];
+
+	send_rec(p, 22, "\x18\x00\x00\x01\x00", 5, rec);
+	ossl_label_of(p->sec, "traffic upd", next, sizeof(next));
+	memcpy(p->sec, next, sizeof(p->sec));
+	tls_seal_free(p->s);
+	p->s = ossl_sealer(p->sec, 0);
 }
 
 /* Reads all it can; the bytes, or -1 with why. */
@@ -248,6 +268,42 @@ test_forgeries(void)
 	CHECK(write(p.w, rec, len) == (ssize_t)len);
 	expect_fail(&p, "bad record mac");
 	pair_close(&p);
+}
+
+/*
+ * A record is decrypted in the reader's buffer before its tag is checked
+ * (tls_open.c, open_one()). One that fails the check counts for nothing
+ * and leaves none of its plaintext there, nor in the spill a later read
+ * would serve. Only its tag is changed, so all of its plaintext would be
+ * there but for the wipe: once whole in the buffer, once mostly spilled.
+ */
+static void
+test_tag_first(void)
+{
+	static uint8_t plain[TLS_SEAL_PLAIN_MAX], buf[TLS_SEAL_PLAIN_MAX + 64],
+		rec[TLS_SEAL_PLAIN_MAX + 64];
+	const size_t spaces[] = {sizeof(buf), 100};
+	struct pair p;
+	size_t len;
+
+	memset(plain, 'P', sizeof(plain));
+	for (size_t i = 0; i < sizeof(spaces) / sizeof(spaces[0]); i++) {
+		char why[128] = "";
+
+		pair_open(&p, 0);
+		send_rec(&p, 23, "abc", 3, rec);
+		len = tls_seal_record(p.s, 23, plain, sizeof(plain), rec);
+		rec[len - 1] ^= 1; /* the tag's last byte */
+		CHECK(write(p.w, rec, len) == (ssize_t)len);
+		memset(buf, 0xee, sizeof(buf));
+		/* The good record's 3 bytes; the failure waits for the next read. */
+		CHECK(tls_open_read(p.o, p.r, buf, spaces[i], why,
+				    sizeof(why)) == 3);
+		CHECK(memcmp(buf, "abc", 3) == 0);
+		CHECK(memchr(buf, 'P', sizeof(buf)) == NULL);
+		expect_fail(&p, "bad record mac");
+		pair_close(&p);
+	}
 }
 
 /* Headers and lengths checked before any decryption. */
@@ -379,6 +435,99 @@ test_key_update(void)
 	pair_close(&p);
 }
 
+/*
+ * Empty records (application data of no bytes) open to nothing, so a
+ * reader could open them forever. As OpenSSL 3.0 does (MAX_EMPTY_RECORDS),
+ * 32 in a row pass and the 33rd fails the stream; a record with content
+ * ends a run, a KeyUpdate too.
+ */
+static void
+test_empty_records(void)
+{
+	uint8_t rec[256], buf[64];
+	char why[128] = "";
+	struct pair p;
+
+	pair_open(&p, 0);
+	for (int run = 0; run < 2; run++) {
+		for (int i = 0; i < 32; i++)
+			send_rec(&p, 23, "", 0, rec);
+		send_rec(&p, 23, "x", 1, rec);
+	}
+	CHECK(read_all(&p, buf, sizeof(buf), why) == 2);
+	CHECK(memcmp(buf, "xx", 2) == 0 && why[0] == '\0');
+	pair_close(&p);
+
+	/* The bytes before the 33rd come out first; then it fails. */
+	pair_open(&p, 0);
+	send_rec(&p, 23, "a", 1, rec);
+	for (int i = 0; i < 33; i++)
+		send_rec(&p, 23, "", 0, rec);
+	send_rec(&p, 23, "b", 1, rec);
+	CHECK(tls_open_read(p.o, p.r, buf, sizeof(buf), why, sizeof(why)) == 1);
+	expect_fail(&p, "more than 32 empty records in a row");
+	pair_close(&p);
+
+	pair_open(&p, 0);
+	for (int i = 0; i < 32; i++)
+		send_rec(&p, 23, "", 0, rec);
+	send_key_update(&p);
+	for (int i = 0; i < 32; i++)
+		send_rec(&p, 23, "", 0, rec);
+	send_rec(&p, 23, "y", 1, rec);
+	CHECK(read_all(&p, buf, sizeof(buf), why) == 1 && buf[0] == 'y');
+	CHECK(tls_open_updates(p.o) == 1 && why[0] == '\0');
+	pair_close(&p);
+}
+
+/*
+ * KeyUpdates in a row: 32 pass, the 33rd fails, as BoringSSL counts them
+ * (OpenSSL 3.0 does not). Application data ends a run; empty records do
+ * not, or runs of 32 empty records, each ended by a KeyUpdate, would go
+ * on for ever.
+ */
+static void
+test_key_update_runs(void)
+{
+	uint8_t rec[256], buf[64];
+	char why[128] = "";
+	struct pair p;
+
+	pair_open(&p, 3);
+	for (int run = 0; run < 2; run++) {
+		for (int i = 0; i < 32; i++)
+			send_key_update(&p);
+		send_rec(&p, 23, "x", 1, rec);
+	}
+	CHECK(read_all(&p, buf, sizeof(buf), why) == 2);
+	CHECK(memcmp(buf, "xx", 2) == 0 && why[0] == '\0');
+	CHECK(tls_open_updates(p.o) == 64);
+	pair_close(&p);
+
+	pair_open(&p, 0);
+	send_rec(&p, 23, "a", 1, rec);
+	for (int i = 0; i < 33; i++)
+		send_key_update(&p);
+	send_rec(&p, 23, "b", 1, rec);
+	CHECK(tls_open_read(p.o, p.r, buf, sizeof(buf), why, sizeof(why)) == 1);
+	expect_fail(&p, "more than 32 key updates with no data between");
+	CHECK(tls_open_updates(p.o) == 32);
+	pair_close(&p);
+
+	/* A read after each run: the counts hold from read to read. */
+	pair_open(&p, 0);
+	for (int i = 0; i < 33; i++) {
+		for (int e = 0; e < 32; e++)
+			send_rec(&p, 23, "", 0, rec);
+		send_key_update(&p);
+		if (i < 32)
+			CHECK(tls_open_read(p.o, p.r, buf, sizeof(buf), why,
+					    sizeof(why)) == 0);
+	}
+	expect_fail(&p, "more than 32 key updates with no data between");
+	pair_close(&p);
+}
+
 /* EOF inside a record, and between records. */
 static void
 test_eof(void)
@@ -421,9 +570,12 @@ main(void)
 		secret[i] = (uint8_t)(0xa5 ^ i * 13);
 	test_stream();
 	test_forgeries();
+	test_tag_first();
 	test_headers();
 	test_types();
 	test_key_update();
+	test_empty_records();
+	test_key_update_runs();
 	test_eof();
 	test_declined();
 	return UNIT_DONE();
