@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "daemon/compat.h"
+#include "daemon/imsg.h"
+#include "daemon/privop.h"
 #include "daemon/procref.h"
 
 #ifndef KCMP_VM
@@ -116,9 +118,20 @@ procref_same(const struct procref *r)
 int
 procref_signal(const struct procref *r, int sig)
 {
+	struct privop_signal req = {.sig = sig};
+	struct imsg rep;
+	int rc;
+
 	if (r->pidfd < 0) {
 		errno = ESRCH;
 		return -1;
+	}
+	/* In the engine: the privileged part signals, by the grant. */
+	if (r->grant != 0 && sig != 0 && privop_available()) {
+		rc = privop_call(PRIVOP_SIGNAL, r->grant, &req, sizeof(req),
+				 NULL, 0, &rep, NULL);
+		imsg_clear(&rep);
+		return rc;
 	}
 	return (int)syscall(SYS_pidfd_send_signal, r->pidfd, sig, NULL, 0);
 }
