@@ -49,11 +49,11 @@ extern void (*procref_drop_hook)(uint64_t grant);
  */
 int procref_open(struct procref *, pid_t pid, char *err, size_t errlen);
 /*
- * 1 while the process is the one opened: alive (or a zombie not yet
- * reaped, which still holds its pid) and running the program it ran then.
+ * 1 while the process is the one opened: alive and running the program it
+ * ran then.
  */
 int procref_same(const struct procref *);
-/* 1 while the pid still names the process opened (exec or not). */
+/* 1 while the process opened has not exited (exec or not). */
 int procref_alive(const struct procref *);
 /* Sends sig through the pidfd: never to a process that took the pid. */
 int procref_signal(const struct procref *, int sig);
