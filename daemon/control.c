@@ -280,7 +280,14 @@ request(struct imsg *m)
 				    .uid = rq->who.uid,
 				    .gid = rq->who.gid,
 				    .privileged = rq->who.privileged};
-	client_get(m->h.id)->grant = rq->grant;
+	/*
+	 * The grant of the last request that named one: a STATUS on the same
+	 * connection meanwhile must not take a later reply's owner away.
+	 */
+	if (rq->grant != 0)
+		client_get(m->h.id)->grant = rq->grant;
+	else
+		client_get(m->h.id);
 	t.grant = rq->grant;
 	if (rq->pid > 0 && m->nfd == 2) {
 		t.pid = rq->pid;

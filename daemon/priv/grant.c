@@ -65,10 +65,10 @@ grant_drop(struct grant *g)
 
 	procref_close(&g->t);
 	g->dropped = 1;
-	if (g->nbinds == 0) {
-		grant_free(g);
-		return;
-	}
+	/*
+	 * Kept even with nothing bound yet: an image checked off the loop is
+	 * bound once the check is done, after its request let the grant go.
+	 */
 	TAILQ_FOREACH (o, &grants, link)
 		if (o->dropped) {
 			kept++;
