@@ -180,6 +180,11 @@ take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
 	if (source_freeze_checked(&s->t, who, NULL, &was_stopped, code, err,
 				  errlen) < 0)
 		return -1;
+	/*
+	 * The count a run is found by from here (commit.c), until the
+	 * watch after go takes it again: demand answers go out before.
+	 */
+	s->switches = source_settled_switches(s->t.pid);
 	us[0] = (now_ns() - t0) / 1000;
 	n = source_build_regions(s->t.pid, s->ranges, s->nranges, &regs, code,
 				 err, errlen);
@@ -276,12 +281,17 @@ after_go(evutil_socket_t fd, short what, void *arg)
 {
 	struct source *s = arg;
 	uint64_t t0 = now_ns(), t1, t2;
-	char err[256];
+	char err[384];
 	uint32_t code;
 	int rc, e;
 
 	(void)fd;
 	(void)what;
+	/* The watch takes its count anew: a run before it is found first. */
+	if (source_check(s, err, sizeof(err))) {
+		source_fail_ran(s, "%s", err);
+		return;
+	}
 	if (classify_some(s, 0, &code, err, sizeof(err)) < 0) {
 		source_thaw(&s->t, s->was_stopped);
 		source_fail(s, "go: %s; process %d runs again", err,
