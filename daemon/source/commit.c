@@ -128,7 +128,7 @@ source_check_start(struct source *s)
 void
 source_check_report(const struct source *s)
 {
-	if (s->checks == 0)
+	if (s->checks == 0 || s->img)
 		return;
 	log_info("migration %s: %llu freeze checks of process %d (%s), "
 		 "%.3f ms each on average, %.3f ms at most",
@@ -171,11 +171,16 @@ send_commit(struct source *s)
 	s->m->committing = 1;
 	conn_send(s->demand, FRAME_COMMIT, &c.base);
 	source_persist_dirty(s);
-	log_info("migration %s: COMMIT %llu sent (%s checked %.2f ms, %llu "
-		 "checks); process %d stays stopped until it is acknowledged",
-		 log_id(s->m->id), (unsigned long long)c.seq, c.checked_by,
-		 (double)s->check_ns / 1e6, (unsigned long long)s->checks,
-		 (int)s->m->pid);
+	if (s->img)
+		log_info("migration %s: COMMIT %llu sent (an image's)",
+			 log_id(s->m->id), (unsigned long long)c.seq);
+	else
+		log_info("migration %s: COMMIT %llu sent (%s checked %.2f ms, "
+			 "%llu checks); process %d stays stopped until it is "
+			 "acknowledged",
+			 log_id(s->m->id), (unsigned long long)c.seq,
+			 c.checked_by, (double)s->check_ns / 1e6,
+			 (unsigned long long)s->checks, (int)s->m->pid);
 }
 
 /* The test knob's delayed COMMIT (knob_delay_ms()). */
@@ -209,9 +214,10 @@ source_complete_requested(struct source *s)
 	tv.tv_sec = ms / 1000;
 	tv.tv_usec = (ms % 1000) * 1000;
 	log_warnx("UFFDD_TEST_COMMIT_DELAY_MS: COMMIT in %d ms", ms);
-	if (event_base_once(base, -1, EV_TIMEOUT, delayed_commit_cb, s, &tv) <
-	    0)
-		fatalx("event_base_once");
+	if (s->commit_ev == NULL &&
+	    (s->commit_ev = evtimer_new(base, delayed_commit_cb, s)) == NULL)
+		fatalx("evtimer_new");
+	evtimer_add(s->commit_ev, &tv);
 }
 
 /*

@@ -179,7 +179,7 @@ struct source {
 	 * COMPLETE came, nothing more is read for the bulk stream;
 	 * commit_seq: the COMMIT sent (0: none yet), until its ACK.
 	 */
-	struct event *check_ev;
+	struct event *check_ev, *commit_ev;
 	uint64_t reads, reads_checked;
 	uint64_t check_ns, checks, check_sum_ns, check_max_ns;
 	int completing;

@@ -213,6 +213,8 @@ source_teardown(struct source *s)
 	event_del(s->rate_ev);
 	if (s->check_ev)
 		event_del(s->check_ev);
+	if (s->commit_ev)
+		event_del(s->commit_ev);
 	if (s->exit_ev)
 		event_del(s->exit_ev);
 	if (s->m->fail_code == ERR_SOURCE_RAN && !told)
@@ -329,6 +331,29 @@ bulk_go(struct source *s)
 		source_hold_changed(s);
 }
 
+/*
+ * The destination's ERROR: its target gone or its migration failed end
+ * this one, the process left stopped; anything else breaks the lanes.
+ */
+static void
+dest_error(struct source *s, const Uffdd__Error *e)
+{
+	log_warnx("migration %s: destination says: %s", log_id(s->m->id),
+		  e->message);
+	if (e->code != ERR_TARGET_GONE && e->code != ERR_DEST_FAILED) {
+		lanes_down(s, e->message);
+		return;
+	}
+	if (s->img)
+		migration_fail(s->m, "destination: %.400s", e->message);
+	else
+		migration_fail(s->m,
+			       "destination: %.400s; source process %d left "
+			       "stopped",
+			       e->message, (int)s->m->pid);
+	source_teardown(s);
+}
+
 /* A frame on the demand lane, by its type. */
 static void
 demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
@@ -388,26 +413,9 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 			lanes_down(s, "protocol error");
 		}
 		break;
-	case FRAME_ERROR: {
-		const Uffdd__Error *e = (const Uffdd__Error *)msg;
-
-		log_warnx("migration %s: destination says: %s",
-			  log_id(s->m->id), e->message);
-		if (e->code == ERR_TARGET_GONE || e->code == ERR_DEST_FAILED) {
-			if (s->img)
-				migration_fail(s->m, "destination: %.400s",
-					       e->message);
-			else
-				migration_fail(s->m,
-					       "destination: %.400s; source "
-					       "process %d left stopped",
-					       e->message, (int)s->m->pid);
-			source_teardown(s);
-		} else {
-			lanes_down(s, e->message);
-		}
+	case FRAME_ERROR:
+		dest_error(s, (const Uffdd__Error *)msg);
 		break;
-	}
 	default:
 		log_warnx("%s: unexpected %s", conn_name(c),
 			  frame_type_name(h->type));

@@ -419,6 +419,19 @@ small_round(const struct source *s)
 }
 
 /*
+ * Whether the bulk stream waits: before go, and its release (defer.c,
+ * bulk_held), the destination's BULK_GO (lanes.c, peer_held) and the
+ * classification after go (defer.c, unclassified); and for good after
+ * COMPLETE (commit.c): no COMMIT would cover a read after its check.
+ */
+static int
+bulk_holds(const struct source *s)
+{
+	return s->m->deferred || s->bulk_held || s->peer_held ||
+	       s->unclassified || s->completing;
+}
+
+/*
  * Produces one round of the bulk stream, then yields to the loop so that
  * demand requests (higher priority) go first.
  */
@@ -427,15 +440,7 @@ source_bulk_produce(struct source *s)
 {
 	uint64_t bytes = 0, round = BULK_ROUND_BYTES, frame = BULK_DATA_PAGES;
 
-	/*
-	 * Not before go, nor its release (defer.c, bulk_held), the
-	 * destination's BULK_GO (lanes.c, peer_held) and the
-	 * classification after go (defer.c, unclassified). Nor after the
-	 * destination's COMPLETE (commit.c): a read after the check that
-	 * answers it would be one no COMMIT covers.
-	 */
-	if (s->m->deferred || s->bulk_held || s->peer_held || s->unclassified ||
-	    s->completing)
+	if (bulk_holds(s))
 		return;
 	/*
 	 * While demand traffic is recent, one small frame a loop pass, and
