@@ -16,6 +16,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,17 +54,29 @@ knob_exit_at_commit(void)
 	}
 }
 
+/* CPU time of the daemon's thread, ns: a check's cost without the waits. */
+static uint64_t
+cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /*
  * The freeze check (source_continued()), with what it covers: a pass
  * vouches for every read made before it began. 1 (why filled) if the
- * process ran, else 0. Its cost sets the timer's next period.
+ * process ran, -1 if it is dying, else 0. Its cost sets the timer's next
+ * period.
  */
 int
 source_check(struct source *s, char *why, size_t len)
 {
-	uint64_t reads = s->reads, t0 = now_ns();
+	uint64_t reads = s->reads, t0 = now_ns(), c0 = cpu_ns();
 	int ran = source_continued(s, why, len);
 
+	s->check_cpu_ns += cpu_ns() - c0;
 	s->check_ns = now_ns() - t0;
 	s->checks++;
 	s->check_sum_ns += s->check_ns;
@@ -72,6 +85,24 @@ source_check(struct source *s, char *why, size_t len)
 	if (!ran)
 		s->reads_checked = reads;
 	return ran;
+}
+
+/*
+ * The check where a run must end the migration: 0 when the process
+ * stayed frozen, else -1 and the migration failed: a run with
+ * ERR_SOURCE_RAN, the process dying with ERR_SOURCE (as its exit would).
+ */
+int
+source_check_or_fail(struct source *s)
+{
+	char why[384];
+	int r = source_check(s, why, sizeof(why));
+
+	if (r > 0)
+		source_fail_ran(s, "%s", why);
+	else if (r < 0)
+		source_fail(s, "source process %d exited", (int)s->m->pid);
+	return r == 0 ? 0 : -1;
 }
 
 /* When the check is due: CHECK_MS, or CHECK_SHARE times its last cost. */
@@ -98,17 +129,14 @@ static void
 check_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct source *s = arg;
-	char why[384];
 
 	(void)fd;
 	(void)ev;
 	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
 		return;
 	if ((s->pc == NULL || s->pc->phase >= PC_FINAL) && !s->m->deferred &&
-	    !s->m->committing && source_check(s, why, sizeof(why))) {
-		source_fail_ran(s, "%s", why);
+	    !s->m->committing && source_check_or_fail(s) < 0)
 		return;
-	}
 	check_again(s);
 }
 
@@ -131,11 +159,12 @@ source_check_report(const struct source *s)
 	if (s->checks == 0 || s->img)
 		return;
 	log_info("migration %s: %llu freeze checks of process %d (%s), "
-		 "%.3f ms each on average, %.3f ms at most",
+		 "%.3f ms each on average (%.3f ms of CPU), %.3f ms at most",
 		 log_id(s->m->id), (unsigned long long)s->checks,
 		 (int)s->m->pid,
 		 s->wp.uffd >= 0 ? "writes and switches" : "switches",
 		 (double)s->check_sum_ns / (double)s->checks / 1e6,
+		 (double)s->check_cpu_ns / (double)s->checks / 1e6,
 		 (double)s->check_max_ns / 1e6);
 }
 
@@ -237,7 +266,7 @@ finish(struct source *s)
 	if (s->img) {
 		log_info("migration %s complete: the image is restored",
 			 log_id(s->m->id));
-	} else if (source_continued(s, why, sizeof(why))) {
+	} else if (source_continued(s, why, sizeof(why)) > 0) {
 		procref_signal(&s->t, SIGSTOP);
 		snprintf(s->m->reason, sizeof(s->m->reason),
 			 "%.400s, after the COMMIT: process %d left stopped, "

@@ -281,17 +281,15 @@ after_go(evutil_socket_t fd, short what, void *arg)
 {
 	struct source *s = arg;
 	uint64_t t0 = now_ns(), t1, t2;
-	char err[384];
+	char err[256];
 	uint32_t code;
 	int rc, e;
 
 	(void)fd;
 	(void)what;
 	/* The watch takes its count anew: a run before it is found first. */
-	if (source_check(s, err, sizeof(err))) {
-		source_fail_ran(s, "%s", err);
+	if (source_check_or_fail(s) < 0)
 		return;
-	}
 	if (classify_some(s, 0, &code, err, sizeof(err)) < 0) {
 		source_thaw(&s->t, s->was_stopped);
 		source_fail(s, "go: %s; process %d runs again", err,

@@ -199,33 +199,85 @@ source_freeze_checked(const struct procref *t, const struct authz_caller *who,
 }
 
 /*
+ * Whether pid is dying: gone, a zombie, or with a SIGKILL pending for its
+ * thread group. A stopped process that is killed wakes, and its threads
+ * switch, on their way out: that is no run, and its exit is reported on
+ * its own.
+ */
+static int
+dying(pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long long mask;
+	int dead = 0;
+	char st;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return 1;
+	while (!dead && fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "State: %c", &st) == 1)
+			dead = strchr("ZX", st) != NULL;
+		else if (sscanf(line, "ShdPnd: %llx", &mask) == 1)
+			dead = (mask >> (SIGKILL - 1) & 1) != 0;
+	}
+	fclose(f);
+	return dead;
+}
+
+/* The run found by a page it wrote: 1, why naming the page. */
+static int
+wrote(pid_t pid, uint64_t addr, char *why, size_t len)
+{
+	snprintf(why, len,
+		 "source process %d ran after the export (continued from "
+		 "elsewhere) and wrote to its memory at 0x%llx",
+		 (int)pid, (unsigned long long)addr);
+	return 1;
+}
+
+/*
+ * How long a process whose threads switched is watched for its death
+ * before the switches count as a run: a killed one shows its SIGKILL
+ * pending, or its end, within microseconds of waking.
+ */
+#define DYING_LOOKS 20
+#define DYING_LOOK_NS 1000000
+
+/*
  * The process must stay as it was frozen: its pages were classified then,
  * and a page it writes after it went is lost to the destination. Nothing
  * tells us of a SIGCONT from elsewhere; look (source_check(), and the
  * snapshot's writer) for a page written since the watch began
  * (wptrack.h), where the kernel can tell, and for a context switch of its
  * threads since the count switches, which a stopped thread never makes.
- * 1 and *why says which, else 0. A process gone or dying passes: its exit
- * is reported on its own.
+ * 1 and *why says which; 0 when it did not run; -1 when it is dying (it
+ * did not run before its death that anything can still tell).
  */
 int
 source_ran(pid_t pid, const struct wptrack *wp, long long switches, char *why,
 	   size_t len)
 {
+	struct timespec ts = {0, DYING_LOOK_NS};
 	int running = 0;
 	long long n;
 	uint64_t addr;
 
 	n = source_switch_count(pid, &running);
-	if (wptrack_written(wp, &addr) == 1) {
-		snprintf(why, len,
-			 "source process %d ran after the export (continued "
-			 "from elsewhere) and wrote to its memory at 0x%llx",
-			 (int)pid, (unsigned long long)addr);
-		return 1;
-	}
+	if (wptrack_written(wp, &addr) == 1)
+		return wrote(pid, addr, why, len);
+	/* Gone or dying (its exit is reported on its own), or no count. */
 	if (!running && (n < 0 || switches < 0 || n == switches))
 		return 0;
+	for (int i = 0; i < DYING_LOOKS; i++) {
+		if (dying(pid))
+			return -1;
+		nanosleep(&ts, NULL);
+	}
+	/* Running, it may have written since: the page names it better. */
+	if (wptrack_written(wp, &addr) == 1)
+		return wrote(pid, addr, why, len);
 	snprintf(why, len,
 		 "source process %d was continued (SIGCONT from elsewhere) "
 		 "after the export",

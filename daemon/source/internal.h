@@ -181,7 +181,7 @@ struct source {
 	 */
 	struct event *check_ev, *commit_ev;
 	uint64_t reads, reads_checked;
-	uint64_t check_ns, checks, check_sum_ns, check_max_ns;
+	uint64_t check_ns, checks, check_sum_ns, check_max_ns, check_cpu_ns;
 	int completing;
 	uint64_t commit_seq;
 	/*
@@ -342,6 +342,7 @@ void source_teardown(struct source *);
 void source_check_start(struct source *);
 void source_check_report(const struct source *);
 int source_check(struct source *, char *why, size_t len);
+int source_check_or_fail(struct source *);
 void source_complete_requested(struct source *);
 void source_commit_ack(struct source *, const Uffdd__Commit *);
 int source_commit_resume(struct source *, struct conn *, const Uffdd__Hello *);

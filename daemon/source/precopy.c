@@ -387,13 +387,10 @@ static void
 switchover(struct source *s)
 {
 	struct precopy *pc = s->pc;
-	char why[384];
 
 	/* The target runs from SWITCHOVER on: never on pages of two moments. */
-	if (source_check(s, why, sizeof(why))) {
-		source_fail_ran(s, "%s", why);
+	if (source_check_or_fail(s) < 0)
 		return;
-	}
 	migration_round(s->m, s->m->bytes - pc->round_start);
 	send_switchover(s);
 	/* From here a silent link is the destination's to notice. */
@@ -657,14 +654,10 @@ source_precopy_vouched(const struct source *s, const struct src_region *sr,
 void
 source_precopy_swept(struct source *s)
 {
-	char why[384];
-
 	if (s->pc == NULL || !s->pc->again || s->bulk == NULL)
 		return;
-	if (source_check(s, why, sizeof(why))) {
-		source_fail_ran(s, "%s", why);
+	if (source_check_or_fail(s) < 0)
 		return;
-	}
 	s->pc->again = 0;
 	send_switchover(s);
 	log_info("migration %s: SWITCHOVER sent again after the resume",

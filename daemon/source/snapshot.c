@@ -160,7 +160,10 @@ snap_ran(struct snap *s, const char *why)
 		  (int)s->t.pid);
 }
 
-/* The freeze check, timed: 1 (why filled) if the process ran. */
+/*
+ * The freeze check, timed: 1 (why filled) if the process ran, -1 if it
+ * is dying, else 0.
+ */
 static int
 snap_check(struct snap *s, char *why, size_t len)
 {
@@ -187,14 +190,20 @@ snap_check_due(struct snap *s)
 	uint64_t gap = s->check_ns * CHECK_SHARE, now;
 	struct timespec ts;
 	char why[384];
+	int ran;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	if (gap < CHECK_MS * 1000000ull)
 		gap = CHECK_MS * 1000000ull;
-	if (now - s->t_check < gap || !snap_check(s, why, sizeof(why)))
+	if (now - s->t_check < gap ||
+	    (ran = snap_check(s, why, sizeof(why))) == 0)
 		return 0;
-	snap_ran(s, why);
+	if (ran < 0)
+		snap_fail(s, ERR_NO_PROCESS, "process %d exited",
+			  (int)s->t.pid);
+	else
+		snap_ran(s, why);
 	return -1;
 }
 
@@ -379,7 +388,7 @@ got_commit(struct snap *s, char b)
 		snap_fail(s, ERR_INVALID, "the client did not keep the image");
 		return;
 	}
-	if (snap_check(s, why, sizeof(why))) {
+	if (snap_check(s, why, sizeof(why)) > 0) {
 		procref_signal(&s->t, SIGSTOP);
 		s->frozen = 0;
 		log_warnx("snapshot of process %d done; %s after the image was "
@@ -549,14 +558,19 @@ static void
 finish(struct snap *s)
 {
 	char why[384];
+	int ran;
 
 	if (image_writer_end(&s->w) < 0) {
 		snap_fail(s, ERR_INVALID, "writing the image: %s",
 			  strerror(errno));
 		return;
 	}
-	if (snap_check(s, why, sizeof(why))) {
-		snap_ran(s, why);
+	if ((ran = snap_check(s, why, sizeof(why))) != 0) {
+		if (ran < 0)
+			snap_fail(s, ERR_NO_PROCESS, "process %d exited",
+				  (int)s->t.pid);
+		else
+			snap_ran(s, why);
 		return;
 	}
 	log_info("snapshot of process %d written: %zu regions, %llu data, "
