@@ -129,6 +129,7 @@ dest_commit(struct dest *d, const Uffdd__Commit *c)
 	}
 	d->committed = 1;
 	d->commit_seq = c->seq;
+	d->t_pause = 0; /* the echo's own deadline, from its lanes' loss */
 	/* Forked after COMPLETE and still lacking pages: none will come. */
 	dest_fail_kids(d, "forked after every page had arrived, and lacked "
 			  "pages that no longer come");
