@@ -402,11 +402,14 @@ dest_fail_stop(struct dest *d, const char *fmt, ...)
 			       "(SIGCONT) is the operator's call",
 			       why, (int)d->m->pid);
 	/*
-	 * A stopped target keeps its copy of the uffd (no injection into a
-	 * process with a stop pending); one held with none is let go
-	 * stopped when its missing pages are poisoned, else killed.
+	 * Poisoned, the ranges are unregistered and its copy of the uffd
+	 * closed (an injection into the stopped process, whose group stop
+	 * holds after it), as for a loud failure: continued by hand, it gets
+	 * SIGBUS on a lost page, never a wait on a uffd nobody reads. Else
+	 * it keeps them, stopped, so that no missing page reads as zeros;
+	 * one held with no copy of its own is killed then.
 	 */
-	teardown(d, d->sole ? poisoned : 0);
+	teardown(d, poisoned);
 }
 
 /* Fails d's migration now, as its pause deadline would (dest.h). */

@@ -58,6 +58,10 @@ torn() {
 	echo "$DREASON" | grep -q "target $WD stopped" || fail "$label: destination reason: $DREASON"
 	echo "$SREASON" | grep -q "process $WS left stopped" || fail "$label: source reason: $SREASON"
 	[ "$(proc_state "$WD")" = T ] || fail "$label: destination target not stopped: $(proc_state "$WD")"
+	# Its lost pages poisoned, nothing of the migration stays in it.
+	if grep -q 'poison yes' "$T/dst.log" && ls -l "/proc/$WD/fd" | grep -q userfaultfd; then
+		fail "$label: the stopped target still holds a userfaultfd"
+	fi
 	[ "$(proc_state "$WS")" = T ] || fail "$label: source process not left stopped: $(proc_state "$WS")"
 	info "$label: source: $SREASON"
 	info "$label: destination: $DREASON"
