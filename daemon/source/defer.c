@@ -287,8 +287,11 @@ after_go(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	/* The watch takes its count anew: a run before it is found first. */
-	if (source_check_or_fail(s) < 0)
+	/*
+	 * The watch takes its count anew: a run before it is found first
+	 * (after a COMMIT, one is looked at when its ACK comes).
+	 */
+	if (!s->m->committing && source_check_or_fail(s) < 0)
 		return;
 	if (classify_some(s, 0, &code, err, sizeof(err)) < 0) {
 		source_thaw(&s->t, s->was_stopped);
