@@ -182,15 +182,12 @@ static void
 send_commit(struct source *s)
 {
 	Uffdd__Commit c = UFFDD__COMMIT__INIT;
-	char why[384];
 
 	if (!s->completing || s->demand == NULL || s->m->state != MIG_RUNNING ||
 	    s->m->committing)
 		return;
-	if (source_check(s, why, sizeof(why))) {
-		source_fail_ran(s, "%s", why);
+	if (source_check_or_fail(s) < 0)
 		return;
-	}
 	if (s->reads_checked != s->reads)
 		fatalx("migration %s: COMMIT with reads unchecked",
 		       log_id(s->m->id));
