@@ -50,6 +50,8 @@ struct flow {
 	double t_stop, t_dev, t_run; /* stopped, device state sent, run */
 	/* How far it went, for what a failure must undo. */
 	int stopped_src, dst_ran, resident, ignoring;
+	/* The migration failed at the destination; uffdd stopped its QEMU. */
+	int failed, dst_stopped;
 };
 
 /* The command line, into f; a wrong one is the usage line. */
@@ -334,6 +336,9 @@ static int
 dest_loaded(struct flow *f)
 {
 	for (;;) {
+		/* A QEMU uffdd stopped would not answer. */
+		if ((f->dst_stopped = flow_dest_stopped(qmp_pid(f->dst))))
+			return -1;
 		if (query_str(f->dst, "query-status", "status", f->st,
 			      sizeof(f->st)) < 0)
 			return -1;
@@ -362,6 +367,8 @@ dest_loaded(struct flow *f)
 static int
 run_dest(struct flow *f)
 {
+	if ((f->dst_stopped = flow_dest_stopped(qmp_pid(f->dst))))
+		return -1;
 	if (f->resume && strcmp(f->st, "running") != 0 &&
 	    qmp_execute(f->dst, "cont", NULL, NULL) < 0)
 		return -1;
@@ -378,12 +385,23 @@ run_dest(struct flow *f)
 	return 0;
 }
 
-/* Every page resident at the destination: the source QEMU quits. */
+/*
+ * Every page resident at the destination, and vouched for by the source
+ * (its COMMIT): the source QEMU quits. A failure may have stopped the
+ * destination QEMU (the source ran: its RAM may be torn).
+ */
 static int
 finish(struct flow *f)
 {
+	int rc;
+
 	control_path = f->dc;
-	if (wait_for(f->id, f->timeout) != 0)
+	rc = wait_for(f->id, f->timeout);
+	if (rc == 1) {
+		f->failed = 1;
+		f->dst_stopped = flow_dest_stopped(qmp_pid(f->dst));
+	}
+	if (rc != 0)
 		return -1;
 	f->resident = 1;
 	flow_say("every page resident %.3f s after switchover",
@@ -406,6 +424,18 @@ undo(struct flow *f)
 		if (qmp_execute(f->src, "cont", NULL, NULL) == 0)
 			flow_say("failed before switchover: source guest "
 				 "resumed");
+	} else if (f->dst_stopped) {
+		fprintf(stderr,
+			"uffd-client: migration %s failed; the source QEMU "
+			"(pid %d) is left stopped, and process %d (its RAM "
+			"files) too\n",
+			f->id, (int)qmp_pid(f->src), (int)f->holder);
+	} else if (f->failed) {
+		fprintf(stderr,
+			"uffd-client: migration %s failed (the reason above): "
+			"the destination guest runs on, a page it lost "
+			"poisoned; the source QEMU is left stopped\n",
+			f->id);
 	} else if (f->resident && !f->dst_ran) {
 		fprintf(stderr,
 			"uffd-client: the paused destination holds every page "
@@ -449,8 +479,8 @@ cmd_migrate_qemu(const struct cmd_entry *self, int argc, char **argv)
 		kill(f.holder, SIGKILL);
 		waitpid(f.holder, NULL, 0);
 	} else if (f.holder > 0 && done == sizeof(steps) / sizeof(steps[0])) {
-		/* The source daemon has killed it at completion. */
-		waitpid(f.holder, NULL, 0);
+		/* The source daemon kills it once the COMMIT is acknowledged. */
+		holder_reap(f.holder, HOLDER_REAP_SECS, f.sc, f.id);
 	}
 	qmp_close(f.src);
 	qmp_close(f.dst);

@@ -37,6 +37,7 @@ struct receive {
 	char st[64], names[MAX_BLOCKS][160];
 	/* How far it went, for what a failure must say. */
 	int ignoring, listening, attached, ran;
+	int failed, stopped; /* the migration failed; uffdd stopped QEMU */
 };
 
 static void
@@ -201,6 +202,9 @@ receive_run(struct receive *r)
 	if (r->resume && qmp_execute(r->q, "cont", NULL, NULL) < 0)
 		return -1;
 	for (;;) {
+		/* A QEMU uffdd stopped would not answer. */
+		if ((r->stopped = flow_dest_stopped(qmp_pid(r->q))))
+			return -1;
 		if (query_str(r->q, "query-status", "status", r->st,
 			      sizeof(r->st)) < 0)
 			return -1;
@@ -228,13 +232,22 @@ receive_run(struct receive *r)
 	return 0;
 }
 
-/* Every page resident here. */
+/*
+ * Every page resident here, and vouched for by the source (its COMMIT). A
+ * failure may have stopped QEMU here (the source ran: its RAM may be
+ * torn).
+ */
 static int
 receive_finish(struct receive *r)
 {
+	int rc;
+
 	control_path = r->ctl;
-	if (wait_for(r->id, r->timeout) != 0)
+	if ((rc = wait_for(r->id, r->timeout)) != 0) {
+		r->failed = rc == 1;
+		r->stopped = r->failed && flow_dest_stopped(qmp_pid(r->q));
 		return -1;
+	}
 	flow_say("every page resident %.3f s after the device state came",
 		 flow_now() - r->t_run);
 	return 0;
@@ -244,6 +257,15 @@ receive_finish(struct receive *r)
 static void
 receive_undo(struct receive *r)
 {
+	if (r->stopped)
+		return; /* flow_dest_stopped() said it all */
+	if (r->failed && r->t_run > 0) {
+		fprintf(stderr,
+			"uffd-client: migration %s failed (the reason above): "
+			"the guest runs here, a page it lost poisoned\n",
+			r->id);
+		return;
+	}
 	if (r->t_run > 0) {
 		fprintf(stderr,
 			"uffd-client: the guest is here: migration %s goes on "

@@ -50,6 +50,7 @@ struct send {
 	double t_stop;
 	/* How far it went, for what a failure must undo. */
 	int ignoring, running, migrating, went, sent, resident;
+	int failed; /* the source's migration failed after the device state */
 };
 
 static void
@@ -301,13 +302,20 @@ send_devstate(struct send *s)
 	return 0;
 }
 
-/* Every page resident at the destination: the source QEMU quits. */
+/*
+ * Every page resident at the destination, and the destination's
+ * acknowledgement of the COMMIT here: the source QEMU quits.
+ */
 static int
 send_finish(struct send *s)
 {
+	int rc;
+
 	control_path = s->ctl;
-	if (wait_for(s->id, s->timeout) != 0)
+	if ((rc = wait_for(s->id, s->timeout)) != 0) {
+		s->failed = rc == 1;
 		return -1;
+	}
 	s->resident = 1;
 	flow_say("every page resident %.3f s after the source stopped",
 		 flow_now() - s->t_stop);
@@ -376,6 +384,17 @@ send_undo(struct send *s)
 {
 	if (!s->sent && send_unmigrate(s))
 		s->sent = 1;
+	if (s->failed) {
+		fprintf(stderr,
+			"uffd-client: migration %s failed (the reason above); "
+			"the source QEMU is left stopped, and process %d (its "
+			"RAM files) too. If the destination's uffdd stopped "
+			"its "
+			"QEMU (its status says so), this one holds the newest "
+			"guest RAM: resume it (QMP cont) or migrate it again\n",
+			s->id, (int)s->holder);
+		return;
+	}
 	if (s->sent) {
 		fprintf(stderr,
 			"uffd-client: the destination QEMU has the guest: "
@@ -426,7 +445,8 @@ qemu_send(const struct cmd_entry *self, int argc, char **argv)
 				strsignal(flow_stop_signal()));
 		send_undo(&s);
 	} else if (s.holder > 0) {
-		waitpid(s.holder, NULL, 0); /* the daemon killed it */
+		/* The daemon kills it once the COMMIT is acknowledged. */
+		holder_reap(s.holder, HOLDER_REAP_SECS, s.ctl, s.id);
 	}
 	qmp_close(s.q);
 	flow_end_by_signal();

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 #include "client/client.h"
 #include "client/qemu.h"
@@ -177,6 +178,44 @@ void
 holder_keep(void)
 {
 	holder_kept = 1;
+}
+
+/*
+ * The source daemon kills the holder once the destination acknowledged
+ * its COMMIT: waited for at most secs, never for good (an acknowledgement
+ * lost with a link comes later, with a resume). 0 once reaped, else -1,
+ * said.
+ */
+int
+holder_reap(pid_t holder, int secs, const char *ctl, const char *id)
+{
+	for (int i = 0; i < secs * 20; i++) {
+		if (waitpid(holder, NULL, WNOHANG) == holder)
+			return 0;
+		usleep(50000);
+	}
+	fprintf(stderr,
+		"uffd-client: process %d (the source's RAM files) is still "
+		"there %d s after completion: the source daemon waits for the "
+		"destination's acknowledgement (uffd-client --control %s "
+		"status %s)\n",
+		(int)holder, secs, ctl, id);
+	return -1;
+}
+
+int
+flow_dest_stopped(pid_t qemu)
+{
+	if (qemu <= 0 || !process_stopped(qemu))
+		return 0;
+	fprintf(stderr,
+		"uffd-client: uffdd stopped the destination QEMU (pid %d): "
+		"its guest RAM may hold pages of two moments (the reason "
+		"above). It answers nothing while stopped, and is left so: "
+		"the source holds the newest guest RAM; quit this one, and "
+		"resume the source guest (QMP cont) or migrate it again\n",
+		(int)qemu);
+	return 1;
 }
 
 /*

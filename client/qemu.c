@@ -36,6 +36,28 @@ process_alive(pid_t pid)
 	return alive;
 }
 
+/*
+ * Whether PID is stopped (T): uffdd stops a destination QEMU whose RAM may
+ * hold pages of two moments, and a stopped QEMU answers no QMP command.
+ */
+int
+process_stopped(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	int stopped = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return 0;
+	if (fgets(buf, sizeof(buf), f) != NULL &&
+	    (p = strrchr(buf, ')')) != NULL && p[1] == ' ')
+		stopped = p[2] == 'T' || p[2] == 't';
+	fclose(f);
+	return stopped;
+}
+
 /* A QOM property's value; NULL when QEMU refused (qmp.c says why). */
 static json_object *
 qom_get(struct qmp *q, const char *path, const char *prop)

@@ -42,6 +42,8 @@ int exec_uri(struct qmp *q, const char *cmd, const char *uri);
 int incoming_port(struct qmp *q);
 /* Whether PID still runs: a zombie waiting for its parent does not. */
 int process_alive(pid_t pid);
+/* Whether PID is stopped (uffdd stops a destination it cannot vouch for). */
+int process_stopped(pid_t pid);
 
 /* qemu-flow.c: what the one-host flow and its two halves share. */
 /* How long QEMU may take to move the device state (it takes ms). */
@@ -58,6 +60,18 @@ void flow_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  */
 pid_t holder_start(struct ramblock *b, size_t n);
 void holder_keep(void);
+/*
+ * Waits at most secs for the source daemon to end the holder once the
+ * destination acknowledged its COMMIT: 0, or -1 (said what to look at).
+ */
+int holder_reap(pid_t holder, int secs, const char *ctl, const char *id);
+#define HOLDER_REAP_SECS 30
+/*
+ * Whether uffdd stopped the destination QEMU qemu (its RAM may hold pages
+ * of two moments), said with what to do. A stopped QEMU answers no QMP
+ * command: the caller asks it nothing more.
+ */
+int flow_dest_stopped(pid_t qemu);
 /*
  * Before holder_start(): until holder_keep(), a fatal signal is only
  * noted (flow_stop_signal() says which), for the caller to undo what it

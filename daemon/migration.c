@@ -305,6 +305,9 @@ migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 		   : m->deferred && (m->state == MIG_WAITING ||
 				     m->state == MIG_RUNNING)
 			   ? "deferred"
+		   : m->committing && (m->state == MIG_RUNNING ||
+				       m->state == MIG_PAUSED)
+			   ? "committing"
 			   : (char *)migration_state_name(m->state);
 	s->deferred = m->deferred;
 	s->attached = m->attached;

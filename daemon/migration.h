@@ -29,7 +29,12 @@ struct migration {
 	char id[MIG_ID_LEN + 1];
 	enum mig_role role;
 	enum mig_state state;
-	char reason[256];
+	char reason[512];
+	/*
+	 * Failed: the code a peer that comes later is told (ERR_SOURCE_RAN,
+	 * or 0 for ERR_SOURCE).
+	 */
+	uint32_t fail_code;
 	pid_t pid;
 	unsigned long long start; /* pid's start time: tells a reused pid */
 	char peer[128];
@@ -75,6 +80,13 @@ struct migration {
 	int deferred;
 	int attached;
 	int went; /* export --deferred: its go was given */
+	/*
+	 * Completion is a commit (docs/design.md, "Completion"): set from
+	 * the destination's COMPLETE until the COMMIT is acknowledged
+	 * (source), or until COMMIT came (destination); status shows state
+	 * "committing" meanwhile.
+	 */
+	int committing;
 	/* attach --hold-bulk: kept once the role's state is freed (RELEASE). */
 	int hold_bulk;
 	/* attach --record-working-set: the pages faulted (migration_ws_*). */

@@ -47,6 +47,8 @@ static const struct frame_type_entry {
 	{FRAME_CTL_CANCEL_REPLY, "CANCEL_REPLY", &uffdd__go_reply__descriptor},
 	{FRAME_CTL_RELEASE, "RELEASE", &uffdd__go_request__descriptor},
 	{FRAME_BULK_GO, "BULK_GO", &uffdd__ping__descriptor},
+	{FRAME_COMMIT, "COMMIT", &uffdd__commit__descriptor},
+	{FRAME_COMMIT_ACK, "COMMIT_ACK", &uffdd__commit__descriptor},
 	{FRAME_CTL_RELEASE_REPLY, "RELEASE_REPLY",
 	 &uffdd__go_reply__descriptor},
 };

@@ -39,7 +39,14 @@ frame_pages_fit(uint64_t page_size, uint64_t max)
  * file mapping's written pages); a source serves at least this many.
  */
 #define REQUEST_PAGES_MIN 256
-#define UFFDD_PROTO_VERSION 1
+/*
+ * Peers speak one version, checked at HELLO. 2: completion is a commit
+ * (COMPLETE, COMMIT, COMMIT_ACK; ERR_SOURCE_RAN). A peer of another
+ * version is refused with a text that says what to do.
+ */
+#define UFFDD_PROTO_VERSION 2
+#define UFFDD_PROTO_UPGRADE "upgrade uffdd on both hosts"
+
 /*
  * Hello feature of a peer that knows pre-copy (FRAME_SWITCHOVER): a
  * destination says it on its demand lane, a source that pre-copies says it
@@ -71,7 +78,9 @@ enum frame_type {
 	FRAME_PING = 8,
 	FRAME_SWITCHOVER = 9,
 	FRAME_ROUND_SYNC = 10,
-	FRAME_BULK_GO = 11, /* Ping; destination to source, demand lane */
+	FRAME_BULK_GO = 11,    /* Ping; destination to source, demand lane */
+	FRAME_COMMIT = 12,     /* Commit; source to destination, demand lane */
+	FRAME_COMMIT_ACK = 13, /* Commit; both ways, demand lane */
 	FRAME_CTL_EXPORT = 100,
 	FRAME_CTL_EXPORT_REPLY = 101,
 	FRAME_CTL_ATTACH = 102,
@@ -113,6 +122,11 @@ enum {
 	ERR_KERNEL = 10,
 	ERR_TARGET_GONE = 11, /* destination process exited */
 	ERR_DEST_FAILED = 12, /* destination gave up: pages were poisoned */
+	/*
+	 * The source process ran after pages were read from it: the
+	 * destination may hold pages of two moments, and stops its target.
+	 */
+	ERR_SOURCE_RAN = 13,
 };
 
 struct frame_hdr {

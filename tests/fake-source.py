@@ -21,6 +21,10 @@ HUGE_PAGES of them at BASE: the destination workload's --kind hugetlb
 --size 32M) and, once the destination has accepted it, a demand ZERO
 frame for every page of it: eight times what one frame may cover, and
 eight times the destination's zero source. A bulk lane gets HELLO only.
+
+It speaks protocol version 2 (proto/frame.h), or $PEER_VERSION: an older
+peer, for the test that one is refused clearly; on 127.0.0.1:$PEER_PORT
+when set (the port of a source daemon it stands in for).
 """
 import os
 import socket
@@ -131,10 +135,11 @@ HUGE_ZERO = frame(4, field_varint(1, 0) + field_varint(2, 0) +
                   field_varint(3, HUGE_PAGES) + field_varint(4, 1) +
                   field_varint(5, 1))
 
+VERSION = int(os.environ.get("PEER_VERSION", "2"))
 portfile, case = sys.argv[1], sys.argv[2]
 srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("127.0.0.1", 0))
+srv.bind(("127.0.0.1", int(os.environ.get("PEER_PORT", "0"))))
 srv.listen(8)
 ctx = None
 if len(sys.argv) > 3:
@@ -153,9 +158,10 @@ while True:
         if ctx:
             conn = ctx.wrap_socket(conn, server_side=True)
         _, msg = recv_frame(conn)
-        hello = frame(1, field_varint(1, 1) + field_varint(3, 1))
+        hello = frame(1, field_varint(1, VERSION) + field_varint(3, 1))
         if lane(msg) == 2:
-            conn.sendall(frame(1, field_varint(1, 1) + field_varint(3, 2)))
+            conn.sendall(frame(1, field_varint(1, VERSION) +
+                               field_varint(3, 2)))
         elif case == "huge-zero":
             conn.sendall(hello + frame(2, table(CASES[case])))
             while recv_frame(conn)[0] != 2:  # the accepted regions

@@ -50,7 +50,8 @@ def frame(ftype, msg):
 
 def hello_frame(ident):
     ident = ident.encode()
-    return frame(1, b"\x08\x01" + b"\x18\x01" + b"\x22" +
+    # Protocol version 2 (proto/frame.h), on the demand lane.
+    return frame(1, b"\x08\x02" + b"\x18\x01" + b"\x22" +
                  varint(len(ident)) + ident)
 
 

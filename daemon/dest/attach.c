@@ -364,7 +364,7 @@ attached(struct dest *d, struct match *mt)
 	d->serial = 0;
 	dest_persist_now(d);
 	if (dest_present_total(d) == d->m->pages_total) {
-		dest_complete(d); /* only unwritten private file pages */
+		dest_maybe_complete(d); /* only unwritten private file pages */
 		return;
 	}
 	if (dest_open_bulk(d) < 0)

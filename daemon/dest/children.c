@@ -95,11 +95,15 @@ dest_child_start(struct dest *root, struct dest *k)
 		dest_persist_dirty(root); /* with the child, for a restart */
 }
 
-/* Takes a finished or dead child off its root's list and lets it go. */
+/*
+ * Takes a finished or dead child off its root's list and lets it go; one
+ * that holds every page waits for the root's COMMIT (commit.c).
+ */
 void
 dest_child_done(struct dest *k)
 {
 	struct dest *root = k->root;
+	int waits = 0;
 
 	for (size_t i = 0; i < root->nkids; i++) {
 		if (root->kids[i] == k) {
@@ -109,7 +113,7 @@ dest_child_done(struct dest *k)
 	}
 	if (k->m->state != MIG_FAILED) {
 		if (dest_present_total(k) == k->m->pages_total) {
-			migration_set_state(k->m, MIG_COMPLETE);
+			waits = 1; /* complete with the root's COMMIT */
 		} else {
 			migration_fail(
 				k->m,
@@ -128,12 +132,12 @@ dest_child_done(struct dest *k)
 	dest_drop_target(k, k->m->state == MIG_FAILED && !k->have_poison);
 	if (k->find_ev)
 		event_del(k->find_ev);
-	migration_release(k->m);
+	if (waits)
+		dest_kid_waits(root, k);
+	else
+		migration_release(k->m);
 	dest_persist_dirty(root); /* without the child */
-	if (root->m->state == MIG_RUNNING &&
-	    dest_present_total(root) == root->m->pages_total &&
-	    root->nkids == 0)
-		dest_complete(root);
+	dest_maybe_complete(root);
 }
 
 /*

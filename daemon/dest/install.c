@@ -402,9 +402,7 @@ page_done(struct dest *d, const Uffdd__PageData *pd,
 		i++;
 	}
 	d->m->pages_present = dest_present_total(d);
-	if (d->m->state == MIG_RUNNING && !d->precopy &&
-	    d->m->pages_present == d->m->pages_total && d->nkids == 0)
-		dest_complete(d);
+	dest_maybe_complete(d);
 }
 
 /*

@@ -165,8 +165,27 @@ struct dest {
 	size_t nbacklog;
 	int read_err; /* a failed read of the uffd was logged */
 
+	/*
+	 * commit.c: completion is a commit. complete_sent: COMPLETE went on
+	 * this demand lane, and the target runs waiting for COMMIT (sent
+	 * again after a resume); committed: COMMIT commit_seq was acted on,
+	 * persisted first, and the ACK's echo is awaited (the state file
+	 * stays until then); released: the target was let go after it. In
+	 * the root, done_kids: forked children that hold every page, waiting
+	 * for the root's COMMIT (stopped if it fails).
+	 */
+	int complete_sent, committed, released;
+	uint64_t commit_seq;
+	struct dest **done_kids;
+	size_t ndone_kids;
+
 	/* lanes.c: the two lanes to the source, and their reconnection. */
 	struct conn *demand, *bulk;
+	/*
+	 * Why the source refused our resume (another protocol version): the
+	 * pause deadline fails with it rather than with "unreachable".
+	 */
+	char refused[512];
 	int bulk_opened;  /* logged that we open this bulk lane's records */
 	int resuming;	  /* the demand lane is in a resume handshake */
 	uint64_t t_pause; /* ns: when the lanes went down */
@@ -267,11 +286,28 @@ struct dest *dest_new(const char *id, pid_t pid, const char *from,
 /* The target's exit is an event, once its process is known. */
 void dest_exit_watch(struct dest *);
 void dest_drop_target(struct dest *, int kill);
-void dest_complete(struct dest *);
+void dest_release_target(struct dest *, int close_target);
+void dest_end(struct dest *);
 void dest_fail(struct dest *, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/*
+ * The pages present may be of two moments (the source ran, or never
+ * vouched for them): the target is stopped, its children too, and the
+ * migration fails with why.
+ */
+void dest_fail_stop(struct dest *, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void dest_fail_kids(struct dest *, const char *why);
 void dest_target_exited(struct dest *);
 void dest_gone_reason(struct dest *);
+
+/* commit.c */
+void dest_maybe_complete(struct dest *);
+void dest_commit(struct dest *, const Uffdd__Commit *);
+void dest_committed_frame(struct dest *, const struct frame_hdr *,
+			  ProtobufCMessage *);
+void dest_kid_waits(struct dest *root, struct dest *k);
+void dest_done_kids_end(struct dest *, const char *stopped_why);
 
 /* attach.c */
 void dest_attach_fail(struct dest *, uint32_t code, const char *fmt, ...)
@@ -390,6 +426,8 @@ struct saved {
 	int tfd; /* -1: the attach had not taken the uffd yet */
 	int held, gone;
 	int sole;	     /* the daemon held the only uffd (tracee.h) */
+	uint64_t committed;  /* the COMMIT acted on (0: none) */
+	int released;	     /* the target let go after it */
 	struct region *regs; /* vma_start: the source's start */
 	size_t nregs;
 	struct range *ranges;

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <event2/event.h>
 
@@ -135,6 +136,37 @@ rerequest(struct dest *d)
 }
 
 /*
+ * The source stayed away for pause-deadline seconds. A committed
+ * destination is whole, only the source's process may stay stopped;
+ * one whose pages all came but were never vouched for is stopped; any
+ * other fails loudly, with the reason its resumes were refused if any.
+ */
+static void
+deadline(struct dest *d)
+{
+	if (d->committed) {
+		log_warnx("migration %s: source %s unreachable for %d s after "
+			  "the COMMIT: its acknowledgement was not delivered, "
+			  "and the source may hold its process stopped",
+			  log_id(d->m->id), d->from, conf.pause_deadline);
+		dest_end(d);
+	} else if (d->m->committing) {
+		dest_fail_stop(d,
+			       "every page arrived, but source %s never "
+			       "vouched for them (no COMMIT within "
+			       "pause-deadline, %d s%s%s)",
+			       d->from, conf.pause_deadline,
+			       d->refused[0] ? ": " : "", d->refused);
+	} else if (d->refused[0]) {
+		dest_fail(d, "%s (for pause-deadline, %d s)", d->refused,
+			  conf.pause_deadline);
+	} else {
+		dest_fail(d, "source %s unreachable for %d s (pause deadline)",
+			  d->from, conf.pause_deadline);
+	}
+}
+
+/*
  * The backoff is over: reopen the bulk lane, or both lanes (a resume),
  * unless the pause deadline has passed.
  */
@@ -150,17 +182,17 @@ retry_cb(evutil_socket_t fd, short ev, void *arg)
 			dest_attach_fail(d, ERR_UNREACHABLE, "%s", err);
 		return;
 	}
-	if (d->m->state == MIG_RUNNING && d->demand && d->bulk == NULL) {
+	if (d->m->state == MIG_RUNNING && d->demand && d->bulk == NULL &&
+	    !d->complete_sent) {
 		if (dest_open_bulk(d) < 0)
 			dest_schedule_retry(d);
 		return;
 	}
-	if (d->m->state != MIG_PAUSED || d->demand)
+	if ((d->m->state != MIG_PAUSED && !d->committed) || d->demand)
 		return;
 	if (now_ns() - d->t_pause >
 	    (uint64_t)conf.pause_deadline * 1000000000ULL) {
-		dest_fail(d, "source %s unreachable for %d s (pause deadline)",
-			  d->from, conf.pause_deadline);
+		deadline(d);
 		return;
 	}
 	log_debug("migration %s: reconnecting to %s", log_id(d->m->id),
@@ -207,6 +239,18 @@ dest_lanes_down(struct dest *d, const char *why)
 	d->demand = d->bulk = NULL;
 	d->resuming = 0;
 	d->pending = 0;
+	/* A COMPLETE in flight may be lost: a resume sends it again. */
+	d->complete_sent = 0;
+	if (d->committed) {
+		log_warnx("migration %s: source lost (%s) before it echoed our "
+			  "COMMIT_ACK; resuming to deliver it",
+			  log_id(d->m->id), why);
+		if (d->t_pause == 0)
+			d->t_pause = now_ns();
+		d->backoff_ms = 0;
+		dest_schedule_retry(d);
+		return;
+	}
 	if (d->m->state == MIG_RUNNING) {
 		log_warnx("migration %s: source lost (%s); faulting threads "
 			  "wait",
@@ -300,6 +344,8 @@ bulk_close(struct conn *c, const char *why, void *arg)
 	conn_free(d->bulk);
 	d->bulk = NULL;
 	d->pending = 0; /* its pages are not ours: send_holdings() says so */
+	if (d->complete_sent)
+		return; /* nothing more to come on it */
 	if (d->demand && d->m->state == MIG_RUNNING) {
 		log_warnx("migration %s: bulk lane lost (%s); %llu of %llu "
 			  "pages present, the source sends the rest again",
@@ -389,6 +435,10 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 	d->resuming = 0;
 	d->backoff_ms = 0;
 	d->m->reconnects++;
+	if (d->refused[0]) {
+		d->refused[0] = '\0';
+		d->m->reason[0] = '\0';
+	}
 	log_info("migration %s: resumed after %.1f s paused; %llu of %llu "
 		 "pages present",
 		 log_id(d->m->id), (double)(now_ns() - d->t_pause) / 1e9,
@@ -399,7 +449,7 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 	/* A pre-copy's pages are all present, yet SWITCHOVER is to come. */
 	if (!d->precopy && dest_present_total(d) == d->m->pages_total &&
 	    d->nkids == 0) {
-		dest_complete(d);
+		dest_maybe_complete(d);
 		return;
 	}
 	if (dest_open_bulk(d) < 0)
@@ -407,8 +457,77 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 }
 
 /*
+ * The source speaks another protocol version: an attach fails saying so;
+ * a resume pauses on, and its pause deadline fails with that reason.
+ */
+static void
+other_version(struct dest *d, uint32_t v)
+{
+	snprintf(d->refused, sizeof(d->refused),
+		 "source %.200s speaks protocol version %u, this destination "
+		 "%u: %s",
+		 d->from, v, UFFDD_PROTO_VERSION, UFFDD_PROTO_UPGRADE);
+	if (d->m->state == MIG_CONNECTING) {
+		dest_attach_fail(d, ERR_PROTOCOL, "%s", d->refused);
+		return;
+	}
+	snprintf(d->m->reason, sizeof(d->m->reason), "%s", d->refused);
+	dest_lanes_down(d, d->refused);
+}
+
+/*
+ * The source's ERROR. Attaching: the attach fails with its code (a
+ * protocol version refused says what to do). Once attached: its pages
+ * gone (SOURCE, UNKNOWN_ID) fail the migration loudly; its process run
+ * (SOURCE_RAN) stops the target; a resume refused for its version keeps
+ * the migration paused with that reason; anything else breaks the lanes.
+ */
+static void
+source_error(struct dest *d, const Uffdd__Error *e)
+{
+	int version = e->code == ERR_PROTOCOL &&
+		      strstr(e->message, "protocol version") != NULL;
+	const char *hint =
+		version && strstr(e->message, UFFDD_PROTO_UPGRADE) == NULL
+			? ": " UFFDD_PROTO_UPGRADE
+			: "";
+
+	if (d->m->state == MIG_CONNECTING && e->code == ERR_UNKNOWN_ID &&
+	    wait_export(d))
+		return;
+	if (d->m->state == MIG_CONNECTING) {
+		char waited[80] = "";
+
+		if (e->code == ERR_UNKNOWN_ID && d->export_wait)
+			snprintf(waited, sizeof(waited),
+				 " (no export with it came within the %u s the "
+				 "attach waits)",
+				 d->export_wait);
+		dest_attach_fail(d,
+				 e->code == ERR_UNKNOWN_ID ||
+						 e->code == ERR_PROTOCOL ||
+						 e->code == ERR_SOURCE_RAN
+					 ? e->code
+					 : ERR_SOURCE,
+				 "source %s: %.300s%s%s", d->from, e->message,
+				 hint, waited);
+	} else if (e->code == ERR_SOURCE_RAN) {
+		dest_fail_stop(d, "source %s: %.350s", d->from, e->message);
+	} else if (e->code == ERR_SOURCE || e->code == ERR_UNKNOWN_ID) {
+		dest_fail(d, "source %s: %.350s", d->from, e->message);
+	} else if (version) {
+		snprintf(d->refused, sizeof(d->refused),
+			 "source %.200s: %.200s%s", d->from, e->message, hint);
+		snprintf(d->m->reason, sizeof(d->m->reason), "%s", d->refused);
+		dest_lanes_down(d, d->refused);
+	} else {
+		dest_lanes_down(d, e->message);
+	}
+}
+
+/*
  * A frame on the demand lane: the handshake and region table of an attach
- * or a resume, the answers to requests, or the source's error.
+ * or a resume, the answers to requests, COMMIT, or the source's error.
  */
 static void
 demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
@@ -416,6 +535,10 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 {
 	struct dest *d = arg;
 
+	if (d->committed) {
+		dest_committed_frame(d, h, msg);
+		return;
+	}
 	switch (h->type) {
 	case FRAME_HELLO:
 		if (((const Uffdd__Hello *)msg)->version ==
@@ -424,15 +547,7 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 			dest_run_hold_hello(d, (const Uffdd__Hello *)msg);
 			break;
 		}
-		if (d->m->state == MIG_CONNECTING)
-			dest_attach_fail(
-				d, ERR_PROTOCOL,
-				"source %s speaks protocol version %u, "
-				"we speak %u",
-				d->from, ((const Uffdd__Hello *)msg)->version,
-				UFFDD_PROTO_VERSION);
-		else
-			dest_lanes_down(d, "protocol version changed");
+		other_version(d, ((const Uffdd__Hello *)msg)->version);
 		break;
 	case FRAME_REGIONS:
 		if (d->m->state == MIG_CONNECTING)
@@ -448,31 +563,12 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		break;
 	case FRAME_PING:
 		break;
-	case FRAME_ERROR: {
-		const Uffdd__Error *e = (const Uffdd__Error *)msg;
-
-		if (d->m->state == MIG_CONNECTING &&
-		    e->code == ERR_UNKNOWN_ID && wait_export(d))
-			break;
-		if (d->m->state == MIG_CONNECTING) {
-			char waited[80] = "";
-
-			if (e->code == ERR_UNKNOWN_ID && d->export_wait)
-				snprintf(waited, sizeof(waited),
-					 " (no export with it came within the "
-					 "%u s the attach waits)",
-					 d->export_wait);
-			dest_attach_fail(
-				d,
-				e->code == ERR_UNKNOWN_ID ? ERR_UNKNOWN_ID
-							  : ERR_SOURCE,
-				"source %s: %s%s", d->from, e->message, waited);
-		} else if (e->code == ERR_SOURCE || e->code == ERR_UNKNOWN_ID)
-			dest_fail(d, "source %s: %s", d->from, e->message);
-		else
-			dest_lanes_down(d, e->message);
+	case FRAME_COMMIT:
+		dest_commit(d, (const Uffdd__Commit *)msg);
 		break;
-	}
+	case FRAME_ERROR:
+		source_error(d, (const Uffdd__Error *)msg);
+		break;
 	default:
 		dest_lanes_down(d, "unexpected frame on the demand lane");
 		break;
@@ -514,6 +610,8 @@ dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 	h.lane = UFFDD__LANE__LANE_DEMAND;
 	h.migration_id = d->m->id;
 	h.resume = resuming;
+	h.committed = d->committed;
+	h.commit_seq = d->commit_seq;
 	/*
 	 * We know SWITCHOVER: a pre-copy's source may go on with us; and
 	 * whether the bulk stream waits for our target to run (runhold.c).

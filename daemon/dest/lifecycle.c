@@ -75,6 +75,7 @@ dest_free(struct migration *m)
 	free(d->buf);
 	free(d->waiters);
 	free(d->kids);
+	free(d->done_kids);
 	free(d);
 	m->impl = NULL;
 }
@@ -154,19 +155,14 @@ dest_drop_target(struct dest *d, int kill)
 }
 
 /*
- * The end of a migration, either way: lanes, registration and both copies
- * of the uffd go (the target's only when close_target is set), the state
- * file too, and the role's memory once the current callback returns.
+ * The target is none of ours any more: held threads let go, registration
+ * and both copies of the uffd gone (the target's only when close_target
+ * is set; a target with no copy of its own is killed otherwise).
  */
-static void
-teardown(struct dest *d, int close_target)
+void
+dest_release_target(struct dest *d, int close_target)
 {
 	dest_release_held(d);
-	if (d->demand)
-		conn_finish(d->demand);
-	if (d->bulk)
-		conn_finish(d->bulk);
-	d->demand = d->bulk = NULL;
 	if (close_target && d->uffd >= 0) {
 		for (size_t i = 0; i < d->nregs; i++)
 			if (d->regs[i].r.kind != REGION_FILE_PRIVATE &&
@@ -185,30 +181,34 @@ teardown(struct dest *d, int close_target)
 	 * continued. It goes, as it would with the daemon (tracee.h).
 	 */
 	dest_drop_target(d, !close_target);
+}
+
+/*
+ * The migration's end once its target is dealt with: lanes, the retries,
+ * the state file, and the role's memory once the current callback
+ * returns. Children waiting for the commit end with it, whole.
+ */
+void
+dest_end(struct dest *d)
+{
+	dest_done_kids_end(d, NULL);
+	if (d->demand)
+		conn_finish(d->demand);
+	if (d->bulk)
+		conn_finish(d->bulk);
+	d->demand = d->bulk = NULL;
 	if (d->retry_ev)
 		event_del(d->retry_ev);
 	dest_persist_remove(d);
 	migration_release(d->m);
 }
 
-/*
- * Every page is in: tell the source, unregister, and close both copies of
- * the uffd. Only now may the target's copy go (docs/design.md). Not before
- * a pre-copy's switchover: every page is present after its first round,
- * and later ones still replace them.
- */
-void
-dest_complete(struct dest *d)
+/* The end of a migration, either way: the target, then the rest. */
+static void
+teardown(struct dest *d, int close_target)
 {
-	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
-
-	if (d->precopy)
-		return;
-	c.pages = dest_present_total(d);
-	if (d->demand)
-		conn_send(d->demand, FRAME_COMPLETE, &c.base);
-	migration_set_state(d->m, MIG_COMPLETE);
-	teardown(d, 1);
+	dest_release_target(d, close_target);
+	dest_end(d);
 }
 
 /*
@@ -296,6 +296,20 @@ fill_discarded(struct dest *d)
 	}
 }
 
+/* Forked children still migrating lose the same pages and fail too. */
+void
+dest_fail_kids(struct dest *d, const char *why)
+{
+	while (d->nkids > 0) {
+		struct dest *k = d->kids[0];
+
+		if (poison_missing(k) < 0)
+			fill_discarded(k);
+		migration_fail(k->m, "%s", why);
+		dest_child_done(k);
+	}
+}
+
 /*
  * Loud failure (docs/design.md): the pages that are still missing can no
  * longer be had. They are poisoned and the target goes on with SIGBUS on a
@@ -305,7 +319,7 @@ fill_discarded(struct dest *d)
 void
 dest_fail(struct dest *d, const char *fmt, ...)
 {
-	char why[256];
+	char why[512];
 	va_list ap;
 	int poisoned;
 
@@ -315,15 +329,7 @@ dest_fail(struct dest *d, const char *fmt, ...)
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	poisoned = poison_missing(d) == 0;
-	/* Forked children lose the same pages. */
-	while (d->nkids > 0) {
-		struct dest *k = d->kids[0];
-
-		if (poison_missing(k) < 0)
-			fill_discarded(k);
-		migration_fail(k->m, "%s", why);
-		dest_child_done(k);
-	}
+	dest_fail_kids(d, why);
 	if (d->hold && (dest_private_missing(d) > 0 || d->precopy)) {
 		/*
 		 * dest_release_held() (in teardown) stops it, poisoned or
@@ -349,13 +355,60 @@ dest_fail(struct dest *d, const char *fmt, ...)
 	} else {
 		migration_fail(d->m,
 			       "%s; %llu pages lost and poisoned (SIGBUS on "
-			       "access)",
-			       why, (unsigned long long)d->m->pages_lost);
+			       "access)%s",
+			       why, (unsigned long long)d->m->pages_lost,
+			       d->m->committing ? "; every page had arrived, "
+						  "the source never committed"
+						: "");
 	}
 	if (!poisoned)
 		fill_discarded(d);
 	if (d->demand)
 		conn_send_error(d->demand, ERR_DEST_FAILED, "%s", d->m->reason);
+	teardown(d, poisoned);
+}
+
+void
+dest_fail_stop(struct dest *d, const char *fmt, ...)
+{
+	char why[512];
+	va_list ap;
+	int poisoned;
+
+	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	/* First of all: no thread of its runs on from here. */
+	if (!d->gone)
+		procref_signal(&d->t, SIGSTOP);
+	for (size_t i = 0; i < d->nkids; i++)
+		procref_signal(&d->kids[i]->t, SIGSTOP);
+	dest_done_kids_end(d, why);
+	poisoned = poison_missing(d) == 0;
+	dest_fail_kids(d, why);
+	if (!poisoned)
+		fill_discarded(d);
+	if (d->gone)
+		migration_fail(d->m, "%s; target %d had exited", why,
+			       (int)d->m->pid);
+	else if (d->sole && !poisoned)
+		migration_fail(d->m, "%s; target %d %s", why, (int)d->m->pid,
+			       fate(d));
+	else
+		migration_fail(d->m,
+			       "%s; target %d stopped: continuing it "
+			       "(SIGCONT) is the operator's call",
+			       why, (int)d->m->pid);
+	/*
+	 * Poisoned, the ranges are unregistered and its copy of the uffd
+	 * closed (an injection into the stopped process, whose group stop
+	 * holds after it), as for a loud failure: continued by hand, it gets
+	 * SIGBUS on a lost page, never a wait on a uffd nobody reads. Else
+	 * it keeps them, stopped, so that no missing page reads as zeros;
+	 * one held with no copy of its own is killed then.
+	 */
 	teardown(d, poisoned);
 }
 
@@ -418,6 +471,21 @@ dest_target_exited(struct dest *d)
 		return;
 	/* A fork's event it left unread, or one an injection read, first. */
 	dest_read_faults(d);
+	/*
+	 * It had every page and ran to its end: what it did stands or falls
+	 * with the source's COMMIT, still awaited.
+	 */
+	if (d->m->committing && !d->gone &&
+	    (d->m->state == MIG_RUNNING || d->m->state == MIG_PAUSED)) {
+		log_info("migration %s: target process %d exited; waiting for "
+			 "the source's COMMIT",
+			 log_id(d->m->id), (int)d->m->pid);
+		d->gone = 1;
+		unwatch(d);
+		d->target_fd = -1;
+		dest_persist_dirty(d);
+		return;
+	}
 	if (d->nkids > 0 &&
 	    (d->m->state == MIG_RUNNING || d->m->state == MIG_PAUSED)) {
 		root_gone(d);

@@ -146,6 +146,11 @@ save_more(struct state_out *o, const struct migration *m)
 		state_put_u64(o, "target_fd", (uint64_t)d->target_fd);
 	if (d->gone)
 		state_put_u64(o, "gone", 1);
+	/* A COMMIT acted on, its ACK not echoed yet (restore.c). */
+	if (d->committed)
+		state_put_u64(o, "committed", d->commit_seq);
+	if (d->released)
+		state_put_u64(o, "released", 1);
 	if (d->hold)
 		state_put_u64(o, "held", 1);
 	for (size_t i = 0; i < d->nkids; i++)
@@ -201,8 +206,12 @@ take_starts(struct dest *d)
 static int
 save(struct dest *d)
 {
-	/* Ended: teardown removed the file, which must not come back. */
-	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
+	/*
+	 * Ended: teardown removed the file, which must not come back; but
+	 * for a COMMIT acted on, whose ACK a restart must still deliver.
+	 */
+	if ((d->m->state == MIG_COMPLETE && !d->committed) ||
+	    d->m->state == MIG_FAILED)
 		return 0;
 	if (take_starts(d) == 0 && state_write(d->m, save_more) == 0) {
 		d->saved = 1;

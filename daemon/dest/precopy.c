@@ -211,6 +211,5 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 		 (unsigned long long)d->m->pages_total);
 	dest_persist_dirty(d);
 	d->m->pages_present = dest_present_total(d);
-	if (d->m->pages_present == d->m->pages_total && d->nkids == 0)
-		dest_complete(d);
+	dest_maybe_complete(d);
 }

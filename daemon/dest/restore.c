@@ -364,6 +364,39 @@ restored_log(const struct dest *d)
 }
 
 /*
+ * The daemon died after it acted on a COMMIT, before the source echoed
+ * its ACK: the migration is complete. A target not let go yet (the daemon
+ * died in between) is let go now, as the COMMIT would have; then a resume
+ * that says committed delivers the ACK, so that the source kills (or
+ * keeps) its process.
+ */
+static int
+restore_committed(const char *file, struct saved *sv)
+{
+	struct dest *d = restore_new(sv);
+
+	d->committed = 1;
+	d->commit_seq = sv->committed;
+	if (!sv->released && !sv->sole && !sv->gone &&
+	    restore_target(d, sv, file) == 0 && !d->gone &&
+	    restore_regions(d, sv, file) == 0) {
+		log_info("%s: migration %s was committed; letting target %d "
+			 "go",
+			 file, log_id(sv->id), (int)sv->pid);
+		dest_release_target(d, 1);
+	}
+	d->released = 1;
+	migration_set_state(d->m, MIG_COMPLETE);
+	d->t_pause = now_ns();
+	dest_persist_now(d);
+	dest_schedule_retry(d);
+	log_info("restored migration %s, committed: its acknowledgement goes "
+		 "to %s",
+		 log_id(sv->id), d->from);
+	return 0;
+}
+
+/*
  * After a daemon restart: takes the target's userfaultfd again (the target
  * kept its copy: docs/design.md), rebuilds the page states from the
  * target's pagemap (a page is there exactly when it was installed, because
@@ -378,7 +411,13 @@ dest_restore(struct state_tbl *t)
 	struct dest *d;
 	int rc = -1;
 
-	if (dest_saved_read(t, &sv) < 0 || !saved_usable(file, &sv))
+	if (dest_saved_read(t, &sv) < 0)
+		goto out;
+	if (sv.committed) {
+		rc = restore_committed(file, &sv);
+		goto out;
+	}
+	if (!saved_usable(file, &sv))
 		goto out;
 	d = restore_new(&sv);
 	if (restore_target(d, &sv, file) < 0)

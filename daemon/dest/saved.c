@@ -111,7 +111,11 @@ saved_head(struct state_tbl *t, struct saved *sv)
 	}
 	if (saved_flag(t, "held", &sv->held) < 0 ||
 	    saved_flag(t, "gone", &sv->gone) < 0 ||
-	    saved_flag(t, "sole", &sv->sole) < 0)
+	    saved_flag(t, "sole", &sv->sole) < 0 ||
+	    saved_flag(t, "released", &sv->released) < 0)
+		return -1;
+	if (state_has(t, "committed") &&
+	    state_u64(t, "committed", 1, UINT64_MAX, &sv->committed) < 0)
 		return -1;
 	if (state_has(t, "pin") &&
 	    (state_str(t, "pin", sv->pin, sizeof(sv->pin)) < 0 ||

@@ -180,6 +180,11 @@ take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
 	if (source_freeze_checked(&s->t, who, NULL, &was_stopped, code, err,
 				  errlen) < 0)
 		return -1;
+	/*
+	 * The count a run is found by from here (commit.c), until the
+	 * watch after go takes it again: demand answers go out before.
+	 */
+	s->switches = source_settled_switches(s->t.pid);
 	us[0] = (now_ns() - t0) / 1000;
 	n = source_build_regions(s->t.pid, s->ranges, s->nranges, &regs, code,
 				 err, errlen);
@@ -282,6 +287,12 @@ after_go(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	/*
+	 * The watch takes its count anew: a run before it is found first
+	 * (after a COMMIT, one is looked at when its ACK comes).
+	 */
+	if (!s->m->committing && source_check_or_fail(s) < 0)
+		return;
 	if (classify_some(s, 0, &code, err, sizeof(err)) < 0) {
 		source_thaw(&s->t, s->was_stopped);
 		source_fail(s, "go: %s; process %d runs again", err,

@@ -647,6 +647,10 @@ source_free(struct migration *m)
 		event_free(s->exit_ev);
 	if (s->ping_ev)
 		event_free(s->ping_ev);
+	if (s->check_ev)
+		event_free(s->check_ev);
+	if (s->commit_ev)
+		event_free(s->commit_ev);
 	if (s->rate_ev)
 		event_free(s->rate_ev);
 	source_precopy_free(s);

@@ -199,40 +199,99 @@ source_freeze_checked(const struct procref *t, const struct authz_caller *who,
 }
 
 /*
+ * Whether pid is dying: gone, a zombie, or with a SIGKILL pending for its
+ * thread group. A stopped process that is killed wakes, and its threads
+ * switch, on their way out: that is no run, and its exit is reported on
+ * its own.
+ */
+static int
+dying(pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long long mask;
+	int dead = 0;
+	char st;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return 1;
+	while (!dead && fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "State: %c", &st) == 1)
+			dead = strchr("ZX", st) != NULL;
+		else if (sscanf(line, "ShdPnd: %llx", &mask) == 1)
+			dead = (mask >> (SIGKILL - 1) & 1) != 0;
+	}
+	fclose(f);
+	return dead;
+}
+
+/* The run found by a page it wrote: 1, why naming the page. */
+static int
+wrote(pid_t pid, uint64_t addr, char *why, size_t len)
+{
+	snprintf(why, len,
+		 "source process %d ran after the export (continued from "
+		 "elsewhere) and wrote to its memory at 0x%llx",
+		 (int)pid, (unsigned long long)addr);
+	return 1;
+}
+
+/*
+ * How long a process whose threads switched is watched for its death
+ * before the switches count as a run: a killed one shows its SIGKILL
+ * pending, or its end, within microseconds of waking.
+ */
+#define DYING_LOOKS 20
+#define DYING_LOOK_NS 1000000
+
+/*
  * The process must stay as it was frozen: its pages were classified then,
  * and a page it writes after it went is lost to the destination. Nothing
- * tells us of a SIGCONT from elsewhere; look each ping, and at the end:
- * for a page written since the export (wptrack.h), where the kernel can
- * tell, and for a context switch of its threads, which a stopped thread
- * never makes. *why says which.
+ * tells us of a SIGCONT from elsewhere; look (source_check(), and the
+ * snapshot's writer) for a page written since the watch began
+ * (wptrack.h), where the kernel can tell, and for a context switch of its
+ * threads since the count switches, which a stopped thread never makes.
+ * 1 and *why says which; 0 when it did not run; -1 when it is dying (it
+ * did not run before its death that anything can still tell).
  */
 int
-source_continued(const struct source *s, char *why, size_t len)
+source_ran(pid_t pid, const struct wptrack *wp, long long switches, char *why,
+	   size_t len)
 {
+	struct timespec ts = {0, DYING_LOOK_NS};
 	int running = 0;
 	long long n;
 	uint64_t addr;
 
-	if (s->img)
-		return 0; /* no process: nothing can run */
-	n = source_switch_count(s->m->pid, &running);
-	if (wptrack_written(&s->wp, &addr) == 1) {
-		snprintf(why, len,
-			 "source process %d ran after the export (continued "
-			 "from elsewhere) and wrote to its memory at 0x%llx: "
-			 "the destination may hold older bytes",
-			 (int)s->m->pid, (unsigned long long)addr);
-		return 1;
-	}
-	/* Gone or dying (exit_cb() says so), or no count taken. */
-	if (!running && (n < 0 || s->switches < 0 || n == s->switches))
+	n = source_switch_count(pid, &running);
+	if (wptrack_written(wp, &addr) == 1)
+		return wrote(pid, addr, why, len);
+	/* Gone or dying (its exit is reported on its own), or no count. */
+	if (!running && (n < 0 || switches < 0 || n == switches))
 		return 0;
+	for (int i = 0; i < DYING_LOOKS; i++) {
+		if (dying(pid))
+			return -1;
+		nanosleep(&ts, NULL);
+	}
+	/* Running, it may have written since: the page names it better. */
+	if (wptrack_written(wp, &addr) == 1)
+		return wrote(pid, addr, why, len);
 	snprintf(why, len,
 		 "source process %d was continued (SIGCONT from elsewhere) "
-		 "during the migration: what it wrote since may not reach "
-		 "the destination",
-		 (int)s->m->pid);
+		 "after the export",
+		 (int)pid);
 	return 1;
+}
+
+/* Whether the export's process ran since it was frozen (source_ran()). */
+int
+source_continued(const struct source *s, char *why, size_t len)
+{
+	if (s->img)
+		return 0; /* no process: nothing can run */
+	return source_ran(s->m->pid, &s->wp, s->switches, why, len);
 }
 
 /*
@@ -291,11 +350,6 @@ source_settled_switches(pid_t pid)
 }
 
 /*
- * From now on any run of the frozen process is noticed (source_continued()): its
- * exported ranges are write-protected where the kernel can track writes,
- * and its threads' context switches are counted from here.
- */
-/*
  * Write-protecting puts a marker in every page table entry of the ranges,
  * populated or not: a sparse mapping of 169 GB took the daemon over 20 s
  * (found by fuzz_state). Beyond this much, runs are found by context
@@ -303,36 +357,52 @@ source_settled_switches(pid_t pid)
  */
 #define WATCH_WP_MAX (32ull << 30)
 
-void
-source_watch_freeze(struct source *s)
+/*
+ * From now on any run of the frozen process t is noticed (source_ran()):
+ * regions [regs, regs + n) are write-protected into wp where the kernel
+ * can track writes, and the threads' context switches are counted from
+ * here (returned; -1: unknown). what names the export or snapshot in the
+ * logs.
+ */
+long long
+source_watch(const struct procref *t, const struct src_region *regs, size_t n,
+	     struct wptrack *wp, const char *what)
 {
-	struct range *rs = xcalloc(s->nregs, sizeof(*rs));
+	struct range *rs = xcalloc(n ? n : 1, sizeof(*rs));
 	uint64_t total = 0;
 	char why[256];
 
-	for (size_t i = 0; i < s->nregs; i++) {
-		rs[i].start = s->regs[i].r.start;
-		rs[i].end = s->regs[i].r.start + s->regs[i].r.length;
-		total += s->regs[i].r.length;
+	for (size_t i = 0; i < n; i++) {
+		rs[i].start = regs[i].r.start;
+		rs[i].end = regs[i].r.start + regs[i].r.length;
+		total += regs[i].r.length;
 	}
 	if (total > WATCH_WP_MAX)
-		log_info("migration %s: %llu GiB exported, more than the "
-			 "write tracker takes (%llu GiB): a run of process %d "
-			 "is found by its context switches, at the next ping",
-			 log_id(s->m->id), (unsigned long long)(total >> 30),
-			 WATCH_WP_MAX >> 30, (int)s->m->pid);
+		log_info("%s: %llu GiB, more than the write tracker takes "
+			 "(%llu GiB): a run of process %d is found by its "
+			 "context switches",
+			 what, (unsigned long long)(total >> 30),
+			 WATCH_WP_MAX >> 30, (int)t->pid);
 	else if (!wptrack_usable())
-		log_debug("migration %s: this kernel cannot track writes "
+		log_debug("%s: this kernel cannot track writes "
 			  "(UFFD_FEATURE_WP_ASYNC, PAGEMAP_SCAN): a run of "
-			  "process %d is found by its context switches, at the "
-			  "next ping",
-			  log_id(s->m->id), (int)s->m->pid);
-	else if (wptrack_start(&s->wp, &s->t, rs, s->nregs, WPTRACK_ASYNC, why,
-			       sizeof(why)) < 0)
-		log_info("migration %s: writes of process %d are not tracked "
-			 "(%s): a run of it is found by its context switches, "
-			 "at the next ping",
-			 log_id(s->m->id), (int)s->m->pid, why);
+			  "process %d is found by its context switches",
+			  what, (int)t->pid);
+	else if (wptrack_start(wp, t, rs, n, WPTRACK_ASYNC, why, sizeof(why)) <
+		 0)
+		log_info("%s: writes of process %d are not tracked (%s): a "
+			 "run of it is found by its context switches",
+			 what, (int)t->pid, why);
 	free(rs);
-	s->switches = source_settled_switches(s->m->pid);
+	return source_settled_switches(t->pid);
+}
+
+/* The export's process is watched from now on (source_watch()). */
+void
+source_watch_freeze(struct source *s)
+{
+	char what[64];
+
+	snprintf(what, sizeof(what), "migration %s", log_id(s->m->id));
+	s->switches = source_watch(&s->t, s->regs, s->nregs, &s->wp, what);
 }

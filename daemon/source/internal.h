@@ -8,6 +8,9 @@
  *   export.c   an export: regions, classification, its record and events
  *   serve.c    pages out: demand answers and the bulk stream
  *   lanes.c    the destination's lanes, and how a migration ends
+ *   commit.c   the freeze check on a timer, and completion as a commit:
+ *              COMPLETE answered with COMMIT, COMMIT_ACK, the process
+ *              killed (or kept)
  *   persist.c  the state file: written, deferred, restored from
  *   precopy.c  export --precopy: rounds while the process runs, the freeze,
  *              the switchover
@@ -38,6 +41,14 @@ struct migration;
 
 /* An idle lane is pinged this often so the destination sees it alive. */
 #define PING_SECS 1
+/*
+ * The freeze check (source_check()) runs this often at least, and takes
+ * at most 1/CHECK_SHARE of the loop: a check that took c ms comes back
+ * after CHECK_SHARE * c ms when that is longer (docs/design.md, "The
+ * freeze check").
+ */
+#define CHECK_MS 100
+#define CHECK_SHARE 20
 /* s->scratch: one frame's page bytes (a demand answer, a zero-check). */
 #define SCRATCH_LEN FRAME_DATA_MAX
 
@@ -162,6 +173,18 @@ struct source {
 	struct conn *demand, *bulk;
 	struct event *bulk_ev, *exit_ev, *ping_ev, *rate_ev;
 	/*
+	 * commit.c: the freeze check's timer; reads of the process made,
+	 * and made before the last check that passed (a COMMIT needs them
+	 * equal); the last check's cost. completing: the destination's
+	 * COMPLETE came, nothing more is read for the bulk stream;
+	 * commit_seq: the COMMIT sent (0: none yet), until its ACK.
+	 */
+	struct event *check_ev, *commit_ev;
+	uint64_t reads, reads_checked;
+	uint64_t check_ns, checks, check_sum_ns, check_max_ns, check_cpu_ns;
+	int completing;
+	uint64_t commit_seq;
+	/*
 	 * The state file is behind what the export is (persist.c): save_ev
 	 * writes it once the current callback has returned.
 	 */
@@ -209,7 +232,11 @@ void source_thaw(const struct procref *t, int was_stopped);
 long long source_switch_count(pid_t pid, int *running);
 void source_watch_freeze(struct source *);
 long long source_settled_switches(pid_t pid);
+int source_ran(pid_t pid, const struct wptrack *, long long switches, char *why,
+	       size_t len);
 int source_continued(const struct source *, char *why, size_t len);
+long long source_watch(const struct procref *t, const struct src_region *regs,
+		       size_t n, struct wptrack *wp, const char *what);
 
 /* export.c */
 struct source *source_new_bare(const char *id);
@@ -305,12 +332,34 @@ void source_precopy_free(struct source *);
 void source_lanes_start(struct source *);
 void source_fail(struct source *, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/*
+ * The process ran after pages were read from it: the migration fails
+ * with ERR_SOURCE_RAN, the process is left stopped (it holds the newest
+ * bytes), and a destination that comes later, even after a restart of
+ * this daemon, is told the same.
+ */
+void source_fail_ran(struct source *, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void source_teardown(struct source *);
+
+/* commit.c */
+void source_check_start(struct source *);
+void source_check_report(const struct source *);
+int source_check(struct source *, char *why, size_t len);
+int source_check_or_fail(struct source *);
+void source_complete_requested(struct source *);
+void source_commit_ack(struct source *, const Uffdd__Commit *);
+int source_commit_resume(struct source *, struct conn *, const Uffdd__Hello *);
+void source_commit_echo(struct conn *, const struct migration *,
+			const Uffdd__Hello *);
 
 /* persist.c */
 void source_persist_start(struct source *);
 int source_persist_now(struct source *);
 void source_persist_dirty(struct source *);
 void source_persist_remove(struct source *);
+void source_persist_tombstone(struct source *);
+void source_persist_told(struct migration *);
 void source_persist_free(struct source *);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * The destination's two lanes (demand and bulk): its HELLO, the frames it
- * sends, a lane lost; and how a migration ends: completion, failure,
- * teardown.
+ * sends, a lane lost; and how a migration ends: failure and teardown
+ * (completion: commit.c).
  */
 #include "config.h"
 
@@ -22,8 +22,6 @@
 #include "daemon/stats.h"
 #include "daemon/source/internal.h"
 
-static void teardown(struct source *);
-
 /*
  * Status says whether the destination has attached: both lanes up and
  * the regions it takes named. A deferred export's tool waits for it
@@ -36,69 +34,106 @@ note_attached(struct source *s)
 }
 
 /*
+ * The migration fails with why: the destination is told (code), and one
+ * that comes back later is told the same when it says hello.
+ */
+static void
+fail(struct source *s, uint32_t code, const char *why)
+{
+	/*
+	 * Before the switchover the destination's target has not run: the
+	 * process goes on where it was (frozen for the last round only),
+	 * unless it ran on its own, which it holds the newest bytes of.
+	 */
+	if (source_precopy_running(s)) {
+		source_precopy_untrack(s);
+		if (s->pc->phase == PC_FINAL && code != ERR_SOURCE_RAN)
+			source_thaw(&s->t, s->was_stopped);
+		if (code != ERR_SOURCE_RAN)
+			log_warnx("migration %s: pre-copy ends; process %d "
+				  "runs on",
+				  log_id(s->m->id), (int)s->m->pid);
+	}
+	if (s->m->deferred)
+		log_warnx("migration %s: ends before go; process %d was never "
+			  "touched",
+			  log_id(s->m->id), (int)s->m->pid);
+	s->m->fail_code = code == ERR_SOURCE ? 0 : code;
+	migration_fail(s->m, "%s", why);
+	if (s->demand)
+		conn_send_error(s->demand, code, "%s", s->m->reason);
+	source_teardown(s);
+}
+
+/*
  * The source's pages can no longer be had: fail, and tell the destination,
- * which poisons what it lacks. A destination that comes back later is told
- * the same when it says hello.
+ * which poisons what it lacks.
  */
 void
 source_fail(struct source *s, const char *fmt, ...)
 {
 	va_list ap;
-	char why[256];
+	char why[512];
 
 	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
 		return;
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	/*
-	 * Before the switchover the destination's target has not run: the
-	 * process goes on where it was (frozen for the last round only).
-	 */
-	if (source_precopy_running(s)) {
-		source_precopy_untrack(s);
-		if (s->pc->phase == PC_FINAL)
-			source_thaw(&s->t, s->was_stopped);
-		log_warnx("migration %s: pre-copy ends; process %d runs on",
-			  log_id(s->m->id), (int)s->m->pid);
-	}
-	if (s->m->deferred)
-		log_warnx("migration %s: ends before go; process %d was never "
-			  "touched",
-			  log_id(s->m->id), (int)s->m->pid);
-	migration_fail(s->m, "%s", why);
-	if (s->demand)
-		conn_send_error(s->demand, ERR_SOURCE, "%s", s->m->reason);
-	teardown(s);
+	fail(s, ERR_SOURCE, why);
 }
 
-/* The process's pidfd is readable: it exited, and its pages with it. */
+void
+source_fail_ran(struct source *s, const char *fmt, ...)
+{
+	va_list ap;
+	char why[400], full[512];
+
+	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	/* It holds the newest bytes: stopped, neither killed nor thawed. */
+	if (s->img == NULL)
+		procref_signal(&s->t, SIGSTOP);
+	snprintf(full, sizeof(full),
+		 "%s: the destination may hold pages of two moments; source "
+		 "process %d left stopped",
+		 why, (int)s->m->pid);
+	fail(s, ERR_SOURCE_RAN, full);
+}
+
+/*
+ * The process's pidfd is readable: it exited, and its pages with it.
+ * After a COMMIT nothing more is wanted of it (its ACK ends the
+ * migration). Before, the destination's present pages were read before
+ * the last check that passed but for those read since (at most one check
+ * period, CHECK_MS): nothing can be looked at any more, and the missing
+ * pages are lost (docs/design.md, "The freeze check").
+ */
 static void
 exit_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct source *s = arg;
 
 	event_del(s->exit_ev);
+	if (s->m->committing) {
+		log_warnx("migration %s: source process %d exited after the "
+			  "COMMIT; waiting for its acknowledgement",
+			  log_id(s->m->id), (int)s->m->pid);
+		return;
+	}
 	source_fail(s, "source process %d exited", (int)s->m->pid);
 }
 
-/*
- * Each PING_SECS: fails the export if the process ran, else pings the
- * lanes (the bulk one only when idle).
- */
+/* Each PING_SECS: pings the lanes (the bulk one only when idle). */
 static void
 ping_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct source *s = arg;
 	Uffdd__Ping p = UFFDD__PING__INIT;
-	char why[256];
 
-	/* Before a pre-copy's freeze or a go the process runs, as it should. */
-	if (!source_precopy_running(s) && !s->m->deferred &&
-	    source_continued(s, why, sizeof(why))) {
-		source_fail(s, "%s", why);
-		return;
-	}
 	if (s->demand)
 		conn_send(s->demand, FRAME_PING, &p.base);
 	if (s->bulk && conn_output_len(s->bulk) == 0)
@@ -134,7 +169,14 @@ lanes_down(struct source *s, const char *why)
 		source_precopy_lost(s, why);
 		return;
 	}
-	if (s->m->state == MIG_RUNNING) {
+	if (s->m->state == MIG_RUNNING && s->m->committing) {
+		log_warnx("migration %s: destination lost (%s) after the "
+			  "COMMIT, before its acknowledgement; process %d "
+			  "stays stopped until the destination resumes",
+			  log_id(s->m->id), why, (int)s->m->pid);
+		migration_set_state(s->m, MIG_PAUSED);
+		source_persist_dirty(s);
+	} else if (s->m->state == MIG_RUNNING) {
 		log_warnx("migration %s: destination lost (%s); the process "
 			  "stays frozen",
 			  log_id(s->m->id), why);
@@ -144,17 +186,23 @@ lanes_down(struct source *s, const char *why)
 		/* The attach --image it was made for gave up. */
 		migration_fail(s->m, "the attach from this image failed (%s)",
 			       why);
-		teardown(s);
+		source_teardown(s);
 	} else if (s->m->state == MIG_WAITING) {
 		for (size_t i = 0; i < s->nregs; i++)
 			s->regs[i].accepted = 0;
 	}
 }
 
-/* The end, either way: lanes, events, state file, then the role's memory. */
-static void
-teardown(struct source *s)
+/*
+ * The end, either way: lanes, events, state file (a tombstone stays for a
+ * run of the process nobody was told of), then the role's memory.
+ */
+void
+source_teardown(struct source *s)
 {
+	int told = s->demand != NULL;
+
+	source_check_report(s);
 	if (s->demand)
 		conn_finish(s->demand);
 	if (s->bulk)
@@ -163,43 +211,17 @@ teardown(struct source *s)
 	event_del(s->bulk_ev);
 	event_del(s->ping_ev);
 	event_del(s->rate_ev);
+	if (s->check_ev)
+		event_del(s->check_ev);
+	if (s->commit_ev)
+		event_del(s->commit_ev);
 	if (s->exit_ev)
 		event_del(s->exit_ev);
-	source_persist_remove(s);
+	if (s->m->fail_code == ERR_SOURCE_RAN && !told)
+		source_persist_tombstone(s);
+	else
+		source_persist_remove(s);
 	migration_release(s->m);
-}
-
-/* The destination has every page: end, and kill the process unless kept. */
-static void
-complete(struct source *s)
-{
-	char why[256];
-
-	/*
-	 * The destination has every page it was sent. If the process ran
-	 * meanwhile, that may not be all it holds: it is not killed, and the
-	 * migration is not called complete here.
-	 */
-	if (source_continued(s, why, sizeof(why))) {
-		migration_fail(s->m, "%s", why);
-		log_warnx("migration %s: process %d left running",
-			  log_id(s->m->id), (int)s->m->pid);
-		teardown(s);
-		return;
-	}
-	migration_set_state(s->m, MIG_COMPLETE);
-	if (s->img) {
-		log_info("migration %s complete: the image is restored",
-			 log_id(s->m->id));
-	} else if (s->keep_source) {
-		log_info("migration %s complete; process %d left stopped",
-			 log_id(s->m->id), (int)s->m->pid);
-	} else {
-		log_info("migration %s complete; killing source process %d",
-			 log_id(s->m->id), (int)s->m->pid);
-		procref_signal(&s->t, SIGKILL);
-	}
-	teardown(s);
 }
 
 /*
@@ -247,6 +269,13 @@ accept_regions(struct source *s, const Uffdd__RegionTable *t)
 	s->cur_reg = 0;
 	s->cur_page = 0;
 	s->hint_left = 0;
+	/*
+	 * A destination that resumes without having acted on a COMMIT sent
+	 * (Hello.committed) never got it: its next COMPLETE is checked and
+	 * answered anew.
+	 */
+	s->completing = 0;
+	s->m->committing = 0;
 	if (s->resume_pending)
 		s->m->reconnects++;
 	s->resume_pending = 0;
@@ -302,6 +331,29 @@ bulk_go(struct source *s)
 		source_hold_changed(s);
 }
 
+/*
+ * The destination's ERROR: its target gone or its migration failed end
+ * this one, the process left stopped; anything else breaks the lanes.
+ */
+static void
+dest_error(struct source *s, const Uffdd__Error *e)
+{
+	log_warnx("migration %s: destination says: %s", log_id(s->m->id),
+		  e->message);
+	if (e->code != ERR_TARGET_GONE && e->code != ERR_DEST_FAILED) {
+		lanes_down(s, e->message);
+		return;
+	}
+	if (s->img)
+		migration_fail(s->m, "destination: %.400s", e->message);
+	else
+		migration_fail(s->m,
+			       "destination: %.400s; source process %d left "
+			       "stopped",
+			       e->message, (int)s->m->pid);
+	source_teardown(s);
+}
+
 /* A frame on the demand lane, by its type. */
 static void
 demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
@@ -336,9 +388,12 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		else if (s->m->deferred)
 			source_fail(s, "destination completed before go "
 				       "(nothing was sent)");
-		else if (s->m->state == MIG_RUNNING ||
-			 s->m->state == MIG_PAUSED)
-			complete(s);
+		else if (s->m->state == MIG_RUNNING)
+			source_complete_requested(s);
+		break;
+	case FRAME_COMMIT_ACK:
+		if (s->m->state == MIG_RUNNING)
+			source_commit_ack(s, (const Uffdd__Commit *)msg);
 		break;
 	case FRAME_HAVE:
 		if (have_pages(s, (const Uffdd__PageBitmap *)msg) < 0) {
@@ -358,26 +413,9 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 			lanes_down(s, "protocol error");
 		}
 		break;
-	case FRAME_ERROR: {
-		const Uffdd__Error *e = (const Uffdd__Error *)msg;
-
-		log_warnx("migration %s: destination says: %s",
-			  log_id(s->m->id), e->message);
-		if (e->code == ERR_TARGET_GONE || e->code == ERR_DEST_FAILED) {
-			if (s->img)
-				migration_fail(s->m, "destination: %s",
-					       e->message);
-			else
-				migration_fail(s->m,
-					       "destination: %s; source "
-					       "process %d left stopped",
-					       e->message, (int)s->m->pid);
-			teardown(s);
-		} else {
-			lanes_down(s, e->message);
-		}
+	case FRAME_ERROR:
+		dest_error(s, (const Uffdd__Error *)msg);
 		break;
-	}
 	default:
 		log_warnx("%s: unexpected %s", conn_name(c),
 			  frame_type_name(h->type));
@@ -462,8 +500,10 @@ hello_source(struct conn *c, const Uffdd__Hello *hello)
 
 	if (hello->version != UFFDD_PROTO_VERSION) {
 		conn_send_error(c, ERR_PROTOCOL,
-				"protocol version %u, this source speaks %u",
-				hello->version, UFFDD_PROTO_VERSION);
+				"protocol version %u, this source speaks %u: "
+				"%s",
+				hello->version, UFFDD_PROTO_VERSION,
+				UFFDD_PROTO_UPGRADE);
 		conn_finish(c);
 		return NULL;
 	}
@@ -474,10 +514,20 @@ hello_source(struct conn *c, const Uffdd__Hello *hello)
 		conn_finish(c);
 		return NULL;
 	}
+	/* A committed destination whose ACK was lost is answered in kind. */
+	if (hello->committed && hello->lane == UFFDD__LANE__LANE_DEMAND &&
+	    (m->state == MIG_COMPLETE || m->state == MIG_FAILED)) {
+		source_commit_echo(c, m, hello);
+		return NULL;
+	}
 	if (m->state == MIG_COMPLETE || m->state == MIG_FAILED) {
-		conn_send_error(c, ERR_SOURCE, "migration is %s%s%s",
+		conn_send_error(c, m->fail_code ? m->fail_code : ERR_SOURCE,
+				"migration is %s%s%s",
 				migration_state_name(m->state),
 				m->reason[0] ? ": " : "", m->reason);
+		if (m->fail_code == ERR_SOURCE_RAN &&
+		    hello->lane == UFFDD__LANE__LANE_DEMAND)
+			source_persist_told(m);
 		conn_finish(c);
 		return NULL;
 	}
@@ -560,6 +610,8 @@ demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 		s->demand = s->bulk = NULL;
 		event_del(s->bulk_ev);
 	}
+	if (hello->lane == UFFDD__LANE__LANE_DEMAND && hello->committed)
+		return source_commit_resume(s, c, hello);
 	if (hello->lane != UFFDD__LANE__LANE_DEMAND || s->demand) {
 		conn_send_error(c, ERR_BUSY,
 				s->demand
@@ -617,7 +669,7 @@ source_hello(struct conn *c, const Uffdd__Hello *hello)
 	return demand_hello(s, c, hello);
 }
 
-/* The exit of the process, and the pings, for a live export. */
+/* The exit of the process, the pings and the checks, for a live export. */
 void
 source_lanes_start(struct source *s)
 {
@@ -631,4 +683,5 @@ source_lanes_start(struct source *s)
 	}
 	s->ping_ev = event_new(base, -1, EV_PERSIST, ping_cb, s);
 	event_add(s->ping_ev, &tv);
+	source_check_start(s);
 }

@@ -12,9 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/compat.h"
+#include "daemon/conffile.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
@@ -36,6 +38,15 @@ save_more(struct state_out *o, const struct migration *m)
 	state_put_u64(o, "keep_source", s->keep_source != 0);
 	if (s->switches >= 0)
 		state_put_u64(o, "switches", (uint64_t)s->switches);
+	/* A COMMIT out, not acknowledged yet: for status after a restart. */
+	if (s->m->committing)
+		state_put_u64(o, "commit_seq", s->commit_seq);
+	/* A tombstone (source_persist_tombstone()): what a resume is told. */
+	if (s->m->state == MIG_FAILED) {
+		state_put_u64(o, "fail_code", s->m->fail_code);
+		state_put_str(o, "reason", s->m->reason);
+		state_put_u64(o, "failed_at", (uint64_t)time(NULL));
+	}
 	for (size_t i = 0; i < s->nranges; i++)
 		state_put_u64s(o, state_key(key, "range", i),
 			       (const uint64_t[]){s->ranges[i].start,
@@ -133,6 +144,33 @@ source_persist_remove(struct source *s)
 }
 
 /*
+ * The process ran and no destination was told (its lanes were down): the
+ * file stays, as a tombstone, so that one resuming is told why even after
+ * a restart of this daemon (ERR_SOURCE_RAN: it stops its target), until
+ * one has been (source_persist_told()). A restart drops one older than
+ * pause-deadline: no destination resumes any more then.
+ */
+void
+source_persist_tombstone(struct source *s)
+{
+	s->dirty = 0;
+	if (s->save_ev)
+		event_del(s->save_ev);
+	if (s->img || state_write(s->m, save_more) < 0)
+		return;
+	log_info("migration %s: its state file stays as a tombstone: a "
+		 "destination that resumes is told that process %d ran",
+		 log_id(s->m->id), (int)s->m->pid);
+}
+
+/* A destination was told of the run (ERR_SOURCE_RAN): the tombstone goes. */
+void
+source_persist_told(struct migration *m)
+{
+	state_remove(m);
+}
+
+/*
  * The role's memory goes (source_free()): at the daemon's exit a write
  * still pending is made now, so that a restart finds the export as it was.
  */
@@ -151,7 +189,12 @@ struct saved {
 	pid_t pid;
 	unsigned long long start;
 	int keep, waiting, live;
-	long long switches; /* -1: none saved */
+	long long switches;  /* -1: none saved */
+	uint64_t commit_seq; /* a COMMIT out (0: none) */
+	/* A tombstone (state failed): the code, why, and when (time()). */
+	uint32_t fail_code;
+	char reason[512];
+	uint64_t failed_at;
 	struct range *ranges;
 	size_t nranges;
 	struct saved_name {
@@ -188,6 +231,26 @@ saved_names(struct state_tbl *t, struct saved *sv)
 						 "region, or one name twice",
 						 key);
 	}
+	return 0;
+}
+
+/* commit_seq, and a tombstone's fail_code, reason and failed_at. */
+static int
+saved_commit(struct state_tbl *t, struct saved *sv)
+{
+	uint64_t v;
+
+	if (state_has(t, "commit_seq") &&
+	    state_u64(t, "commit_seq", 1, UINT64_MAX, &sv->commit_seq) < 0)
+		return -1;
+	if (!state_has(t, "fail_code"))
+		return 0;
+	if (state_u64(t, "fail_code", 0, ERR_SOURCE_RAN, &v) < 0 ||
+	    state_str(t, "reason", sv->reason, sizeof(sv->reason)) < 0 ||
+	    state_u64(t, "failed_at", 0, UINT64_MAX, &sv->failed_at) < 0)
+		return -1;
+	sv->fail_code = (uint32_t)v;
+	text_clean(sv->reason);
 	return 0;
 }
 
@@ -229,6 +292,8 @@ saved_read(struct state_tbl *t, struct saved *sv)
 		   strcmp(st, "paused") == 0;
 	if (!sv->live && strcmp(st, "complete") && strcmp(st, "failed"))
 		return state_bad(t, "state", "state %s: not a source's", st);
+	if (saved_commit(t, sv) < 0)
+		return -1;
 	if (state_ranges(t, "range", &sv->ranges, &sv->nranges) < 0 ||
 	    saved_names(t, sv) < 0)
 		return -1;
@@ -276,7 +341,9 @@ same_process(const char *file, const struct saved *sv)
  * It ran while no daemon watched (found running, or switched since the
  * count saved): pages already sent may have changed since, and taken up,
  * the migration would end with the old ones. The process holds the newest
- * bytes: it is left as it was found.
+ * bytes: it is left stopped, and the export fails as a run found while
+ * watching does (source_fail_ran(): a destination that resumes is told,
+ * and stops its target).
  */
 static int
 ran_meanwhile(const char *file, struct source *s, const struct saved *sv,
@@ -287,10 +354,41 @@ ran_meanwhile(const char *file, struct source *s, const struct saved *sv,
 		return 0;
 	log_warnx("%s: source process %d ran while no daemon watched it "
 		  "(continued from elsewhere): export %s not taken up; the "
-		  "process is left %s",
-		  file, (int)sv->pid, log_id(sv->id),
-		  s->was_stopped ? "stopped" : "running");
+		  "process is left stopped",
+		  file, (int)sv->pid, log_id(sv->id));
+	source_fail_ran(s,
+			"source process %d ran while no daemon watched it "
+			"(continued from elsewhere)",
+			(int)sv->pid);
 	return 1;
+}
+
+/*
+ * A tombstone (source_persist_tombstone()): the failed export is listed,
+ * and answers a destination that resumes with its code, until
+ * pause-deadline seconds after the failure. 0 when taken up (the file
+ * stays), -1 when it is over.
+ */
+static int
+restore_tombstone(const char *file, const struct saved *sv)
+{
+	struct migration *m;
+	uint64_t now = (uint64_t)time(NULL);
+
+	if (sv->fail_code != ERR_SOURCE_RAN ||
+	    now > sv->failed_at + (uint64_t)conf.pause_deadline) {
+		log_warnx("%s: export %s had failed (%s)", file, log_id(sv->id),
+			  sv->reason);
+		return -1;
+	}
+	m = migration_new(ROLE_SOURCE, sv->id);
+	m->pid = sv->pid;
+	m->start = sv->start;
+	m->fail_code = sv->fail_code;
+	migration_fail(m, "%s", sv->reason);
+	log_info("%s: export %s kept failed for a destination that resumes",
+		 file, log_id(sv->id));
+	return 0;
 }
 
 /*
@@ -341,6 +439,10 @@ source_restore(struct state_tbl *t)
 
 	if (saved_read(t, &sv) < 0)
 		goto out;
+	if (!sv.live && sv.fail_code) {
+		rc = restore_tombstone(file, &sv);
+		goto out;
+	}
 	if (!sv.live) {
 		log_warnx("%s: export %s had ended", file, log_id(sv.id));
 		goto out;
@@ -369,13 +471,18 @@ source_restore(struct state_tbl *t)
 	}
 	now = source_switch_count(sv.pid, NULL);
 	if (ran_meanwhile(file, s, &sv, now)) {
-		source_thaw(&s->t, s->was_stopped);
-		migration_free(s->m);
+		rc = 0; /* listed failed; its tombstone stays */
 		goto out;
 	}
 	source_watch_freeze(s);
 	if (!sv.waiting)
 		migration_set_state(s->m, MIG_PAUSED);
+	/* A COMMIT was out: the destination's committed resume ends it. */
+	if (sv.commit_seq) {
+		s->commit_seq = sv.commit_seq;
+		s->completing = 1;
+		s->m->committing = 1;
+	}
 	log_info("restored export %s of process %d (%s)", log_id(sv.id),
 		 (int)sv.pid, migration_state_name(s->m->state));
 	source_persist_now(s);

@@ -388,6 +388,9 @@ switchover(struct source *s)
 {
 	struct precopy *pc = s->pc;
 
+	/* The target runs from SWITCHOVER on: never on pages of two moments. */
+	if (source_check_or_fail(s) < 0)
+		return;
 	migration_round(s->m, s->m->bytes - pc->round_start);
 	send_switchover(s);
 	/* From here a silent link is the destination's to notice. */
@@ -652,6 +655,8 @@ void
 source_precopy_swept(struct source *s)
 {
 	if (s->pc == NULL || !s->pc->again || s->bulk == NULL)
+		return;
+	if (source_check_or_fail(s) < 0)
 		return;
 	s->pc->again = 0;
 	send_switchover(s);

@@ -94,6 +94,8 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 		return -1;
 	if (s->img)
 		return source_image_read(s, sr, page, dst, len, 0);
+	/* Counted before: a COMMIT covers only reads a check came after. */
+	s->reads++;
 	got = sr->cache_fd >= 0 ? read_cache(sr, page, dst, len)
 				: process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
 	if (got == (ssize_t)len && procref_same(&s->t))
@@ -127,6 +129,7 @@ read_demand(struct source *s, struct src_region *sr, uint64_t page,
 		return -1;
 	if (s->img)
 		return source_image_read(s, sr, page, dst, len, 1);
+	s->reads++;
 	if (sr->cache_fd < 0 &&
 	    pread(s->t.memfd, dst, len, (off_t)addr) == (ssize_t)len)
 		return 0;
@@ -416,6 +419,19 @@ small_round(const struct source *s)
 }
 
 /*
+ * Whether the bulk stream waits: before go, and its release (defer.c,
+ * bulk_held), the destination's BULK_GO (lanes.c, peer_held) and the
+ * classification after go (defer.c, unclassified); and for good after
+ * COMPLETE (commit.c): no COMMIT would cover a read after its check.
+ */
+static int
+bulk_holds(const struct source *s)
+{
+	return s->m->deferred || s->bulk_held || s->peer_held ||
+	       s->unclassified || s->completing;
+}
+
+/*
  * Produces one round of the bulk stream, then yields to the loop so that
  * demand requests (higher priority) go first.
  */
@@ -424,12 +440,7 @@ source_bulk_produce(struct source *s)
 {
 	uint64_t bytes = 0, round = BULK_ROUND_BYTES, frame = BULK_DATA_PAGES;
 
-	/*
-	 * Not before go, nor its release (defer.c, bulk_held), the
-	 * destination's BULK_GO (lanes.c, peer_held) and the
-	 * classification after go (defer.c, unclassified).
-	 */
-	if (s->m->deferred || s->bulk_held || s->peer_held || s->unclassified)
+	if (bulk_holds(s))
 		return;
 	/*
 	 * While demand traffic is recent, one small frame a loop pass, and

@@ -79,7 +79,10 @@ struct snap {
 	uint64_t cur_page;
 	uint8_t *buf; /* IMAGE_RUN_BYTES */
 	struct image_writer w;
+	/* The freeze check (source_ran()): its tracker, count and timing. */
+	struct wptrack wp;
 	long long switches;
+	uint64_t check_ns, t_check;
 	uint64_t pages[4]; /* by enum image_class */
 	uint64_t synced;   /* bytes of the file whose writeback started */
 	struct timespec t0;
@@ -101,6 +104,7 @@ snap_free(struct snap *s)
 	if (s->fd >= 0)
 		close(s->fd);
 	image_writer_free(&s->w);
+	wptrack_stop(&s->wp);
 	for (size_t i = 0; i < s->nregs; i++) {
 		free(s->regs[i].data);
 		free(s->regs[i].sent);
@@ -133,6 +137,68 @@ snap_fail(struct snap *s, uint32_t code, const char *fmt, ...)
 		s->serial, code, "snapshot: %s%s", msg,
 		s->frozen && !s->was_stopped ? "; process left running" : "");
 	snap_free(s);
+}
+
+/*
+ * The process ran since the freeze: the image may hold pages of two
+ * moments and is not kept; the process, which holds the newest bytes,
+ * is left stopped, never thawed nor killed.
+ */
+static void
+snap_ran(struct snap *s, const char *why)
+{
+	procref_signal(&s->t, SIGSTOP);
+	s->frozen = 0;
+	snap_fail(s, ERR_SOURCE_RAN,
+		  "%s: the image is not kept; process %d left stopped", why,
+		  (int)s->t.pid);
+}
+
+/*
+ * The freeze check, timed: 1 (why filled) if the process ran, -1 if it
+ * is dying, else 0.
+ */
+static int
+snap_check(struct snap *s, char *why, size_t len)
+{
+	struct timespec a, b;
+	int ran;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	ran = source_ran(s->t.pid, &s->wp, s->switches, why, len);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	s->check_ns = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull +
+		      (uint64_t)b.tv_nsec - (uint64_t)a.tv_nsec;
+	s->t_check = (uint64_t)b.tv_sec * 1000000000ull + (uint64_t)b.tv_nsec;
+	return ran;
+}
+
+/*
+ * While writing, the check runs as an export's timer does (commit.c):
+ * every CHECK_MS, or CHECK_SHARE times its cost when that is longer.
+ * 0, or -1: the process ran, the snapshot failed and is freed.
+ */
+static int
+snap_check_due(struct snap *s)
+{
+	uint64_t gap = s->check_ns * CHECK_SHARE, now;
+	struct timespec ts;
+	char why[384];
+	int ran;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (gap < CHECK_MS * 1000000ull)
+		gap = CHECK_MS * 1000000ull;
+	if (now - s->t_check < gap ||
+	    (ran = snap_check(s, why, sizeof(why))) == 0)
+		return 0;
+	if (ran < 0)
+		snap_fail(s, ERR_NO_PROCESS, "process %d exited",
+			  (int)s->t.pid);
+	else
+		snap_ran(s, why);
+	return -1;
 }
 
 /* A reply with the snapshot's totals. */
@@ -305,21 +371,37 @@ got_file(struct snap *s, int fd)
 		snap_fail(s, ERR_INVALID, "image: %s", strerror(errno));
 		return;
 	}
-	s->switches = source_settled_switches(s->t.pid);
+	snprintf(err, sizeof(err), "snapshot of process %d", (int)s->t.pid);
+	s->switches = source_watch(&s->t, s->regs, s->nregs, &s->wp, err);
+	snap_check(s, err, sizeof(err)); /* the timer's start */
 	s->buf = xmalloc(IMAGE_RUN_BYTES);
 	s->phase = SNAP_WRITING;
 	event_active(s->round_ev, EV_TIMEOUT, 0);
 }
 
-/* The client named the image (or gave up): end the process or let it go. */
+/*
+ * The client named the image (or gave up): end the process or let it go.
+ * A run since WRITTEN did not tear the image (every page was read before
+ * the check that allowed it), but the process holds newer bytes: it is
+ * left stopped, not killed.
+ */
 static void
 got_commit(struct snap *s, char b)
 {
+	char why[384];
+
 	if (b != 'C') {
 		snap_fail(s, ERR_INVALID, "the client did not keep the image");
 		return;
 	}
-	if (s->keep) {
+	if (snap_check(s, why, sizeof(why)) > 0) {
+		procref_signal(&s->t, SIGSTOP);
+		s->frozen = 0;
+		log_warnx("snapshot of process %d done; %s after the image was "
+			  "written: process left stopped, not killed",
+			  (int)s->t.pid, why);
+		snap_reply(s, FRAME_CTL_SNAPSHOT_DONE, 0);
+	} else if (s->keep) {
 		log_info("snapshot of process %d done; process left %s",
 			 (int)s->t.pid, s->was_stopped ? "stopped" : "running");
 		snap_reply(s, FRAME_CTL_SNAPSHOT_DONE, 0);
@@ -459,26 +541,29 @@ bad:
 	return -1;
 }
 
-/* Every page written: the tables, the header, fsync; then the client. */
+/*
+ * Every page written: the tables, the header, fsync; then the check that
+ * covers every page read, and only then the client (WRITTEN is the
+ * snapshot's COMMIT).
+ */
 static void
 finish(struct snap *s)
 {
 	Uffdd__SnapshotReply rep;
-	int running = 0;
-	long long n;
+	char why[384];
+	int ran;
 
 	if (image_writer_end(&s->w) < 0) {
 		snap_fail(s, ERR_INVALID, "writing the image: %s",
 			  strerror(errno));
 		return;
 	}
-	/* A run of the process since the freeze may have torn the image. */
-	n = source_switch_count(s->t.pid, &running);
-	if (running || (n >= 0 && s->switches >= 0 && n != s->switches)) {
-		snap_fail(s, ERR_SOURCE,
-			  "process %d was continued (SIGCONT from elsewhere) "
-			  "during the snapshot: the image is not kept",
-			  (int)s->t.pid);
+	if ((ran = snap_check(s, why, sizeof(why))) != 0) {
+		if (ran < 0)
+			snap_fail(s, ERR_NO_PROCESS, "process %d exited",
+				  (int)s->t.pid);
+		else
+			snap_ran(s, why);
 		return;
 	}
 	log_info("snapshot of process %d written: %zu regions, %llu data, "
@@ -504,6 +589,8 @@ round_cb(evutil_socket_t fd, short what, void *arg)
 	struct snap *s = arg;
 	uint64_t done = 0;
 
+	if (snap_check_due(s) < 0)
+		return;
 	while (done < ROUND_BYTES && s->cur_reg < s->nregs) {
 		int64_t got;
 
@@ -552,6 +639,8 @@ snapshot_request(uint64_t serial, const struct authz_caller *who,
 	s->serial = serial;
 	s->who = *who;
 	s->fd = -1;
+	s->wp = (struct wptrack)WPTRACK_NONE;
+	s->switches = -1;
 	procref_move(&s->t, t);
 	clock_gettime(CLOCK_MONOTONIC, &s->t0);
 	s->keep = req->keep_source;

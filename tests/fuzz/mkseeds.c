@@ -138,6 +138,7 @@ role_seeds(void)
 	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
 	Uffdd__Error e = UFFDD__ERROR__INIT;
 	Uffdd__Ping ping = UFFDD__PING__INIT;
+	Uffdd__Commit cm = UFFDD__COMMIT__INIT;
 	uint8_t bits[2] = {0xff, 0x0f};
 
 	role_table(&t);
@@ -170,6 +171,16 @@ role_seeds(void)
 	c.pages = FZ_ANON_PAGES + FZ_SHM_PAGES;
 	add(&l, FRAME_COMPLETE, &c.base);
 	put("source", "complete", l.p, l.n);
+	/* Completion is a commit: the ACK of its COMMIT, and a stale one. */
+	cm.seq = 1;
+	add(&l, FRAME_COMMIT_ACK, &cm.base);
+	put("source", "commit_ack", l.p, l.n);
+	l.n = 0;
+	add_bytes(&l, "\0", 1);
+	add(&l, FRAME_REGIONS, &t.base);
+	cm.seq = 7;
+	add(&l, FRAME_COMMIT_ACK, &cm.base);
+	put("source", "commit_ack_stale", l.p, l.n);
 	l.n = 0;
 	add_bytes(&l, "\0", 1);
 	add(&l, FRAME_REGIONS, &t.base);
@@ -183,6 +194,16 @@ role_seeds(void)
 	h.migration_id = FZ_ID;
 	add(&l, FRAME_HELLO, &h.base);
 	put("source", "own_hello", l.p, l.n);
+	/* A destination that acted on a COMMIT resumes to deliver its ACK. */
+	l.n = 0;
+	add_bytes(&l, "\1", 1);
+	h.resume = 1;
+	h.committed = 1;
+	h.commit_seq = 1;
+	add(&l, FRAME_HELLO, &h.base);
+	put("source", "committed_resume", l.p, l.n);
+	h.resume = h.committed = 0;
+	h.commit_seq = 0;
 
 	/* fuzz_dest: the whole migration, then pieces of it. */
 	h.migration_id = "";
@@ -196,6 +217,25 @@ role_seeds(void)
 	pd.region = 1, pd.page = 0, pd.npages = FZ_SHM_PAGES;
 	add(&l, FRAME_PAGE_DATA, &pd.base);
 	put("dest", "complete", l.p, l.n);
+	/* The source's COMMIT after the destination's COMPLETE, the echo. */
+	cm.seq = 1;
+	cm.pages = FZ_ANON_PAGES + FZ_SHM_PAGES;
+	cm.checked_by = "writes+switches";
+	add(&l, FRAME_COMMIT, &cm.base);
+	add(&l, FRAME_COMMIT_ACK, &cm.base);
+	put("dest", "commit", l.p, l.n);
+	l.n = 0;
+	add(&l, FRAME_HELLO, &h.base);
+	add(&l, FRAME_REGIONS, &t.base);
+	add(&l, FRAME_COMMIT, &cm.base);
+	put("dest", "commit_early", l.p, l.n);
+	l.n = 0;
+	add(&l, FRAME_HELLO, &h.base);
+	add(&l, FRAME_REGIONS, &t.base);
+	e.code = 13;
+	e.message = "source process 1 ran after the export";
+	add(&l, FRAME_ERROR, &e.base);
+	put("dest", "source_ran", l.p, l.n);
 	l.n = 0;
 	add(&l, FRAME_HELLO, &h.base);
 	add(&l, FRAME_REGIONS, &t.base);
@@ -346,6 +386,23 @@ state_seeds(void)
 		   "%sfrom=127.0.0.1:1\ngone=1\nchild.0=99999 1 4\n"
 		   "%schild_discarded.0=99999 0 1 3\n",
 		   h, regions);
+	snprintf(h, sizeof(h), head, "destination", "complete");
+	state_seed("dest_committed", 0,
+		   "%sfrom=127.0.0.1:1\ntarget_fd=3\ncommitted=2\n"
+		   "released=1\n%s",
+		   h, regions);
+	snprintf(h, sizeof(h), head, "source", "failed");
+	state_seed("source_tombstone", 1,
+		   "%skeep_source=0\nswitches=0\nrange.0=%llu %llu\n"
+		   "fail_code=13\nreason=source%%20process%%20ran\n"
+		   "failed_at=4102444800\n",
+		   h, a, end);
+	snprintf(h, sizeof(h), head, "source", "paused");
+	state_seed("source_committing", 1,
+		   "%skeep_source=1\nswitches=0\ncommit_seq=3\n"
+		   "range.0=%llu %llu\n",
+		   h, a, end);
+	snprintf(h, sizeof(h), head, "destination", "paused");
 	state_seed("dest_name_escaped", 0,
 		   "%sfrom=[::1]:7401\ntarget_fd=4\nrange.0=%llu %llu\n"
 		   "region.0=0 %llu %u 4096 1 %llu\n"
@@ -475,6 +532,7 @@ main(int argc, char **argv)
 	Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
 	Uffdd__PageData pd = UFFDD__PAGE_DATA__INIT;
 	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
+	Uffdd__Commit cm = UFFDD__COMMIT__INIT;
 	Uffdd__Error e = UFFDD__ERROR__INIT;
 	Uffdd__Range rg = UFFDD__RANGE__INIT, *rgp = &rg;
 	Uffdd__ExportRequest ex = UFFDD__EXPORT_REQUEST__INIT;
@@ -527,6 +585,11 @@ main(int argc, char **argv)
 	frame("page_zero", FRAME_PAGE_DATA, &pd.base, 0, stream, &slen);
 	c.pages = 256;
 	frame("complete", FRAME_COMPLETE, &c.base, 0, stream, &slen);
+	cm.seq = 1;
+	cm.pages = 256;
+	cm.checked_by = "switches";
+	frame("commit", FRAME_COMMIT, &cm.base, 0, stream, &slen);
+	frame("commit_ack", FRAME_COMMIT_ACK, &cm.base, 0, stream, &slen);
 	e.code = 1;
 	e.message = "unknown migration ID";
 	frame("error", FRAME_ERROR, &e.base, 0, stream, &slen);

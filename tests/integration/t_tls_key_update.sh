@@ -13,7 +13,7 @@ ensure_daemon src
 python3 -c '
 import struct, sys
 ident = b"0123456789abcdef0123456789abcdef"
-msg = b"\x08\x01\x18\x01\x22" + bytes([len(ident)]) + ident
+msg = b"\x08\x02\x18\x01\x22" + bytes([len(ident)]) + ident  # version 2
 sys.stdout.buffer.write(struct.pack(">HHII", 1, 0, len(msg), 0) + msg)
 ' >"$T/hello.bin"
 # -msg shows each record's content type and each handshake message.

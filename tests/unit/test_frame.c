@@ -51,6 +51,42 @@ test_header(void)
 	      0); /* data on a non-data frame */
 }
 
+/*
+ * COMMIT and COMMIT_ACK (version 2): known types carrying a Commit, no
+ * page data; a Commit packed as COMMIT reads back whole, and is not a
+ * HELLO.
+ */
+static void
+test_commit(void)
+{
+	Uffdd__Commit c = UFFDD__COMMIT__INIT, *back;
+	struct frame_hdr h;
+	const char *why;
+	uint8_t *buf;
+	size_t len;
+
+	CHECK(UFFDD_PROTO_VERSION == 2);
+	CHECK(decode(FRAME_COMMIT, 0, 10, 0) == 0);
+	CHECK(decode(FRAME_COMMIT_ACK, 0, 10, 0) == 0);
+	CHECK(decode(FRAME_COMMIT, 0, 10, 4096) < 0);
+	CHECK(frame_descriptor(FRAME_COMMIT) == &uffdd__commit__descriptor);
+	CHECK(frame_descriptor(FRAME_COMMIT_ACK) == &uffdd__commit__descriptor);
+	CHECK(strcmp(frame_type_name(FRAME_COMMIT_ACK), "COMMIT_ACK") == 0);
+	c.seq = 3;
+	c.pages = 1u << 20;
+	c.checked_by = "writes+switches";
+	buf = frame_pack(FRAME_COMMIT, &c.base, 0, &len);
+	CHECK(buf != NULL);
+	CHECK(frame_hdr_decode(buf, &h, &why) == 0 && h.type == FRAME_COMMIT);
+	back = (Uffdd__Commit *)frame_unpack(h.type, buf + FRAME_HDR_LEN,
+					     h.msg_len);
+	CHECK(back != NULL && back->seq == 3 && back->pages == 1u << 20 &&
+	      strcmp(back->checked_by, "writes+switches") == 0);
+	frame_free(&back->base);
+	CHECK(frame_pack(FRAME_HELLO, &c.base, 0, &len) == NULL);
+	free(buf);
+}
+
 static void
 test_roundtrip(void)
 {
@@ -249,6 +285,7 @@ main(void)
 	test_clean_strings();
 	test_header();
 	test_roundtrip();
+	test_commit();
 	test_fd_io();
 	test_range();
 	return UNIT_DONE();

@@ -1,0 +1,178 @@
+/*
+ * Completion is a commit (docs/design.md, "Completion"). Once every page
+ * is present the destination says COMPLETE and keeps its target as it is
+ * (registered, its faults served, its state file as running) until the
+ * source's COMMIT vouches for every page it sent. On COMMIT it persists
+ * that it acted on it, acknowledges (COMMIT_ACK), is complete, and lets
+ * the target go; the source kills (or keeps) its process then and echoes
+ * the ACK. A COMMIT_ACK lost with the lanes, or to a restart of either
+ * daemon, is delivered by a resume that says Hello.committed.
+ */
+#include "config.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/conffile.h"
+#include "daemon/conn.h"
+#include "daemon/dest/internal.h"
+#include "daemon/log.h"
+#include "daemon/migration.h"
+#include "daemon/stats.h"
+
+/*
+ * Every page of the root and of every forked child is in: COMPLETE, and
+ * the bulk lane goes (it has nothing more to bring, and is not opened
+ * again). Not before a pre-copy's switchover: every page is present
+ * after its first round, and later ones still replace them.
+ */
+void
+dest_maybe_complete(struct dest *d)
+{
+	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
+
+	if (d->root || d->precopy || d->complete_sent || d->demand == NULL ||
+	    d->m->state != MIG_RUNNING || d->nkids > 0 ||
+	    dest_present_total(d) != d->m->pages_total)
+		return;
+	c.pages = dest_present_total(d);
+	conn_send(d->demand, FRAME_COMPLETE, &c.base);
+	d->complete_sent = 1;
+	d->m->committing = 1;
+	if (d->bulk)
+		conn_finish(d->bulk);
+	d->bulk = NULL;
+	log_info("migration %s: every page in (%llu); COMPLETE sent, waiting "
+		 "for the source's COMMIT",
+		 log_id(d->m->id), (unsigned long long)c.pages);
+}
+
+/* A forked child holds every page: it waits for the root's COMMIT. */
+void
+dest_kid_waits(struct dest *root, struct dest *k)
+{
+	root->done_kids =
+		realloc(root->done_kids,
+			(root->ndone_kids + 1) * sizeof(*root->done_kids));
+	if (root->done_kids == NULL)
+		fatal("children");
+	root->done_kids[root->ndone_kids++] = k;
+	k->m->committing = 1;
+}
+
+/*
+ * The children that waited for the root end with it: whole (complete),
+ * or, when stopped_why is set, stopped and failed with it (their pages
+ * are of the same moments as the root's).
+ */
+void
+dest_done_kids_end(struct dest *d, const char *stopped_why)
+{
+	for (size_t i = 0; i < d->ndone_kids; i++) {
+		struct dest *k = d->done_kids[i];
+
+		k->m->committing = 0;
+		if (stopped_why != NULL) {
+			procref_signal(&k->t, SIGSTOP);
+			migration_fail(k->m,
+				       "%.400s; forked process %d stopped",
+				       stopped_why, (int)k->m->pid);
+		} else {
+			migration_set_state(k->m, MIG_COMPLETE);
+		}
+		migration_release(k->m);
+	}
+	d->ndone_kids = 0;
+}
+
+/*
+ * Test knob (tests/integration/t_commit.sh), never set in production:
+ * UFFDD_TEST_EXIT_AT=commit makes the daemon die once the COMMIT is
+ * persisted, before it is acknowledged or acted on.
+ */
+static void
+knob_exit_at_commit(void)
+{
+	const char *v = getenv("UFFDD_TEST_EXIT_AT");
+
+	if (v && strcmp(v, "commit") == 0) {
+		log_warnx("UFFDD_TEST_EXIT_AT=commit: exiting before the "
+			  "COMMIT is acknowledged");
+		_exit(9);
+	}
+}
+
+/* COMMIT_ACK: we acted on COMMIT seq (commit.c's protocol). */
+static void
+send_ack(struct dest *d)
+{
+	Uffdd__Commit a = UFFDD__COMMIT__INIT;
+
+	a.seq = d->commit_seq;
+	conn_send(d->demand, FRAME_COMMIT_ACK, &a.base);
+}
+
+/*
+ * COMMIT: the source vouches for every page it sent. The record that we
+ * act on it is on disk first (a restart then delivers the ACK), then the
+ * ACK goes, the migration is complete and the target let go: registration
+ * and both copies of the uffd. The demand lane stays for the echo.
+ */
+void
+dest_commit(struct dest *d, const Uffdd__Commit *c)
+{
+	if (!d->complete_sent || d->precopy || d->m->state != MIG_RUNNING) {
+		dest_lanes_down(d, "COMMIT before COMPLETE");
+		return;
+	}
+	d->committed = 1;
+	d->commit_seq = c->seq;
+	d->t_pause = 0; /* the echo's own deadline, from its lanes' loss */
+	/* Forked after COMPLETE and still lacking pages: none will come. */
+	dest_fail_kids(d, "forked after every page had arrived, and lacked "
+			  "pages that no longer come");
+	if (dest_persist_now(d) < 0)
+		log_warnx("migration %s: the COMMIT could not be recorded: a "
+			  "restart before the source's echo would leave its "
+			  "process stopped",
+			  log_id(d->m->id));
+	knob_exit_at_commit();
+	send_ack(d);
+	d->m->committing = 0;
+	migration_set_state(d->m, MIG_COMPLETE);
+	dest_done_kids_end(d, NULL);
+	dest_release_target(d, 1);
+	d->released = 1;
+	dest_persist_now(d);
+	log_info("migration %s complete: COMMIT %llu (%s checked by the "
+		 "source); target %d let go",
+		 log_id(d->m->id), (unsigned long long)c->seq,
+		 c->checked_by[0] ? c->checked_by : "?", (int)d->m->pid);
+}
+
+/*
+ * A frame on the demand lane once committed: the source's echo of our ACK
+ * (or, resuming, its HELLO first) ends it; an ERROR from a source that no
+ * longer knows the migration does too, the commit standing.
+ */
+void
+dest_committed_frame(struct dest *d, const struct frame_hdr *h,
+		     ProtobufCMessage *msg)
+{
+	if (h->type == FRAME_HELLO || h->type == FRAME_PING ||
+	    h->type == FRAME_COMMIT)
+		return;
+	if (h->type == FRAME_COMMIT_ACK) {
+		log_info("migration %s: the source acknowledged the commit",
+			 log_id(d->m->id));
+	} else if (h->type == FRAME_ERROR) {
+		log_warnx("migration %s: committed; the source says: %s",
+			  log_id(d->m->id),
+			  ((const Uffdd__Error *)msg)->message);
+	} else {
+		return;
+	}
+	dest_end(d);
+}
