@@ -41,11 +41,13 @@
 #define ENGINE_RPC_FD 4
 /* An engine that dies this soon after its start is started again later. */
 #define RESTART_SECS 1
+/* How long a stopping engine may take to save its migrations. */
+#define STOP_SECS 30
 
 static struct {
 	pid_t pid;
 	int ctl, rpc; /* our ends */
-	struct event *ctl_ev, *rpc_ev, *restart_ev;
+	struct event *ctl_ev, *rpc_ev, *restart_ev, *stop_ev;
 	int ready;	  /* said READY=1 once */
 	int stopping;	  /* SIGTERM: not started again */
 	int failed;	  /* it died before it was ready: the daemon exits */
@@ -215,8 +217,16 @@ engine_ended(int st)
 
 	eng.pid = -1;
 	engine_close();
-	if (eng.stopping)
+	if (eng.stopping) {
+		/* A stop that went wrong is the daemon's exit status too. */
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			log_warnx("engine ended with status 0x%x at shut-down",
+				  (unsigned)st);
+			eng.failed = 1;
+		}
+		event_base_loopexit(base, NULL);
 		return;
+	}
 	if (!eng.ready) {
 		/* It said why; the daemon did not start. */
 		log_warnx("the engine failed to start: stopping");
@@ -248,13 +258,40 @@ on_chld(evutil_socket_t sig, short ev, void *arg)
 		engine_ended(st);
 }
 
+/* The engine did not stop in time: killed, and the loop left. */
+static void
+stop_late(evutil_socket_t fd, short what, void *arg)
+{
+	log_warnx("engine still running %d s after it was told to stop: "
+		  "killed",
+		  STOP_SECS);
+	kill(eng.pid, SIGKILL);
+	event_base_loopexit(base, NULL);
+}
+
+/*
+ * SIGTERM: the engine is told to stop, and the loop goes on until it has
+ * (engine_ended leaves it): it may still ask for the operations its
+ * shut-down needs (a frozen process thawed, a target let go).
+ */
 static void
 on_term(evutil_socket_t sig, short ev, void *arg)
 {
+	struct timeval tv = {STOP_SECS, 0};
+
+	if (eng.stopping)
+		return;
 	notify_send("STOPPING=1");
 	log_info("signal %d: shutting down", (int)sig);
 	eng.stopping = 1;
-	event_base_loopexit(base, NULL);
+	if (eng.pid < 0) {
+		event_base_loopexit(base, NULL);
+		return;
+	}
+	if (eng.ctl < 0 ||
+	    imsg_send(eng.ctl, CTL_STOP, 0, 0, NULL, 0, NULL, 0) < 0)
+		kill(eng.pid, SIGTERM);
+	evtimer_add(eng.stop_ev, &tv);
 }
 
 /*
@@ -304,33 +341,14 @@ status_line(char *buf, size_t len)
 	snprintf(buf, len, "%s", eng.status[0] ? eng.status : "starting");
 }
 
-/*
- * Stops the engine as SIGTERM stops a daemon: it saves its migrations and
- * exits; then it is waited for (a bounded while, then killed).
- */
+/* After the loop: the engine's status, waited for (on_term stopped it). */
 static void
-engine_stop(void)
+engine_reap(void)
 {
 	int st;
 
 	if (eng.pid < 0)
 		return;
-	if (eng.ctl < 0 ||
-	    imsg_send(eng.ctl, CTL_STOP, 0, 0, NULL, 0, NULL, 0) < 0)
-		kill(eng.pid, SIGTERM);
-	for (int i = 0; i < 300; i++) {
-		if (waitpid(eng.pid, &st, WNOHANG) == eng.pid) {
-			if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-				log_warnx("engine ended with status 0x%x at "
-					  "shut-down",
-					  (unsigned)st);
-			eng.pid = -1;
-			return;
-		}
-		usleep(100000);
-	}
-	log_warnx("engine still running 30 s after it was told to stop: "
-		  "killed");
 	kill(eng.pid, SIGKILL);
 	waitpid(eng.pid, &st, 0);
 	eng.pid = -1;
@@ -381,6 +399,7 @@ parent_main(int argc, char **argv)
 		evsignal_add(sigs[i], NULL);
 	}
 	eng.restart_ev = event_new(base, -1, 0, restart_cb, NULL);
+	eng.stop_ev = evtimer_new(base, stop_late, NULL);
 	if (engine_start() < 0)
 		fatal("starting the engine");
 	notify_watchdog_start(base, status_line);
@@ -388,7 +407,7 @@ parent_main(int argc, char **argv)
 	event_base_dispatch(base);
 
 	eng.stopping = 1;
-	engine_stop();
+	engine_reap();
 	engine_close();
 	ctlsock_close();
 	grant_free_all();
@@ -396,6 +415,7 @@ parent_main(int argc, char **argv)
 	for (int i = 0; signos[i]; i++)
 		event_free(sigs[i]);
 	event_free(eng.restart_ev);
+	event_free(eng.stop_ev);
 	notify_stop();
 	event_base_free(base);
 	free(engine_argv);
