@@ -342,8 +342,6 @@ static const int allowed[] = {
 	SYS_stat,
 	SYS_lstat,
 	SYS_arch_prctl,
-	SYS_kill,
-	SYS_tgkill,
 	SYS_getdents,
 	SYS_sched_setaffinity,
 #endif
