@@ -380,7 +380,8 @@ ensure_daemon() {
 # engine_pid NAME: the pid of daemon NAME's engine, the unprivileged
 # process that runs its migrations (docs/privsep.md); daemon_pids NAME:
 # both of its processes, the privileged part first.
-engine_pid() { pgrep -P "$(eval echo "\$${1}_PID")" | head -n 1; }
+# (A daemon with no engine, such as tests/sanfake, has none: "".)
+engine_pid() { { pgrep -P "$(eval echo "\$${1}_PID")" || true; } | head -n 1; }
 daemon_pids() { echo "$(eval echo "\$${1}_PID") $(engine_pid "$1")"; }
 
 # kill_daemon NAME: SIGKILL, as a crash would. Its exit status is not
