@@ -206,7 +206,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# skip REASON: the whole test is skipped. skip_part REASON: a part of it
+# is, and the test goes on. Either fails the test in tests/run.sh unless
+# tests/allowed-skips lists it: say exactly what was left out, and why.
 skip() { echo "SKIP: $*"; exit 77; }
+skip_part() { echo "SKIP-PART: $*"; }
 fail() { echo "FAIL: $*"; exit 1; }
 info() { echo "== $*"; }
 need_root() { [ "$(id -u)" = 0 ] || skip "needs root (ptrace, userfaultfd in other processes)"; }

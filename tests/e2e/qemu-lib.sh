@@ -1,10 +1,11 @@
 # shellcheck shell=bash
 # QEMU helpers for the end-to-end test and benchmark; sourced after
 # tests/lib.sh. Sets CACHE (the prepared guest) or skips with the reason.
+# prepare.sh says why it skips on stdout, which is CACHE then.
 CACHE=$("$SRC/tests/e2e/prepare.sh") || {
 	rc=$?
-	[ "$rc" = 77 ] && exit 77
-	fail "tests/e2e/prepare.sh failed"
+	[ "$rc" = 77 ] && skip "${CACHE#*SKIP: }"
+	fail "tests/e2e/prepare.sh failed: $CACHE"
 }
 command -v qemu-system-x86_64 >/dev/null ||
 	skip "qemu-system-x86_64 missing (Debian package qemu-system-x86)"
