@@ -46,7 +46,7 @@ if "${NOBODY[@]}" unshare -Ur true 2>/dev/null; then
 		"${USERNS[@]}" "$CLIENT" --control "$src_SOCK" status "$ID"
 	kill "$WD"
 else
-	info "unprivileged user namespaces are off here: part 1 not run"
+	skip_part "part 1 (user namespaces): unprivileged user namespaces are off here"
 	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 fi
 
@@ -117,7 +117,7 @@ if [ -n "$p" ] && [ "$(awk '/^Uid:/ {print $3}' "/proc/$p/status")" = 0 ]; then
 		"$T/suid-workload" "${NOBODY[@]}"
 else
 	[ -n "$p" ] && kill "$p"
-	info "setuid programs do not run setuid under $T here: setuid case not run"
+	skip_part "setuid case: setuid programs do not run setuid under $T here"
 fi
 
 # The same attach, with no exec in between, completes byte for byte.

@@ -25,6 +25,8 @@ if command -v man >/dev/null; then
 		LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l "$p" 2>"$T/warn" >/dev/null
 		[ -s "$T/warn" ] && fail "$(basename "$p") renders with warnings: $(cat "$T/warn")"
 	done
+else
+	skip_part "man pages rendered: man missing (Debian package man-db)"
 fi
 info "man pages cover uffdd --help, the configuration keys and uffd-client --help"
 

@@ -100,7 +100,7 @@ if command -v zramctl >/dev/null &&
 	snap swapped 32M "--pageout-every 3 --zero-every 16"
 	restore 3 swapped 32M "--zero-every 16"
 else
-	info "SKIP swapped pages: no zram here"
+	skip_part "swapped pages: no zram here"
 fi
 # Four processes with 16 MiB of 2 MiB pages each.
 if reserve_huge_pages 40; then
@@ -109,7 +109,7 @@ if reserve_huge_pages 40; then
 	snap hugetlb 16M "--kind hugetlb"
 	restore 3 hugetlb 16M "--kind hugetlb"
 else
-	info "SKIP hugetlb: cannot reserve 40 huge pages"
+	skip_part "hugetlb: cannot reserve 40 huge pages"
 fi
 
 # export --image: daemon s serves the image to daemon d over the peer

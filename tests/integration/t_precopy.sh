@@ -87,7 +87,7 @@ info "postcopy: $FAULTS demand faults, freeze $FREEZE_MS ms (export to attach re
 
 for kind in memfd shared hugetlb; do
 	if [ $kind = hugetlb ] && ! reserve_huge_pages 40; then
-		info "kind hugetlb: skipped, no 2 MiB huge pages to be had"
+		skip_part "kind hugetlb: no 2 MiB huge pages to be had"
 		continue
 	fi
 	one_migration precopy 32M "--kind $kind --zero-every 16"

@@ -31,7 +31,7 @@ refused() {
 
 DISK_FS=$(stat -f -c %T /var/tmp)
 case $DISK_FS in
-tmpfs | ramfs) info "mixed RAM left out: /var/tmp is on $DISK_FS" ;;
+tmpfs | ramfs) skip_part "mixed RAM: /var/tmp is on $DISK_FS" ;;
 *)
 	info "a RAM block on $DISK_FS beside one on tmpfs"
 	QEMU_RAM=mixed qemu m

@@ -86,7 +86,7 @@ if reserve_huge_pages 24; then
 	migrate 16M 1 2 "--kind hugetlb-shared" "--kind hugetlb-shared"
 	kill "$WD"
 else
-	info "no huge pages to be had: shared hugetlb left out"
+	skip_part "shared hugetlb: no huge pages to be had"
 fi
 
 # A snapshot, and a restore from it: image reads go through io_uring.

@@ -46,7 +46,7 @@ for kind in anon shared memfd tmpfs file-private; do
 	if [ "$kind" = file-private ]; then
 		case $(stat -f -c %T "$DIR") in
 		tmpfs | ramfs)
-			info "file-private left out: $DIR is not on a disk filesystem"
+			skip_part "file-private: $DIR is not on a disk filesystem"
 			continue
 			;;
 		esac
