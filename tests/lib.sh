@@ -21,11 +21,23 @@ CLEANUPS=()
 # Sanitizer builds: every report is seen and fails the test. LeakSanitizer
 # is on (ASan's default) for the daemons, the client and every other
 # sanitized program alike: a client that leaks exits non-zero. UBSan
-# reports are fatal (the build has -fno-sanitize-recover as well). What the
-# caller set comes first, so that these win. Each daemon writes its
-# reports to $T/NAME.san.PID (run_daemon); stop_daemons checks them.
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1:handle_abort=1"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_on_error=1"
+# reports are fatal (the build has -fno-sanitize-recover as well). A death
+# by ASan or LSan exits 66, by UBSan 67 (uffd-client's own statuses are 0,
+# 1 and 2). What the caller set comes first, so that these win.
+# Each daemon writes its ASan and LSan reports to $T/NAME.san.PID
+# (run_daemon); stop_daemons checks them. Every other sanitized program
+# writes them to $SAN/TAG.PROGRAM.PID: TAG is "run" for those a test runs
+# itself, which cleanup reads (san_scan), and one of its own for each
+# command run through checked, which reads them at once. $SAN is outside
+# $T and open to all: a client run as another user must be able to write
+# its report there. UBSan (GCC's runtime beside ASan) writes to stderr
+# only, whatever log_path says: checked reads the command's output for it,
+# and tests/run.sh the output of a test that passed.
+SAN=$(mktemp -d /tmp/uffdd-san.XXXXXX)
+chmod 1777 "$SAN"
+SAN_N=0
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1:handle_abort=1:exitcode=66:log_path=$SAN/run:log_exe_name=1"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_on_error=1:exitcode=67"
 
 # The daemons a test started: DAEMONS maps a running one's pid to its name,
 # DAEMON_NAMES holds every name used, KILLED the pids kill_daemon killed.
@@ -35,8 +47,9 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_o
 declare -A DAEMONS=() DAEMON_NAMES=() KILLED=() REPORTED=()
 DAEMON_STOP_TIMEOUT=${DAEMON_STOP_TIMEOUT:-20}
 DAEMON_PROBLEMS=()
-# What ASan, LSan and UBSan reports say.
-SAN_REPORT='ERROR: (Address|Leak|UndefinedBehavior|Memory|Thread)Sanitizer|SUMMARY: [A-Za-z]*Sanitizer|runtime error: '
+# What ASan, LSan and UBSan reports say; the last, a sanitizer that could
+# not write its report to log_path (it says so on stderr, and dies).
+SAN_REPORT='ERROR: (Address|Leak|UndefinedBehavior|Memory|Thread)Sanitizer|SUMMARY: [A-Za-z]*Sanitizer|runtime error: |ERROR: Can.t open file'
 
 # The parent of PID, while PID is there.
 proc_ppid() { sed -e 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f2; }
@@ -186,6 +199,7 @@ cleanup() {
 	for ((i = ${#CLEANUPS[@]} - 1; i >= 0; i--)); do
 		eval "${CLEANUPS[$i]}"
 	done
+	san_scan
 	if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
 		for f in "$T"/*.log; do
 			[ -f "$f" ] || continue
@@ -200,7 +214,7 @@ cleanup() {
 		done
 		rc=1
 	fi
-	[ -n "${KEEP_T:-}" ] || rm -rf "$T"
+	[ -n "${KEEP_T:-}" ] || rm -rf "$T" "$SAN"
 	exit "$rc"
 }
 trap cleanup EXIT
@@ -215,6 +229,103 @@ fail() { echo "FAIL: $*"; exit 1; }
 info() { echo "== $*"; }
 need_root() { [ "$(id -u)" = 0 ] || skip "needs root (ptrace, userfaultfd in other processes)"; }
 on_cleanup() { CLEANUPS+=("$*"); }
+
+# checked OUT CMD...: runs CMD (a sanitized program, or setpriv, ip netns
+# exec, timeout or a shell function that runs one) with its stdout and
+# stderr in OUT and its ASan and LSan reports in files of its own in $SAN,
+# and returns CMD's exit status, whatever it is: the caller decides
+# whether CMD had to fail. But a sanitizer report (in those files, or in
+# OUT for UBSan), a sanitizer's exit status (66, 67) or a crash (SIGSEGV,
+# SIGABRT, SIGBUS, SIGFPE, SIGILL) fails the test there and then, naming
+# SAN_WHO (the caller's name for what CMD is, else CMD itself).
+checked() {
+	local out=$1 tag rc=0
+	shift
+	tag=c${BASHPID}_$((SAN_N += 1))
+	ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$SAN/$tag "$@" >"$out" 2>&1 || rc=$?
+	san_check "${SAN_WHO:-$*}" "$tag" "$rc" "$out"
+	return "$rc"
+}
+
+# must WHO OUT CMD...: CMD, run by checked, must exit 0.
+must() {
+	local who=$1 out=$2 rc=0
+	shift 2
+	SAN_WHO=$who checked "$out" "$@" || rc=$?
+	[ "$rc" = 0 ] || fail "$who: exit $rc: $(cat "$out")"
+}
+
+# san_check WHO TAG RC [FILE...]: what ran with log_path $SAN/TAG left no
+# report in $SAN/TAG.* nor in FILE..., and RC is neither a sanitizer's
+# exit status nor a crash; else the test fails (san_fail).
+san_check() {
+	local - who=$1 tag=$2 rc=$3 f line
+	shift 3
+	set +e
+	for f in "$SAN/$tag".* "$@"; do
+		[ -f "$f" ] || continue
+		line=$(grep -n -m1 -E "$SAN_REPORT" "$f" | cut -d: -f1)
+		[ -n "$line" ] && san_fail "$who" "$f" "$line"
+	done
+	case $rc in
+	66 | 67) san_fail "$who" "" "exit status $rc, a sanitizer's, but no report found" ;;
+	132 | 134 | 135 | 136 | 139) san_fail "$who" "" "crashed: SIG$(kill -l $((rc - 128)))" ;;
+	esac
+}
+
+# san_fail WHO FILE LINE: the report in FILE from line LINE (or, with no
+# FILE, the text LINE) fails the test. It is shown at once and named last
+# by cleanup, also when found in a subshell ($(...)), which exits alone.
+san_fail() {
+	local who=$1 f=$2 line=$3 base prog
+	if [ -z "$f" ]; then
+		echo "$who: $line" >>"$SAN/.problems"
+		exit 1
+	fi
+	case $f in
+	"$SAN"/*)
+		base=${f##*/} prog=${f##*/}
+		prog=${prog%.*}
+		prog=${prog#*.}
+		echo "$who: sanitizer report of $prog (pid ${base##*.}) in $f:"
+		;;
+	*) echo "$who: sanitizer report in its output ($f):" ;;
+	esac >>"$SAN/.problems"
+	tail -n +"$line" "$f" | report_head | sed 's/^/    /' >>"$SAN/.problems"
+	echo "$f" >>"$SAN/.reported"
+	{
+		echo "--- $f: sanitizer report"
+		tail -n +"$line" "$f" | head -n 300
+	} >&2
+	exit 1
+}
+
+# san_scan: what checked found in a subshell, and every report in $SAN
+# that nothing read: those of programs run outside checked (a test's own
+# uffd-client calls, uffdd run by hand); they fail the test (cleanup).
+san_scan() {
+	local - f base prog line l
+	set +e
+	if [ -f "$SAN/.problems" ]; then
+		while IFS= read -r l; do
+			DAEMON_PROBLEMS+=("$l")
+		done <"$SAN/.problems"
+	fi
+	for f in "$SAN"/*; do
+		[ -s "$f" ] || continue
+		grep -qxF -- "$f" "$SAN/.reported" 2>/dev/null && continue
+		base=${f##*/} prog=${f##*/}
+		prog=${prog%.*}
+		prog=${prog#*.}
+		line=$(grep -n -m1 -E "$SAN_REPORT" "$f" | cut -d: -f1)
+		DAEMON_PROBLEMS+=("$prog (pid ${base##*.}): sanitizer report in $f:")
+		while IFS= read -r l; do
+			DAEMON_PROBLEMS+=("    $l")
+		done < <(tail -n +"${line:-1}" "$f" | report_head)
+		echo "--- $f: sanitizer report"
+		tail -n +"${line:-1}" "$f" | head -n 300
+	done
+}
 
 # A free TCP port on 127.0.0.1, below the kernel's ephemeral range
 # (32768 and up), so that no outgoing connection can be holding it.
@@ -335,7 +446,7 @@ run_daemon() {
 		*) ns=$NS_DST addr=$DST_HOST_ADDR ;;
 		esac
 	fi
-	ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$T/$name.san \
+	ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$T/$name.san:log_exe_name=0 \
 		UBSAN_OPTIONS=$UBSAN_OPTIONS:log_path=$T/$name.san \
 		${ns:+ip netns exec "$ns"} "$UFFDD" -f --config "$T/empty.conf" \
 		$tls --listen "$addr:$port" --control "$T/$name.sock" \
@@ -515,10 +626,12 @@ paced_migration() {
 	start_workload WS source --size "$size" --threads 2 --base "$M_BASE"
 	start_workload WD dest --size "$size" --threads 4 --pace-us 1500 \
 		--prefault --base "$M_BASE" "$@"
-	ID=$("$CLIENT" --control "$ssock" export "$WS" --range "$RANGE")
+	must "paced_migration: export" "$T/export.out" \
+		"$CLIENT" --control "$ssock" export "$WS" --range "$RANGE"
+	ID=$(cat "$T/export.out")
 	H_SRC=$("$MEMHASH" "$WS" "$M_BASE" "$M_END")
-	"$CLIENT" --control "$dsock" attach "$WD" --from "$addr:$port" \
-		--id "$ID" --range "$RANGE" >/dev/null
+	must "paced_migration: attach" "$T/attach.out" "$CLIENT" --control "$dsock" \
+		attach "$WD" --from "$addr:$port" --id "$ID" --range "$RANGE"
 	kill -USR1 "$WD"
 }
 
@@ -526,8 +639,8 @@ paced_migration() {
 paced_finish() {
 	local dsock
 	dsock=$(eval echo "\$${1}_SOCK")
-	"$CLIENT" --control "$dsock" wait "$ID" --timeout 300 >"$T/wait.out" ||
-		fail "wait: $(cat "$T/wait.out")"
+	must "paced_finish: wait" "$T/wait.out" \
+		"$CLIENT" --control "$dsock" wait "$ID" --timeout 300
 	wait_verified WD
 	[ "$("$MEMHASH" "$WD" "$M_BASE" "$M_END")" = "$H_SRC" ] ||
 		fail "destination differs from the source"
@@ -565,11 +678,12 @@ with open(sys.argv[1], "r+b") as f:
 }
 
 # expect_error NAME PATTERN CMD...: CMD must fail and say PATTERN
-# (case-insensitive); its first line is shown.
+# (case-insensitive), with no sanitizer report (checked); its first line
+# is shown.
 expect_error() {
 	local name=$1 pat=$2
 	shift 2
-	if "$@" >"$T/out" 2>&1; then
+	if SAN_WHO="expect_error $name" checked "$T/out" "$@"; then
 		fail "$name: succeeded: $(cat "$T/out")"
 	fi
 	grep -qi -- "$pat" "$T/out" || fail "$name: error does not say '$pat': $(cat "$T/out")"
@@ -651,24 +765,27 @@ migrate() {
 	sleep 0.2 # let the source mutate for a moment
 	RANGE=$(printf '%x-%x' $((base)) $((end)))
 	# shellcheck disable=SC2086
-	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE" $exportargs)
+	must "migrate: export" "$T/export.out" \
+		"$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE" $exportargs
+	id=$(cat "$T/export.out")
 	MIG_ID=$id
 	[ "$(proc_state "$WS")" = T ] || fail "source not stopped after export"
 	h_src=$("$MEMHASH" "$WS" $base "$end" "${pokeargs[@]}")
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-		--id "$id" --range "$RANGE" >"$T/attach.out"
+	must "migrate: attach" "$T/attach.out" "$CLIENT" --control "$dst_SOCK" \
+		attach "$WD" --from "$src_ADDR:$src_PORT" --id "$id" --range "$RANGE"
 	grep -q '^attached' "$T/attach.out" || fail "attach printed: $(cat "$T/attach.out")"
 	kill -USR1 "$WD"
-	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 600 >"$T/wait.out" ||
-		fail "wait: $(cat "$T/wait.out")"
+	must "migrate: wait (destination)" "$T/wait.out" \
+		"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 600
 	wait_verified WD
 	h_dst=$("$MEMHASH" "$WD" $base "$end")
 	info "source sha256 $h_src"
 	info "dest   sha256 $h_dst"
 	[ "$h_src" = "$h_dst" ] || fail "destination memory differs from the source"
 	# The source is told, and kills its frozen process (unless kept).
-	"$CLIENT" --control "$src_SOCK" wait "$id" --timeout 60 >/dev/null 2>&1 ||
-		fail "source side did not complete"
+	SAN_WHO="migrate: wait (source)" checked "$T/src-wait.out" \
+		"$CLIENT" --control "$src_SOCK" wait "$id" --timeout 60 ||
+		fail "source side did not complete: $(cat "$T/src-wait.out")"
 	if [ -z "$exportargs" ]; then
 		for _ in $(seq 100); do
 			kill -0 "$WS" 2>/dev/null || break

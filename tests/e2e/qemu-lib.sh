@@ -93,5 +93,15 @@ gone() {
 	fail "source QEMU $1 still running after the migration"
 }
 
-# qmp NAME COMMAND [ARGS-JSON]: one QMP command, its return on stdout.
-qmp() { "$CLIENT" qmp "$T/$1.qmp" "${@:2}"; }
+# qmp NAME COMMAND [ARGS-JSON]: one QMP command, its return on stdout and
+# its exit status; a sanitizer report of the client fails the test
+# (san_check), also when qmp runs in $(...).
+qmp() {
+	local tag=q${BASHPID}_$((SAN_N += 1)) rc=0
+	ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$SAN/$tag \
+		"$CLIENT" qmp "$T/$1.qmp" "${@:2}" 2>"$T/$tag.err" || rc=$?
+	cat "$T/$tag.err" >&2
+	san_check "qmp $1 ${2:-}" "$tag" "$rc" "$T/$tag.err"
+	rm -f "$T/$tag.err"
+	return "$rc"
+}

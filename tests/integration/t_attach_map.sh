@@ -47,8 +47,8 @@ for kind in tmpfs anon; do
 			fail "the export was not restored: $(cat "$T/src.log")"
 	fi
 	# Without the map nothing matches: the addresses differ.
-	if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-		--id "$ID" >"$T/out" 2>&1; then
+	if checked "$T/out" "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+		--id "$ID"; then
 		fail "attach without --map matched a region at another address"
 	fi
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \

@@ -39,7 +39,8 @@ if "${NOBODY[@]}" unshare -Ur true 2>/dev/null; then
 		"${USERNS[@]}" "$CLIENT" --control "$dst_SOCK" attach "$WD" \
 		--from "$src_ADDR:$src_PORT" --id "$ID" --range "$RANGE"
 	no_uffd "$WD" "attach from a user namespace"
-	"${USERNS[@]}" "$CLIENT" --control "$src_SOCK" status >"$T/status.out" 2>&1 || true
+	SAN_WHO="status from a user namespace" checked "$T/status.out" \
+		"${USERNS[@]}" "$CLIENT" --control "$src_SOCK" status || true
 	grep -q "${ID:0:8}" "$T/status.out" &&
 		fail "a user namespace sees root's migration: $(cat "$T/status.out")"
 	expect_error "status of root's ID from a user namespace" "unknown migration ID" \
@@ -75,7 +76,9 @@ exec_between() {
 	kill -STOP "$src_PID"
 	local before now
 	before=$(conns_to_src)
-	"$@" "$CLIENT" --control "$dst_SOCK" attach "$WX" --from "$src_ADDR:$src_PORT" \
+	local tag=exec_between$((SAN_N += 1)) rc=0
+	ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$SAN/$tag \
+		"$@" "$CLIENT" --control "$dst_SOCK" attach "$WX" --from "$src_ADDR:$src_PORT" \
 		--id "$ID" --range "$RANGE" >"$T/attach.out" 2>&1 &
 	local client=$!
 	# The check is done once the destination has connected to the source.
@@ -93,9 +96,9 @@ exec_between() {
 	done
 	[ "${n:-0}" -ge 2 ] || fail "$name: target did not run its program again: $(cat "$T/WX.log")"
 	kill -CONT "$src_PID"
-	if wait "$client"; then
-		fail "$name: attach succeeded into the program run since: $(cat "$T/attach.out")"
-	fi
+	wait "$client" || rc=$?
+	san_check "exec_between $name" "$tag" "$rc" "$T/attach.out"
+	[ "$rc" != 0 ] || fail "$name: attach succeeded into the program run since: $(cat "$T/attach.out")"
 	grep -qi -- "$pat" "$T/attach.out" ||
 		fail "$name: error does not say '$pat': $(cat "$T/attach.out")"
 	info "$name: $(cat "$T/attach.out")"

@@ -87,7 +87,7 @@ expect_error "unknown command" "unknown command" "$CLIENT" frobnicate
 expect_usage() {
 	local name=$1 pat=$2 rc=0
 	shift 2
-	"$@" >"$T/out" 2>&1 || rc=$?
+	SAN_WHO="expect_usage $name" checked "$T/out" "$@" || rc=$?
 	[ "$rc" = 2 ] || fail "$name: exit $rc, not 2: $(cat "$T/out")"
 	grep -qi -- "$pat" "$T/out" || fail "$name: error does not say '$pat': $(cat "$T/out")"
 	info "$name: $(head -n 1 "$T/out")"

@@ -15,7 +15,7 @@ for key in $("$UFFDD" -n --insecure --config /dev/null | sed 's/^# //' | awk '{p
 	in_page "$M/uffdd.conf.5" "^\.B[IR]* $key" || fail "uffdd.conf.5 does not document key $key"
 	"$UFFDD" --help | grep -q -- "--$key" || fail "key $key has no --$key in uffdd --help"
 done
-"$CLIENT" --help >"$T/help" 2>&1 || true
+SAN_WHO="uffd-client --help" checked "$T/help" "$CLIENT" --help || true
 for word in $(grep -o -- '--[a-z][a-z-]*' "$T/help" | sort -u) \
 	$(sed -n 's/^  \([a-z][a-z]*\) .*/\1/p' "$T/help"); do
 	in_page "$M/uffd-client.1" "$word" || fail "uffd-client.1 does not document $word"

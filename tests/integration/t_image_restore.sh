@@ -206,7 +206,7 @@ start_workload WD1 dest --size 32M --threads 2 --prefault --untouched-every 7 \
 stop_daemon f
 restart_daemon f
 for _ in $(seq 100); do
-	"$CLIENT" --control "$f_SOCK" status --json >"$T/status.json" 2>/dev/null
+	"$CLIENT" --control "$f_SOCK" status --json >"$T/status.json" 2>"$T/status.err"
 	grep -q '"state":"failed"' "$T/status.json" && break
 	sleep 0.1
 done

@@ -82,15 +82,15 @@ start_daemon lim --config "$T/lim.conf"
 start_workload WS3 source --size 16M --threads 1
 start_workload WD3 dest --size 16M --threads 1
 TWO=(--range 500000000000-500000800000 --range 500000800000-500001000000)
-if "$CLIENT" --control "$lim_SOCK" export "$WS3" "${TWO[@]}" >"$T/out" 2>&1; then
+if checked "$T/out" "$CLIENT" --control "$lim_SOCK" export "$WS3" "${TWO[@]}"; then
 	fail "export of two regions with max-regions 1 succeeded: $(cat "$T/out")"
 fi
 grep -q "has 2 regions, more than max-regions 1" "$T/out" || fail "export over max-regions: $(cat "$T/out")"
 [ "$(proc_state "$WS3")" != T ] || fail "a refused export left the source stopped"
 info "export over max-regions: $(cat "$T/out")"
 ID3=$("$CLIENT" --control "$src_SOCK" export "$WS3" "${TWO[@]}")
-if "$CLIENT" --control "$lim_SOCK" attach "$WD3" --from "$src_ADDR:$p2" --id "$ID3" \
-	"${TWO[@]}" >"$T/out" 2>&1; then
+if checked "$T/out" "$CLIENT" --control "$lim_SOCK" attach "$WD3" --from "$src_ADDR:$p2" --id "$ID3" \
+	"${TWO[@]}"; then
 	fail "attach of two regions with max-regions 1 succeeded: $(cat "$T/out")"
 fi
 grep -q "2 regions, at most 1 (max-regions)" "$T/out" || fail "attach over max-regions: $(cat "$T/out")"

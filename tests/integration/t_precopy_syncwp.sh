@@ -42,7 +42,7 @@ sync_migration() {
 	kill -USR1 "$WD"
 	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" ||
 		fail "$label: wait: $(cat "$T/wait.out")"
-	"$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 >/dev/null 2>&1 ||
+	SAN_WHO="wait (source)" checked "$T/src-wait.out" "$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 ||
 		fail "$label: source side did not complete: $("$CLIENT" --control "$src_SOCK" status "$ID")"
 	[ "$(proc_state "$WS")" = T ] || fail "$label: source not left stopped"
 	if [ "$label" = hot ]; then wait_verified WD; fi
@@ -76,7 +76,7 @@ kill -9 "$WS" "$WD"
 info "shared memory is refused by the synchronous tracker"
 start_workload WS source --size 32M --threads 1 --hot 3 --pace-us 100 --kind memfd
 R32=$(printf '%x-%x' $((BASE)) $((BASE + 32 * 1024 * 1024)))
-if "$CLIENT" --control "$src_SOCK" export "$WS" --range "$R32" --precopy >"$T/refused.out" 2>&1; then
+if checked "$T/refused.out" "$CLIENT" --control "$src_SOCK" export "$WS" --range "$R32" --precopy; then
 	fail "--precopy of a memfd accepted by the synchronous tracker: $(cat "$T/refused.out")"
 fi
 grep -q 'not private anonymous memory' "$T/refused.out" && grep -q 'UFFD_FEATURE_WP_ASYNC' "$T/refused.out" ||

@@ -107,8 +107,8 @@ grep -q "a path this long cannot be matched safely" "$T/attach.out" ||
 	fail "refused attach changed the target's memory"
 kill "$WD" "$WL"
 start_workload WD dest --size 8M --base 0x600000000000 --prefault
-if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1; then
+if checked "$T/attach.out" "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$id" --range "$RANGE"; then
 	fail "attach with nothing mapped succeeded: $(cat "$T/attach.out")"
 fi
 grep -q "nothing mapped there" "$T/attach.out" || fail "no clear error for an unmapped address: $(cat "$T/attach.out")"
@@ -122,10 +122,10 @@ kill "$WD"
 info "the written pages are lost while the target is held"
 start_workload WD dest --size 8M --kind file-private --file "$FILE"
 truncate -s 0 "$FILE"
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1 || true
+SAN_WHO="attach of lost pages" checked "$T/attach.out" "$CLIENT" --control "$dst_SOCK" \
+	attach "$WD" --from "$src_ADDR:$src_PORT" --id "$id" --range "$RANGE" || true
 cat "$T/attach.out"
-if "$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 60 >"$T/wait.out" 2>&1; then
+if SAN_WHO="wait of lost pages" checked "$T/wait.out" "$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 60; then
 	fail "migration of lost pages completed: $(cat "$T/wait.out")"
 fi
 grep -q "failed: .*target $WD stopped (pages it wrote in private file mappings never arrived)" "$T/wait.out" ||

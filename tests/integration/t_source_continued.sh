@@ -56,8 +56,8 @@ h_dst=$("$MEMHASH" "$WD" 0x500000000000 0x500002000000)
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 kill -CONT "$WS"
 wait_state "$src_SOCK" "$ID" failed "export"
-if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
-	--id "$ID" --range "$RANGE" >"$T/out" 2>&1; then
+if checked "$T/out" "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	--id "$ID" --range "$RANGE"; then
 	fail "attach to a continued export succeeded: $(cat "$T/out")"
 fi
 grep -q "continued" "$T/out" || fail "attach refusal does not say why: $(cat "$T/out")"
@@ -141,7 +141,7 @@ kill -STOP "$WS"
 restart_daemon src
 grep -q "source process $WS ran while no daemon watched it.*export ${ID:0:8}.* not taken up; the process is left stopped" "$T/src.log" ||
 	fail "the restarted source took the export up: $(tail -n 5 "$T/src.log")"
-"$CLIENT" --control "$src_SOCK" status "$ID" >/dev/null 2>&1 && fail "the export is still listed after the restart"
+SAN_WHO="status after the restart" checked "$T/status.out" "$CLIENT" --control "$src_SOCK" status "$ID" && fail "the export is still listed after the restart"
 [ "$(proc_state "$WS")" = T ] || fail "source process not left stopped: $(proc_state "$WS")"
 info "restart: $(grep 'ran while no daemon' "$T/src.log")"
 kill -9 "$WS" "$WD"

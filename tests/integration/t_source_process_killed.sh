@@ -22,14 +22,15 @@ lose_source() {
 	shift 2
 	start_workload WS source --size 64M --threads 1
 	start_workload WD dest --size 64M --threads 4 --pace-us 300 "$@"
-	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-	"$CLIENT" --control "$sock" attach "$WD" --from "$src_ADDR:$src_PORT" \
-		--id "$ID" --range "$RANGE" >/dev/null
+	must "lose_source: export" "$T/export.out" "$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE"
+	ID=$(cat "$T/export.out")
+	must "lose_source: attach" "$T/attach.out" "$CLIENT" --control "$sock" attach "$WD" \
+		--from "$src_ADDR:$src_PORT" --id "$ID" --range "$RANGE"
 	[ "$check" = now ] && kill -USR1 "$WD"
 	sleep 1
 	kill -9 "$WS"
 	info "source process killed"
-	if "$CLIENT" --control "$sock" wait "$ID" --timeout 60 >"$T/wait.out" 2>&1; then
+	if SAN_WHO="lose_source: wait" checked "$T/wait.out" "$CLIENT" --control "$sock" wait "$ID" --timeout 60; then
 		fail "migration completed although its source died: $(cat "$T/wait.out")"
 	fi
 	info "wait: $(cat "$T/wait.out")"

@@ -40,7 +40,7 @@ grep -q "restored migration ${ID:0:8}.* into process $WD" "$T/one.log" ||
 	fail "the destination end was not restored: $(tail -n 5 "$T/one.log")"
 [ -f "$D/$ID.state" ] && fail "the file of the old name is still there: $(ls "$D")"
 [ -f "$D/$ID.destination.state" ] || fail "the old file did not take its role's name: $(ls "$D")"
-"$CLIENT" --control "$one_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" 2>&1 ||
+checked "$T/wait.out" "$CLIENT" --control "$one_SOCK" wait "$ID" --timeout 300 ||
 	fail "wait: $(cat "$T/wait.out")"
 wait_verified WD
 H_DST=$("$MEMHASH" "$WD" "$BASE" "$END")

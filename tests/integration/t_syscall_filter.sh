@@ -56,7 +56,7 @@ trace() {
 		sleep 0.05
 	done
 	# An idle daemon may make no call for a while: poke its control socket.
-	"$CLIENT" --control "$(eval echo "\$${name}_SOCK")" status >/dev/null 2>&1 || true
+	SAN_WHO="status of $name" checked "$T/poke.out" "$CLIENT" --control "$(eval echo "\$${name}_SOCK")" status || true
 	for _ in $(seq 100); do
 		[ -s "$out" ] && return
 		sleep 0.05

@@ -40,7 +40,7 @@ one() {
 			fail "$kind grow: the new pages waited for the migration to end"
 	fi
 	case $ev in fork-idle | fork-exit) idle_child WD ;; *) CHILD= ;; esac
-	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout "${WAIT_SECS:-120}" >"$T/wait.out" 2>&1 ||
+	checked "$T/wait.out" "$CLIENT" --control "$dst_SOCK" wait "$id" --timeout "${WAIT_SECS:-120}" ||
 		fail "$kind $ev $*: $(cat "$T/wait.out")"
 	if [ -n "$CHILD" ]; then
 		# Complete while the child idled: it has every page already.

@@ -92,8 +92,8 @@ info "export refused: $(cat "$T/out")"
 [ "$(proc_state "$WS")" != T ] || fail "refused export left the source stopped"
 # The destination side: a source that can, a destination that cannot.
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-if "$CLIENT" --control "$dstl_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
-	--id "$ID" --range "$RANGE" >"$T/out" 2>&1; then
+if checked "$T/out" "$CLIENT" --control "$dstl_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	--id "$ID" --range "$RANGE"; then
 	fail "attach to a memfd without CAP_CHECKPOINT_RESTORE succeeded: $(cat "$T/out")"
 fi
 grep -q "CAP_CHECKPOINT_RESTORE.*0x500000000000" "$T/out" || fail "attach refusal does not say why: $(cat "$T/out")"

@@ -95,8 +95,8 @@ for share in vm files; do
 	start_workload WX dest --size 16M --threads 1 --sibling "$share"
 	sib=$(sed -n 's/^sibling //p' "$T/WX.out")
 	PIDS+=("$sib")
-	if "$CLIENT" --control "$dst_SOCK" attach "$WX" --from "$src_ADDR:$src_PORT" \
-		--id "$ID" --range 500000000000-500001000000 >"$T/attach.out" 2>&1; then
+	if checked "$T/attach.out" "$CLIENT" --control "$dst_SOCK" attach "$WX" --from "$src_ADDR:$src_PORT" \
+		--id "$ID" --range 500000000000-500001000000; then
 		fail "attach to a target with a $share sibling succeeded"
 	fi
 	grep -q "shares its memory or files with $sib" "$T/attach.out" ||
@@ -109,7 +109,7 @@ done
 start_workload WS source --size 16M --threads 1 --sibling vm
 sib=$(sed -n 's/^sibling //p' "$T/WS.out")
 PIDS+=("$sib")
-if "$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000 >"$T/export.out" 2>&1; then
+if checked "$T/export.out" "$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000; then
 	fail "export of a source with a memory-sharing sibling succeeded"
 fi
 grep -q "shares its memory with $sib" "$T/export.out" || fail "export refusal: $(cat "$T/export.out")"
