@@ -327,6 +327,42 @@ san_scan() {
 	done
 }
 
+# san_kind FILE: which sanitizers FILE is built with: "asan ubsan", one,
+# or nothing. GCC links their runtimes as libraries (readelf -d, quick);
+# else their symbols say (nm; awk reads all of its output: a reader that
+# stops early kills nm with SIGPIPE, and pipefail turns that into "none").
+san_kind() {
+	local k
+	k=$(readelf -d "$1" 2>/dev/null | awk '/NEEDED.*\[libasan\./ { a = 1 } /NEEDED.*\[libubsan\./ { u = 1 }
+		END { printf "%s%s%s\n", a ? "asan" : "", a && u ? " " : "", u ? "ubsan" : "" }')
+	[ -n "$k" ] || k=$(nm "$1" 2>/dev/null | awk '/__asan_init/ { a = 1 } /__ubsan_handle_/ { u = 1 }
+		END { printf "%s%s%s\n", a ? "asan" : "", a && u ? " " : "", u ? "ubsan" : "" }')
+	echo "$k"
+}
+# The build kind tests/run.sh declares (UFFDD_BUILD_KIND) is checked, not
+# trusted: a "sanitized" build whose daemon, client or sanfake lacks ASan
+# or UBSan (a build directory configured without --enable-sanitizers, say)
+# would pass every check of reports without ever making one. SANITIZED is
+# 1 on a sanitized build (as declared, or as found when nothing is).
+case ${UFFDD_BUILD_KIND:-} in
+sanitized)
+	for san_f in "$UFFDD" "$CLIENT" "$B/tests/sanfake"; do
+		[ "$(san_kind "$san_f")" = "asan ubsan" ] ||
+			fail "the sanitized build lacks AddressSanitizer or UBSan in $san_f ($(san_kind "$san_f" | sed 's/^$/neither/'); configure --enable-sanitizers)"
+	done
+	SANITIZED=1
+	;;
+plain)
+	[ -z "$(san_kind "$UFFDD")" ] || fail "the plain build has sanitizers in $UFFDD"
+	SANITIZED=0
+	;;
+'')
+	SANITIZED=0
+	[ -z "$(san_kind "$UFFDD")" ] || SANITIZED=1
+	;;
+*) fail "UFFDD_BUILD_KIND=$UFFDD_BUILD_KIND: want sanitized or plain" ;;
+esac
+
 # A free TCP port on 127.0.0.1, below the kernel's ephemeral range
 # (32768 and up), so that no outgoing connection can be holding it.
 free_port() {
