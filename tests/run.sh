@@ -17,14 +17,15 @@
 # UFFDD_BUILD_KIND, and tests/lib.sh fails it when the binaries are not
 # of that kind. Tests marked "# build: plain" run on PLAIN_BUILDDIR when it
 # is set; "# build: plain sanitized" ones run on both (NAME, then
-# NAME.sanitized). UFFDD_TEST_DIR replaces tests/integration (a test of
-# this runner points it at fake tests).
+# NAME.sanitized). UFFDD_TEST_DIR replaces tests/integration and
+# UFFDD_TEST_LOGS BUILDDIR/test-logs (a test of this runner points them at
+# fake tests and a scratch directory).
 set -u
 BUILDDIR=$(cd "${1:?usage: run.sh BUILDDIR [TEST...]}" && pwd)
 shift
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 export BUILDDIR SRC
-LOGS=$BUILDDIR/test-logs
+LOGS=${UFFDD_TEST_LOGS:-$BUILDDIR/test-logs}
 mkdir -p "$LOGS"
 TEST_DIR=${UFFDD_TEST_DIR:-$SRC/tests/integration}
 ALLOWED=${UFFDD_ALLOWED_SKIPS:-$SRC/tests/allowed-skips}
