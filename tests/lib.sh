@@ -644,10 +644,38 @@ start_workload() {
 	fail "workload $var not ready"
 }
 
+# src_hash VAR PID START END [--poke-every K]: VAR is set to the SHA-256
+# of the pages of source PID present now, read by memhash --present: no
+# page that is not present is read, so the hash swaps nothing in and maps
+# no zero page, and the source daemon finds what it would have found
+# without it (memhash fails if a page came in meanwhile). Which pages they
+# were goes to $T/VAR.map, for dst_hash; SRC_PRESENT, SRC_SWAPPED and
+# SRC_NONE hold pagemap's counts at the hash.
+src_hash() {
+	local _var=$1 _h
+	shift
+	_h=$("$MEMHASH" --present "$T/$_var.map" "$@" 2>"$T/$_var.pagemap") ||
+		fail "memhash --present $*: $(cat "$T/$_var.pagemap")"
+	read -r _ SRC_PRESENT _ SRC_SWAPPED _ SRC_NONE <"$T/$_var.pagemap"
+	eval "$_var=\$_h"
+}
+# dst_hash VAR PID START END [--zero-absent]: the SHA-256 of the pages of
+# PID that were present in src_hash VAR's source, in its order: the two
+# compare. --zero-absent: those that were neither present nor swapped
+# there must read as zeros (for destinations that do not check
+# themselves).
+dst_hash() { "$MEMHASH" --map "$T/$1.map" "${@:2}"; }
+# mem_state PID START END: a process's memory, read without changing it:
+# the hash of its present pages, and which pages are present.
+mem_state() {
+	"$MEMHASH" --present "$T/state.map" "$@" 2>/dev/null &&
+		sha256sum <"$T/state.map" | cut -c1-16
+}
+
 # paced_migration SRC DST SIZE BASE [DEST ARGS...]: a migration from
 # daemon SRC to daemon DST that lasts seconds (the destination's 4 threads
 # touch a page each 1.5 ms), for tests that break something under it. Sets
-# ID, RANGE, M_BASE, M_END and H_SRC (the frozen source's hash);
+# ID, RANGE, M_BASE, M_END and H_SRC (the frozen source's hash, src_hash);
 # paced_finish checks the end.
 paced_migration() {
 	local s=$1 d=$2 size=$3 ssock dsock addr port
@@ -665,7 +693,7 @@ paced_migration() {
 	must "paced_migration: export" "$T/export.out" \
 		"$CLIENT" --control "$ssock" export "$WS" --range "$RANGE"
 	ID=$(cat "$T/export.out")
-	H_SRC=$("$MEMHASH" "$WS" "$M_BASE" "$M_END")
+	src_hash H_SRC "$WS" "$M_BASE" "$M_END"
 	must "paced_migration: attach" "$T/attach.out" "$CLIENT" --control "$dsock" \
 		attach "$WD" --from "$addr:$port" --id "$ID" --range "$RANGE"
 	kill -USR1 "$WD"
@@ -678,8 +706,23 @@ paced_finish() {
 	must "paced_finish: wait" "$T/wait.out" \
 		"$CLIENT" --control "$dsock" wait "$ID" --timeout 300
 	wait_verified WD
-	[ "$("$MEMHASH" "$WD" "$M_BASE" "$M_END")" = "$H_SRC" ] ||
+	[ "$(dst_hash H_SRC "$WD" "$M_BASE" "$M_END")" = "$H_SRC" ] ||
 		fail "destination differs from the source"
+}
+
+# anon_huge_kb PID START END: kB of transparent huge pages PID has mapped
+# in the mappings that overlap START-END (AnonHugePages in smaps; reading
+# smaps changes nothing).
+anon_huge_kb() {
+	local lo=$(($2)) hi=$(($3)) k v in=0 kb=0
+	while read -r k v _; do
+		if [[ $k =~ ^([0-9a-f]+)-([0-9a-f]+)$ ]]; then
+			in=$((16#${BASH_REMATCH[1]} < hi && 16#${BASH_REMATCH[2]} > lo))
+		elif [ "$k" = AnonHugePages: ] && [ "$in" = 1 ]; then
+			kb=$((kb + v))
+		fi
+	done <"/proc/$1/smaps"
+	echo "$kb"
 }
 
 # reserve_huge_pages N: N more huge pages of the default size in the pool,
@@ -782,9 +825,12 @@ set_up_zram_swap() {
 
 # migrate SIZE SRC_THREADS DST_THREADS [SRC_ARGS] [DST_ARGS] [POKE]
 # One whole migration between two fresh daemons, checked three ways: the
-# destination's own per-word check, and SHA-256 of the frozen source (taken
-# before attach, with the destination's pre-arrival writes applied) against
-# SHA-256 of the destination after completion.
+# destination's own per-word check, and SHA-256 of the frozen source's
+# present pages (src_hash, taken just before attach, with the
+# destination's pre-arrival writes applied) against SHA-256 of the same
+# pages of the destination after completion (dst_hash). Sets MIG_ID and,
+# from the source just before attach, SRC_PRESENT, SRC_SWAPPED, SRC_NONE
+# (pagemap) and SRC_AHP (anon_huge_kb).
 migrate() {
 	local size=$1 sthreads=$2 dthreads=$3 sargs=${4:-} dargs=${5:-} poke=${6:-}
 	local exportargs=${EXPORT_ARGS:-}
@@ -806,7 +852,10 @@ migrate() {
 	id=$(cat "$T/export.out")
 	MIG_ID=$id
 	[ "$(proc_state "$WS")" = T ] || fail "source not stopped after export"
-	h_src=$("$MEMHASH" "$WS" $base "$end" "${pokeargs[@]}")
+	# Just before attach: what the source daemon will serve from.
+	src_hash h_src "$WS" $base "$end" "${pokeargs[@]}"
+	SRC_AHP=$(anon_huge_kb "$WS" $base "$end")
+	info "source at attach: $SRC_PRESENT pages present, $SRC_SWAPPED swapped, $SRC_NONE neither; AnonHugePages $SRC_AHP kB"
 	must "migrate: attach" "$T/attach.out" "$CLIENT" --control "$dst_SOCK" \
 		attach "$WD" --from "$src_ADDR:$src_PORT" --id "$id" --range "$RANGE"
 	grep -q '^attached' "$T/attach.out" || fail "attach printed: $(cat "$T/attach.out")"
@@ -814,7 +863,7 @@ migrate() {
 	must "migrate: wait (destination)" "$T/wait.out" \
 		"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 600
 	wait_verified WD
-	h_dst=$("$MEMHASH" "$WD" $base "$end")
+	h_dst=$(dst_hash h_src "$WD" $base "$end")
 	info "source sha256 $h_src"
 	info "dest   sha256 $h_dst"
 	[ "$h_src" = "$h_dst" ] || fail "destination memory differs from the source"

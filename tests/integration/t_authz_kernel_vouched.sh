@@ -125,13 +125,13 @@ fi
 
 # The same attach, with no exec in between, completes byte for byte.
 start_workload WD dest --size 16M --threads 1
-H_SRC=$("$MEMHASH" "$WS" 0x500000000000 0x500001000000)
+src_hash H_SRC "$WS" 0x500000000000 0x500001000000
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range "$RANGE" >"$T/attach.out" || fail "attach: $(cat "$T/attach.out")"
 kill -USR1 "$WD"
 "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 120 >"$T/wait.out" ||
 	fail "wait: $(cat "$T/wait.out")"
 wait_verified WD
-[ "$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)" = "$H_SRC" ] ||
+[ "$(dst_hash H_SRC "$WD" 0x500000000000 0x500001000000)" = "$H_SRC" ] ||
 	fail "destination differs from the source"
 info "unchanged target: migrated byte for byte"

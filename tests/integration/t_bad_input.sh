@@ -8,15 +8,15 @@ start_daemon dst
 start_workload WS source --size 16M --threads 1
 start_workload WD dest --size 16M --threads 2
 RANGE=500000000000-500001000000
-dst_hash() { "$MEMHASH" "$WD" 0x500000000000 0x500001000000; }
-h_before=$(dst_hash)
+dst_state() { mem_state "$WD" 0x500000000000 0x500001000000; }
+h_before=$(dst_state)
 
 untouched() {
 	[ "$(proc_state "$WS")" != T ] || fail "$1: source process left stopped"
 	[ "$(proc_state "$WD")" != T ] && [ "$(proc_state "$WD")" != t ] ||
 		fail "$1: destination process left stopped"
 	ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "$1: destination got a userfaultfd"
-	[ "$(dst_hash)" = "$h_before" ] || fail "$1: destination memory changed"
+	[ "$(dst_state)" = "$h_before" ] || fail "$1: destination memory changed"
 	kill -0 "$src_PID" && kill -0 "$dst_PID" || fail "$1: a daemon died"
 }
 
@@ -66,7 +66,7 @@ ls -l "/proc/$WX/fd" | grep -q userfaultfd && fail "no-match target got a userfa
 expect_error "range excludes all" "no region of process" \
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range 700000000000-700000001000
-[ "$(dst_hash)" = "$h_before" ] || fail "attach errors changed the destination's memory"
+[ "$(dst_state)" = "$h_before" ] || fail "attach errors changed the destination's memory"
 [ "$(proc_state "$WS")" = T ] || fail "source left its frozen state"
 kill -0 "$src_PID" && kill -0 "$dst_PID" || fail "a daemon died"
 
@@ -103,7 +103,7 @@ expect_usage "map twice onto one address" "same target address" \
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" --id "$ID" \
 	--map 500000000000:600000000000 --map 510000000000:600000000000
 ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "usage errors: destination got a userfaultfd"
-[ "$(dst_hash)" = "$h_before" ] || fail "usage errors: destination memory changed"
+[ "$(dst_state)" = "$h_before" ] || fail "usage errors: destination memory changed"
 
 # After all of that, the export still works: a real attach succeeds.
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \

@@ -134,7 +134,7 @@ IMG=$T/served2.img
 # Refused at attach, the target untouched: missing, truncated, header or
 # tables changed, not an image.
 start_workload WD1 dest --size 32M --threads 2 --prefault --untouched-every 7 --zero-every 5
-h_before=$("$MEMHASH" "$WD1" "$BASE" "$END")
+h_before=$(mem_state "$WD1" "$BASE" "$END")
 try_attach() {
 	"$CLIENT" --control "$d_SOCK" attach "$WD1" --image "$1" --range "$RANGE"
 }
@@ -154,7 +154,7 @@ expect_error "--image with --from" "usage" "$CLIENT" --control "$d_SOCK" attach 
 	--image "$IMG" --from "127.0.0.1:$s_PORT"
 ! grep -q 'anon_inode:\[userfaultfd\]' <(ls -l "/proc/$WD1/fd") ||
 	fail "a refused attach left a userfaultfd in the target"
-[ "$("$MEMHASH" "$WD1" "$BASE" "$END")" = "$h_before" ] ||
+[ "$(mem_state "$WD1" "$BASE" "$END")" = "$h_before" ] ||
 	fail "a refused attach changed the target's memory"
 kill -9 "$WD1"
 info "refused images left the target as it was"

@@ -29,7 +29,7 @@ run_batch() {
 		end=$((base + $(numfmt --from=iec "$size")))
 		range=$(printf '%x-%x' "$base" "$end")
 		eval "ID$i=\$(\"\$CLIENT\" --control \"\$src_SOCK\" export \"\$WS$i\" --range $range)"
-		eval "H$i=\$(\"\$MEMHASH\" \"\$WS$i\" $base $end)"
+		eval "src_hash H$i \"\$WS$i\" $base $end"
 	done
 	for ((i = 0; i < n; i++)); do
 		base=$((0x500000000000 + i * 0x100000000))
@@ -44,7 +44,7 @@ run_batch() {
 		eval "\"\$CLIENT\" --control \"\$dst_SOCK\" wait \"\$ID$i\" --timeout 600 >/dev/null" ||
 			fail "migration $i did not complete"
 		wait_verified "WD$i" >/dev/null
-		eval "h=\$(\"\$MEMHASH\" \"\$WD$i\" $base $end)"
+		eval "h=\$(dst_hash H$i \"\$WD$i\" $base $end)"
 		eval "[ \"\$h\" = \"\$H$i\" ]" || fail "migration $i: destination differs"
 		eval "kill \"\$WD$i\""
 	done

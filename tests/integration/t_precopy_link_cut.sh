@@ -23,9 +23,9 @@ R=$(printf '%x-%x' $((BASE)) $E)
 st() { "$CLIENT" --control "$1" status "$ID" --json | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p'; }
 runs_on() {
 	local h1 h2
-	h1=$("$MEMHASH" "$WS" $BASE $E)
+	h1=$(mem_state "$WS" $BASE $E)
 	sleep 0.3
-	h2=$("$MEMHASH" "$WS" $BASE $E)
+	h2=$(mem_state "$WS" $BASE $E)
 	[ "$(proc_state "$WS")" != T ] && [ "$h1" != "$h2" ]
 }
 

@@ -75,9 +75,9 @@ RANGE=$(printf '%x-%x' $base "$end")
 start_workload WS source --size 8M --kind file-private --file "$FILE"
 start_workload WD dest --size 8M --kind file-private --file "$DIR/other" --prefault
 id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-h_before=$("$MEMHASH" "$WD" $base "$end")
-if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1; then
+h_before=$(mem_state "$WD" $base "$end")
+if checked "$T/attach.out" "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$id" --range "$RANGE"; then
 	fail "attach to a mapping of another file succeeded: $(cat "$T/attach.out")"
 fi
 cat "$T/attach.out"
@@ -86,7 +86,7 @@ grep -q "mapped privately at offset 0x0 with [0-9]* written pages, has no match 
 grep -q "$DIR/other" "$T/attach.out" || fail "the error does not name what is mapped there"
 [ "$(proc_state "$WD")" != t ] || fail "refused target left traced"
 ! ls -l "/proc/$WD/fd" | grep -q userfaultfd || fail "refused target holds a userfaultfd"
-[ "$("$MEMHASH" "$WD" $base "$end")" = "$h_before" ] || fail "refused attach changed the target's memory"
+[ "$(mem_state "$WD" $base "$end")" = "$h_before" ] || fail "refused attach changed the target's memory"
 kill "$WD"
 # Two files whose paths agree in the first 300 characters: a region's
 # name holds fewer, so they would look the same. Refused, not matched.
@@ -96,14 +96,14 @@ start_workload WL source --size 8M --kind file-private --file "$LONG/one" --base
 start_workload WD dest --size 8M --kind file-private --file "$LONG/two" --base 0x540000000000 --prefault
 LRANGE=540000000000-540000800000
 lid=$("$CLIENT" --control "$src_SOCK" export "$WL" --range "$LRANGE")
-h_before=$("$MEMHASH" "$WD" 0x540000000000 0x540000800000)
-if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-	--id "$lid" --range "$LRANGE" >"$T/attach.out" 2>&1; then
+h_before=$(mem_state "$WD" 0x540000000000 0x540000800000)
+if checked "$T/attach.out" "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$lid" --range "$LRANGE"; then
 	fail "attach to another file with the same long prefix succeeded: $(cat "$T/attach.out")"
 fi
 grep -q "a path this long cannot be matched safely" "$T/attach.out" ||
 	fail "no clear error for a cut path: $(cat "$T/attach.out")"
-[ "$("$MEMHASH" "$WD" 0x540000000000 0x540000800000)" = "$h_before" ] ||
+[ "$(mem_state "$WD" 0x540000000000 0x540000800000)" = "$h_before" ] ||
 	fail "refused attach changed the target's memory"
 kill "$WD" "$WL"
 start_workload WD dest --size 8M --base 0x600000000000 --prefault

@@ -52,7 +52,7 @@ kill -9 "$WS" "$WD"
 info "continued between export and attach"
 start_workload WS source --size 32M --threads 2
 start_workload WD dest --size 32M --touch 0
-h_dst=$("$MEMHASH" "$WD" 0x500000000000 0x500002000000)
+h_dst=$(mem_state "$WD" 0x500000000000 0x500002000000)
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 kill -CONT "$WS"
 wait_state "$src_SOCK" "$ID" failed "export"
@@ -63,7 +63,7 @@ fi
 grep -q "continued" "$T/out" || fail "attach refusal does not say why: $(cat "$T/out")"
 info "attach refused: $(cat "$T/out")"
 ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "refused attach left a userfaultfd in the target"
-[ "$("$MEMHASH" "$WD" 0x500000000000 0x500002000000)" = "$h_dst" ] || fail "refused attach changed the target"
+[ "$(mem_state "$WD" 0x500000000000 0x500002000000)" = "$h_dst" ] || fail "refused attach changed the target"
 kill -0 "$src_PID" && kill -0 "$dst_PID" || fail "a daemon died"
 kill -9 "$WS" "$WD" 2>/dev/null || true
 

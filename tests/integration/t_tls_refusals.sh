@@ -129,7 +129,7 @@ start_workload WS2 source --size 16M --threads 1
 start_workload WD2 dest --size 16M --threads 1 --prefault
 R=500000000000-500001000000
 ID2=$("$CLIENT" --control "$sname_SOCK" export "$WS2" --range "$R")
-h_src=$("$MEMHASH" "$WS2" 0x500000000000 0x500001000000)
+src_hash h_src "$WS2" 0x500000000000 0x500001000000
 "$CLIENT" --control "$dst_SOCK" attach "$WD2" --from "127.0.0.1:$sname_PORT" \
 	--id "$ID2" --range "$R" --pin "$pin" >"$T/pinned.out" 2>&1 ||
 	fail "pinned attach: $(cat "$T/pinned.out")"
@@ -137,7 +137,7 @@ kill -USR1 "$WD2"
 "$CLIENT" --control "$dst_SOCK" wait "$ID2" --timeout 120 >"$T/pinned.wait" ||
 	fail "pinned migration: $(cat "$T/pinned.wait")"
 wait_verified WD2
-h_dst=$("$MEMHASH" "$WD2" 0x500000000000 0x500001000000)
+h_dst=$(dst_hash h_src "$WD2" 0x500000000000 0x500001000000)
 [ "$h_src" = "$h_dst" ] || fail "pinned migration: destination memory differs ($h_src vs $h_dst)"
 info "pinned migration from a source named otherwise: $h_dst"
 

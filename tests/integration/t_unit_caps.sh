@@ -83,8 +83,8 @@ grep -q "map_files yes" "$T/src.log" || fail "the unit's daemon says it cannot o
 RANGE=500000000000-500001000000
 start_workload WS source --size 16M --kind memfd
 start_workload WD dest --size 16M --kind memfd
-h_dst=$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)
-if "$CLIENT" --control "$srcl_SOCK" export "$WS" --range "$RANGE" >"$T/out" 2>&1; then
+h_dst=$(mem_state "$WD" 0x500000000000 0x500001000000)
+if checked "$T/out" "$CLIENT" --control "$srcl_SOCK" export "$WS" --range "$RANGE"; then
 	fail "export of a memfd without CAP_CHECKPOINT_RESTORE succeeded: $(cat "$T/out")"
 fi
 grep -q "CAP_CHECKPOINT_RESTORE.*0x500000000000" "$T/out" || fail "export refusal does not say why: $(cat "$T/out")"
@@ -100,7 +100,7 @@ grep -q "CAP_CHECKPOINT_RESTORE.*0x500000000000" "$T/out" || fail "attach refusa
 info "attach refused: $(cat "$T/out")"
 case $(proc_state "$WD") in T | t) fail "refused attach left the target stopped" ;; esac
 ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "refused attach left a userfaultfd in the target"
-[ "$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)" = "$h_dst" ] ||
+[ "$(mem_state "$WD" 0x500000000000 0x500001000000)" = "$h_dst" ] ||
 	fail "refused attach changed the target's memory"
 kill -9 "$WS" "$WD"
 # Private anonymous memory needs no backing file.

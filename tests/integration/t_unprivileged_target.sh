@@ -32,7 +32,7 @@ start_nobody_target() {
 }
 start_nobody_target --threads 4 --prefault --try-uffd --signal-bench 2000
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-H_SRC=$("$MEMHASH" "$WS" 0x500000000000 0x500004000000)
+src_hash H_SRC "$WS" 0x500000000000 0x500004000000
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range "$RANGE" >"$T/attach.out" 2>&1 || fail "attach: $(cat "$T/attach.out")"
 # Held, with no userfaultfd of its own.
@@ -49,7 +49,7 @@ info "$(grep uffd-attempt "$T/WD.out")"
 info "$(grep '^signals' "$T/WD.out" | tr '\n' ';')"
 [ "$(awk '/^TracerPid:/ {print $2}' "/proc/$WD/status")" = 0 ] ||
 	fail "target still held after completion"
-H_DST=$("$MEMHASH" "$WD" 0x500000000000 0x500004000000)
+H_DST=$(dst_hash H_SRC "$WD" 0x500000000000 0x500004000000)
 [ "$H_SRC" = "$H_DST" ] || fail "destination differs from the source"
 grep -q "from /dev/userfaultfd" "$T/dst.log" || fail "the daemon did not use /dev/userfaultfd"
 [ "$(cat /proc/sys/vm/unprivileged_userfaultfd)" = 0 ] || fail "the sysctl changed"

@@ -105,12 +105,12 @@ flip_byte "$T/bad2.img" $((ws_off + 100))
 if checked "$T/out" "$CLIENT" image check "$T/bad2.img"; then fail "a corrupted working-set page passed image check"; fi
 grep -q 'checksum mismatch in working-set page' "$T/out" || fail "image check: $(cat "$T/out")"
 start_workload WD dest --size "$SIZE" --untouched-every 0 --prefault
-before=$("$MEMHASH" "$WD" "$BASE" "$END")
-if "$CLIENT" --control "$d_SOCK" attach "$WD" --image "$T/bad.img" --range "$RANGE" >"$T/out" 2>&1; then
+before=$(mem_state "$WD" "$BASE" "$END")
+if checked "$T/out" "$CLIENT" --control "$d_SOCK" attach "$WD" --image "$T/bad.img" --range "$RANGE"; then
 	fail "attach from a corrupted working set succeeded"
 fi
 grep -q 'working set' "$T/out" || fail "attach: $(cat "$T/out")"
-[ "$("$MEMHASH" "$WD" "$BASE" "$END")" = "$before" ] || fail "a refused attach changed the target"
+[ "$(mem_state "$WD" "$BASE" "$END")" = "$before" ] || fail "a refused attach changed the target"
 kill -9 "$WD"
 info "a corrupted working set is refused: $(head -n 1 "$T/out")"
 
