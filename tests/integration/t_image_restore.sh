@@ -34,6 +34,7 @@ snap() {
 	# shellcheck disable=SC2086
 	start_workload WS source --size "$size" --threads 2 $sargs
 	stopped WS
+	SRC_AHP=$(anon_huge_kb "$WS" "$BASE" "$END")
 	# The snapshot first: a read of /proc/PID/mem maps the zero page
 	# where nothing was, and holes would no longer be holes.
 	"$CLIENT" --control "$d_SOCK" snapshot "$WS" --to "$IMG" --keep-source \
@@ -86,6 +87,8 @@ snap anon 32M "--untouched-every 7 --zero-every 5"
 restore 3 anon 32M "--untouched-every 7 --zero-every 5"
 for kind in thp shared memfd tmpfs; do
 	snap "$kind" 16M "--kind $kind --untouched-every 3 --zero-every 5"
+	[ "$kind" != thp ] || [ "$SRC_AHP" -ge $((16 * 1024 / 2)) ] ||
+		fail "thp: the source had only $SRC_AHP kB of its 16 MiB in huge pages at the snapshot"
 	restore 3 "$kind" 16M "--kind $kind --untouched-every 3 --zero-every 5"
 done
 DIR=/var/tmp/uffdd-image-restore-$$

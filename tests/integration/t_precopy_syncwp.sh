@@ -32,6 +32,8 @@ sync_migration() {
 	# shellcheck disable=SC2086
 	start_workload WD dest --size "$size" $4
 	sleep 0.2
+	# Before the export: the tracker may split huge pages.
+	AHP=$(anon_huge_kb "$WS" $BASE "$end")
 	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range" --precopy --keep-source) ||
 		fail "$label: export failed"
 	[ "$(proc_state "$WS")" != T ] || fail "$label: source stopped at the export"
@@ -68,6 +70,8 @@ info "hot: $answered write faults answered in all"
 kill -9 "$WS" "$WD"
 
 sync_migration thp 32M "--kind thp --threads 2 --hot 3 --pace-us 50 --zero-every 16" "--kind thp --touch 0"
+[ "$AHP" -ge $((32 * 1024 / 2)) ] || fail "thp: the source had only $AHP kB of its 32 MiB in huge pages at the export"
+info "thp: $AHP kB of huge pages in the source at the export"
 kill -9 "$WS" "$WD"
 
 sync_migration discards 32M "--threads 2 --hot 3 --pace-us 50 --discard-every 8" "--touch 0"

@@ -46,8 +46,9 @@ for how in scan read; do
 	grep -q "exported process $WS as .*: 3 regions" "$T/src.log" ||
 		fail "the read-only middle is not a region of its own: $(grep exported "$T/src.log")"
 	swapped=$(sed -n 's/^swapped //p' "$T/WS.out")
-	info "file-private: $swapped written pages swapped out at freeze"
+	info "file-private: $swapped written pages swapped out when ready, $SRC_SWAPPED still out at attach"
 	[ "${swapped:-0}" -gt 100 ] || fail "too few pages swapped out ($swapped)"
+	[ "$SRC_SWAPPED" -ge "$swapped" ] || fail "only $SRC_SWAPPED of $swapped swapped pages still out at attach"
 	# The file is what the source wrote at creation, untouched since:
 	# an independent workload maps it and finds every page the file's.
 	f_hash=$(sha256sum "$FILE" | cut -d' ' -f1)
