@@ -363,18 +363,63 @@ plain)
 *) fail "UFFDD_BUILD_KIND=$UFFDD_BUILD_KIND: want sanitized or plain" ;;
 esac
 
-# A free TCP port on 127.0.0.1, below the kernel's ephemeral range
-# (32768 and up), so that no outgoing connection can be holding it.
+# new_port VAR: VAR is set to a port for a daemon to listen on, below the
+# kernel's ephemeral range (32768 and up, so that no outgoing connection
+# takes it between a daemon's restarts), and not handed out before in
+# this test (USED_PORTS). Nothing probes it: the daemon binds it, and
+# run_daemon draws another when another process has it (EADDRINUSE).
+declare -A USED_PORTS=()
+new_port() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 12000))
+		[ -z "${USED_PORTS[$p]:-}" ] && break
+	done
+	USED_PORTS[$p]=1
+	eval "$1=$p"
+}
+
+# A TCP port on 127.0.0.1 that nothing listened on a moment ago, below
+# the ephemeral range and not one of USED_PORTS: only for what must not
+# get as far as binding or connecting (a refused daemon, say). A port
+# that must stay unused is held by hold_port.
 free_port() {
 	local p
 	for _ in $(seq 50); do
 		p=$((20000 + RANDOM % 12000))
+		[ -z "${USED_PORTS[$p]:-}" ] || continue
 		if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
 			echo "$p"
 			return
 		fi
 	done
 	fail "no free port"
+}
+
+# hold_port VAR: VAR is set to a port on 127.0.0.1 that is bound but not
+# listening, held so until the end of the test: a connection to it is
+# refused, whatever else runs on the machine.
+hold_port() {
+	local p
+	python3 -c 'import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1], flush=True)
+sys.stdout.close()
+time.sleep(86400)' >"$T/held-port" &
+	PIDS+=($!)
+	for _ in $(seq 100); do
+		p=$(cat "$T/held-port")
+		[ -n "$p" ] && break
+		sleep 0.05
+	done
+	[ -n "$p" ] || fail "hold_port: no port"
+	eval "$1=$p"
+}
+
+# listen_ports PID: the TCP ports process PID listens on (ss), one a line.
+listen_ports() {
+	ss -Hltnp | awk -v pid="pid=$1," 'index($0, pid) { n = split($4, a, ":"); print a[n] }' | sort -un
 }
 
 # A throwaway PKI under $T/pki, made with the openssl CLI: make_ca NAME
@@ -453,11 +498,7 @@ tls_args() {
 start_daemon() {
 	local name=$1 port
 	shift
-	if [ -n "${NETNS:-}" ] || [ -n "${HOSTS:-}" ]; then
-		port=$((20000 + RANDOM % 12000))
-	else
-		port=$(free_port)
-	fi
+	new_port port
 	eval "${name}_PORT=$port"
 	eval "${name}_SOCK=$T/$name.sock"
 	eval "${name}_ARGS=\"\$*\""
@@ -465,10 +506,14 @@ start_daemon() {
 	run_daemon "$name" "$@"
 }
 
+# run_daemon NAME ARGS...: uffdd NAME started on NAME_PORT, up to its
+# NAME_STARTS-th "ready". Another process may have bound that port since
+# it was drawn: then it is drawn again, or, for a restart (RUN_SAME_PORT,
+# as restart_daemon sets it: the peers know that port), tried again for a
+# few seconds.
 run_daemon() {
-	local name=$1 port tls ns addr
+	local name=$1 port tls ns addr pid try lines p keep
 	shift
-	port=$(eval echo "\$${name}_PORT")
 	tls=$(tls_args "$@")
 	# An empty configuration file, so that the machine's
 	# /etc/uffdd/uffdd.conf cannot change a test; ARGS may name another.
@@ -482,20 +527,49 @@ run_daemon() {
 		*) ns=$NS_DST addr=$DST_HOST_ADDR ;;
 		esac
 	fi
-	ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$T/$name.san:log_exe_name=0 \
-		UBSAN_OPTIONS=$UBSAN_OPTIONS:log_path=$T/$name.san \
-		${ns:+ip netns exec "$ns"} "$UFFDD" -f --config "$T/empty.conf" \
-		$tls --listen "$addr:$port" --control "$T/$name.sock" \
-		--state-dir "$T/$name.state" "$@" >>"$T/$name.log" 2>&1 &
-	daemon_started "$name" $!
-	eval "${name}_PID=$!"
-	for _ in $(seq 200); do
-		[ -S "$T/$name.sock" ] &&
-			[ "$(grep -c 'ready: control' "$T/$name.log")" -ge "$(eval echo "\$${name}_STARTS")" ] && return
-		sleep 0.05
+	for try in $(seq 10); do
+		port=$(eval echo "\$${name}_PORT")
+		lines=0
+		[ ! -f "$T/$name.log" ] || lines=$(wc -l <"$T/$name.log")
+		ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$T/$name.san:log_exe_name=0 \
+			UBSAN_OPTIONS=$UBSAN_OPTIONS:log_path=$T/$name.san \
+			${ns:+ip netns exec "$ns"} "$UFFDD" -f --config "$T/empty.conf" \
+			$tls --listen "$addr:$port" --control "$T/$name.sock" \
+			--state-dir "$T/$name.state" "$@" >>"$T/$name.log" 2>&1 &
+		pid=$!
+		daemon_started "$name" $pid
+		eval "${name}_PID=$pid"
+		for _ in $(seq 200); do
+			[ -S "$T/$name.sock" ] &&
+				[ "$(grep -c 'ready: control' "$T/$name.log")" -ge "$(eval echo "\$${name}_STARTS")" ] && return
+			exited "$pid" && break
+			sleep 0.05
+		done
+		# Gone before it was ready, because the port was taken: not a
+		# daemon that broke a rule. Its log lines stay, and so do its
+		# sanitizer reports, which stop_daemons reads.
+		exited "$pid" &&
+			grep -q 'Address already in use' <(tail -n +$((lines + 1)) "$T/$name.log") || break
+		wait "$pid" || true
+		unset "DAEMONS[$pid]"
+		keep=()
+		for p in "${PIDS[@]}"; do
+			[ "$p" = "$pid" ] || keep+=("$p")
+		done
+		PIDS=("${keep[@]}")
+		info "uffdd $name: port $port in use by another process (try $try)"
+		if [ -n "${RUN_SAME_PORT:-}" ]; then
+			sleep 0.5
+		else
+			new_port port
+			eval "${name}_PORT=$port"
+		fi
 	done
 	fail "uffdd $name did not start: $(cat "$T/$name.log")"
 }
+
+# exited PID: our child PID has exited (a zombie, or reaped by the shell).
+exited() { ! kill -0 "$1" 2>/dev/null || [ "$(proc_state "$1" 2>/dev/null)" = Z ]; }
 
 # daemon_started NAME PID: a daemon a test started itself (logging to
 # $T/NAME.log) is stopped and checked as run_daemon's are.
@@ -509,7 +583,7 @@ restart_daemon() {
 	local name=$1
 	# shellcheck disable=SC2046
 	eval "${name}_STARTS=\$((${name}_STARTS + 1))"
-	eval "run_daemon $name \$${name}_ARGS"
+	eval "RUN_SAME_PORT=1 run_daemon $name \$${name}_ARGS"
 }
 
 # ensure_daemon NAME [ARGS...]: a running daemon started with ARGS,

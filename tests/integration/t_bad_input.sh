@@ -46,9 +46,10 @@ expect_error "second export, deferred" "already exported as $ID" \
 	"$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE" --deferred
 [ "$(proc_state "$WS")" = T ] || fail "a refused export thawed the source"
 
-# Unreachable source: a port nobody listens on.
+# Unreachable source: a port bound but not listening, held so.
+hold_port closed
 expect_error "unreachable source" "unreachable" \
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$(free_port)" --id "$ID"
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$closed" --id "$ID"
 # Plaintext to a non-loopback address: t_tls_refusals (no packet may leave
 # loopback here, and these daemons may be using TLS).
 # A wrong ID.
