@@ -112,7 +112,12 @@ exec_between "root's target runs its program again" "runs another program" "$WOR
 cp "$WORKLOAD" "$T/suid-workload"
 chmod 4755 "$T/suid-workload"
 "${NOBODY[@]}" "$T/suid-workload" dest --size 4096 --threads 1 >"$T/probe.out" 2>&1 &
-sleep 0.3
+probe=$!
+for _ in $(seq 200); do
+	grep -q '^ready' "$T/probe.out" 2>/dev/null && break
+	kill -0 "$probe" 2>/dev/null || break
+	sleep 0.05
+done
 p=$(pgrep -f "$T/suid-workload" | head -n1 || true)
 if [ -n "$p" ] && [ "$(awk '/^Uid:/ {print $3}' "/proc/$p/status")" = 0 ]; then
 	kill "$p"

@@ -123,7 +123,12 @@ R2=510000000000-510000800000
 dst attach "$WD2" --from "127.0.0.1:$src_PORT" --id "$ID2" --range "$R2" \
 	--wait-export 30 --hold-bulk >"$T/attach2.out" 2>&1 &
 ATTACH=$!
-sleep 1
+# Waiting: it has asked the source, which knows no such ID yet.
+for _ in $(seq 200); do
+	grep -q "unknown migration ID ${ID2:0:8}" "$T/src.log" && break
+	sleep 0.05
+done
+grep -q "unknown migration ID ${ID2:0:8}" "$T/src.log" || fail "the waiting attach never asked the source: $(tail -n 3 "$T/src.log")"
 kill -0 $ATTACH 2>/dev/null || fail "attach before its export ended: $(cat "$T/attach2.out")"
 dst status "$ID2" | grep -q 'state *connecting' || fail "waiting attach: $(dst status "$ID2")"
 src export "$WS2" --range "$R2" --deferred --keep-source --id "$ID2" >/dev/null

@@ -55,7 +55,12 @@ sleep 0.5
 fd0s=$(fds "$src_PID") fd0d=$(fds "$dst_PID") rss0s=$(rss "$src_PID") rss0d=$(rss "$dst_PID")
 info "before: source $fd0s fds ${rss0s} KiB, destination $fd0d fds ${rss0d} KiB"
 run_batch 8 256M 16
-sleep 1
+# The lanes close after the migrations: until the counts are down again
+# (or 10 s went by, when they stay up).
+for _ in $(seq 100); do
+	[ "$(fds "$src_PID")" -le "$fd0s" ] && [ "$(fds "$dst_PID")" -le "$fd0d" ] && break
+	sleep 0.1
+done
 fd1s=$(fds "$src_PID") fd1d=$(fds "$dst_PID") rss1s=$(rss "$src_PID") rss1d=$(rss "$dst_PID")
 info "after:  source $fd1s fds ${rss1s} KiB, destination $fd1d fds ${rss1d} KiB"
 [ "$fd1s" -le "$fd0s" ] || fail "source daemon leaks descriptors ($fd0s -> $fd1s)"

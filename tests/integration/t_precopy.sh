@@ -119,8 +119,12 @@ start_workload WD dest --size 32M --threads 2 --prefault
 ID=$("$CLIENT" --control "$src2_SOCK" export "$WS" --range "$R32" --precopy)
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src2_PORT" \
 	--id "$ID" --range "$R32" >/dev/null || fail "attach to a pre-copy failed"
-sleep 1
-st=$("$CLIENT" --control "$dst_SOCK" status "$ID" --json | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p')
+dstate() { "$CLIENT" --control "$dst_SOCK" status "$ID" --json | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p'; }
+for _ in $(seq 200); do
+	st=$(dstate)
+	[ "$st" = precopy ] && break
+	sleep 0.05
+done
 [ "$st" = precopy ] || fail "destination state $st during pre-copy, not precopy"
 [ "$(proc_state "$WD")" = t ] || [ "$(proc_state "$WD")" = T ] ||
 	fail "destination target runs before the switchover (state $(proc_state "$WD"))"

@@ -66,9 +66,24 @@ done
 timeout -s KILL 10 "$MEMHASH" "$WD" 0x500000000000 0x500000100000 >/dev/null ||
 	fail "reading the stopped target's first MiB blocked or failed: a page that had come is not installed"
 # Let it go on: threads that touch a lost page wait; none reads it wrong.
+# Checked once all 4 checking threads wait in userfaultfd (each checks a
+# quarter of the pages, every quarter has lost ones), so that none can
+# read on later.
 kill -CONT "$WD"
 kill -USR1 "$WD"
-sleep 1
+blocked() {
+	local t n=0
+	for t in "/proc/$WD/task"/*/wchan; do
+		[ "$(cat "$t" 2>/dev/null)" = handle_userfault ] && n=$((n + 1))
+	done
+	echo "$n"
+}
+for _ in $(seq 600); do
+	[ "$(blocked)" -ge 4 ] && break
+	sleep 0.05
+done
+[ "$(blocked)" -ge 4 ] ||
+	fail "the target's 4 checking threads are not all waiting in userfaultfd: $(for t in "/proc/$WD/task"/*/wchan; do cat "$t"; echo; done)"
 ! grep -q MISMATCH "$T/WD.log" || fail "a lost page read wrong: $(head -3 "$T/WD.log")"
 ! grep -q '^verified' "$T/WD.out" || fail "the target finished although pages were lost"
 kill -9 "$WD"

@@ -42,13 +42,14 @@ while [ ${#todo[@]} -gt 0 ]; do
 done
 info "the unit's filter allows ${#allowed[@]} system calls"
 
-TRACES=()
+TRACES=() TRACERS=()
 trace() {
 	local name=$1 pid out
 	pid=$(eval echo "\$${name}_PID")
 	out=$T/$name.strace.$pid
 	strace -f -qq -o "$out" -p "$pid" 2>"$T/$name.strace.err" &
 	PIDS+=($!)
+	TRACERS+=($!)
 	TRACES+=("$out")
 	# Attached once strace has written its first line.
 	for _ in $(seq 100); do
@@ -109,7 +110,11 @@ trace dst
 paced_finish dst
 grep -q "restored migration" "$T/dst.log" || fail "the destination restored nothing"
 kill "$WD"
-sleep 0.5
+# Each strace detached (SIGINT) and gone: its output is complete.
+kill -INT "${TRACERS[@]}" 2>/dev/null || true
+for p in "${TRACERS[@]}"; do
+	wait "$p" 2>/dev/null || true
+done
 
 # Every call strace saw, by name ("PID name(args) = ...").
 used=$(sed -n 's/^[0-9]* *\([a-z_][a-z0-9_]*\)(.*/\1/p' "${TRACES[@]}" | sort -u)
