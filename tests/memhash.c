@@ -38,6 +38,7 @@
 #define CHUNK (1u << 20)
 #define PM_PRESENT (1ULL << 63)
 #define PM_SWAP (1ULL << 62)
+#define PM_SWP_TYPE 0x1fULL
 
 static void
 usage(void)
@@ -45,6 +46,19 @@ usage(void)
 	fprintf(stderr, "usage: memhash [--present MAP | --map MAP "
 			"[--zero-absent]] PID START END [--poke-every K]\n");
 	exit(2);
+}
+
+/*
+ * A pagemap entry of a swapped-out page. A PTE marker (the uffd-wp marker
+ * a write-protecting daemon leaves on a page never touched) is a swap
+ * entry to pagemap as well, PM_SWAP with the swap type SWP_PTE_MARKER,
+ * the last of the 32 (root sees the type in the low bits): a page never
+ * touched, not swapped.
+ */
+static int
+is_swapped(uint64_t e)
+{
+	return (e & PM_SWAP) && (e & PM_SWP_TYPE) != PM_SWP_TYPE;
 }
 
 /* The pagemap of PID over npages pages from start, one byte a page. */
@@ -71,8 +85,8 @@ page_kinds(const char *pid, uint64_t start, uint64_t npages)
 		}
 		for (ssize_t i = 0; i < r / 8; i++)
 			kinds[p + i] = buf[i] & PM_PRESENT ? 'P'
-				       : buf[i] & PM_SWAP  ? 'S'
-							   : '-';
+				       : is_swapped(buf[i]) ? 'S'
+							    : '-';
 		p += (uint64_t)r / 8;
 	}
 	close(fd);
