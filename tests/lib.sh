@@ -370,13 +370,13 @@ esac
 # run_daemon draws another when another process has it (EADDRINUSE).
 declare -A USED_PORTS=()
 new_port() {
-	local p
+	local _port
 	while :; do
-		p=$((20000 + RANDOM % 12000))
-		[ -z "${USED_PORTS[$p]:-}" ] && break
+		_port=$((20000 + RANDOM % 12000))
+		[ -z "${USED_PORTS[$_port]:-}" ] && break
 	done
-	USED_PORTS[$p]=1
-	eval "$1=$p"
+	USED_PORTS[$_port]=1
+	eval "$1=$_port"
 }
 
 # A TCP port on 127.0.0.1 that nothing listened on a moment ago, below
@@ -400,7 +400,7 @@ free_port() {
 # listening, held so until the end of the test: a connection to it is
 # refused, whatever else runs on the machine.
 hold_port() {
-	local p
+	local _port
 	python3 -c 'import socket, sys, time
 s = socket.socket()
 s.bind(("127.0.0.1", 0))
@@ -409,12 +409,12 @@ sys.stdout.close()
 time.sleep(86400)' >"$T/held-port" &
 	PIDS+=($!)
 	for _ in $(seq 100); do
-		p=$(cat "$T/held-port")
-		[ -n "$p" ] && break
+		_port=$(cat "$T/held-port")
+		[ -n "$_port" ] && break
 		sleep 0.05
 	done
-	[ -n "$p" ] || fail "hold_port: no port"
-	eval "$1=$p"
+	[ -n "$_port" ] || fail "hold_port: no port"
+	eval "$1=$_port"
 }
 
 # listen_ports PID: the TCP ports process PID listens on (ss), one a line.
