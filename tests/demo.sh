@@ -29,8 +29,8 @@ start_workload WD dest --size "$SIZE" --threads 8
 info "uffd-client export $WS"
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 echo "   migration ID $ID; source process frozen (state $(proc_state "$WS"))"
-H_SRC=$("$MEMHASH" "$WS" "$base" "$end")
-echo "   SHA-256 of the frozen source memory: $H_SRC"
+src_hash H_SRC "$WS" "$base" "$end"
+echo "   SHA-256 of the frozen source memory (its $SRC_PRESENT present pages): $H_SRC"
 
 info "uffd-client attach $WD --from 127.0.0.1:$src_PORT"
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
@@ -39,7 +39,7 @@ info "destination runs now: 8 threads touch and check every page"
 kill -USR1 "$WD"
 "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 600
 wait_verified WD | sed 's/^/   destination workload: /'
-H_DST=$("$MEMHASH" "$WD" "$base" "$end")
+H_DST=$(dst_hash H_SRC "$WD" "$base" "$end")
 echo "   SHA-256 of the destination memory:   $H_DST"
 info "source daemon's view"
 "$CLIENT" --control "$src_SOCK" status "$ID"

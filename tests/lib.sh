@@ -21,11 +21,23 @@ CLEANUPS=()
 # Sanitizer builds: every report is seen and fails the test. LeakSanitizer
 # is on (ASan's default) for the daemons, the client and every other
 # sanitized program alike: a client that leaks exits non-zero. UBSan
-# reports are fatal (the build has -fno-sanitize-recover as well). What the
-# caller set comes first, so that these win. Each daemon writes its
-# reports to $T/NAME.san.PID (run_daemon); stop_daemons checks them.
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1:handle_abort=1"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_on_error=1"
+# reports are fatal (the build has -fno-sanitize-recover as well). A death
+# by ASan or LSan exits 66, by UBSan 67 (uffd-client's own statuses are 0,
+# 1 and 2). What the caller set comes first, so that these win.
+# Each daemon writes its ASan and LSan reports to $T/NAME.san.PID
+# (run_daemon); stop_daemons checks them. Every other sanitized program
+# writes them to $SAN/TAG.PROGRAM.PID: TAG is "run" for those a test runs
+# itself, which cleanup reads (san_scan), and one of its own for each
+# command run through checked, which reads them at once. $SAN is outside
+# $T and open to all: a client run as another user must be able to write
+# its report there. UBSan (GCC's runtime beside ASan) writes to stderr
+# only, whatever log_path says: checked reads the command's output for it,
+# and tests/run.sh the output of a test that passed.
+SAN=$(mktemp -d /tmp/uffdd-san.XXXXXX)
+chmod 1777 "$SAN"
+SAN_N=0
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1:handle_abort=1:exitcode=66:log_path=$SAN/run:log_exe_name=1"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_on_error=1:exitcode=67"
 
 # The daemons a test started: DAEMONS maps a running one's pid to its name,
 # DAEMON_NAMES holds every name used, KILLED the pids kill_daemon killed.
@@ -35,8 +47,9 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_o
 declare -A DAEMONS=() DAEMON_NAMES=() KILLED=() REPORTED=()
 DAEMON_STOP_TIMEOUT=${DAEMON_STOP_TIMEOUT:-20}
 DAEMON_PROBLEMS=()
-# What ASan, LSan and UBSan reports say.
-SAN_REPORT='ERROR: (Address|Leak|UndefinedBehavior|Memory|Thread)Sanitizer|SUMMARY: [A-Za-z]*Sanitizer|runtime error: '
+# What ASan, LSan and UBSan reports say; the last, a sanitizer that could
+# not write its report to log_path (it says so on stderr, and dies).
+SAN_REPORT='ERROR: (Address|Leak|UndefinedBehavior|Memory|Thread)Sanitizer|SUMMARY: [A-Za-z]*Sanitizer|runtime error: |ERROR: Can.t open file'
 
 # The parent of PID, while PID is there.
 proc_ppid() { sed -e 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f2; }
@@ -186,6 +199,7 @@ cleanup() {
 	for ((i = ${#CLEANUPS[@]} - 1; i >= 0; i--)); do
 		eval "${CLEANUPS[$i]}"
 	done
+	san_scan
 	if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
 		for f in "$T"/*.log; do
 			[ -f "$f" ] || continue
@@ -200,30 +214,212 @@ cleanup() {
 		done
 		rc=1
 	fi
-	[ -n "${KEEP_T:-}" ] || rm -rf "$T"
+	[ -n "${KEEP_T:-}" ] || rm -rf "$T" "$SAN"
 	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# skip REASON: the whole test is skipped. skip_part REASON: a part of it
+# is, and the test goes on. Either fails the test in tests/run.sh unless
+# tests/allowed-skips lists it: say exactly what was left out, and why.
 skip() { echo "SKIP: $*"; exit 77; }
+skip_part() { echo "SKIP-PART: $*"; }
 fail() { echo "FAIL: $*"; exit 1; }
 info() { echo "== $*"; }
 need_root() { [ "$(id -u)" = 0 ] || skip "needs root (ptrace, userfaultfd in other processes)"; }
 on_cleanup() { CLEANUPS+=("$*"); }
 
-# A free TCP port on 127.0.0.1, below the kernel's ephemeral range
-# (32768 and up), so that no outgoing connection can be holding it.
+# checked OUT CMD...: runs CMD (a sanitized program, or setpriv, ip netns
+# exec, timeout or a shell function that runs one) with its stdout and
+# stderr in OUT and its ASan and LSan reports in files of its own in $SAN,
+# and returns CMD's exit status, whatever it is: the caller decides
+# whether CMD had to fail. But a sanitizer report (in those files, or in
+# OUT for UBSan), a sanitizer's exit status (66, 67) or a crash (SIGSEGV,
+# SIGABRT, SIGBUS, SIGFPE, SIGILL) fails the test there and then, naming
+# SAN_WHO (the caller's name for what CMD is, else CMD itself).
+checked() {
+	local out=$1 tag rc=0
+	shift
+	tag=c${BASHPID}_$((SAN_N += 1))
+	ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$SAN/$tag "$@" >"$out" 2>&1 || rc=$?
+	san_check "${SAN_WHO:-$*}" "$tag" "$rc" "$out"
+	return "$rc"
+}
+
+# must WHO OUT CMD...: CMD, run by checked, must exit 0.
+must() {
+	local who=$1 out=$2 rc=0
+	shift 2
+	SAN_WHO=$who checked "$out" "$@" || rc=$?
+	[ "$rc" = 0 ] || fail "$who: exit $rc: $(cat "$out")"
+}
+
+# san_check WHO TAG RC [FILE...]: what ran with log_path $SAN/TAG left no
+# report in $SAN/TAG.* nor in FILE..., and RC is neither a sanitizer's
+# exit status nor a crash; else the test fails (san_fail).
+san_check() {
+	local - who=$1 tag=$2 rc=$3 f line
+	shift 3
+	set +e
+	for f in "$SAN/$tag".* "$@"; do
+		[ -f "$f" ] || continue
+		line=$(grep -n -m1 -E "$SAN_REPORT" "$f" | cut -d: -f1)
+		[ -n "$line" ] && san_fail "$who" "$f" "$line"
+	done
+	case $rc in
+	66 | 67) san_fail "$who" "" "exit status $rc, a sanitizer's, but no report found" ;;
+	132 | 134 | 135 | 136 | 139) san_fail "$who" "" "crashed: SIG$(kill -l $((rc - 128)))" ;;
+	esac
+}
+
+# san_fail WHO FILE LINE: the report in FILE from line LINE (or, with no
+# FILE, the text LINE) fails the test. It is shown at once and named last
+# by cleanup, also when found in a subshell ($(...)), which exits alone.
+san_fail() {
+	local who=$1 f=$2 line=$3 base prog
+	if [ -z "$f" ]; then
+		echo "$who: $line" >>"$SAN/.problems"
+		exit 1
+	fi
+	case $f in
+	"$SAN"/*)
+		base=${f##*/} prog=${f##*/}
+		prog=${prog%.*}
+		prog=${prog#*.}
+		echo "$who: sanitizer report of $prog (pid ${base##*.}) in $f:"
+		;;
+	*) echo "$who: sanitizer report in its output ($f):" ;;
+	esac >>"$SAN/.problems"
+	tail -n +"$line" "$f" | report_head | sed 's/^/    /' >>"$SAN/.problems"
+	echo "$f" >>"$SAN/.reported"
+	{
+		echo "--- $f: sanitizer report"
+		tail -n +"$line" "$f" | head -n 300
+	} >&2
+	exit 1
+}
+
+# san_scan: what checked found in a subshell, and every report in $SAN
+# that nothing read: those of programs run outside checked (a test's own
+# uffd-client calls, uffdd run by hand); they fail the test (cleanup).
+san_scan() {
+	local - f base prog line l
+	set +e
+	if [ -f "$SAN/.problems" ]; then
+		while IFS= read -r l; do
+			DAEMON_PROBLEMS+=("$l")
+		done <"$SAN/.problems"
+	fi
+	for f in "$SAN"/*; do
+		[ -s "$f" ] || continue
+		grep -qxF -- "$f" "$SAN/.reported" 2>/dev/null && continue
+		base=${f##*/} prog=${f##*/}
+		prog=${prog%.*}
+		prog=${prog#*.}
+		line=$(grep -n -m1 -E "$SAN_REPORT" "$f" | cut -d: -f1)
+		DAEMON_PROBLEMS+=("$prog (pid ${base##*.}): sanitizer report in $f:")
+		while IFS= read -r l; do
+			DAEMON_PROBLEMS+=("    $l")
+		done < <(tail -n +"${line:-1}" "$f" | report_head)
+		echo "--- $f: sanitizer report"
+		tail -n +"${line:-1}" "$f" | head -n 300
+	done
+}
+
+# san_kind FILE: which sanitizers FILE is built with: "asan ubsan", one,
+# or nothing. GCC links their runtimes as libraries (readelf -d, quick);
+# else their symbols say (nm; awk reads all of its output: a reader that
+# stops early kills nm with SIGPIPE, and pipefail turns that into "none").
+san_kind() {
+	local k
+	k=$(readelf -d "$1" 2>/dev/null | awk '/NEEDED.*\[libasan\./ { a = 1 } /NEEDED.*\[libubsan\./ { u = 1 }
+		END { printf "%s%s%s\n", a ? "asan" : "", a && u ? " " : "", u ? "ubsan" : "" }')
+	[ -n "$k" ] || k=$(nm "$1" 2>/dev/null | awk '/__asan_init/ { a = 1 } /__ubsan_handle_/ { u = 1 }
+		END { printf "%s%s%s\n", a ? "asan" : "", a && u ? " " : "", u ? "ubsan" : "" }')
+	echo "$k"
+}
+# The build kind tests/run.sh declares (UFFDD_BUILD_KIND) is checked, not
+# trusted: a "sanitized" build whose daemon, client or sanfake lacks ASan
+# or UBSan (a build directory configured without --enable-sanitizers, say)
+# would pass every check of reports without ever making one. SANITIZED is
+# 1 on a sanitized build (as declared, or as found when nothing is).
+case ${UFFDD_BUILD_KIND:-} in
+sanitized)
+	for san_f in "$UFFDD" "$CLIENT" "$B/tests/sanfake"; do
+		[ "$(san_kind "$san_f")" = "asan ubsan" ] ||
+			fail "the sanitized build lacks AddressSanitizer or UBSan in $san_f ($(san_kind "$san_f" | sed 's/^$/neither/'); configure --enable-sanitizers)"
+	done
+	SANITIZED=1
+	;;
+plain)
+	[ -z "$(san_kind "$UFFDD")" ] || fail "the plain build has sanitizers in $UFFDD"
+	SANITIZED=0
+	;;
+'')
+	SANITIZED=0
+	[ -z "$(san_kind "$UFFDD")" ] || SANITIZED=1
+	;;
+*) fail "UFFDD_BUILD_KIND=$UFFDD_BUILD_KIND: want sanitized or plain" ;;
+esac
+
+# new_port VAR: VAR is set to a port for a daemon to listen on, below the
+# kernel's ephemeral range (32768 and up, so that no outgoing connection
+# takes it between a daemon's restarts), and not handed out before in
+# this test (USED_PORTS). Nothing probes it: the daemon binds it, and
+# run_daemon draws another when another process has it (EADDRINUSE).
+declare -A USED_PORTS=()
+new_port() {
+	local _port
+	while :; do
+		_port=$((20000 + RANDOM % 12000))
+		[ -z "${USED_PORTS[$_port]:-}" ] && break
+	done
+	USED_PORTS[$_port]=1
+	eval "$1=$_port"
+}
+
+# A TCP port on 127.0.0.1 that nothing listened on a moment ago, below
+# the ephemeral range and not one of USED_PORTS: only for what must not
+# get as far as binding or connecting (a refused daemon, say). A port
+# that must stay unused is held by hold_port.
 free_port() {
 	local p
 	for _ in $(seq 50); do
 		p=$((20000 + RANDOM % 12000))
+		[ -z "${USED_PORTS[$p]:-}" ] || continue
 		if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
 			echo "$p"
 			return
 		fi
 	done
 	fail "no free port"
+}
+
+# hold_port VAR: VAR is set to a port on 127.0.0.1 that is bound but not
+# listening, held so until the end of the test: a connection to it is
+# refused, whatever else runs on the machine.
+hold_port() {
+	local _port
+	python3 -c 'import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1], flush=True)
+sys.stdout.close()
+time.sleep(86400)' >"$T/held-port" &
+	PIDS+=($!)
+	for _ in $(seq 100); do
+		_port=$(cat "$T/held-port")
+		[ -n "$_port" ] && break
+		sleep 0.05
+	done
+	[ -n "$_port" ] || fail "hold_port: no port"
+	eval "$1=$_port"
+}
+
+# listen_ports PID: the TCP ports process PID listens on (ss), one a line.
+listen_ports() {
+	ss -Hltnp | awk -v pid="pid=$1," 'index($0, pid) { n = split($4, a, ":"); print a[n] }' | sort -un
 }
 
 # A throwaway PKI under $T/pki, made with the openssl CLI: make_ca NAME
@@ -302,11 +498,7 @@ tls_args() {
 start_daemon() {
 	local name=$1 port
 	shift
-	if [ -n "${NETNS:-}" ] || [ -n "${HOSTS:-}" ]; then
-		port=$((20000 + RANDOM % 12000))
-	else
-		port=$(free_port)
-	fi
+	new_port port
 	eval "${name}_PORT=$port"
 	eval "${name}_SOCK=$T/$name.sock"
 	eval "${name}_ARGS=\"\$*\""
@@ -314,10 +506,14 @@ start_daemon() {
 	run_daemon "$name" "$@"
 }
 
+# run_daemon NAME ARGS...: uffdd NAME started on NAME_PORT, up to its
+# NAME_STARTS-th "ready". Another process may have bound that port since
+# it was drawn: then it is drawn again, or, for a restart (RUN_SAME_PORT,
+# as restart_daemon sets it: the peers know that port), tried again for a
+# few seconds.
 run_daemon() {
-	local name=$1 port tls ns addr
+	local name=$1 port tls ns addr pid try lines p keep
 	shift
-	port=$(eval echo "\$${name}_PORT")
 	tls=$(tls_args "$@")
 	# An empty configuration file, so that the machine's
 	# /etc/uffdd/uffdd.conf cannot change a test; ARGS may name another.
@@ -331,20 +527,49 @@ run_daemon() {
 		*) ns=$NS_DST addr=$DST_HOST_ADDR ;;
 		esac
 	fi
-	ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$T/$name.san \
-		UBSAN_OPTIONS=$UBSAN_OPTIONS:log_path=$T/$name.san \
-		${ns:+ip netns exec "$ns"} "$UFFDD" -f --config "$T/empty.conf" \
-		$tls --listen "$addr:$port" --control "$T/$name.sock" \
-		--state-dir "$T/$name.state" "$@" >>"$T/$name.log" 2>&1 &
-	daemon_started "$name" $!
-	eval "${name}_PID=$!"
-	for _ in $(seq 200); do
-		[ -S "$T/$name.sock" ] &&
-			[ "$(grep -c 'ready: control' "$T/$name.log")" -ge "$(eval echo "\$${name}_STARTS")" ] && return
-		sleep 0.05
+	for try in $(seq 10); do
+		port=$(eval echo "\$${name}_PORT")
+		lines=0
+		[ ! -f "$T/$name.log" ] || lines=$(wc -l <"$T/$name.log")
+		ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$T/$name.san:log_exe_name=0 \
+			UBSAN_OPTIONS=$UBSAN_OPTIONS:log_path=$T/$name.san \
+			${ns:+ip netns exec "$ns"} "$UFFDD" -f --config "$T/empty.conf" \
+			$tls --listen "$addr:$port" --control "$T/$name.sock" \
+			--state-dir "$T/$name.state" "$@" >>"$T/$name.log" 2>&1 &
+		pid=$!
+		daemon_started "$name" $pid
+		eval "${name}_PID=$pid"
+		for _ in $(seq 200); do
+			[ -S "$T/$name.sock" ] &&
+				[ "$(grep -c 'ready: control' "$T/$name.log")" -ge "$(eval echo "\$${name}_STARTS")" ] && return
+			exited "$pid" && break
+			sleep 0.05
+		done
+		# Gone before it was ready, because the port was taken: not a
+		# daemon that broke a rule. Its log lines stay, and so do its
+		# sanitizer reports, which stop_daemons reads.
+		exited "$pid" &&
+			grep -q 'Address already in use' <(tail -n +$((lines + 1)) "$T/$name.log") || break
+		wait "$pid" || true
+		unset "DAEMONS[$pid]"
+		keep=()
+		for p in "${PIDS[@]}"; do
+			[ "$p" = "$pid" ] || keep+=("$p")
+		done
+		PIDS=("${keep[@]}")
+		info "uffdd $name: port $port in use by another process (try $try)"
+		if [ -n "${RUN_SAME_PORT:-}" ]; then
+			sleep 0.5
+		else
+			new_port port
+			eval "${name}_PORT=$port"
+		fi
 	done
 	fail "uffdd $name did not start: $(cat "$T/$name.log")"
 }
+
+# exited PID: our child PID has exited (a zombie, or reaped by the shell).
+exited() { ! kill -0 "$1" 2>/dev/null || [ "$(proc_state "$1" 2>/dev/null)" = Z ]; }
 
 # daemon_started NAME PID: a daemon a test started itself (logging to
 # $T/NAME.log) is stopped and checked as run_daemon's are.
@@ -358,7 +583,7 @@ restart_daemon() {
 	local name=$1
 	# shellcheck disable=SC2046
 	eval "${name}_STARTS=\$((${name}_STARTS + 1))"
-	eval "run_daemon $name \$${name}_ARGS"
+	eval "RUN_SAME_PORT=1 run_daemon $name \$${name}_ARGS"
 }
 
 # ensure_daemon NAME [ARGS...]: a running daemon started with ARGS,
@@ -506,10 +731,38 @@ start_workload() {
 	fail "workload $var not ready"
 }
 
+# src_hash VAR PID START END [--poke-every K]: VAR is set to the SHA-256
+# of the pages of source PID present now, read by memhash --present: no
+# page that is not present is read, so the hash swaps nothing in and maps
+# no zero page, and the source daemon finds what it would have found
+# without it (memhash fails if a page came in meanwhile). Which pages they
+# were goes to $T/VAR.map, for dst_hash; SRC_PRESENT, SRC_SWAPPED and
+# SRC_NONE hold pagemap's counts at the hash.
+src_hash() {
+	local _var=$1 _h
+	shift
+	_h=$("$MEMHASH" --present "$T/$_var.map" "$@" 2>"$T/$_var.pagemap") ||
+		fail "memhash --present $*: $(cat "$T/$_var.pagemap")"
+	read -r _ SRC_PRESENT _ SRC_SWAPPED _ SRC_NONE <"$T/$_var.pagemap"
+	eval "$_var=\$_h"
+}
+# dst_hash VAR PID START END [--zero-absent]: the SHA-256 of the pages of
+# PID that were present in src_hash VAR's source, in its order: the two
+# compare. --zero-absent: those that were neither present nor swapped
+# there must read as zeros (for destinations that do not check
+# themselves).
+dst_hash() { "$MEMHASH" --map "$T/$1.map" "${@:2}"; }
+# mem_state PID START END: a process's memory, read without changing it:
+# the hash of its present pages, and which pages are present.
+mem_state() {
+	"$MEMHASH" --present "$T/state.map" "$@" 2>/dev/null &&
+		sha256sum <"$T/state.map" | cut -c1-16
+}
+
 # paced_migration SRC DST SIZE BASE [DEST ARGS...]: a migration from
 # daemon SRC to daemon DST that lasts seconds (the destination's 4 threads
 # touch a page each 1.5 ms), for tests that break something under it. Sets
-# ID, RANGE, M_BASE, M_END and H_SRC (the frozen source's hash);
+# ID, RANGE, M_BASE, M_END and H_SRC (the frozen source's hash, src_hash);
 # paced_finish checks the end.
 paced_migration() {
 	local s=$1 d=$2 size=$3 ssock dsock addr port
@@ -524,10 +777,12 @@ paced_migration() {
 	start_workload WS source --size "$size" --threads 2 --base "$M_BASE"
 	start_workload WD dest --size "$size" --threads 4 --pace-us 1500 \
 		--prefault --base "$M_BASE" "$@"
-	ID=$("$CLIENT" --control "$ssock" export "$WS" --range "$RANGE")
-	H_SRC=$("$MEMHASH" "$WS" "$M_BASE" "$M_END")
-	"$CLIENT" --control "$dsock" attach "$WD" --from "$addr:$port" \
-		--id "$ID" --range "$RANGE" >/dev/null
+	must "paced_migration: export" "$T/export.out" \
+		"$CLIENT" --control "$ssock" export "$WS" --range "$RANGE"
+	ID=$(cat "$T/export.out")
+	src_hash H_SRC "$WS" "$M_BASE" "$M_END"
+	must "paced_migration: attach" "$T/attach.out" "$CLIENT" --control "$dsock" \
+		attach "$WD" --from "$addr:$port" --id "$ID" --range "$RANGE"
 	kill -USR1 "$WD"
 }
 
@@ -535,11 +790,26 @@ paced_migration() {
 paced_finish() {
 	local dsock
 	dsock=$(eval echo "\$${1}_SOCK")
-	"$CLIENT" --control "$dsock" wait "$ID" --timeout 300 >"$T/wait.out" ||
-		fail "wait: $(cat "$T/wait.out")"
+	must "paced_finish: wait" "$T/wait.out" \
+		"$CLIENT" --control "$dsock" wait "$ID" --timeout 300
 	wait_verified WD
-	[ "$("$MEMHASH" "$WD" "$M_BASE" "$M_END")" = "$H_SRC" ] ||
+	[ "$(dst_hash H_SRC "$WD" "$M_BASE" "$M_END")" = "$H_SRC" ] ||
 		fail "destination differs from the source"
+}
+
+# anon_huge_kb PID START END: kB of transparent huge pages PID has mapped
+# in the mappings that overlap START-END (AnonHugePages in smaps; reading
+# smaps changes nothing).
+anon_huge_kb() {
+	local lo=$(($2)) hi=$(($3)) k v in=0 kb=0
+	while read -r k v _; do
+		if [[ $k =~ ^([0-9a-f]+)-([0-9a-f]+)$ ]]; then
+			in=$((16#${BASH_REMATCH[1]} < hi && 16#${BASH_REMATCH[2]} > lo))
+		elif [ "$k" = AnonHugePages: ] && [ "$in" = 1 ]; then
+			kb=$((kb + v))
+		fi
+	done <"/proc/$1/smaps"
+	echo "$kb"
 }
 
 # reserve_huge_pages N: N more huge pages of the default size in the pool,
@@ -574,11 +844,12 @@ with open(sys.argv[1], "r+b") as f:
 }
 
 # expect_error NAME PATTERN CMD...: CMD must fail and say PATTERN
-# (case-insensitive); its first line is shown.
+# (case-insensitive), with no sanitizer report (checked); its first line
+# is shown.
 expect_error() {
 	local name=$1 pat=$2
 	shift 2
-	if "$@" >"$T/out" 2>&1; then
+	if SAN_WHO="expect_error $name" checked "$T/out" "$@"; then
 		fail "$name: succeeded: $(cat "$T/out")"
 	fi
 	grep -qi -- "$pat" "$T/out" || fail "$name: error does not say '$pat': $(cat "$T/out")"
@@ -641,9 +912,12 @@ set_up_zram_swap() {
 
 # migrate SIZE SRC_THREADS DST_THREADS [SRC_ARGS] [DST_ARGS] [POKE]
 # One whole migration between two fresh daemons, checked three ways: the
-# destination's own per-word check, and SHA-256 of the frozen source (taken
-# before attach, with the destination's pre-arrival writes applied) against
-# SHA-256 of the destination after completion.
+# destination's own per-word check, and SHA-256 of the frozen source's
+# present pages (src_hash, taken just before attach, with the
+# destination's pre-arrival writes applied) against SHA-256 of the same
+# pages of the destination after completion (dst_hash). Sets MIG_ID and,
+# from the source just before attach, SRC_PRESENT, SRC_SWAPPED, SRC_NONE
+# (pagemap) and SRC_AHP (anon_huge_kb).
 migrate() {
 	local size=$1 sthreads=$2 dthreads=$3 sargs=${4:-} dargs=${5:-} poke=${6:-}
 	local exportargs=${EXPORT_ARGS:-}
@@ -660,24 +934,30 @@ migrate() {
 	sleep 0.2 # let the source mutate for a moment
 	RANGE=$(printf '%x-%x' $((base)) $((end)))
 	# shellcheck disable=SC2086
-	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE" $exportargs)
+	must "migrate: export" "$T/export.out" \
+		"$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE" $exportargs
+	id=$(cat "$T/export.out")
 	MIG_ID=$id
 	[ "$(proc_state "$WS")" = T ] || fail "source not stopped after export"
-	h_src=$("$MEMHASH" "$WS" $base "$end" "${pokeargs[@]}")
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-		--id "$id" --range "$RANGE" >"$T/attach.out"
+	# Just before attach: what the source daemon will serve from.
+	src_hash h_src "$WS" $base "$end" "${pokeargs[@]}"
+	SRC_AHP=$(anon_huge_kb "$WS" $base "$end")
+	info "source at attach: $SRC_PRESENT pages present, $SRC_SWAPPED swapped, $SRC_NONE neither; AnonHugePages $SRC_AHP kB"
+	must "migrate: attach" "$T/attach.out" "$CLIENT" --control "$dst_SOCK" \
+		attach "$WD" --from "$src_ADDR:$src_PORT" --id "$id" --range "$RANGE"
 	grep -q '^attached' "$T/attach.out" || fail "attach printed: $(cat "$T/attach.out")"
 	kill -USR1 "$WD"
-	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 600 >"$T/wait.out" ||
-		fail "wait: $(cat "$T/wait.out")"
+	must "migrate: wait (destination)" "$T/wait.out" \
+		"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 600
 	wait_verified WD
-	h_dst=$("$MEMHASH" "$WD" $base "$end")
+	h_dst=$(dst_hash h_src "$WD" $base "$end")
 	info "source sha256 $h_src"
 	info "dest   sha256 $h_dst"
 	[ "$h_src" = "$h_dst" ] || fail "destination memory differs from the source"
 	# The source is told, and kills its frozen process (unless kept).
-	"$CLIENT" --control "$src_SOCK" wait "$id" --timeout 60 >/dev/null 2>&1 ||
-		fail "source side did not complete"
+	SAN_WHO="migrate: wait (source)" checked "$T/src-wait.out" \
+		"$CLIENT" --control "$src_SOCK" wait "$id" --timeout 60 ||
+		fail "source side did not complete: $(cat "$T/src-wait.out")"
 	if [ -z "$exportargs" ]; then
 		for _ in $(seq 100); do
 			kill -0 "$WS" 2>/dev/null || break

@@ -9,6 +9,13 @@
  *   asan    writes to a freed heap block (an AddressSanitizer report)
  *   status  exits 3
  *   hang    ignores SIGTERM
+ * It also stands in for uffd-client in t_runner_check, whatever its
+ * arguments: it says "uffd-client: refused: made up" on stderr, as a
+ * client refused by its daemon would, and exits 1 after, as SANFAKE says:
+ *   client-clean  nothing more
+ *   client-leak   losing heap blocks (a LeakSanitizer report at exit)
+ *   client-ubsan  overflowing a signed int (a UBSan report)
+ *   client-asan   writing to a freed heap block (an AddressSanitizer report)
  */
 #include "config.h"
 
@@ -42,6 +49,21 @@ main(int argc, char **argv)
 	sigset_t set;
 	int fd, sig;
 
+	if (mode != NULL && strncmp(mode, "client-", 7) == 0) {
+		fprintf(stderr, "uffd-client: refused: made up\n");
+		if (strcmp(mode, "client-leak") == 0) {
+			leak();
+		} else if (strcmp(mode, "client-ubsan") == 0) {
+			int r = big + one;
+
+			fprintf(stderr, "sanfake: %d\n", r);
+		} else if (strcmp(mode, "client-asan") == 0) {
+			sink = malloc(16);
+			free(sink);
+			*(char *)sink = 1;
+		}
+		return 1;
+	}
 	for (int i = 1; i + 1 < argc; i++)
 		if (strcmp(argv[i], "--control") == 0)
 			control = argv[i + 1];

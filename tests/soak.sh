@@ -31,7 +31,7 @@ while [ "$(date +%s)" -lt "$t_end" ]; do
 	esac
 	start_workload WD dest --size 128M --threads 8 --pace-us 200 --base "$base" --seed "$i" "${ev[@]}"
 	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
-	h_src=$("$MEMHASH" "$WS" "$base" "$end")
+	src_hash h_src "$WS" "$base" "$end"
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$range" >/dev/null
 	kill -USR1 "$WD"
@@ -62,11 +62,11 @@ while [ "$(date +%s)" -lt "$t_end" ]; do
 		fail "migration $i did not complete"
 	if [ -n "$CHILD" ]; then
 		# The target exited: its child holds the migrated memory.
-		h_dst=$("$MEMHASH" "$CHILD" "$base" "$end")
+		h_dst=$(dst_hash h_src "$CHILD" "$base" "$end")
 		kill -USR1 "$CHILD"
 	else
 		wait_verified WD >/dev/null
-		h_dst=$("$MEMHASH" "$WD" "$base" "$end")
+		h_dst=$(dst_hash h_src "$WD" "$base" "$end")
 	fi
 	[ ${#ev[@]} = 0 ] || wait_child_verified WD "migration $i, forked child" >/dev/null
 	if [ "$h_src" != "$h_dst" ]; then

@@ -79,7 +79,8 @@ def main():
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(("127.0.0.1", a.listen))
     ls.listen(16)
-    print("listening %d" % a.listen, flush=True)
+    # LISTEN 0: the kernel picks a free port; say which.
+    print("listening %d" % ls.getsockname()[1], flush=True)
     while True:
         c, _ = ls.accept()
         threading.Thread(target=serve, args=(c, a.target, a.flip_at),

@@ -208,13 +208,24 @@ is_zeroed(uint64_t page)
 }
 
 /*
- * Paged out after writing. hugetlb has no smaller unit than its huge page
- * (512 of ours): there the whole huge page goes, or none of it.
+ * Paged out in whole huge pages (512 of ours): hugetlb has no smaller
+ * unit, and a THP paged out a 4 KiB page at a time is split, so that
+ * none would be left to migrate.
+ */
+static int
+out_in_huge_units(void)
+{
+	return is_hugetlb() || strcmp(kind, "thp") == 0;
+}
+
+/*
+ * Paged out after writing: every pageout_every-th page, or huge page
+ * where those go whole (out_in_huge_units).
  */
 static int
 is_pageout(uint64_t page)
 {
-	uint64_t unit = is_hugetlb() ? page / 512 : page;
+	uint64_t unit = out_in_huge_units() ? page / 512 : page;
 
 	return pageout_every && !is_untouched(page) && !is_zeroed(page) &&
 	       unit % pageout_every == 0;
@@ -460,7 +471,7 @@ run_source(void)
 		int advice = strcmp(kind, "hugetlb-shared") == 0 ? MADV_DONTNEED
 								 : MADV_PAGEOUT;
 
-		uint64_t unit = is_hugetlb() ? 512 : 1;
+		uint64_t unit = out_in_huge_units() ? 512 : 1;
 
 		for (uint64_t page = 0; page < npages; page += unit)
 			for (uint64_t p = page; p < page + unit; p++)

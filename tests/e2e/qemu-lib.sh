@@ -1,10 +1,11 @@
 # shellcheck shell=bash
 # QEMU helpers for the end-to-end test and benchmark; sourced after
 # tests/lib.sh. Sets CACHE (the prepared guest) or skips with the reason.
+# prepare.sh says why it skips on stdout, which is CACHE then.
 CACHE=$("$SRC/tests/e2e/prepare.sh") || {
 	rc=$?
-	[ "$rc" = 77 ] && exit 77
-	fail "tests/e2e/prepare.sh failed"
+	[ "$rc" = 77 ] && skip "${CACHE#*SKIP: }"
+	fail "tests/e2e/prepare.sh failed: $CACHE"
 }
 command -v qemu-system-x86_64 >/dev/null ||
 	skip "qemu-system-x86_64 missing (Debian package qemu-system-x86)"
@@ -92,5 +93,15 @@ gone() {
 	fail "source QEMU $1 still running after the migration"
 }
 
-# qmp NAME COMMAND [ARGS-JSON]: one QMP command, its return on stdout.
-qmp() { "$CLIENT" qmp "$T/$1.qmp" "${@:2}"; }
+# qmp NAME COMMAND [ARGS-JSON]: one QMP command, its return on stdout and
+# its exit status; a sanitizer report of the client fails the test
+# (san_check), also when qmp runs in $(...).
+qmp() {
+	local tag=q${BASHPID}_$((SAN_N += 1)) rc=0
+	ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$SAN/$tag \
+		"$CLIENT" qmp "$T/$1.qmp" "${@:2}" 2>"$T/$tag.err" || rc=$?
+	cat "$T/$tag.err" >&2
+	san_check "qmp $1 ${2:-}" "$tag" "$rc" "$T/$tag.err"
+	rm -f "$T/$tag.err"
+	return "$rc"
+}

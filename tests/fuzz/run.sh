@@ -27,7 +27,7 @@ for name in frame conn conffile control source dest state image; do
 	# The roles' targets export and attach a real process.
 	case $name in source | dest)
 		if [ "$(id -u)" != 0 ]; then
-			echo "SKIP fuzz_$name: needs root (ptrace and userfaultfd in its target)"
+			echo "SKIP-PART: fuzz_$name: needs root (ptrace and userfaultfd in its target)"
 			continue
 		fi
 		;;

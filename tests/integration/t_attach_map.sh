@@ -18,7 +18,7 @@ for kind in tmpfs anon; do
 	NAME= MAP=500000000000:5a0000000000
 	[ "$kind" = anon ] && NAME==guest-ram0 MAP=guest-ram0=5a0000000000
 	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "500000000000-500004000000$NAME")
-	H_SRC=$("$MEMHASH" "$WS" $A $((A + (64 << 20))))
+	src_hash H_SRC "$WS" $A $((A + (64 << 20)))
 	if [ -n "$NAME" ]; then
 		# The name outlives a restart of the source's daemon, and its
 		# state file's name records are checked like the rest of it.
@@ -47,8 +47,8 @@ for kind in tmpfs anon; do
 			fail "the export was not restored: $(cat "$T/src.log")"
 	fi
 	# Without the map nothing matches: the addresses differ.
-	if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-		--id "$ID" >"$T/out" 2>&1; then
+	if checked "$T/out" "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+		--id "$ID"; then
 		fail "attach without --map matched a region at another address"
 	fi
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
@@ -59,7 +59,7 @@ for kind in tmpfs anon; do
 	kill -USR1 "$WD"
 	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 120 >/dev/null || fail "$kind: no completion"
 	wait_verified WD >/dev/null
-	H_DST=$("$MEMHASH" "$WD" $B $((B + (64 << 20))))
+	H_DST=$(dst_hash H_SRC "$WD" $B $((B + (64 << 20))))
 	[ "$H_SRC" = "$H_DST" ] || fail "$kind: destination at $B differs from the source at $A"
 	info "$kind: source at $A, target at $B (--map $MAP): byte-exact"
 	kill "$WD"
@@ -71,15 +71,15 @@ done
 start_workload WS source --size 64M --threads 1 --base $A --ro-pages 256
 start_workload WD dest --size 64M --threads 1 --base $B
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500004000000)
-h_before=$("$MEMHASH" "$WD" $B $((B + (64 << 20))))
-if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" --id "$ID" \
-	--map 500000000000:5a0000000000 --map 500002100000:5a0000100000 >"$T/out" 2>&1; then
+h_before=$(mem_state "$WD" $B $((B + (64 << 20))))
+if checked "$T/out" "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" --id "$ID" \
+	--map 500000000000:5a0000000000 --map 500002100000:5a0000100000; then
 	fail "attach with overlapping maps succeeded: $(cat "$T/out")"
 fi
 grep -q "would both go to" "$T/out" || fail "overlapping maps: $(cat "$T/out")"
 info "overlapping maps refused: $(cat "$T/out")"
 ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "refused attach left a userfaultfd in the target"
-[ "$("$MEMHASH" "$WD" $B $((B + (64 << 20))))" = "$h_before" ] || fail "refused attach changed the target"
+[ "$(mem_state "$WD" $B $((B + (64 << 20))))" = "$h_before" ] || fail "refused attach changed the target"
 
 # Names: one a mapping, each at most once, and only a name that is there
 # matches. The read-only pages split the range into several mappings.
@@ -97,4 +97,4 @@ expect_error "a map by a name the source has not" "no region" \
 expect_error "one name mapped twice" "name the same source region" \
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" --id "$ID" \
 	--map ram=5a0000000000 --map ram=5a0000100000
-[ "$("$MEMHASH" "$WD" $B $((B + (64 << 20))))" = "$h_before" ] || fail "refused attaches changed the target"
+[ "$(mem_state "$WD" $B $((B + (64 << 20))))" = "$h_before" ] || fail "refused attaches changed the target"

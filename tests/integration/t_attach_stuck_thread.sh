@@ -23,8 +23,8 @@ done
 [ -n "$child" ] || fail "the target's vfork child did not appear"
 PIDS+=("$child")
 rc=0
-timeout 60 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-	--id "$ID" >"$T/out" 2>&1 || rc=$?
+checked "$T/out" timeout 60 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$ID" || rc=$?
 [ "$rc" != 124 ] || fail "attach still waiting after 60 s"
 [ "$rc" != 0 ] || fail "attach succeeded with a thread that cannot stop: $(cat "$T/out")"
 grep -q "did not stop within 10 s" "$T/out" || fail "attach: $(cat "$T/out")"

@@ -39,14 +39,15 @@ if "${NOBODY[@]}" unshare -Ur true 2>/dev/null; then
 		"${USERNS[@]}" "$CLIENT" --control "$dst_SOCK" attach "$WD" \
 		--from "$src_ADDR:$src_PORT" --id "$ID" --range "$RANGE"
 	no_uffd "$WD" "attach from a user namespace"
-	"${USERNS[@]}" "$CLIENT" --control "$src_SOCK" status >"$T/status.out" 2>&1 || true
+	SAN_WHO="status from a user namespace" checked "$T/status.out" \
+		"${USERNS[@]}" "$CLIENT" --control "$src_SOCK" status || true
 	grep -q "${ID:0:8}" "$T/status.out" &&
 		fail "a user namespace sees root's migration: $(cat "$T/status.out")"
 	expect_error "status of root's ID from a user namespace" "unknown migration ID" \
 		"${USERNS[@]}" "$CLIENT" --control "$src_SOCK" status "$ID"
 	kill "$WD"
 else
-	info "unprivileged user namespaces are off here: part 1 not run"
+	skip_part "part 1 (user namespaces): unprivileged user namespaces are off here"
 	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 fi
 
@@ -76,7 +77,9 @@ exec_between() {
 	kill -STOP $(daemon_pids src)
 	local before now
 	before=$(conns_to_src)
-	"$@" "$CLIENT" --control "$dst_SOCK" attach "$WX" --from "$src_ADDR:$src_PORT" \
+	local tag=exec_between$((SAN_N += 1)) rc=0
+	ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$SAN/$tag \
+		"$@" "$CLIENT" --control "$dst_SOCK" attach "$WX" --from "$src_ADDR:$src_PORT" \
 		--id "$ID" --range "$RANGE" >"$T/attach.out" 2>&1 &
 	local client=$!
 	# The check is done once the destination has connected to the source.
@@ -94,9 +97,9 @@ exec_between() {
 	done
 	[ "${n:-0}" -ge 2 ] || fail "$name: target did not run its program again: $(cat "$T/WX.log")"
 	kill -CONT $(daemon_pids src)
-	if wait "$client"; then
-		fail "$name: attach succeeded into the program run since: $(cat "$T/attach.out")"
-	fi
+	wait "$client" || rc=$?
+	san_check "exec_between $name" "$tag" "$rc" "$T/attach.out"
+	[ "$rc" != 0 ] || fail "$name: attach succeeded into the program run since: $(cat "$T/attach.out")"
 	grep -qi -- "$pat" "$T/attach.out" ||
 		fail "$name: error does not say '$pat': $(cat "$T/attach.out")"
 	info "$name: $(cat "$T/attach.out")"
@@ -110,7 +113,12 @@ exec_between "root's target runs its program again" "runs another program" "$WOR
 cp "$WORKLOAD" "$T/suid-workload"
 chmod 4755 "$T/suid-workload"
 "${NOBODY[@]}" "$T/suid-workload" dest --size 4096 --threads 1 >"$T/probe.out" 2>&1 &
-sleep 0.3
+probe=$!
+for _ in $(seq 200); do
+	grep -q '^ready' "$T/probe.out" 2>/dev/null && break
+	kill -0 "$probe" 2>/dev/null || break
+	sleep 0.05
+done
 p=$(pgrep -f "$T/suid-workload" | head -n1 || true)
 if [ -n "$p" ] && [ "$(awk '/^Uid:/ {print $3}' "/proc/$p/status")" = 0 ]; then
 	kill "$p"
@@ -118,18 +126,18 @@ if [ -n "$p" ] && [ "$(awk '/^Uid:/ {print $3}' "/proc/$p/status")" = 0 ]; then
 		"$T/suid-workload" "${NOBODY[@]}"
 else
 	[ -n "$p" ] && kill "$p"
-	info "setuid programs do not run setuid under $T here: setuid case not run"
+	skip_part "setuid case: setuid programs do not run setuid under $T here"
 fi
 
 # The same attach, with no exec in between, completes byte for byte.
 start_workload WD dest --size 16M --threads 1
-H_SRC=$("$MEMHASH" "$WS" 0x500000000000 0x500001000000)
+src_hash H_SRC "$WS" 0x500000000000 0x500001000000
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range "$RANGE" >"$T/attach.out" || fail "attach: $(cat "$T/attach.out")"
 kill -USR1 "$WD"
 "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 120 >"$T/wait.out" ||
 	fail "wait: $(cat "$T/wait.out")"
 wait_verified WD
-[ "$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)" = "$H_SRC" ] ||
+[ "$(dst_hash H_SRC "$WD" 0x500000000000 0x500001000000)" = "$H_SRC" ] ||
 	fail "destination differs from the source"
 info "unchanged target: migrated byte for byte"

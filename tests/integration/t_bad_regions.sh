@@ -43,8 +43,8 @@ for case in overlap dup-index page-size too-many wrap name-inject name-bytes nam
 	done
 	[ -s "$T/port" ] || fail "fake source did not start: $(cat "$T/fake.log")"
 	rc=0
-	timeout 30 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$(cat "$T/port")" \
-		--id 0123456789abcdef0123456789abcdef >"$T/out" 2>&1 || rc=$?
+	checked "$T/out" timeout 30 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$(cat "$T/port")" \
+		--id 0123456789abcdef0123456789abcdef || rc=$?
 	[ "$rc" != 124 ] || fail "$case: attach still waiting after 30 s"
 	[ "$rc" != 0 ] || fail "$case: attach succeeded: $(cat "$T/out")"
 	want="bad region table"

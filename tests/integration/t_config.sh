@@ -9,7 +9,7 @@ need_root
 check() {
 	local f=$1
 	shift
-	"$UFFDD" -n --config "$f" "$@" >"$T/n.out" 2>&1
+	SAN_WHO="uffdd -n --config $f" checked "$T/n.out" "$UFFDD" -n --config "$f" "$@"
 }
 # bad NAME PATTERN LINES...: a file of LINES must be refused saying PATTERN.
 bad() {
@@ -95,7 +95,7 @@ for want in 'max-pending 5' 'max-output 16777216' 'max-request-pages 300' \
 	'max-regions 4096' 'max-pending-per-address 8' 'hello-timeout 10'; do
 	grep -qx "$want" "$T/n.out" || fail "uffdd -n does not print '$want': $(cat "$T/n.out")"
 done
-if "$UFFDD" -n --config "$T/missing.conf" --insecure >"$T/n.out" 2>&1; then
+if checked "$T/n.out" "$UFFDD" -n --config "$T/missing.conf" --insecure; then
 	fail "missing --config file accepted"
 fi
 grep -q "missing.conf: No such file" "$T/n.out" || fail "missing file: $(cat "$T/n.out")"

@@ -37,7 +37,7 @@ ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "refused attach gave the targ
 grep -q "uid 65534 (pid [0-9]*) refused on process $WD" "$T/dst.log" ||
 	fail "refusal not logged: $(tail -n 3 "$T/dst.log")"
 # ... nor see root's migration, whose ID is a credential.
-"${NOBODY[@]}" "$CLIENT" --control "$src_SOCK" status >"$T/status.out" 2>&1 || true
+SAN_WHO="status as uid 65534" checked "$T/status.out" "${NOBODY[@]}" "$CLIENT" --control "$src_SOCK" status || true
 grep -q "${ID:0:8}" "$T/status.out" && fail "uid 65534 sees root's migration: $(cat "$T/status.out")"
 expect_error "non-root status of root's ID" "unknown migration ID" \
 	"${NOBODY[@]}" "$CLIENT" --control "$src_SOCK" status "$ID"

@@ -23,7 +23,14 @@ on_cleanup kill -CONT $DST_PIDS
 kill -STOP $DST_PIDS
 sleep 5
 kill -CONT $DST_PIDS
-sleep 1.5
+# Awake, and its loop has run since: the timers that were due in the
+# stop have fired, and pages arrive again.
+p0=$(field pages_present)
+for _ in $(seq 300); do
+	[ "$(field pages_present)" -gt "$p0" ] && break
+	sleep 0.05
+done
+[ "$(field pages_present)" -gt "$p0" ] || fail "no page arrived after the destination woke: $(status)"
 [ "$(field state)" = running ] || fail "not running after the destination woke: $(status)"
 [ "$(field reconnects)" = 0 ] ||
 	fail "destination declared a live source lost after its own stop: $(status)"

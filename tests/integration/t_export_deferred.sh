@@ -52,9 +52,9 @@ expect_error "go on a non-deferred export" "not a deferred export" src go "$PLAI
 kill -9 "$WX"
 
 # The process runs and writes meanwhile, untouched by the export.
-h1=$("$MEMHASH" "$WS" "$BASE" "$END")
+h1=$(mem_state "$WS" "$BASE" "$END")
 sleep 0.3
-h2=$("$MEMHASH" "$WS" "$BASE" "$END")
+h2=$(mem_state "$WS" "$BASE" "$END")
 [ "$(proc_state "$WS")" != T ] || fail "a deferred export stopped the process"
 [ "$h1" != "$h2" ] || fail "the process did not write while deferred"
 info "the process writes on while deferred"
@@ -82,7 +82,7 @@ for _ in $(seq 100); do
 	[ "$(proc_state "$WS")" = T ] && break
 	sleep 0.01
 done
-H_SRC=$("$MEMHASH" "$WS" "$BASE" "$END")
+src_hash H_SRC "$WS" "$BASE" "$END"
 src go "$ID" >"$T/go.out" || fail "go: $(cat "$T/go.out")"
 info "go latency: $(cat "$T/go.out")"
 grep -q ' [1-9][0-9]* queued' "$T/go.out" || fail "no request was queued before go"
@@ -91,7 +91,7 @@ expect_error "cancel after go" "had its go already" src cancel "$ID"
 
 dst wait "$ID" --timeout 300 >"$T/wait.out" || fail "wait: $(cat "$T/wait.out")"
 wait_verified WD
-H_DST=$("$MEMHASH" "$WD" "$BASE" "$END")
+H_DST=$(dst_hash H_SRC "$WD" "$BASE" "$END")
 info "source sha256 $H_SRC"
 info "dest   sha256 $H_DST"
 [ "$H_SRC" = "$H_DST" ] || fail "destination differs from the stopped source"
@@ -105,10 +105,10 @@ src cancel "$CID" >/dev/null || fail "cancel failed"
 src status "$CID" >"$T/st.out"
 grep -q 'state *failed: cancelled before go' "$T/st.out" || fail "after cancel: $(cat "$T/st.out")"
 expect_error "go after cancel" "is failed" src go "$CID"
-h1=$("$MEMHASH" "$WC" 0x700000000000 0x700000400000)
+h1=$(mem_state "$WC" 0x700000000000 0x700000400000)
 sleep 0.2
 [ "$(proc_state "$WC")" != T ] || fail "cancel left the process stopped"
-[ "$h1" != "$("$MEMHASH" "$WC" 0x700000000000 0x700000400000)" ] ||
+[ "$h1" != "$(mem_state "$WC" 0x700000000000 0x700000400000)" ] ||
 	fail "the process does not run after cancel"
 info "cancel left the process running"
 
@@ -123,7 +123,12 @@ R2=510000000000-510000800000
 dst attach "$WD2" --from "127.0.0.1:$src_PORT" --id "$ID2" --range "$R2" \
 	--wait-export 30 --hold-bulk >"$T/attach2.out" 2>&1 &
 ATTACH=$!
-sleep 1
+# Waiting: it has asked the source, which knows no such ID yet.
+for _ in $(seq 200); do
+	grep -q "unknown migration ID ${ID2:0:8}" "$T/src.log" && break
+	sleep 0.05
+done
+grep -q "unknown migration ID ${ID2:0:8}" "$T/src.log" || fail "the waiting attach never asked the source: $(tail -n 3 "$T/src.log")"
 kill -0 $ATTACH 2>/dev/null || fail "attach before its export ended: $(cat "$T/attach2.out")"
 dst status "$ID2" | grep -q 'state *connecting' || fail "waiting attach: $(dst status "$ID2")"
 src export "$WS2" --range "$R2" --deferred --keep-source --id "$ID2" >/dev/null
@@ -132,7 +137,7 @@ grep -q '^attached' "$T/attach2.out" || fail "attach printed: $(cat "$T/attach2.
 info "attach made before its export: $(head -n 1 "$T/attach2.out")"
 kill -STOP "$WS2"
 sleep 0.1
-H2=$("$MEMHASH" "$WS2" 0x510000000000 0x510000800000)
+src_hash H2 "$WS2" 0x510000000000 0x510000800000
 src go "$ID2" >"$T/go.out" || fail "go: $(cat "$T/go.out")"
 info "go latency: $(cat "$T/go.out")"
 sleep 1
@@ -149,7 +154,7 @@ dst release "$ID2" >/dev/null || fail "a second release was refused"
 kill -USR1 "$WD2"
 dst wait "$ID2" --timeout 300 >/dev/null || fail "wait after attach-first failed"
 wait_verified WD2
-[ "$H2" = "$("$MEMHASH" "$WD2" 0x510000000000 0x510000800000)" ] ||
+[ "$H2" = "$(dst_hash H2 "$WD2" 0x510000000000 0x510000800000)" ] ||
 	fail "attach-first: destination differs from the stopped source"
 grep -q 'lets the bulk stream start' "$T/src.log" ||
 	fail "the source never heard the destination's release"

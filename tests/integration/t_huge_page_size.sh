@@ -62,7 +62,7 @@ grep -q '^ready' "$T/target.out" || fail "target process not ready"
 for args in "--range 500000000000-500040000000" ""; do
 	rc=0
 	# shellcheck disable=SC2086
-	"$CLIENT" --control "$src_SOCK" export "$TP" $args >"$T/out" 2>&1 || rc=$?
+	checked "$T/out" "$CLIENT" --control "$src_SOCK" export "$TP" $args || rc=$?
 	[ "$rc" != 0 ] || fail "export ${args:-of the whole process} of 1 GiB pages accepted: $(cat "$T/out")"
 	for want in "1 GiB huge pages at 0x500000000000-0x500040000000" \
 		"/anon_hugepage" "uffdd migrates pages of at most 4 MiB"; do

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Huge pages: THP-backed anonymous memory (MADV_HUGEPAGE on both sides;
-# resident, swapped out, never touched and zero-filled pages) and hugetlbfs
+# resident, swapped out, never touched and zero-filled pages; at attach
+# the source still has most of it in huge pages, and its swapped ones still
+# out: they are paged out in whole huge pages) and hugetlbfs
 # (MAP_HUGETLB, 2 MiB pages: a whole huge page per fault, zero huge pages
 # copied since hugetlb has no UFFDIO_ZEROPAGE; hugetlb pages never swap),
 # byte-exact, with both classification paths. hugetlb both private and
@@ -17,8 +19,11 @@ for how in scan read; do
 	SRC_DAEMON_ARGS=$args migrate 64M 2 4 \
 		"--kind thp --zero-every 16 --pageout-every 5" "--kind thp --zero-every 16"
 	swapped=$(sed -n 's/^swapped //p' "$T/WS.out")
-	info "THP: $swapped pages swapped out at freeze"
+	info "THP: $swapped pages swapped out when ready, $SRC_SWAPPED still out at attach; AnonHugePages $SRC_AHP kB"
 	[ "${swapped:-0}" -gt 100 ] || fail "THP: too few pages swapped out ($swapped)"
+	[ "$SRC_SWAPPED" -ge "$swapped" ] || fail "THP: only $SRC_SWAPPED of $swapped swapped pages still out at attach"
+	[ "$SRC_AHP" -ge $((64 * 1024 / 2)) ] ||
+		fail "THP: the source had only $SRC_AHP kB of its 64 MiB in huge pages at attach: the test migrates 4 KiB pages"
 	kill "$WD"
 done
 

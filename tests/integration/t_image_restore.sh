@@ -34,6 +34,7 @@ snap() {
 	# shellcheck disable=SC2086
 	start_workload WS source --size "$size" --threads 2 $sargs
 	stopped WS
+	SRC_AHP=$(anon_huge_kb "$WS" "$BASE" "$END")
 	# The snapshot first: a read of /proc/PID/mem maps the zero page
 	# where nothing was, and holes would no longer be holes.
 	"$CLIENT" --control "$d_SOCK" snapshot "$WS" --to "$IMG" --keep-source \
@@ -86,6 +87,8 @@ snap anon 32M "--untouched-every 7 --zero-every 5"
 restore 3 anon 32M "--untouched-every 7 --zero-every 5"
 for kind in thp shared memfd tmpfs; do
 	snap "$kind" 16M "--kind $kind --untouched-every 3 --zero-every 5"
+	[ "$kind" != thp ] || [ "$SRC_AHP" -ge $((16 * 1024 / 2)) ] ||
+		fail "thp: the source had only $SRC_AHP kB of its 16 MiB in huge pages at the snapshot"
 	restore 3 "$kind" 16M "--kind $kind --untouched-every 3 --zero-every 5"
 done
 DIR=/var/tmp/uffdd-image-restore-$$
@@ -100,7 +103,7 @@ if command -v zramctl >/dev/null &&
 	snap swapped 32M "--pageout-every 3 --zero-every 16"
 	restore 3 swapped 32M "--zero-every 16"
 else
-	info "SKIP swapped pages: no zram here"
+	skip_part "swapped pages: no zram here"
 fi
 # Four processes with 16 MiB of 2 MiB pages each.
 if reserve_huge_pages 40; then
@@ -109,7 +112,7 @@ if reserve_huge_pages 40; then
 	snap hugetlb 16M "--kind hugetlb"
 	restore 3 hugetlb 16M "--kind hugetlb"
 else
-	info "SKIP hugetlb: cannot reserve 40 huge pages"
+	skip_part "hugetlb: cannot reserve 40 huge pages"
 fi
 
 # export --image: daemon s serves the image to daemon d over the peer
@@ -134,7 +137,7 @@ IMG=$T/served2.img
 # Refused at attach, the target untouched: missing, truncated, header or
 # tables changed, not an image.
 start_workload WD1 dest --size 32M --threads 2 --prefault --untouched-every 7 --zero-every 5
-h_before=$("$MEMHASH" "$WD1" "$BASE" "$END")
+h_before=$(mem_state "$WD1" "$BASE" "$END")
 try_attach() {
 	"$CLIENT" --control "$d_SOCK" attach "$WD1" --image "$1" --range "$RANGE"
 }
@@ -154,7 +157,7 @@ expect_error "--image with --from" "usage" "$CLIENT" --control "$d_SOCK" attach 
 	--image "$IMG" --from "127.0.0.1:$s_PORT"
 ! grep -q 'anon_inode:\[userfaultfd\]' <(ls -l "/proc/$WD1/fd") ||
 	fail "a refused attach left a userfaultfd in the target"
-[ "$("$MEMHASH" "$WD1" "$BASE" "$END")" = "$h_before" ] ||
+[ "$(mem_state "$WD1" "$BASE" "$END")" = "$h_before" ] ||
 	fail "a refused attach changed the target's memory"
 kill -9 "$WD1"
 info "refused images left the target as it was"
@@ -206,7 +209,7 @@ start_workload WD1 dest --size 32M --threads 2 --prefault --untouched-every 7 \
 stop_daemon f
 restart_daemon f
 for _ in $(seq 100); do
-	"$CLIENT" --control "$f_SOCK" status --json >"$T/status.json" 2>/dev/null
+	"$CLIENT" --control "$f_SOCK" status --json >"$T/status.json" 2>"$T/status.err"
 	grep -q '"state":"failed"' "$T/status.json" && break
 	sleep 0.1
 done

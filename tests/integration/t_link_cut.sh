@@ -50,7 +50,7 @@ heal_link
 info "fork-exit: link cut and back ($(state))"
 "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 120 >"$T/wait.out" ||
 	fail "fork-exit: $(cat "$T/wait.out")"
-[ "$("$MEMHASH" "$CHILD" "$M_BASE" "$M_END")" = "$H_SRC" ] ||
+[ "$(dst_hash H_SRC "$CHILD" "$M_BASE" "$M_END")" = "$H_SRC" ] ||
 	fail "fork-exit: the child differs from the source"
 kill -USR1 "$CHILD"
 wait_child_verified WD "fork-exit, link cut"

@@ -17,8 +17,17 @@ for how in scan read; do
 			"--kind $kind --pageout-every 3 --zero-every 16" \
 			"--kind $kind --zero-every 16"
 		swapped=$(sed -n 's/^swapped //p' "$T/WS.out")
-		info "$kind: $swapped pages were swapped out at freeze"
+		info "$kind: $swapped pages swapped out when ready; at attach $SRC_SWAPPED swapped, $SRC_NONE neither present nor swapped in pagemap"
 		[ "${swapped:-0}" -gt 500 ] || fail "$kind: too few pages swapped out ($swapped)"
+		# Still out at attach. Anonymous memory says so in pagemap;
+		# shared memory shows none, like its 1024 never-touched pages.
+		if [ "$kind" = anon ]; then
+			[ "$SRC_SWAPPED" -ge "$swapped" ] ||
+				fail "$kind: only $SRC_SWAPPED of $swapped swapped pages still out at attach"
+		else
+			[ $((SRC_SWAPPED + SRC_NONE)) -ge $((swapped + 1024)) ] ||
+				fail "$kind: $SRC_SWAPPED + $SRC_NONE pages not present at attach, fewer than $swapped swapped + 1024 never touched"
+		fi
 		kill "$WD"
 	done
 done

@@ -44,13 +44,31 @@ kill -TERM "$d_PID"
 wait_msg '^STOPPING=1$' 1
 info "SIGTERM: STOPPING=1"
 
-# A watchdog meant for another PID is not ours to feed.
+# A watchdog meant for another PID is not ours to feed. Absence cannot be
+# awaited, so a daemon started after it with the same interval, its
+# watchdog its own, is the clock: once that one has fed its watchdog
+# three times (its loop ran 0.4 s and more), so would this one have;
+# then it is stopped, and nothing may come before its STOPPING=1 (a
+# datagram socket keeps one sender's order).
 : >"$T/notify.out"
+python3 "$SRC/tests/notify-listen.py" "$T/clock-notify.sock" "$T/clock.out" >"$T/clock-listener.out" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 200); do
+	grep -q listening "$T/clock-listener.out" && break
+	sleep 0.05
+done
+grep -q listening "$T/clock-listener.out" || fail "notify listener did not start: $(cat "$T/clock-listener.out")"
 NOTIFY_SOCKET=$T/notify.sock WATCHDOG_USEC=400000 WATCHDOG_PID=1 start_daemon e
 wait_msg '^READY=1$' 1
-# Absence cannot be awaited: give it more than one 0.2 s interval. This
-# can only let a bug pass, never fail a good daemon.
-sleep 0.5
+NOTIFY_SOCKET=$T/clock-notify.sock WATCHDOG_USEC=400000 start_daemon clock
+for _ in $(seq 400); do
+	[ "$(grep -c '^WATCHDOG=1$' "$T/clock.out" 2>/dev/null)" -ge 3 ] && break
+	sleep 0.05
+done
+[ "$(grep -c '^WATCHDOG=1$' "$T/clock.out" 2>/dev/null)" -ge 3 ] ||
+	fail "the clock daemon fed its watchdog fewer than 3 times: $(cat "$T/clock.out")"
+kill -TERM "$e_PID"
+wait_msg '^STOPPING=1$' 1
 grep -q '^WATCHDOG=1$' "$T/notify.out" && fail "fed a watchdog meant for PID 1"
 # Without NOTIFY_SOCKET nothing is sent and nothing breaks.
 start_daemon f

@@ -5,13 +5,15 @@
 . "$SRC/tests/lib.sh"
 need_root
 # Two listening addresses (--listen takes a comma-separated list); the
-# limits are checked on the first, the migration uses the second.
-p1=$(free_port)
-p2=$(free_port)
-[ "$p1" != "$p2" ] || p2=$(free_port)
-start_daemon src --listen "127.0.0.1:$p1,127.0.0.1:$p2"
+# limits are checked on the first, the migration uses the second. Port 0
+# each: the kernel picks two free ones, read back from ss.
+start_daemon src --listen "127.0.0.1:0,127.0.0.1:0"
+mapfile -t ports < <(listen_ports "$src_PID")
+[ ${#ports[@]} = 2 ] || fail "not two --listen ports: ${ports[*]}: $(ss -Hltnp)"
+p1=${ports[0]} p2=${ports[1]}
 src_PORT=$p1
-grep -q "listening for peers on 127.0.0.1:$p2" "$T/src.log" || fail "second --listen address not used"
+[ "$(grep -c "listening for peers on 127.0.0.1:" "$T/src.log")" = 2 ] ||
+	fail "second --listen address not used: $(grep listening "$T/src.log")"
 start_daemon dst
 
 # wait_log NAME PATTERN: until NAME's log matches (at most 30 s).
@@ -82,15 +84,15 @@ start_daemon lim --config "$T/lim.conf"
 start_workload WS3 source --size 16M --threads 1
 start_workload WD3 dest --size 16M --threads 1
 TWO=(--range 500000000000-500000800000 --range 500000800000-500001000000)
-if "$CLIENT" --control "$lim_SOCK" export "$WS3" "${TWO[@]}" >"$T/out" 2>&1; then
+if checked "$T/out" "$CLIENT" --control "$lim_SOCK" export "$WS3" "${TWO[@]}"; then
 	fail "export of two regions with max-regions 1 succeeded: $(cat "$T/out")"
 fi
 grep -q "has 2 regions, more than max-regions 1" "$T/out" || fail "export over max-regions: $(cat "$T/out")"
 [ "$(proc_state "$WS3")" != T ] || fail "a refused export left the source stopped"
 info "export over max-regions: $(cat "$T/out")"
 ID3=$("$CLIENT" --control "$src_SOCK" export "$WS3" "${TWO[@]}")
-if "$CLIENT" --control "$lim_SOCK" attach "$WD3" --from "$src_ADDR:$p2" --id "$ID3" \
-	"${TWO[@]}" >"$T/out" 2>&1; then
+if checked "$T/out" "$CLIENT" --control "$lim_SOCK" attach "$WD3" --from "$src_ADDR:$p2" --id "$ID3" \
+	"${TWO[@]}"; then
 	fail "attach of two regions with max-regions 1 succeeded: $(cat "$T/out")"
 fi
 grep -q "2 regions, at most 1 (max-regions)" "$T/out" || fail "attach over max-regions: $(cat "$T/out")"

@@ -51,7 +51,7 @@ one_migration() {
 	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" ||
 		fail "$mode: wait: $(cat "$T/wait.out")"
 	wait_verified WD
-	"$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 >/dev/null 2>&1 ||
+	SAN_WHO="wait (source)" checked "$T/src-wait.out" "$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 ||
 		fail "$mode: source side did not complete: $("$CLIENT" --control "$src_SOCK" status "$ID")"
 	[ "$(proc_state "$WS")" = T ] || fail "$mode: source not left stopped"
 	h_src=$("$MEMHASH" "$WS" $BASE "$END")
@@ -87,7 +87,7 @@ info "postcopy: $FAULTS demand faults, freeze $FREEZE_MS ms (export to attach re
 
 for kind in memfd shared hugetlb; do
 	if [ $kind = hugetlb ] && ! reserve_huge_pages 40; then
-		info "kind hugetlb: skipped, no 2 MiB huge pages to be had"
+		skip_part "kind hugetlb: no 2 MiB huge pages to be had"
 		continue
 	fi
 	one_migration precopy 32M "--kind $kind --zero-every 16"
@@ -104,7 +104,7 @@ ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$R32" --precopy --kee
 	--id "$ID" --range "$R32" >/dev/null || fail "discards: attach failed"
 "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" ||
 	fail "discards: wait: $(cat "$T/wait.out")"
-"$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 >/dev/null 2>&1 ||
+SAN_WHO="wait (source)" checked "$T/src-wait.out" "$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 ||
 	fail "discards: source side did not complete"
 [ "$("$MEMHASH" "$WS" $BASE $E32)" = "$("$MEMHASH" "$WD" $BASE $E32)" ] ||
 	fail "discards: destination differs from the source at its freeze"
@@ -119,8 +119,12 @@ start_workload WD dest --size 32M --threads 2 --prefault
 ID=$("$CLIENT" --control "$src2_SOCK" export "$WS" --range "$R32" --precopy)
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src2_PORT" \
 	--id "$ID" --range "$R32" >/dev/null || fail "attach to a pre-copy failed"
-sleep 1
-st=$("$CLIENT" --control "$dst_SOCK" status "$ID" --json | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p')
+dstate() { "$CLIENT" --control "$dst_SOCK" status "$ID" --json | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p'; }
+for _ in $(seq 200); do
+	st=$(dstate)
+	[ "$st" = precopy ] && break
+	sleep 0.05
+done
 [ "$st" = precopy ] || fail "destination state $st during pre-copy, not precopy"
 [ "$(proc_state "$WD")" = t ] || [ "$(proc_state "$WD")" = T ] ||
 	fail "destination target runs before the switchover (state $(proc_state "$WD"))"
@@ -185,7 +189,7 @@ start_daemon src_old
 unset UFFDD_TEST_NO_WP_TRACKING
 start_workload WS source --size 32M --threads 1 --hot 3 --pace-us 100
 R32=$(printf '%x-%x' $((BASE)) $((BASE + 32 * 1024 * 1024)))
-if "$CLIENT" --control "$src_old_SOCK" export "$WS" --range "$R32" --precopy >"$T/refused.out" 2>&1; then
+if checked "$T/refused.out" "$CLIENT" --control "$src_old_SOCK" export "$WS" --range "$R32" --precopy; then
 	fail "--precopy accepted without write tracking: $(cat "$T/refused.out")"
 fi
 grep -q 'UFFD_FEATURE_WP_ASYNC' "$T/refused.out" && grep -q 'PAGEMAP_SCAN' "$T/refused.out" ||

@@ -23,9 +23,9 @@ R=$(printf '%x-%x' $((BASE)) $E)
 st() { "$CLIENT" --control "$1" status "$ID" --json | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p'; }
 runs_on() {
 	local h1 h2
-	h1=$("$MEMHASH" "$WS" $BASE $E)
+	h1=$(mem_state "$WS" $BASE $E)
 	sleep 0.3
-	h2=$("$MEMHASH" "$WS" $BASE $E)
+	h2=$(mem_state "$WS" $BASE $E)
 	[ "$(proc_state "$WS")" != T ] && [ "$h1" != "$h2" ]
 }
 
@@ -49,7 +49,7 @@ kill -USR1 "$WD"
 "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" ||
 	fail "wait: $(cat "$T/wait.out")"
 wait_verified WD
-"$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 >/dev/null 2>&1 ||
+SAN_WHO="wait (source)" checked "$T/src-wait.out" "$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 ||
 	fail "source side did not complete: $("$CLIENT" --control "$src_SOCK" status "$ID")"
 [ "$(proc_state "$WS")" = T ] || fail "source not left stopped at the end"
 [ "$("$MEMHASH" "$WS" $BASE $E)" = "$("$MEMHASH" "$WD" $BASE $E)" ] ||

@@ -32,6 +32,8 @@ sync_migration() {
 	# shellcheck disable=SC2086
 	start_workload WD dest --size "$size" $4
 	sleep 0.2
+	# Before the export: the tracker may split huge pages.
+	AHP=$(anon_huge_kb "$WS" $BASE "$end")
 	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range" --precopy --keep-source) ||
 		fail "$label: export failed"
 	[ "$(proc_state "$WS")" != T ] || fail "$label: source stopped at the export"
@@ -42,7 +44,7 @@ sync_migration() {
 	kill -USR1 "$WD"
 	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" ||
 		fail "$label: wait: $(cat "$T/wait.out")"
-	"$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 >/dev/null 2>&1 ||
+	SAN_WHO="wait (source)" checked "$T/src-wait.out" "$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 ||
 		fail "$label: source side did not complete: $("$CLIENT" --control "$src_SOCK" status "$ID")"
 	[ "$(proc_state "$WS")" = T ] || fail "$label: source not left stopped"
 	if [ "$label" = hot ]; then wait_verified WD; fi
@@ -68,6 +70,8 @@ info "hot: $answered write faults answered in all"
 kill -9 "$WS" "$WD"
 
 sync_migration thp 32M "--kind thp --threads 2 --hot 3 --pace-us 50 --zero-every 16" "--kind thp --touch 0"
+[ "$AHP" -ge $((32 * 1024 / 2)) ] || fail "thp: the source had only $AHP kB of its 32 MiB in huge pages at the export"
+info "thp: $AHP kB of huge pages in the source at the export"
 kill -9 "$WS" "$WD"
 
 sync_migration discards 32M "--threads 2 --hot 3 --pace-us 50 --discard-every 8" "--touch 0"
@@ -76,7 +80,7 @@ kill -9 "$WS" "$WD"
 info "shared memory is refused by the synchronous tracker"
 start_workload WS source --size 32M --threads 1 --hot 3 --pace-us 100 --kind memfd
 R32=$(printf '%x-%x' $((BASE)) $((BASE + 32 * 1024 * 1024)))
-if "$CLIENT" --control "$src_SOCK" export "$WS" --range "$R32" --precopy >"$T/refused.out" 2>&1; then
+if checked "$T/refused.out" "$CLIENT" --control "$src_SOCK" export "$WS" --range "$R32" --precopy; then
 	fail "--precopy of a memfd accepted by the synchronous tracker: $(cat "$T/refused.out")"
 fi
 grep -q 'not private anonymous memory' "$T/refused.out" && grep -q 'UFFD_FEATURE_WP_ASYNC' "$T/refused.out" ||

@@ -46,8 +46,9 @@ for how in scan read; do
 	grep -q "exported process $WS as .*: 3 regions" "$T/src.log" ||
 		fail "the read-only middle is not a region of its own: $(grep exported "$T/src.log")"
 	swapped=$(sed -n 's/^swapped //p' "$T/WS.out")
-	info "file-private: $swapped written pages swapped out at freeze"
+	info "file-private: $swapped written pages swapped out when ready, $SRC_SWAPPED still out at attach"
 	[ "${swapped:-0}" -gt 100 ] || fail "too few pages swapped out ($swapped)"
+	[ "$SRC_SWAPPED" -ge "$swapped" ] || fail "only $SRC_SWAPPED of $swapped swapped pages still out at attach"
 	# The file is what the source wrote at creation, untouched since:
 	# an independent workload maps it and finds every page the file's.
 	f_hash=$(sha256sum "$FILE" | cut -d' ' -f1)
@@ -75,9 +76,9 @@ RANGE=$(printf '%x-%x' $base "$end")
 start_workload WS source --size 8M --kind file-private --file "$FILE"
 start_workload WD dest --size 8M --kind file-private --file "$DIR/other" --prefault
 id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-h_before=$("$MEMHASH" "$WD" $base "$end")
-if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1; then
+h_before=$(mem_state "$WD" $base "$end")
+if checked "$T/attach.out" "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$id" --range "$RANGE"; then
 	fail "attach to a mapping of another file succeeded: $(cat "$T/attach.out")"
 fi
 cat "$T/attach.out"
@@ -86,7 +87,7 @@ grep -q "mapped privately at offset 0x0 with [0-9]* written pages, has no match 
 grep -q "$DIR/other" "$T/attach.out" || fail "the error does not name what is mapped there"
 [ "$(proc_state "$WD")" != t ] || fail "refused target left traced"
 ! ls -l "/proc/$WD/fd" | grep -q userfaultfd || fail "refused target holds a userfaultfd"
-[ "$("$MEMHASH" "$WD" $base "$end")" = "$h_before" ] || fail "refused attach changed the target's memory"
+[ "$(mem_state "$WD" $base "$end")" = "$h_before" ] || fail "refused attach changed the target's memory"
 kill "$WD"
 # Two files whose paths agree in the first 300 characters: a region's
 # name holds fewer, so they would look the same. Refused, not matched.
@@ -96,19 +97,19 @@ start_workload WL source --size 8M --kind file-private --file "$LONG/one" --base
 start_workload WD dest --size 8M --kind file-private --file "$LONG/two" --base 0x540000000000 --prefault
 LRANGE=540000000000-540000800000
 lid=$("$CLIENT" --control "$src_SOCK" export "$WL" --range "$LRANGE")
-h_before=$("$MEMHASH" "$WD" 0x540000000000 0x540000800000)
-if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-	--id "$lid" --range "$LRANGE" >"$T/attach.out" 2>&1; then
+h_before=$(mem_state "$WD" 0x540000000000 0x540000800000)
+if checked "$T/attach.out" "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$lid" --range "$LRANGE"; then
 	fail "attach to another file with the same long prefix succeeded: $(cat "$T/attach.out")"
 fi
 grep -q "a path this long cannot be matched safely" "$T/attach.out" ||
 	fail "no clear error for a cut path: $(cat "$T/attach.out")"
-[ "$("$MEMHASH" "$WD" 0x540000000000 0x540000800000)" = "$h_before" ] ||
+[ "$(mem_state "$WD" 0x540000000000 0x540000800000)" = "$h_before" ] ||
 	fail "refused attach changed the target's memory"
 kill "$WD" "$WL"
 start_workload WD dest --size 8M --base 0x600000000000 --prefault
-if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1; then
+if checked "$T/attach.out" "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$id" --range "$RANGE"; then
 	fail "attach with nothing mapped succeeded: $(cat "$T/attach.out")"
 fi
 grep -q "nothing mapped there" "$T/attach.out" || fail "no clear error for an unmapped address: $(cat "$T/attach.out")"
@@ -122,10 +123,10 @@ kill "$WD"
 info "the written pages are lost while the target is held"
 start_workload WD dest --size 8M --kind file-private --file "$FILE"
 truncate -s 0 "$FILE"
-"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
-	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1 || true
+SAN_WHO="attach of lost pages" checked "$T/attach.out" "$CLIENT" --control "$dst_SOCK" \
+	attach "$WD" --from "$src_ADDR:$src_PORT" --id "$id" --range "$RANGE" || true
 cat "$T/attach.out"
-if "$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 60 >"$T/wait.out" 2>&1; then
+if SAN_WHO="wait of lost pages" checked "$T/wait.out" "$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 60; then
 	fail "migration of lost pages completed: $(cat "$T/wait.out")"
 fi
 grep -q "failed: .*target $WD stopped (pages it wrote in private file mappings never arrived)" "$T/wait.out" ||

@@ -18,11 +18,12 @@ start_daemon dst
 # gives_up FROM TO HOW: migrate-qemu from FROM to TO, ended by HOW
 # (timeout or sigint) after TO runs; the migration must still complete.
 gives_up() {
-	local from=$1 to=$2 how=$3 cpid id holder json
+	local from=$1 to=$2 how=$3 cpid id holder json tag rc=0
 	if [ "$how" = timeout ]; then
-		if "$CLIENT" migrate-qemu --src-qmp "$T/$from.qmp" --dst-qmp "$T/$to.qmp" \
+		if SAN_WHO="gives_up $how" checked "$T/m.out" \
+			"$CLIENT" migrate-qemu --src-qmp "$T/$from.qmp" --dst-qmp "$T/$to.qmp" \
 			--src-control "$src_SOCK" --dst-control "$dst_SOCK" \
-			--src-peer "$src_ADDR:$src_PORT" --timeout 2 >"$T/m.out" 2>&1; then
+			--src-peer "$src_ADDR:$src_PORT" --timeout 2; then
 			fail "migrate-qemu finished within 2 s: the test proves nothing"
 		fi
 	else
@@ -32,7 +33,9 @@ gives_up() {
 		# sent the SIGINT before the client handled it, and the client,
 		# a background job, ignored it and finished).
 		: >"$T/m.out"
-		"$CLIENT" migrate-qemu --src-qmp "$T/$from.qmp" --dst-qmp "$T/$to.qmp" \
+		tag=gives_up$((SAN_N += 1))
+		ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$SAN/$tag \
+			"$CLIENT" migrate-qemu --src-qmp "$T/$from.qmp" --dst-qmp "$T/$to.qmp" \
 			--src-control "$src_SOCK" --dst-control "$dst_SOCK" \
 			--src-peer "$src_ADDR:$src_PORT" --timeout 300 >"$T/m.out" 2>&1 &
 		cpid=$!
@@ -41,7 +44,9 @@ gives_up() {
 			sleep 0.1
 		done
 		kill -INT "$cpid"
-		wait "$cpid" && fail "migrate-qemu finished before the SIGINT: the test proves nothing"
+		wait "$cpid" || rc=$?
+		san_check "gives_up $how" "$tag" "$rc" "$T/m.out"
+		[ "$rc" != 0 ] || fail "migrate-qemu finished before the SIGINT: the test proves nothing"
 	fi
 	grep -q 'destination guest running' "$T/m.out" || fail "$how: $(cat "$T/m.out")"
 	id=$(sed -n 's/.*migration \([0-9a-f]\{32\}\).*/\1/p' "$T/m.out" | head -n 1)
@@ -51,7 +56,7 @@ gives_up() {
 	holder=$(pgrep -f -n "$CLIENT migrate-qemu --src-qmp $T/$from.qmp" || true)
 	[ -n "$holder" ] && on_cleanup "kill -9 $holder 2>/dev/null"
 	info "$how: client gone; $(grep -c . "$T/m.out") lines said, the last: $(tail -n 1 "$T/m.out")"
-	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 300 >"$T/wait.out" 2>&1 ||
+	SAN_WHO="gives_up $how: wait" checked "$T/wait.out" "$CLIENT" --control "$dst_SOCK" wait "$id" --timeout 300 ||
 		fail "$how: the migration did not complete after the client went: $(cat "$T/wait.out")"
 	json=$("$CLIENT" --control "$dst_SOCK" status "$id" --json)
 	echo "$json" | grep -q '"pages_lost":0,' || fail "$how: pages lost: $json"

@@ -29,9 +29,9 @@ info "A: $(tail -n 1 "$T/a.serial")"
 qemu b -incoming defer
 # No destination daemon: found out before the source stops, which runs on
 # and is left as it was (x-ignore-shared off).
-if "$CLIENT" migrate-qemu --src-qmp "$T/a.qmp" --dst-qmp "$T/b.qmp" \
+if checked "$T/migrate-fail.out" "$CLIENT" migrate-qemu --src-qmp "$T/a.qmp" --dst-qmp "$T/b.qmp" \
 	--src-control "$src_SOCK" --dst-control "$T/no-such.sock" \
-	--src-peer "$src_ADDR:$src_PORT" >"$T/migrate-fail.out" 2>&1; then
+	--src-peer "$src_ADDR:$src_PORT"; then
 	fail "migrate-qemu succeeded without a destination daemon"
 fi
 grep -q 'uffdd is not running' "$T/migrate-fail.out" ||

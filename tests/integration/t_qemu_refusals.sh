@@ -16,9 +16,10 @@ start_daemon dst
 # refused FROM TO PATTERN: migrate-qemu must fail saying PATTERN, and
 # leave FROM running without ever stopping its vCPUs.
 refused() {
-	if "$CLIENT" migrate-qemu --src-qmp "$T/$1.qmp" --dst-qmp "$T/$2.qmp" \
+	if SAN_WHO="refused $1 $2" checked "$T/m.out" \
+		"$CLIENT" migrate-qemu --src-qmp "$T/$1.qmp" --dst-qmp "$T/$2.qmp" \
 		--src-control "$src_SOCK" --dst-control "$dst_SOCK" \
-		--src-peer "$src_ADDR:$src_PORT" --timeout 60 >"$T/m.out" 2>&1; then
+		--src-peer "$src_ADDR:$src_PORT" --timeout 60; then
 		fail "migrate-qemu $1 -> $2 succeeded: $(cat "$T/m.out")"
 	fi
 	grep -q "$3" "$T/m.out" || fail "$1 -> $2: refusal does not say '$3': $(cat "$T/m.out")"
@@ -31,7 +32,7 @@ refused() {
 
 DISK_FS=$(stat -f -c %T /var/tmp)
 case $DISK_FS in
-tmpfs | ramfs) info "mixed RAM left out: /var/tmp is on $DISK_FS" ;;
+tmpfs | ramfs) skip_part "mixed RAM: /var/tmp is on $DISK_FS" ;;
 *)
 	info "a RAM block on $DISK_FS beside one on tmpfs"
 	QEMU_RAM=mixed qemu m

@@ -25,7 +25,12 @@ start_daemon src2 --bulk-rate 8M
 start_daemon dst
 
 new_id() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
-in_port() { echo $((20000 + RANDOM % 12000)); }
+# A port for QEMU's -incoming on the destination host, none of the daemons'.
+in_port() {
+	local p
+	new_port p
+	echo "$p"
+}
 
 # receive NAME SRCDAEMON ID PORT [ARGS...]: the destination host's half,
 # for QEMU NAME, in the background (RECV_PID); stdout and stderr in

@@ -90,26 +90,26 @@ out=$("$CLIENT" qmp "$S" echo '{"uri":"tcp:127.0.0.1:1","n":[1,2]}') || fail "ec
 [ "$out" = '{"uri":"tcp:127.0.0.1:1","n":[1,2]}' ] || fail "arguments came back as $out"
 out=$("$CLIENT" qmp "$S" late) || fail "late failed"
 [ "$out" = '{"which":"this"}' ] || fail "an earlier command's answer taken: $out"
-if "$CLIENT" qmp "$S" no-such-command >"$T/err" 2>&1; then
+if checked "$T/err" "$CLIENT" qmp "$S" no-such-command; then
 	fail "a QMP error exited 0"
 fi
 grep -q 'no-such-command: The command no-such-command has not been found' "$T/err" ||
 	fail "QMP error not reported: $(cat "$T/err")"
-"$CLIENT" qmp "$S" echo '{not json' >"$T/err" 2>&1 && fail "bad JSON arguments accepted"
+checked "$T/err" "$CLIENT" qmp "$S" echo '{not json' && fail "bad JSON arguments accepted"
 grep -q 'not JSON' "$T/err" || fail "bad JSON arguments: $(cat "$T/err")"
-if "$CLIENT" qmp "$S" hangup >"$T/err" 2>&1; then
+if checked "$T/err" "$CLIENT" qmp "$S" hangup; then
 	fail "a server that hung up gave success"
 fi
 grep -q 'QEMU closed QMP' "$T/err" || fail "hang-up not reported: $(cat "$T/err")"
-if "$CLIENT" qmp "$T/none.sock" query-status >"$T/err" 2>&1; then
+if checked "$T/err" "$CLIENT" qmp "$T/none.sock" query-status; then
 	fail "no QMP socket gave success"
 fi
 grep -q 'is QEMU running with -qmp' "$T/err" || fail "missing socket: $(cat "$T/err")"
 info "QMP client: returns, events in between, other ids, errors, arguments, hang-ups"
 
 before=$(wc -l <"$T/server.log")
-if "$CLIENT" migrate-qemu --src-qmp "$S" --dst-qmp "$S" --src-control "$T/none.sock" \
-	--dst-control "$T/none.sock" --src-peer 127.0.0.1:1 >"$T/err" 2>&1; then
+if checked "$T/err" "$CLIENT" migrate-qemu --src-qmp "$S" --dst-qmp "$S" --src-control "$T/none.sock" \
+	--dst-control "$T/none.sock" --src-peer 127.0.0.1:1; then
 	fail "migrate-qemu took a RAM file mapped from an offset"
 fi
 grep -q "RAM block ram0 maps $RAM from offset 4096" "$T/err" ||
@@ -120,8 +120,8 @@ info "migrate-qemu: a RAM file mapped from an offset refused, nothing but querie
 
 # A qom-list answer that is no list: an error, not a crash.
 "$CLIENT" qmp "$S" odd-objects >/dev/null || fail "odd-objects failed"
-if "$CLIENT" migrate-qemu --src-qmp "$S" --dst-qmp "$S" --src-control "$T/none.sock" \
-	--dst-control "$T/none.sock" --src-peer 127.0.0.1:1 >"$T/err" 2>&1; then
+if checked "$T/err" "$CLIENT" migrate-qemu --src-qmp "$S" --dst-qmp "$S" --src-control "$T/none.sock" \
+	--dst-control "$T/none.sock" --src-peer 127.0.0.1:1; then
 	fail "migrate-qemu took an /objects that is no list"
 fi
 grep -q 'qom-list /objects: not a list' "$T/err" || fail "odd qom-list: $(cat "$T/err")"

@@ -27,7 +27,7 @@ one() {
 	# shellcheck disable=SC2086
 	start_workload WD dest --size 128M --threads 4 --pace-us 400 --base "$base" $dargs
 	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
-	h_src=$("$MEMHASH" "$WS" "$base" "$end")
+	src_hash h_src "$WS" "$base" "$end"
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$range" >/dev/null
 	kill -USR1 "$WD"
@@ -68,7 +68,7 @@ one() {
 	fi
 	if [ -n "$CHILD" ]; then
 		# The target is gone: its child holds the migrated memory.
-		[ "$("$MEMHASH" "$CHILD" "$base" "$end")" = "$h_src" ] ||
+		[ "$(dst_hash h_src "$CHILD" "$base" "$end")" = "$h_src" ] ||
 			fail "the forked child differs from the source ($victim restart)"
 		kill -USR1 "$CHILD"
 	else
@@ -78,7 +78,7 @@ one() {
 	# check (wait_verified) covers it at its new address.
 	if [ -z "$CHILD" ] && [ "$dargs" != "--event remap" ] &&
 		[ "$dargs" != "--event remove" ]; then
-		h_dst=$("$MEMHASH" "$WD" "$base" "$end")
+		h_dst=$(dst_hash h_src "$WD" "$base" "$end")
 		[ "$h_src" = "$h_dst" ] || fail "destination differs from the source ($victim restart)"
 	fi
 	"$CLIENT" --control "$src_SOCK" wait "$id" --timeout 60 >/dev/null ||

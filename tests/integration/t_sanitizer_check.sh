@@ -13,12 +13,10 @@
 . "$SRC/tests/lib.sh"
 FAKE=$B/tests/sanfake
 [ -x "$FAKE" ] || fail "$FAKE not built"
-# (grep reads all of nm's output: see t_load.)
-san=0
-nm "$UFFDD" 2>/dev/null | grep __asan_init >/dev/null && san=1
-if [ "$san" = 1 ]; then
-	nm "$FAKE" 2>/dev/null | grep __asan_init >/dev/null ||
-		fail "uffdd has AddressSanitizer, $FAKE does not: it would prove nothing"
+# lib.sh has checked the build kind run.sh declared (SANITIZED).
+if [ "$SANITIZED" = 1 ]; then
+	[ "$(san_kind "$FAKE")" = "$(san_kind "$UFFDD")" ] ||
+		fail "uffdd has $(san_kind "$UFFDD"), $FAKE has '$(san_kind "$FAKE")': it would prove nothing"
 fi
 
 # inner NAME BODY: BODY as a test of its own, with tests/lib.sh sourced
@@ -75,8 +73,8 @@ grep -q "after the restart" "$T/restart.out" && fail "restart: ensure_daemon wen
 # Neither a test that skips nor one that fails hides a daemon's report.
 fails exit-skip 'exited with status 3 at SIGTERM' 'SANFAKE=status start_daemon fake; skip "done"'
 
-if [ "$san" = 0 ]; then
-	info "plain build: no sanitizer reports to provoke"
+if [ "$SANITIZED" = 0 ]; then
+	skip_part "leak, ubsan and asan cases: a plain build makes no sanitizer reports"
 	exit 0
 fi
 fails leak 'ERROR: LeakSanitizer: detected memory leaks' 'SANFAKE=leak start_daemon fake'

@@ -72,12 +72,12 @@ if command -v zramctl >/dev/null &&
 	[ "${swapped:-0}" -gt 1000 ] || fail "too few pages swapped out ($swapped)"
 	info "swapped: $swapped pages were out at the snapshot"
 else
-	info "SKIP swapped pages: no zram here"
+	skip_part "swapped pages: no zram here"
 fi
 if reserve_huge_pages 16; then
 	byte_exact hugetlb-shared 32M --zero-every 4
 else
-	info "SKIP hugetlb: cannot reserve 16 huge pages"
+	skip_part "shared hugetlb: cannot reserve 16 huge pages"
 fi
 
 # --keep-source: the process runs on (it was running before).

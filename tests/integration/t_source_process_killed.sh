@@ -22,14 +22,15 @@ lose_source() {
 	shift 2
 	start_workload WS source --size 64M --threads 1
 	start_workload WD dest --size 64M --threads 4 --pace-us 300 "$@"
-	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-	"$CLIENT" --control "$sock" attach "$WD" --from "$src_ADDR:$src_PORT" \
-		--id "$ID" --range "$RANGE" >/dev/null
+	must "lose_source: export" "$T/export.out" "$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE"
+	ID=$(cat "$T/export.out")
+	must "lose_source: attach" "$T/attach.out" "$CLIENT" --control "$sock" attach "$WD" \
+		--from "$src_ADDR:$src_PORT" --id "$ID" --range "$RANGE"
 	[ "$check" = now ] && kill -USR1 "$WD"
 	sleep 1
 	kill -9 "$WS"
 	info "source process killed"
-	if "$CLIENT" --control "$sock" wait "$ID" --timeout 60 >"$T/wait.out" 2>&1; then
+	if SAN_WHO="lose_source: wait" checked "$T/wait.out" "$CLIENT" --control "$sock" wait "$ID" --timeout 60; then
 		fail "migration completed although its source died: $(cat "$T/wait.out")"
 	fi
 	info "wait: $(cat "$T/wait.out")"
@@ -65,9 +66,24 @@ done
 timeout -s KILL 10 "$MEMHASH" "$WD" 0x500000000000 0x500000100000 >/dev/null ||
 	fail "reading the stopped target's first MiB blocked or failed: a page that had come is not installed"
 # Let it go on: threads that touch a lost page wait; none reads it wrong.
+# Checked once all 4 checking threads wait in userfaultfd (each checks a
+# quarter of the pages, every quarter has lost ones), so that none can
+# read on later.
 kill -CONT "$WD"
 kill -USR1 "$WD"
-sleep 1
+blocked() {
+	local t n=0
+	for t in "/proc/$WD/task"/*/wchan; do
+		[ "$(cat "$t" 2>/dev/null)" = handle_userfault ] && n=$((n + 1))
+	done
+	echo "$n"
+}
+for _ in $(seq 600); do
+	[ "$(blocked)" -ge 4 ] && break
+	sleep 0.05
+done
+[ "$(blocked)" -ge 4 ] ||
+	fail "the target's 4 checking threads are not all waiting in userfaultfd: $(for t in "/proc/$WD/task"/*/wchan; do cat "$t"; echo; done)"
 ! grep -q MISMATCH "$T/WD.log" || fail "a lost page read wrong: $(head -3 "$T/WD.log")"
 ! grep -q '^verified' "$T/WD.out" || fail "the target finished although pages were lost"
 kill -9 "$WD"

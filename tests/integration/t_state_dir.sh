@@ -16,8 +16,8 @@ umask 022
 # WANT (a daemon that starts is stopped by the timeout).
 refused() {
 	local dir=$1 want=$2 rc=0
-	timeout 10 "$UFFDD" -f --config "$T/empty.conf" --insecure \
-		--control "$T/r.sock" --state-dir "$dir" >"$T/r.log" 2>&1 || rc=$?
+	SAN_WHO="refused $dir" checked "$T/r.log" timeout 10 "$UFFDD" -f --config "$T/empty.conf" \
+		--insecure --control "$T/r.sock" --state-dir "$dir" || rc=$?
 	[ "$rc" = 1 ] || fail "state directory $dir: uffdd exited $rc, not 1 (refused): $(cat "$T/r.log")"
 	grep -q "$want" "$T/r.log" || fail "refusal of $dir does not say '$want': $(cat "$T/r.log")"
 	info "refused: $(grep 'state directory' "$T/r.log")"

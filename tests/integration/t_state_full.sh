@@ -20,7 +20,7 @@ on_cleanup "umount -l $T/full"
 start_daemon src --state-dir "$T/full"
 start_workload WS source --size 16M --threads 1
 dd if=/dev/zero of="$T/full/fill" bs=4k count=1000 2>/dev/null || true
-if "$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000 >"$T/out" 2>&1; then
+if checked "$T/out" "$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000; then
 	fail "export succeeded with no room for its state: $(cat "$T/out")"
 fi
 grep -q "cannot save its state.*No space left on device" "$T/out" || fail "refusal does not say why: $(cat "$T/out")"
@@ -39,24 +39,24 @@ mount -t tmpfs -o size=64k,mode=0700 uffdd-state-full2 "$T/full2" || skip "canno
 on_cleanup "umount -l $T/full2"
 start_daemon dst --state-dir "$T/full2"
 start_workload WD dest --size 16M --threads 2
-h_before=$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)
+h_before=$(mem_state "$WD" 0x500000000000 0x500001000000)
 dd if=/dev/zero of="$T/full2/fill" bs=4k count=1000 2>/dev/null || true
-if "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" \
-	--range 500000000000-500001000000 >"$T/out" 2>&1; then
+if checked "$T/out" "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" \
+	--range 500000000000-500001000000; then
 	fail "attach succeeded with no room for its state: $(cat "$T/out")"
 fi
 grep -q "cannot save its state.*No space left on device" "$T/out" || fail "attach refusal does not say why: $(cat "$T/out")"
 info "attach refused: $(cat "$T/out")"
 ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "the refused attach left a userfaultfd in the target"
-[ "$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)" = "$h_before" ] || fail "the refused attach changed the target"
+[ "$(mem_state "$WD" 0x500000000000 0x500001000000)" = "$h_before" ] || fail "the refused attach changed the target"
 rm -f "$T/full2/fill"
-H_SRC=$("$MEMHASH" "$WS" 0x500000000000 0x500001000000)
+src_hash H_SRC "$WS" 0x500000000000 0x500001000000
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" \
 	--range 500000000000-500001000000 >/dev/null || fail "attach refused with room again"
 kill -USR1 "$WD"
 "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 120 >/dev/null || fail "no completion"
 wait_verified WD >/dev/null
-[ "$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)" = "$H_SRC" ] || fail "destination differs from the source"
+[ "$(dst_hash H_SRC "$WD" 0x500000000000 0x500001000000)" = "$H_SRC" ] || fail "destination differs from the source"
 info "with room again: attached, complete, byte-exact"
 
 start_daemon srcr --bulk-rate 4M --state-dir "$T/full"

@@ -14,7 +14,7 @@ start_daemon one --bulk-rate 8M
 start_workload WS source --size 64M --threads 2
 start_workload WD dest --size 64M --threads 4 --pace-us 400
 ID=$("$CLIENT" --control "$one_SOCK" export "$WS" --range "$RANGE")
-H_SRC=$("$MEMHASH" "$WS" "$BASE" "$END")
+src_hash H_SRC "$WS" "$BASE" "$END"
 "$CLIENT" --control "$one_SOCK" attach "$WD" --from "127.0.0.1:$one_PORT" \
 	--id "$ID" --range "$RANGE" >"$T/attach.out" 2>&1 || fail "attach: $(cat "$T/attach.out")"
 kill -USR1 "$WD"
@@ -40,10 +40,10 @@ grep -q "restored migration ${ID:0:8}.* into process $WD" "$T/one.log" ||
 	fail "the destination end was not restored: $(tail -n 5 "$T/one.log")"
 [ -f "$D/$ID.state" ] && fail "the file of the old name is still there: $(ls "$D")"
 [ -f "$D/$ID.destination.state" ] || fail "the old file did not take its role's name: $(ls "$D")"
-"$CLIENT" --control "$one_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" 2>&1 ||
+checked "$T/wait.out" "$CLIENT" --control "$one_SOCK" wait "$ID" --timeout 300 ||
 	fail "wait: $(cat "$T/wait.out")"
 wait_verified WD
-H_DST=$("$MEMHASH" "$WD" "$BASE" "$END")
+H_DST=$(dst_hash H_SRC "$WD" "$BASE" "$END")
 [ "$H_SRC" = "$H_DST" ] || fail "destination differs from the source after the restart"
 info "both ends restored by one daemon; $(grep '^verified' "$T/WD.out")"
 [ -z "$(ls "$D")" ] || fail "state files left after completion: $(ls "$D")"

@@ -17,7 +17,7 @@ start_workload WD dest --size 64M --threads 4 --pace-us 1500 --prefault --base 0
 start_workload WV dest --size 64M --threads 4 --pace-us 1500 --prefault --base 0x510000000000
 A=$("$CLIENT" --control "$src_SOCK" export "$WS1" --range 500000000000-500004000000)
 B=$("$CLIENT" --control "$src_SOCK" export "$WS2" --range 510000000000-510004000000)
-H_B=$("$MEMHASH" "$WS2" 0x510000000000 0x510004000000)
+src_hash H_B "$WS2" 0x510000000000 0x510004000000
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" --id "$A" \
 	--range 500000000000-500004000000 >/dev/null
 "$CLIENT" --control "$dst_SOCK" attach "$WV" --from "127.0.0.1:$src_PORT" --id "$B" \
@@ -48,6 +48,6 @@ info "refused: $(grep -o "pid $WV now names another process.*" "$T/dst.log")"
 "$CLIENT" --control "$dst_SOCK" wait "$B" --timeout 300 >"$T/wait.out" ||
 	fail "B: $(cat "$T/wait.out")"
 wait_verified WV
-[ "$("$MEMHASH" "$WV" 0x510000000000 0x510004000000)" = "$H_B" ] ||
+[ "$(dst_hash H_B "$WV" 0x510000000000 0x510004000000)" = "$H_B" ] ||
 	fail "process $WV differs from B's source"
 info "B complete, byte-exact; process $WV got nothing of A's"

@@ -17,7 +17,7 @@ command -v strace >/dev/null || skip "strace missing (Debian package strace)"
 command -v systemd-analyze >/dev/null || skip "systemd-analyze missing (Debian package systemd)"
 # Run from a sanitizer build alone (make check there, not tests/setup.sh):
 # LeakSanitizer cannot work under strace and fails the daemon's exit.
-grep -q __asan_init "$UFFDD" &&
+[ "$SANITIZED" = 0 ] ||
 	skip "needs the plain build (PLAIN_BUILDDIR, as tests/setup.sh check sets it): LeakSanitizer does not run under strace"
 
 # The filter as the unit states it, groups expanded (they nest).
@@ -42,13 +42,14 @@ while [ ${#todo[@]} -gt 0 ]; do
 done
 info "the unit's filter allows ${#allowed[@]} system calls"
 
-TRACES=()
+TRACES=() TRACERS=()
 trace() {
 	local name=$1 pid out
 	pid=$(eval echo "\$${name}_PID")
 	out=$T/$name.strace.$pid
 	strace -f -qq -o "$out" -p "$pid" 2>"$T/$name.strace.err" &
 	PIDS+=($!)
+	TRACERS+=($!)
 	TRACES+=("$out")
 	# Attached once strace has written its first line.
 	for _ in $(seq 100); do
@@ -56,7 +57,7 @@ trace() {
 		sleep 0.05
 	done
 	# An idle daemon may make no call for a while: poke its control socket.
-	"$CLIENT" --control "$(eval echo "\$${name}_SOCK")" status >/dev/null 2>&1 || true
+	SAN_WHO="status of $name" checked "$T/poke.out" "$CLIENT" --control "$(eval echo "\$${name}_SOCK")" status || true
 	for _ in $(seq 100); do
 		[ -s "$out" ] && return
 		sleep 0.05
@@ -86,7 +87,7 @@ if reserve_huge_pages 24; then
 	migrate 16M 1 2 "--kind hugetlb-shared" "--kind hugetlb-shared"
 	kill "$WD"
 else
-	info "no huge pages to be had: shared hugetlb left out"
+	skip_part "shared hugetlb: no huge pages to be had"
 fi
 
 # A snapshot, and a restore from it: image reads go through io_uring.
@@ -109,7 +110,11 @@ trace dst
 paced_finish dst
 grep -q "restored migration" "$T/dst.log" || fail "the destination restored nothing"
 kill "$WD"
-sleep 0.5
+# Each strace detached (SIGINT) and gone: its output is complete.
+kill -INT "${TRACERS[@]}" 2>/dev/null || true
+for p in "${TRACERS[@]}"; do
+	wait "$p" 2>/dev/null || true
+done
 
 # Every call strace saw, by name ("PID name(args) = ...").
 used=$(sed -n 's/^[0-9]* *\([a-z_][a-z0-9_]*\)(.*/\1/p' "${TRACES[@]}" | sort -u)

@@ -22,10 +22,10 @@ grep -q '^Type=notify$' "$SRC/systemd/uffdd.service" || fail "unit is not Type=n
 grep -q '^Restart=on-failure$' "$SRC/systemd/uffdd.service" || fail "no Restart=on-failure"
 grep -q '^WatchdogSec=' "$SRC/systemd/uffdd.service" || fail "no WatchdogSec"
 # The example configuration is valid (its TLS files do not exist here).
-"$UFFDD" -n --config "$SRC/systemd/uffdd.conf" --insecure --ca /dev/null >"$T/n.out" 2>&1 &&
+checked "$T/n.out" "$UFFDD" -n --config "$SRC/systemd/uffdd.conf" --insecure --ca /dev/null &&
 	fail "insecure with ca accepted"
 sed -e '/^ca /d' -e '/^cert /d' -e '/^key /d' "$SRC/systemd/uffdd.conf" >"$T/example.conf"
-"$UFFDD" -n --config "$T/example.conf" --insecure >"$T/n.out" 2>&1 ||
+checked "$T/n.out" "$UFFDD" -n --config "$T/example.conf" --insecure ||
 	fail "example configuration refused: $(cat "$T/n.out")"
 
 # make install into a staging directory.

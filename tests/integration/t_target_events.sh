@@ -27,7 +27,7 @@ one() {
 	start_workload WS source --size 32M --threads 1 --base "$base" --kind "$kind"
 	start_workload WD dest --size 32M --threads 4 --base "$base" --kind "$kind" --event "$ev" "$@"
 	id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
-	h_src=$("$MEMHASH" "$WS" "$base" "$end")
+	src_hash h_src "$WS" "$base" "$end"
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$id" --range "$range" >/dev/null
 	kill -USR1 "$WD"
@@ -40,11 +40,11 @@ one() {
 			fail "$kind grow: the new pages waited for the migration to end"
 	fi
 	case $ev in fork-idle | fork-exit) idle_child WD ;; *) CHILD= ;; esac
-	"$CLIENT" --control "$dst_SOCK" wait "$id" --timeout "${WAIT_SECS:-120}" >"$T/wait.out" 2>&1 ||
+	checked "$T/wait.out" "$CLIENT" --control "$dst_SOCK" wait "$id" --timeout "${WAIT_SECS:-120}" ||
 		fail "$kind $ev $*: $(cat "$T/wait.out")"
 	if [ -n "$CHILD" ]; then
 		# Complete while the child idled: it has every page already.
-		[ "$("$MEMHASH" "$CHILD" "$base" "$end")" = "$h_src" ] ||
+		[ "$(dst_hash h_src "$CHILD" "$base" "$end")" = "$h_src" ] ||
 			fail "$kind $ev: the forked child differs from the source"
 		kill -USR1 "$CHILD"
 	fi

@@ -14,11 +14,11 @@ ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 sleep 0.5
 kill -9 "$WD"
 info "target killed"
-if "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 30 >"$T/wd.out" 2>&1; then
+if checked "$T/wd.out" "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 30; then
 	fail "destination completed without a target"
 fi
 grep -q "target process .* exited" "$T/wd.out" || fail "destination reason: $(cat "$T/wd.out")"
-if "$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 30 >"$T/ws.out" 2>&1; then
+if checked "$T/ws.out" "$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 30; then
 	fail "source completed without a destination"
 fi
 grep -q "destination" "$T/ws.out" || fail "source reason: $(cat "$T/ws.out")"

@@ -28,8 +28,8 @@ NOID=0123456789abcdef0123456789abcdef
 # and leave the destination process as it was.
 attach_fails() {
 	local name=$1 pat=$2 sock=$3 port=$4 id=$5
-	if "$CLIENT" --control "$sock" attach "$WD" --from "127.0.0.1:$port" \
-		--id "$id" >"$T/out" 2>&1; then
+	if SAN_WHO="attach_fails $name" checked "$T/out" \
+		"$CLIENT" --control "$sock" attach "$WD" --from "127.0.0.1:$port" --id "$id"; then
 		fail "$name: attach succeeded: $(cat "$T/out")"
 	fi
 	grep -qi -- "$pat" "$T/out" || fail "$name: error does not say '$pat': $(cat "$T/out")"
@@ -67,8 +67,9 @@ attach_fails "server from other CA" "certificate refused: unable to get local is
 nfd() { ls "/proc/$dst_PID/fd" | wc -l; }
 fds_before=$(nfd)
 for _ in 1 2 3 4 5; do
-	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$sother_PORT" \
-		--id "$NOID" >/dev/null 2>&1 && fail "attach to a source from another CA succeeded"
+	SAN_WHO="attach to a source from another CA" checked "$T/out" "$CLIENT" --control "$dst_SOCK" \
+		attach "$WD" --from "127.0.0.1:$sother_PORT" --id "$NOID" &&
+		fail "attach to a source from another CA succeeded"
 done
 "$CLIENT" --control "$dst_SOCK" status >/dev/null
 [ "$(nfd)" -le "$fds_before" ] || fail "refused attaches left $(($(nfd) - fds_before)) descriptors open"
@@ -101,8 +102,8 @@ attach_fails "wrong pin" "certificate refused: certificate rejected" \
 # have no pin of their own, or the wrong one, and the attach's pin decides.
 # pin_fails NAME PATTERN DSTSOCK PORT PIN: like attach_fails, with --pin.
 pin_fails() {
-	if "$CLIENT" --control "$3" attach "$WD" --from "127.0.0.1:$4" \
-		--id "$NOID" --pin "$5" >"$T/out" 2>&1; then
+	if SAN_WHO="pin_fails $1" checked "$T/out" \
+		"$CLIENT" --control "$3" attach "$WD" --from "127.0.0.1:$4" --id "$NOID" --pin "$5"; then
 		fail "$1: attach succeeded: $(cat "$T/out")"
 	fi
 	grep -qi -- "$2" "$T/out" || fail "$1: error does not say '$2': $(cat "$T/out")"
@@ -128,7 +129,7 @@ start_workload WS2 source --size 16M --threads 1
 start_workload WD2 dest --size 16M --threads 1 --prefault
 R=500000000000-500001000000
 ID2=$("$CLIENT" --control "$sname_SOCK" export "$WS2" --range "$R")
-h_src=$("$MEMHASH" "$WS2" 0x500000000000 0x500001000000)
+src_hash h_src "$WS2" 0x500000000000 0x500001000000
 "$CLIENT" --control "$dst_SOCK" attach "$WD2" --from "127.0.0.1:$sname_PORT" \
 	--id "$ID2" --range "$R" --pin "$pin" >"$T/pinned.out" 2>&1 ||
 	fail "pinned attach: $(cat "$T/pinned.out")"
@@ -136,7 +137,7 @@ kill -USR1 "$WD2"
 "$CLIENT" --control "$dst_SOCK" wait "$ID2" --timeout 120 >"$T/pinned.wait" ||
 	fail "pinned migration: $(cat "$T/pinned.wait")"
 wait_verified WD2
-h_dst=$("$MEMHASH" "$WD2" 0x500000000000 0x500001000000)
+h_dst=$(dst_hash h_src "$WD2" 0x500000000000 0x500001000000)
 [ "$h_src" = "$h_dst" ] || fail "pinned migration: destination memory differs ($h_src vs $h_dst)"
 info "pinned migration from a source named otherwise: $h_dst"
 
@@ -160,19 +161,20 @@ start_daemon dplain --insecure
 attach_fails "plaintext client" "unreachable" "$dplain_SOCK" "$src_PORT" "$ID"
 # Plaintext off loopback is refused before any packet leaves: for peers to
 # connect to, and for the listener.
-if "$CLIENT" --control "$dplain_SOCK" attach "$WD" --from "192.0.2.1:7401" --id "$ID" >"$T/out" 2>&1; then
+if SAN_WHO="plaintext to 192.0.2.1" checked "$T/out" \
+	"$CLIENT" --control "$dplain_SOCK" attach "$WD" --from "192.0.2.1:7401" --id "$ID"; then
 	fail "plaintext to 192.0.2.1 accepted"
 fi
 grep -q "non-loopback" "$T/out" || fail "plaintext to 192.0.2.1: $(cat "$T/out")"
 info "plaintext non-loopback: $(cat "$T/out")"
-if "$UFFDD" -f --insecure --listen "0.0.0.0:$(free_port)" --control "$T/x.sock" \
-	--state-dir "$T/x.state" >"$T/x.log" 2>&1; then
+if SAN_WHO="plaintext listener" checked "$T/x.log" "$UFFDD" -f --insecure \
+	--listen "0.0.0.0:$(free_port)" --control "$T/x.sock" --state-dir "$T/x.state"; then
 	fail "plaintext listener on 0.0.0.0 started"
 fi
 grep -q "non-loopback" "$T/x.log" || fail "plaintext listener: $(cat "$T/x.log")"
 # Without --insecure the daemon wants its TLS files.
-if "$UFFDD" -f --listen "127.0.0.1:$(free_port)" --control "$T/y.sock" \
-	--state-dir "$T/y.state" >"$T/y.log" 2>&1; then
+if SAN_WHO="daemon without TLS files" checked "$T/y.log" "$UFFDD" -f \
+	--listen "127.0.0.1:$(free_port)" --control "$T/y.sock" --state-dir "$T/y.state"; then
 	fail "daemon without TLS files started"
 fi
 grep -q "TLS needs --ca, --cert and --key" "$T/y.log" || fail "no TLS files: $(cat "$T/y.log")"

@@ -46,7 +46,7 @@ for kind in anon shared memfd tmpfs file-private; do
 	if [ "$kind" = file-private ]; then
 		case $(stat -f -c %T "$DIR") in
 		tmpfs | ramfs)
-			info "file-private left out: $DIR is not on a disk filesystem"
+			skip_part "file-private: $DIR is not on a disk filesystem"
 			continue
 			;;
 		esac
@@ -83,8 +83,8 @@ grep -q "map_files yes" "$T/src.log" || fail "the unit's daemon says it cannot o
 RANGE=500000000000-500001000000
 start_workload WS source --size 16M --kind memfd
 start_workload WD dest --size 16M --kind memfd
-h_dst=$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)
-if "$CLIENT" --control "$srcl_SOCK" export "$WS" --range "$RANGE" >"$T/out" 2>&1; then
+h_dst=$(mem_state "$WD" 0x500000000000 0x500001000000)
+if checked "$T/out" "$CLIENT" --control "$srcl_SOCK" export "$WS" --range "$RANGE"; then
 	fail "export of a memfd without CAP_CHECKPOINT_RESTORE succeeded: $(cat "$T/out")"
 fi
 grep -q "CAP_CHECKPOINT_RESTORE.*0x500000000000" "$T/out" || fail "export refusal does not say why: $(cat "$T/out")"
@@ -92,15 +92,15 @@ info "export refused: $(cat "$T/out")"
 [ "$(proc_state "$WS")" != T ] || fail "refused export left the source stopped"
 # The destination side: a source that can, a destination that cannot.
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-if "$CLIENT" --control "$dstl_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
-	--id "$ID" --range "$RANGE" >"$T/out" 2>&1; then
+if checked "$T/out" "$CLIENT" --control "$dstl_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	--id "$ID" --range "$RANGE"; then
 	fail "attach to a memfd without CAP_CHECKPOINT_RESTORE succeeded: $(cat "$T/out")"
 fi
 grep -q "CAP_CHECKPOINT_RESTORE.*0x500000000000" "$T/out" || fail "attach refusal does not say why: $(cat "$T/out")"
 info "attach refused: $(cat "$T/out")"
 case $(proc_state "$WD") in T | t) fail "refused attach left the target stopped" ;; esac
 ls -l "/proc/$WD/fd" | grep -q userfaultfd && fail "refused attach left a userfaultfd in the target"
-[ "$("$MEMHASH" "$WD" 0x500000000000 0x500001000000)" = "$h_dst" ] ||
+[ "$(mem_state "$WD" 0x500000000000 0x500001000000)" = "$h_dst" ] ||
 	fail "refused attach changed the target's memory"
 kill -9 "$WS" "$WD"
 # Private anonymous memory needs no backing file.

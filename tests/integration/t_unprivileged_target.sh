@@ -32,7 +32,7 @@ start_nobody_target() {
 }
 start_nobody_target --threads 4 --prefault --try-uffd --signal-bench 2000
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
-H_SRC=$("$MEMHASH" "$WS" 0x500000000000 0x500004000000)
+src_hash H_SRC "$WS" 0x500000000000 0x500004000000
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 	--id "$ID" --range "$RANGE" >"$T/attach.out" 2>&1 || fail "attach: $(cat "$T/attach.out")"
 # Held, with no userfaultfd of its own.
@@ -53,7 +53,7 @@ info "$(grep uffd-attempt "$T/WD.out")"
 info "$(grep '^signals' "$T/WD.out" | tr '\n' ';')"
 [ "$(awk '/^TracerPid:/ {print $2}' "/proc/$WD/status")" = 0 ] ||
 	fail "target still held after completion"
-H_DST=$("$MEMHASH" "$WD" 0x500000000000 0x500004000000)
+H_DST=$(dst_hash H_SRC "$WD" 0x500000000000 0x500004000000)
 [ "$H_SRC" = "$H_DST" ] || fail "destination differs from the source"
 grep -q "from /dev/userfaultfd" "$T/dst.log" || fail "the daemon did not use /dev/userfaultfd"
 [ "$(cat /proc/sys/vm/unprivileged_userfaultfd)" = 0 ] || fail "the sysctl changed"
@@ -99,8 +99,8 @@ for share in vm files; do
 	start_workload WX dest --size 16M --threads 1 --sibling "$share"
 	sib=$(sed -n 's/^sibling //p' "$T/WX.out")
 	PIDS+=("$sib")
-	if "$CLIENT" --control "$dst_SOCK" attach "$WX" --from "$src_ADDR:$src_PORT" \
-		--id "$ID" --range 500000000000-500001000000 >"$T/attach.out" 2>&1; then
+	if checked "$T/attach.out" "$CLIENT" --control "$dst_SOCK" attach "$WX" --from "$src_ADDR:$src_PORT" \
+		--id "$ID" --range 500000000000-500001000000; then
 		fail "attach to a target with a $share sibling succeeded"
 	fi
 	grep -q "shares its memory or files with $sib" "$T/attach.out" ||
@@ -113,7 +113,7 @@ done
 start_workload WS source --size 16M --threads 1 --sibling vm
 sib=$(sed -n 's/^sibling //p' "$T/WS.out")
 PIDS+=("$sib")
-if "$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000 >"$T/export.out" 2>&1; then
+if checked "$T/export.out" "$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000; then
 	fail "export of a source with a memory-sharing sibling succeeded"
 fi
 grep -q "shares its memory with $sib" "$T/export.out" || fail "export refusal: $(cat "$T/export.out")"

@@ -97,26 +97,26 @@ info "third restore, read with pread: $FAULTS demand faults, byte for byte"
 cp "$IMG" "$T/bad.img"
 len=$(stat -c %s "$T/bad.img")
 flip_byte "$T/bad.img" $((len - 20))
-if "$CLIENT" image check "$T/bad.img" >"$T/out" 2>&1; then fail "a corrupted working set passed image check"; fi
+if checked "$T/out" "$CLIENT" image check "$T/bad.img"; then fail "a corrupted working set passed image check"; fi
 grep -q 'working set: index checksum mismatch' "$T/out" || fail "image check: $(cat "$T/out")"
 cp "$IMG" "$T/bad2.img"
 ws_off=$(python3 -c 'import struct,sys; b=open(sys.argv[1],"rb").read(176); print(struct.unpack_from("<Q", b, 152)[0])' "$T/bad2.img")
 flip_byte "$T/bad2.img" $((ws_off + 100))
-if "$CLIENT" image check "$T/bad2.img" >"$T/out" 2>&1; then fail "a corrupted working-set page passed image check"; fi
+if checked "$T/out" "$CLIENT" image check "$T/bad2.img"; then fail "a corrupted working-set page passed image check"; fi
 grep -q 'checksum mismatch in working-set page' "$T/out" || fail "image check: $(cat "$T/out")"
 start_workload WD dest --size "$SIZE" --untouched-every 0 --prefault
-before=$("$MEMHASH" "$WD" "$BASE" "$END")
-if "$CLIENT" --control "$d_SOCK" attach "$WD" --image "$T/bad.img" --range "$RANGE" >"$T/out" 2>&1; then
+before=$(mem_state "$WD" "$BASE" "$END")
+if checked "$T/out" "$CLIENT" --control "$d_SOCK" attach "$WD" --image "$T/bad.img" --range "$RANGE"; then
 	fail "attach from a corrupted working set succeeded"
 fi
 grep -q 'working set' "$T/out" || fail "attach: $(cat "$T/out")"
-[ "$("$MEMHASH" "$WD" "$BASE" "$END")" = "$before" ] || fail "a refused attach changed the target"
+[ "$(mem_state "$WD" "$BASE" "$END")" = "$before" ] || fail "a refused attach changed the target"
 kill -9 "$WD"
 info "a corrupted working set is refused: $(head -n 1 "$T/out")"
 
 # Options that make no sense are refused before anything is asked.
-if "$CLIENT" --control "$d_SOCK" attach 1 --from 127.0.0.1:1 --id 0123456789abcdef0123456789abcdef \
-	--record-working-set >"$T/out" 2>&1; then fail "--record-working-set without --image"; fi
-if "$CLIENT" --control "$d_SOCK" attach 1 --image "$IMG" --ws-secs 3 >"$T/out" 2>&1; then
+if checked "$T/out" "$CLIENT" --control "$d_SOCK" attach 1 --from 127.0.0.1:1 --id 0123456789abcdef0123456789abcdef \
+	--record-working-set; then fail "--record-working-set without --image"; fi
+if checked "$T/out" "$CLIENT" --control "$d_SOCK" attach 1 --image "$IMG" --ws-secs 3; then
 	fail "--ws-secs without --record-working-set"
 fi
