@@ -89,7 +89,8 @@ dest_done_kids_end(struct dest *d, const char *stopped_why)
 
 /*
  * Test knob (tests/integration/t_commit.sh), never set in production:
- * UFFDD_TEST_EXIT_AT=commit makes the daemon die once the COMMIT is
+ * UFFDD_TEST_EXIT_AT=commit makes the engine die (once: the parent
+ * starts the next one without it) once the COMMIT is
  * persisted, before it is acknowledged or acted on.
  */
 static void

@@ -242,6 +242,11 @@ engine_ended(int st)
 		log_warnx("engine exited with status %d: every migration it "
 			  "served is paused; a new engine takes them up",
 			  WEXITSTATUS(st));
+	/*
+	 * A test's made-up crash (UFFDD_TEST_EXIT_AT) happens once: the
+	 * engine started next is the one that must take the migrations up.
+	 */
+	unsetenv("UFFDD_TEST_EXIT_AT");
 	/* One that keeps dying at once is not started in a tight loop. */
 	if (now_secs() - eng.started < RESTART_SECS)
 		event_add(eng.restart_ev, &tv);
