@@ -32,7 +32,7 @@
  * Test knobs (tests/integration/t_commit.sh), never set in production:
  * UFFDD_TEST_COMMIT_DELAY_MS holds the COMMIT back that long after
  * COMPLETE (a link can be cut in between); UFFDD_TEST_EXIT_AT=commit
- * makes the daemon die as a COMMIT_ACK arrives, before acting on it.
+ * makes the engine die (once) as a COMMIT_ACK arrives, before acting on it.
  */
 static int
 knob_delay_ms(void)
