@@ -13,6 +13,7 @@
 #include <event2/event.h>
 
 #include "daemon/conffile.h"
+#include "daemon/confrun.h"
 #include "daemon/control.h"
 #include "daemon/ctlmsg.h"
 #include "daemon/dest.h"

@@ -34,6 +34,9 @@
 /* Demand traffic this recent makes bulk work go in small steps. */
 #define DEMAND_RECENT_NS 5000000
 #define AFFINITY_NS 100000000
+/* The daemon's event base (each part makes its own in main). */
+struct event_base *base;
+
 static uint64_t poll_until, bulk_at, demand_at;
 static int poll_forced; /* by loop_poll_now(): bulk data does not end it */
 static long poll_switches;

@@ -7,7 +7,7 @@
 
 #include <event2/event.h>
 
-/* The daemon's event base (made by main, uffdd.c). */
+/* The event base of this part of the daemon (made by its main). */
 extern struct event_base *base;
 
 /* Event priorities: faults first, bulk work last. */

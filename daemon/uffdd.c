@@ -14,6 +14,7 @@
 #include <event2/event.h>
 
 #include "daemon/conffile.h"
+#include "daemon/confrun.h"
 #include "daemon/engine.h"
 #include "daemon/priv/parent.h"
 #include "daemon/dest.h"
@@ -33,13 +34,6 @@
 #include "daemon/tracee.h"
 #include "daemon/worker.h"
 
-struct uffdd_conf conf;
-struct event_base *base;
-
-/* What the command line said, kept to override the file again on reload. */
-static struct uffdd_conf cli;
-static const char *conf_path = CONFFILE_DEFAULT_PATH;
-static int conf_path_given;
 
 static void
 usage(FILE *f)
@@ -143,79 +137,6 @@ usage(FILE *f)
 		"/run/uffdd/control.sock", "/run/uffdd", CONFFILE_DEFAULT_PATH);
 }
 
-/*
- * Builds the effective configuration: defaults, the file, then the flags.
- * Returns -1 with err filled if the file is unreadable or invalid.
- */
-int
-conf_build(struct uffdd_conf *c, char *err, size_t errlen)
-{
-	static const char *const tls_keys[] = {"ca", "cert", "key", "pin"};
-	struct uffdd_conf file = {.control_gid = (gid_t)-1,
-				  .admin_gid = (gid_t)-1};
-
-	conffile_defaults(c);
-	if (conffile_load(conf_path, conf_path_given, &file, err, errlen) < 0) {
-		conffile_clear(&file);
-		conffile_clear(c);
-		return -1;
-	}
-	/*
-	 * Flags win over the file, the choice between TLS and plaintext
-	 * too: --insecure sets aside the file's TLS keys, a TLS flag the
-	 * file's insecure. Within the file, or among the flags, the two
-	 * still exclude each other (below).
-	 */
-	if (conffile_is_set(&cli, "insecure"))
-		for (size_t i = 0; i < sizeof(tls_keys) / sizeof(*tls_keys);
-		     i++)
-			conffile_forget(&file, tls_keys[i]);
-	for (size_t i = 0; i < sizeof(tls_keys) / sizeof(*tls_keys); i++)
-		if (conffile_is_set(&cli, tls_keys[i]))
-			conffile_forget(&file, "insecure");
-	conffile_merge(c, &file);
-	conffile_merge(c, &cli);
-	conffile_clear(&file);
-	c->foreground = cli.foreground;
-	if (cli.verbose > c->verbose)
-		c->verbose = cli.verbose;
-	/* TLS files required unless insecure; never both, to be clear. */
-	if (c->insecure && (c->ca || c->cert || c->key || c->pin)) {
-		snprintf(err, errlen,
-			 "insecure (plaintext) and ca/cert/key/pin (TLS) "
-			 "exclude each other");
-		conffile_clear(c);
-		return -1;
-	}
-	return 0;
-}
-
-int
-conf_reload(struct uffdd_conf *next)
-{
-	const char *k;
-	char err[512];
-
-	if (conf_build(next, err, sizeof(err)) < 0) {
-		log_warnx("reload: %s; keeping the running configuration", err);
-		return -1;
-	}
-	if ((k = conffile_restart_key(&conf, next)) != NULL) {
-		log_warnx("reload: %s changes only at restart; keeping the "
-			  "running configuration",
-			  k);
-		conffile_clear(next);
-		return -1;
-	}
-	return 0;
-}
-
-const char *
-conf_file_path(void)
-{
-	return conf_path;
-}
-
 /* --engine CTL,RPC (internal): the engine's socket pairs' ends. */
 static int
 engine_fds(const char *arg, int engine[2], char *err, size_t errlen)
@@ -227,7 +148,6 @@ engine_fds(const char *arg, int engine[2], char *err, size_t errlen)
 	return -1;
 }
 
-/* Flags, each a config key of the same name, into cli. */
 /* The flags: each a config key of the same name, but a few. */
 static const struct option opts[] = {
 	{"listen", required_argument, NULL, 'l'},
@@ -267,34 +187,34 @@ static const struct option opts[] = {
 static int
 parse_args(int argc, char **argv, int *check, int engine[2])
 {
+	struct uffdd_conf *cli = conf_cli();
 	char err[256];
 	int ch, idx, rc;
 
-	cli.control_gid = (gid_t)-1;
-	cli.admin_gid = (gid_t)-1;
+	cli->control_gid = (gid_t)-1;
+	cli->admin_gid = (gid_t)-1;
 	while ((ch = getopt_long(argc, argv, "l:c:s:Infvh", opts, &idx)) !=
 	       -1) {
 		switch (ch) {
 		case 'l':
 		case 'c':
 		case 's':
-			rc = conffile_set(&cli,
+			rc = conffile_set(cli,
 					  ch == 'l'   ? "listen"
 					  : ch == 'c' ? "control"
 						      : "state-dir",
 					  optarg, err, sizeof(err));
 			break;
 		case 'I':
-			rc = conffile_set(&cli, "insecure", "yes", err,
+			rc = conffile_set(cli, "insecure", "yes", err,
 					  sizeof(err));
 			break;
 		case 'K':
-			rc = conffile_set(&cli, opts[idx].name, optarg, err,
+			rc = conffile_set(cli, opts[idx].name, optarg, err,
 					  sizeof(err));
 			break;
 		case 'F':
-			conf_path = optarg;
-			conf_path_given = 1;
+			conf_set_path(optarg);
 			rc = 0;
 			break;
 		case 'n':
@@ -302,15 +222,15 @@ parse_args(int argc, char **argv, int *check, int engine[2])
 			rc = 0;
 			break;
 		case 'N':
-			rc = conffile_set(&cli, "pagemap-scan", "no", err,
+			rc = conffile_set(cli, "pagemap-scan", "no", err,
 					  sizeof(err));
 			break;
 		case 'f':
-			cli.foreground = 1;
+			cli->foreground = 1;
 			rc = 0;
 			break;
 		case 'v':
-			cli.verbose++;
+			cli->verbose++;
 			rc = 0;
 			break;
 		case 'h':
@@ -363,7 +283,7 @@ main(int argc, char **argv)
 	if (engine[0] >= 0) {
 		int rc = engine_main(engine[0], engine[1]);
 
-		conffile_clear(&cli);
+		conffile_clear(conf_cli());
 		return rc;
 	}
 	return parent_main(argc, argv);

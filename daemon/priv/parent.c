@@ -21,6 +21,7 @@
 #include <event2/event.h>
 
 #include "daemon/conffile.h"
+#include "daemon/confrun.h"
 #include "daemon/conn.h"
 #include "daemon/dest.h"
 #include "daemon/engine.h"

@@ -32,7 +32,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 struct uffdd_conf conf;
 int fz_err = 2;
-struct event_base *base;
 char fz_reply_id[64];
 char fz_reply_err[512];
 
