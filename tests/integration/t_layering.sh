@@ -2,7 +2,9 @@
 # The code stays in parts a newcomer can hold in the head: no source file
 # of the daemon or the client over 1,000 lines, no function over 100, and
 # no include circle among the daemon's files (a part that includes another
-# part's header is never included back, directly or through others).
+# part's header is never included back, directly or through others);
+# calls only down the layers tests/layers declares, the picture of them in
+# docs/design.md true, and no call circle beyond tests/layering-circles.
 . "$SRC/tests/lib.sh"
 command -v python3 >/dev/null || skip "python3 missing"
 cd "$SRC"
@@ -54,3 +56,20 @@ print(f'{len(files)} files, {len(edges)} daemon modules with includes, {len(bad)
 sys.exit(1 if bad else 0)
 PY
 info "no file over 1,000 lines, no function over 100, no include circle"
+
+# Calls: the layers of tests/layers in their direction, the picture in
+# docs/design.md made from the objects, and no call circle but those
+# tests/layering-circles still lists.
+command -v nm >/dev/null || skip "nm missing (binutils)"
+python3 "$SRC/tests/callgraph.py" "$B" circles "$SRC/tests/layers" >"$T/circles" ||
+	fail "callgraph: $(cat "$T/circles")"
+grep '^against the layers' "$T/circles" && fail "calls against the declared layers (above)"
+grep -v '^#' "$SRC/tests/layering-circles" >"$T/listed"
+diff -u "$T/listed" "$T/circles" >"$T/circles.diff" ||
+	fail "call circles differ from tests/layering-circles (+ new or changed, - gone: update the list): $(cat "$T/circles.diff")"
+python3 "$SRC/tests/callgraph.py" "$B" dot "$SRC/tests/layers" >"$T/layers.dot"
+sed -n '/^<!-- layers: /,/^<!-- end of layers -->/p' "$SRC/docs/design.md" |
+	sed '1,2d;$d' | sed '$d' >"$T/doc.dot"
+diff -u "$T/doc.dot" "$T/layers.dot" >"$T/dot.diff" ||
+	fail "docs/design.md's layer picture is not the code's: $(cat "$T/dot.diff")"
+info "calls: no call against the layers; $(wc -l <"$T/circles") circles, as listed; the picture is the code's"
