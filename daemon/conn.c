@@ -292,19 +292,6 @@ conn_process(struct conn *c)
 }
 
 /*
- * Records that the connection broke (the owner hears once the frames read
- * before are handled).
- */
-void
-conn_set_failing(struct conn *c, const char *why)
-{
-	if (c->failing || c->dead)
-		return;
-	c->failing = 1;
-	snprintf(c->fail_why, sizeof(c->fail_why), "%s", why);
-}
-
-/*
  * EOF and errors on a plaintext socket: the bufferevent sees them; a TLS
  * one's conn_fill() records them.
  */

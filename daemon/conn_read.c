@@ -279,3 +279,17 @@ conn_fill(struct conn *c)
 	}
 	return (ssize_t)taken;
 }
+
+/*
+ * Records that the connection broke, for conn.c, here where reading
+ * finds it most often (the owner hears once the frames read
+ * before are handled).
+ */
+void
+conn_set_failing(struct conn *c, const char *why)
+{
+	if (c->failing || c->dead)
+		return;
+	c->failing = 1;
+	snprintf(c->fail_why, sizeof(c->fail_why), "%s", why);
+}

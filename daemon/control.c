@@ -241,9 +241,6 @@ dispatch(uint64_t serial, uint16_t type, const struct authz_caller *who,
 		if ((r = role_by_request(type)) != NULL)
 			r->request(serial, who, t, msg);
 		break;
-	case FRAME_CTL_STATUS:
-		control_status(serial, (const Uffdd__StatusRequest *)msg);
-		break;
 	default:
 		if ((q = role_request_by_type(type)) != NULL)
 			q->request(serial, who, q->request_pid ? t : NULL, msg);

@@ -50,7 +50,10 @@ void control_ask(uint64_t serial, uint16_t type, const ProtobufCMessage *msg,
 int control_client_here(uint64_t serial);
 /* The ask's answer is not wanted any more (its requester is freed). */
 void control_ask_cancel(uint64_t serial);
-/* STATUS (control_status.c). */
-void control_status(uint64_t serial, const Uffdd__StatusRequest *req);
+/*
+ * STATUS (control_status.c), served as the roles' requests are: its
+ * handler registered with role_register_request() by the engine.
+ */
+void control_status_register(void);
 
 #endif

@@ -7,9 +7,10 @@
 #include "daemon/control.h"
 #include "daemon/log.h"
 #include "daemon/migration.h"
+#include "daemon/role.h"
 
-void
-control_status(uint64_t serial, const Uffdd__StatusRequest *req)
+static void
+status(uint64_t serial, const Uffdd__StatusRequest *req)
 {
 	Uffdd__StatusReply rep = UFFDD__STATUS_REPLY__INIT;
 	Uffdd__MigrationStatus *st, **ptrs;
@@ -72,4 +73,23 @@ control_status(uint64_t serial, const Uffdd__StatusRequest *req)
 	free(tptrs);
 	free(ptrs);
 	free(st);
+}
+
+static void
+status_request(uint64_t serial, const struct authz_caller *who,
+	       struct procref *t, const ProtobufCMessage *msg)
+{
+	status(serial, (const Uffdd__StatusRequest *)msg);
+}
+
+static const struct role_request status_ops = {
+	.type = FRAME_CTL_STATUS,
+	.verb = "status",
+	.request = status_request,
+};
+
+void
+control_status_register(void)
+{
+	role_register_request(&status_ops);
 }

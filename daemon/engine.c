@@ -166,6 +166,7 @@ engine_main(int ctl, int rpc)
 	privop_init(rpc);
 	source_register();
 	dest_register();
+	control_status_register();
 	state_restore_all();
 	snprintf(line, sizeof(line), "ready; peers on %s, control %s",
 		 conf.listen ? conf.listen : "(none)", conf.control);

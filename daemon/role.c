@@ -9,7 +9,7 @@
 
 static const struct role_ops *roles[ROLES];
 /* Few: the snapshot. */
-#define REQUESTS 4
+#define REQUESTS 8
 static const struct role_request *requests[REQUESTS];
 
 void

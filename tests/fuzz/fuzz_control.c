@@ -115,6 +115,7 @@ setup(void)
 	log_init(1, -1);
 	role_register(&stub_source);
 	role_register(&stub_dest);
+	control_status_register();
 	conf.control_mode = 0600;
 	conf.control_gid = (gid_t)-1;
 	if ((base = event_base_new()) == NULL ||
