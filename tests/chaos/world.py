@@ -235,11 +235,10 @@ subjectAltName = IP:127.0.0.1,IP:%s,IP:%s,DNS:localhost
         """Fills the state disk at D to the last block; returns the file."""
         path = os.path.join(d, "fill-" + tag)
         buf = b"\0" * 65536
-        with open(path, "wb") as f:
+        with open(path, "wb", buffering=0) as f:
             try:
                 while True:
                     f.write(buf)
-                    f.flush()
             except OSError as e:
                 if e.errno != errno.ENOSPC:
                     raise
@@ -247,7 +246,6 @@ subjectAltName = IP:127.0.0.1,IP:%s,IP:%s,DNS:localhost
             try:
                 while True:
                     f.write(b"\0" * 4096)
-                    f.flush()
             except OSError:
                 pass
         return path
