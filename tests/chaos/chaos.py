@@ -56,14 +56,21 @@ class Run:
         self.daemon_lock = threading.Lock()
         self.lock = threading.Lock()
         self.injections = collections.Counter()
+        self.late = collections.Counter()
         self.outcomes = collections.defaultdict(collections.Counter)
         self.fault_violations = collections.Counter()
         self.violations = []
         self.migrations = 0
 
-    def injected(self, kind):
+    def injected(self, kind, late=False, done=True):
+        """A fault done (LATE: after its migration's wait returned, so it
+        hit only the daemons and the other migrations), or not done as it
+        came too late to hit its process."""
         with self.lock:
-            self.injections[kind] += 1
+            if done:
+                self.injections[kind] += 1
+            if late or not done:
+                self.late[kind] += 1
 
     def restart(self, d):
         with self.daemon_lock:
@@ -91,7 +98,11 @@ class Run:
                 d = Daemon(self.uffdd, self.tmp, name, w.ns_of(pair, role),
                            "%s:%d" % (w.addr_of(pair, role), port),
                            w.state_disk(name),
-                           sec + ["--pause-deadline", "20"])
+                           sec + ["--pause-deadline", "20"] +
+                           # A source's stream held to a few seconds, so
+                           # that faults find migrations under way.
+                           (["--bulk-rate", "24M"] if role == "src"
+                            else []))
                 d.start()
                 self.daemons[name] = d
 
@@ -181,13 +192,14 @@ class Run:
                     d.problems = []
 
     def table(self):
-        rows = ["| fault kind | injected | migrations | " +
+        rows = ["| fault kind | injected | late | migrations | " +
                 " | ".join(OUTCOMES) + " | violations |",
-                "|---|---:|---:|" + "---:|" * len(OUTCOMES) + "---:|"]
+                "|---|---:|---:|---:|" + "---:|" * len(OUTCOMES) + "---:|"]
         for k in list(plan.FAULT_NAMES) + ["none"]:
             o = self.outcomes.get(k, collections.Counter())
-            rows.append("| %s | %s | %d | %s | %d |" % (
+            rows.append("| %s | %s | %s | %d | %s | %d |" % (
                 k, "-" if k == "none" else self.injections[k],
+                "-" if k == "none" else self.late[k],
                 sum(o.values()), " | ".join(str(o[x]) for x in OUTCOMES),
                 self.fault_violations[k]))
         return "\n".join(rows)
@@ -245,7 +257,7 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"seed": a.seed, "rounds": done, "seconds": secs,
                        "migrations": run.migrations,
-                       "injected": run.injections,
+                       "injected": run.injections, "late": run.late,
                        "outcomes": run.outcomes,
                        "violations": run.violations}, f, indent=1)
     if run.violations:

@@ -140,8 +140,12 @@ class Migration:
             if delay > 0:
                 time.sleep(delay)
         self.log("fault " + f.describe())
+        late = self.ended
         undo = self.do_fault(f)
-        self.run.injected(f.kind)
+        if undo == "late":
+            self.run.injected(f.kind, done=False)
+            return
+        self.run.injected(f.kind, late=late)
         if undo is None:
             return
         if sync_start:
@@ -185,14 +189,18 @@ class Migration:
             with self.end_lock:
                 if self.ended:
                     self.log("source-continued: too late, not done")
-                    return None
+                    return "late"
                 os.kill(self.ws.pid, signal.SIGCONT)
                 time.sleep(f.duration if f.variant == "cont-stop" else
                            0.1 + f.duration * 4)
                 os.kill(self.ws.pid, signal.SIGSTOP)
             return None
         if f.kind == "target-exit" and self.wd:
-            self.wd.kill()
+            with self.end_lock:
+                if self.ended:
+                    self.log("target-exit: too late, not done")
+                    return "late"
+                self.wd.kill()
             return None
         if f.kind == "image-damage":
             if f.variant == "truncate":
