@@ -16,13 +16,14 @@ returned and every fault ended, the checker classifies it (check.py):
 Anything else is a violation, said with the seed and round.
 """
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
 
 import check
-from daemon import proc_state
+from daemon import SAN_REPORT, proc_state
 from plan import PROCESS_MODES
 
 BASE = 0x500000000000
@@ -76,6 +77,10 @@ class Migration:
             self.log("  timed out")
             return None, "timed out after %d s" % timeout
         self.log("  rc %d: %s" % (r.returncode, r.stdout.strip()[:300]))
+        if SAN_REPORT.search(r.stdout):
+            self.violation("uffd-client %s: sanitizer report: %s" % (
+                args[0], r.stdout[SAN_REPORT.search(r.stdout).start():][
+                    :600]))
         return r.returncode, r.stdout
 
     def workload_args(self):
@@ -430,8 +435,7 @@ class Migration:
                            % WAIT_TIMEOUT)
             self.finish()
             return
-        if "no such migration" in out.lower() or "unknown migration" in \
-                out.lower():
+        if re.search(r"^uffd-client: unknown migration ID", out, re.M):
             self.violation("the migration vanished from the destination's "
                            "status: %s" % out.strip()[-200:])
         if check.death(self.wd) and any(f.kind == "target-exit"
