@@ -101,7 +101,7 @@ class Run:
                            sec + ["--pause-deadline", "20"] +
                            # A source's stream held to a few seconds, so
                            # that faults find migrations under way.
-                           (["--bulk-rate", "24M"] if role == "src"
+                           (["--bulk-rate", "12M"] if role == "src"
                             else []))
                 d.start()
                 self.daemons[name] = d

@@ -132,7 +132,9 @@ def _mig(rng, slot, cfg):
     if not kinds:
         kinds = [k for k in MODE_KINDS[mode] if not k.startswith("hugetlb")]
     kind = rng.choice(kinds)
-    sizes = (16, 32) if kind.startswith("hugetlb") else (16, 32, 48, 64)
+    # Small enough for many rounds under the sanitized build, big enough
+    # (with the sources' --bulk-rate) to last while faults come.
+    sizes = (8, 16) if kind.startswith("hugetlb") else (8, 16, 32, 48)
     tls = {"tls": True, "plain": False}.get(cfg.tls)
     if tls is None:
         tls = rng.random() < 0.6
@@ -141,7 +143,7 @@ def _mig(rng, slot, cfg):
         tls=tls, seed=rng.randrange(1, 1 << 30),
         keep_source=rng.random() < 0.75,
         src_threads=rng.choice((1, 2)), dst_threads=rng.choice((2, 3, 4)),
-        pace_us=rng.choice((100, 200, 400, 600)),
+        pace_us=rng.choice((50, 100, 200, 400)),
         prefault=rng.random() < 0.5,
         poke=rng.choice((0, 0, 7, 64)),
         untouched=rng.choice((16, 7, 3)),
@@ -185,7 +187,7 @@ def _applies(kind, m):
 
 def _fault(rng, kind, m):
     f = FaultPlan(kind=kind, slot=m.slot, phase="run",
-                  at=round(rng.uniform(0.0, 3.5), 2))
+                  at=round(rng.uniform(0.0, 2.5), 2))
     size = m.size_mib << 20
     if kind == "link-cut":
         f.variant = rng.choice(("link-down", "nft-drop"))
