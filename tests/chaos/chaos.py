@@ -22,6 +22,7 @@ import collections
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -205,7 +206,15 @@ class Run:
         return "\n".join(rows)
 
 
+def stop_signal(sig, frame):
+    raise KeyboardInterrupt("signal %d" % sig)
+
+
 def main():
+    # SIGTERM (and SIGINT, which a background job ignores) ends the run as
+    # its end does: daemons stopped and checked, the world undone.
+    signal.signal(signal.SIGTERM, stop_signal)
+    signal.signal(signal.SIGINT, stop_signal)
     ap = argparse.ArgumentParser()
     ap.add_argument("builddir")
     ap.add_argument("--seed", type=int, default=1)
