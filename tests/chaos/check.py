@@ -2,27 +2,19 @@
 outside the daemons.
 
 Hashes never change what a daemon reads: a source that is still to be
-served is hashed from its present pages only (pagemap first, which touches
-nothing; a page neither present nor swapped reads as zeros, as it will on
-the destination), and a kept source is hashed by tests/memhash after its
+served is hashed from its present pages only (tests/memhash --present:
+pagemap first, which touches nothing; the destination then with --map, the
+same pages), and a kept source is hashed by tests/memhash after its
 migration ended. The destination is hashed once it is complete (or
 failed, running), when nothing will be served to it any more.
 """
-import hashlib
 import os
 import re
-import struct
 import subprocess
 import time
 
 from daemon import proc_state
 
-PS = 4096
-PM_PRESENT = 1 << 63
-PM_SWAP = 1 << 62
-# A uffd-wp PTE marker (left by a write-tracking source on a page never
-# touched) is a swap entry of the last type to pagemap: not swapped.
-PM_SWP_TYPE = 0x1F
 VERIFIED = re.compile(r"^verified (\d+) pages, (\d+) mismatches, (\d+) lost",
                       re.M)
 CHILD_VERIFIED = re.compile(r"^child verified (\d+) pages, (\d+) mismatches",
@@ -32,58 +24,12 @@ CHILD_VERIFIED = re.compile(r"^child verified (\d+) pages, (\d+) mismatches",
 NO_HASH_EVENTS = ("unmap", "remap", "remove", "punch")
 
 
-class HashError(Exception):
-    pass
-
-
-def _poke(buf, at, start, poke):
-    """The workload's pre-arrival writes (word 8 of every POKE-th page),
-    as tests/memhash --poke-every applies them."""
-    if not poke:
-        return buf
-    b = bytearray(buf)
-    for off in range(0, len(b), PS):
-        page = (at + off - start) // PS
-        if page % poke == 0 and off + 72 <= len(b):
-            b[off + 64:off + 72] = struct.pack("<Q", 0xFFFF << 48 | page)
-    return bytes(b)
-
-
-def present_hash(pid, start, end, poke=0):
-    """SHA-256 of PID's START-END as memhash computes it, reading only the
-    pages pagemap says are present: the others are zeros (none may be
-    swapped: the run has no swap). Fails if the read faulted in a page."""
-    npages = (end - start) // PS
-    with open("/proc/%d/pagemap" % pid, "rb") as f:
-        f.seek(start // PS * 8)
-        pm = struct.unpack("<%dQ" % npages, f.read(npages * 8))
-    if any(e & PM_SWAP and e & PM_SWP_TYPE != PM_SWP_TYPE for e in pm):
-        raise HashError("a page of the source is swapped")
-    h = hashlib.sha256()
-    zero = bytes(PS)
-    with open("/proc/%d/mem" % pid, "rb", buffering=0) as mem:
-        for i, e in enumerate(pm):
-            at = start + i * PS
-            if e & PM_PRESENT:
-                mem.seek(at)
-                buf = mem.read(PS)
-                if len(buf) != PS:
-                    raise HashError("short read at 0x%x" % at)
-            else:
-                buf = zero
-            h.update(_poke(buf, at, start, poke))
-    with open("/proc/%d/pagemap" % pid, "rb") as f:
-        f.seek(start // PS * 8)
-        after = struct.unpack("<%dQ" % npages, f.read(npages * 8))
-    for a, b in zip(pm, after):
-        if not a & PM_PRESENT and b & PM_PRESENT:
-            raise HashError("hashing made a page present")
-    return h.hexdigest()
-
-
-def memhash(tool, pid, start, end, poke=0):
-    """tests/memhash of PID's START-END, or None when it cannot be read."""
-    cmd = [tool, str(pid), hex(start), hex(end)]
+def memhash(tool, pid, start, end, poke=0, mode=()):
+    """tests/memhash of PID's START-END, or None when it cannot be read.
+    MODE: ("--present", MAP) for a source still to be served (only its
+    present pages read, MAP written), ("--map", MAP) for its destination
+    (the same pages)."""
+    cmd = [tool] + list(mode) + [str(pid), hex(start), hex(end)]
     if poke:
         cmd += ["--poke-every", str(poke)]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

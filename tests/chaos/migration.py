@@ -45,7 +45,9 @@ class Migration:
         self.range = "%x-%x" % (BASE, self.end)
         self.ws = self.wd = None
         self.id = None
-        self.h_src = None  # the source frozen, before the attach
+        self.h_src = None  # a snapshotted source
+        self.h_present = None  # the frozen source's present pages
+        self.map = None  # which they were (memhash --present)
         self.h_kept = None  # the kept source, when the wait returned
         self.ended = False  # the wait returned: no source run any more
         self.end_lock = threading.Lock()
@@ -314,11 +316,12 @@ class Migration:
             return
         self.id = out.strip().splitlines()[-1]
         if self.m.mode == "postcopy":
-            try:
-                self.h_src = check.present_hash(self.ws.pid, BASE, self.end,
-                                                self.m.poke)
-            except (OSError, check.HashError) as e:
-                self.notes.append("no source hash: %s" % e)
+            self.map = os.path.join(self.dir, "source.map")
+            self.h_present = check.memhash(
+                self.run.memhash, self.ws.pid, BASE, self.end, self.m.poke,
+                ("--present", self.map))
+            if self.h_present is None:
+                self.notes.append("no hash of the frozen source")
 
     def snapshot(self):
         self.stop_and_wait(self.ws.pid)
@@ -454,17 +457,26 @@ class Migration:
         self.finish()
 
     def hash_target(self):
-        """The source's bytes (the frozen source hashed before the attach,
-        the kept one hashed when the wait returned: either will do, as a
-        run of the source after the commit changes only the second) and
-        the target's; (None, None) when there is nothing to compare."""
+        """Whether the target's memory is the source's: None when there is
+        nothing to compare, else (ok, what). The frozen source's present
+        pages (hashed before the attach) or the kept source (hashed when
+        the wait returned) will do: a run of the source after the commit
+        changes only the second."""
         if self.m.event in check.NO_HASH_EVENTS:
-            return None, None
-        want = [h for h in (self.h_src, self.h_kept) if h]
-        if not want:
-            return None, None
-        got = check.memhash(self.run.memhash, self.wd.pid, BASE, self.end)
-        return want, got
+            return None
+        tool, wd = self.run.memhash, self.wd.pid
+        pairs = []
+        if self.h_present:
+            pairs.append((self.h_present, check.memhash(
+                tool, wd, BASE, self.end, 0, ("--map", self.map))))
+        for h in (self.h_src, self.h_kept):
+            if h:
+                pairs.append((h, check.memhash(tool, wd, BASE, self.end)))
+        if not pairs:
+            return None
+        ok = any(want == got for want, got in pairs)
+        return ok, ", ".join("source %s destination %s" % (
+            want[:16], (got or "-")[:16]) for want, got in pairs)
 
     def classify_complete(self):
         self.outcome = "complete"
@@ -483,12 +495,9 @@ class Migration:
                 self.violation("complete, but the forked child %s" % (
                     "gave no verdict" if c is None else
                     "read %d wrong words" % c))
-        want, got = self.hash_target()
-        if want and got not in want:
-            self.violation("complete but different: source %s, "
-                           "destination %s" % (
-                               "/".join(w[:16] for w in want),
-                               (got or "-")[:16]))
+        h = self.hash_target()
+        if h and not h[0]:
+            self.violation("complete but different: %s" % h[1])
         if check.holds_uffd(self.wd.pid):
             self.violation("complete, but the target still holds a "
                            "userfaultfd")
@@ -526,8 +535,8 @@ class Migration:
             if v[2] == 0:
                 # Running on every page yet failed: those pages must be
                 # the source's, or the target runs on torn memory.
-                want, got = self.hash_target()
-                if want and got not in want:
+                h = self.hash_target()
+                if h and not h[0]:
                     self.violation("failed, the target running on torn "
                                    "memory (no page lost, hash differs)")
         if self.source_gone() and self.m.mode in PROCESS_MODES:
