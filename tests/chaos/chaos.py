@@ -2,7 +2,8 @@
 """The adversarial schedule harness (make chaos, tests/integration/t_chaos.sh).
 
 chaos.py BUILDDIR [--seed S] [--seconds N] [--rounds N] [--only R]
-         [--faults a,b] [--parallel N] [--tls both|tls|plain] [--keep]
+         [--faults a,b] [--parallel N] [--tls both|tls|plain] [--cycle]
+         [--keep] [--json FILE]
 
 Runs rounds of migrations between real uffdd daemons (world.py: a TLS pair
 on two network namespaces joined by a veth, a plaintext pair on a third
@@ -116,7 +117,7 @@ class Run:
                     f, ", ".join(plan.FAULT_NAMES)))
         return plan.Config(seed=a.seed, faults=faults, modes=plan.MODES,
                            kinds=plan.KINDS, tls=a.tls, parallel=a.parallel,
-                           hugetlb=self.hugetlb)
+                           hugetlb=self.hugetlb, cycle=a.cycle)
 
     # -- rounds -----------------------------------------------------------
 
@@ -225,6 +226,8 @@ def main():
     ap.add_argument("--faults", default="")
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--tls", default="both", choices=("both", "tls", "plain"))
+    ap.add_argument("--cycle", action="store_true",
+                    help="round R's first fault of the R-th kind")
     ap.add_argument("--keep", action="store_true",
                     help="keep the temporary directory")
     ap.add_argument("--json", help="write the counts here")

@@ -354,12 +354,21 @@ class Migration:
             self.refused("attach", out)
             self.client(self.src, "cancel", self.id)
             return
-        os.kill(self.wd.pid, signal.SIGUSR1)
-        self.start_faults("run")
+        self.let_go()
         rc, out = self.client(self.dst, "wait", self.id, "--timeout",
                               str(WAIT_TIMEOUT), timeout=WAIT_TIMEOUT + 30)
         self.d_rc, self.d_out = rc, out or ""
         self.wait_returned()
+
+    def let_go(self):
+        """The target starts (its --event with it) and the run's faults."""
+        os.kill(self.wd.pid, signal.SIGUSR1)
+        if self.m.event:
+            for f in self.m.faults:
+                if f.kind in ("fork", "munmap", "discard"):
+                    self.log("fault " + f.describe())
+                    self.run.injected(f.kind)
+        self.start_faults("run")
 
     def wait_returned(self):
         """The kept source hashed at once, before a late fault runs it."""
@@ -393,8 +402,7 @@ class Migration:
                 p.kill()
             self.refused("attach --image", check.read(out_path))
             return
-        os.kill(self.wd.pid, signal.SIGUSR1)
-        self.start_faults("run")
+        self.let_go()
         try:
             rc = p.wait(WAIT_TIMEOUT)
         except subprocess.TimeoutExpired:

@@ -123,12 +123,20 @@ class Config:
     tls: str  # both, tls, plain
     parallel: int  # at most this many migrations at once
     hugetlb: bool  # huge pages could be reserved
+    # Round R's first fault is of kind faults[R % len(faults)], its
+    # migration made to fit: every kind within a few rounds (t_chaos).
+    cycle: bool = False
 
 
-def _mig(rng, slot, cfg):
-    mode = rng.choice(cfg.modes)
+def _mig(rng, slot, cfg, fit=None):
+    """A migration; FIT, a fault kind it must take (cfg.cycle)."""
+    modes = cfg.modes
+    if fit:
+        modes = [m for m in modes if m in FAULTS[fit][1]] or modes
+    mode = rng.choice(modes)
     kinds = [k for k in MODE_KINDS[mode] if k in cfg.kinds and
-             (cfg.hugetlb or not k.startswith("hugetlb"))]
+             (cfg.hugetlb or not k.startswith("hugetlb")) and
+             (fit not in EVENT_FAULTS or _events(k, fit))]
     if not kinds:
         kinds = [k for k in MODE_KINDS[mode] if not k.startswith("hugetlb")]
     kind = rng.choice(kinds)
@@ -137,7 +145,7 @@ def _mig(rng, slot, cfg):
     sizes = (8, 16) if kind.startswith("hugetlb") else (8, 16, 32, 48)
     tls = {"tls": True, "plain": False}.get(cfg.tls)
     if tls is None:
-        tls = rng.random() < 0.6
+        tls = rng.random() < 0.6 or fit in TLS_ONLY
     return MigPlan(
         slot=slot, mode=mode, kind=kind, size_mib=rng.choice(sizes),
         tls=tls, seed=rng.randrange(1, 1 << 30),
@@ -240,16 +248,22 @@ def plan_round(cfg, index):
     """The plan of round INDEX: a pure function of cfg and index."""
     rng = random.Random("%d/%d" % (cfg.seed, index))
     n = 1 if cfg.parallel < 2 or rng.random() < 0.7 else 2
-    migs = [_mig(rng, slot, cfg) for slot in range(n)]
+    fit = cfg.faults[index % len(cfg.faults)] if cfg.cycle else None
+    migs = [_mig(rng, slot, cfg, fit if slot == 0 else None)
+            for slot in range(n)]
     faults = []
     r = rng.random()
     want = 0 if r < 0.15 else 1 if r < 0.7 else 2 if r < 0.95 else 3
-    for _ in range(want):
+    if fit:
+        want = max(want, 1)
+    for i in range(want):
         kinds = [k for k in cfg.faults
                  if any(_applies(k, m) for m in migs)]
         if not kinds:
             break
         kind = rng.choice(kinds)
+        if i == 0 and fit in kinds:
+            kind = fit
         m = rng.choice([m for m in migs if _applies(kind, m)])
         f = _fault(rng, kind, m)
         m.faults.append(f)

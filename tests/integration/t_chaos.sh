@@ -14,7 +14,7 @@ command -v python3 >/dev/null || skip "python3 missing"
 SEED=${T_CHAOS_SEED:-35}
 SECS=${T_CHAOS_SECONDS:-150}
 rc=0
-python3 "$SRC/tests/chaos/chaos.py" "$B" --seed "$SEED" --seconds "$SECS" \
+python3 "$SRC/tests/chaos/chaos.py" "$B" --seed "$SEED" --seconds "$SECS" --cycle \
 	--json "$T/chaos.json" || rc=$?
 [ "$rc" = 77 ] && skip "the chaos harness cannot run here"
 [ "$rc" = 0 ] || fail "chaos seed $SEED: violations (above)"
