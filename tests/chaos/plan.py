@@ -171,6 +171,10 @@ def _events(kind, fault):
         return ("unmap", "remap", "protect") + (("grow",) if kind == "anon"
                                                 else ())
     if fault == "discard":
+        # remove is MADV_DONTNEED on anon, MADV_REMOVE on shared memory:
+        # neither on THP, which the workload maps private.
+        if kind == "thp":
+            return ()
         return ("remove",) + (("punch",) if kind in ("memfd", "tmpfs")
                               else ())
     return ()
@@ -228,6 +232,7 @@ def _fault(rng, kind, m):
         f.variant = rng.choice(_events(m.kind, kind))
         f.at = 0.0  # at SIGUSR1, when the target starts
         m.event = f.variant
+        m.poke = 0  # a poke into pages the event made read-only: SIGSEGV
     elif kind in PROXY_FAULTS:
         # What the source sends mostly; now and then what the destination
         # sends (requests, HAVE bitmaps: far fewer bytes).
