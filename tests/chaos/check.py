@@ -86,5 +86,7 @@ def death(proc):
     """How a workload ended: None while it runs."""
     rc = proc.poll()
     if rc is None:
-        return None
+        # A zombie its tracer (a daemon holding it) has not collected
+        # is not reaped by its parent yet: gone all the same.
+        return "zombie" if proc_state(proc.pid) in ("Z", "X") else None
     return "signal %d" % -rc if rc < 0 else "exit %d" % rc
