@@ -78,7 +78,8 @@ connect_daemon(void)
 
 /*
  * Sends a request and waits for its reply. An Error reply is printed and
- * returns NULL; so does a broken connection. Every string of the reply
+ * returns NULL (*answered 1, or 2 for ERR_BUSY: the daemon's engine is
+ * being restarted); so does a broken connection (*answered 0). Every string of the reply
  * (reasons, region names, peers: some a peer's words) is made printable
  * UTF-8 first, control characters and invalid bytes '?' (text_clean()),
  * as the daemon's log has them: nothing reaches the terminal raw.
@@ -103,9 +104,10 @@ call_try(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want,
 	if (got == FRAME_ERROR) {
 		fprintf(stderr, "uffd-client: %s\n",
 			((Uffdd__Error *)rep)->message);
-		frame_free(rep);
 		if (answered)
-			*answered = 1;
+			*answered = ((Uffdd__Error *)rep)->code == ERR_BUSY ? 2
+									  : 1;
+		frame_free(rep);
 		return NULL;
 	}
 	if (got != want) {

@@ -87,7 +87,7 @@ rejoin(double timeout, const struct timespec *t0)
 int
 wait_for(const char *id, double timeout)
 {
-	struct timespec t0, tick = {0, 100 * 1000 * 1000};
+	struct timespec t0, busy = {0, 0}, tick = {0, 100 * 1000 * 1000};
 	int fd = connect_daemon(), tty = isatty(2), rc, answered;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -100,6 +100,21 @@ wait_for(const char *id, double timeout)
 		rep = (Uffdd__StatusReply *)call_try(
 			fd, FRAME_CTL_STATUS, &req.base, FRAME_CTL_STATUS_REPLY,
 			&answered);
+		/*
+		 * Busy: the daemon restarts its engine, which takes the
+		 * migration up again; asked again until the timeout.
+		 */
+		if (rep == NULL && answered == 2 &&
+		    (timeout <= 0 || since(&t0) < timeout)) {
+			if (busy.tv_sec == 0)
+				clock_gettime(CLOCK_MONOTONIC, &busy);
+			if (since(&busy) < REJOIN_SECS) {
+				nanosleep(&tick, NULL);
+				continue;
+			}
+		}
+		if (rep != NULL)
+			busy.tv_sec = 0;
 		/* Refused (an unknown ID): said, and nothing to wait for. */
 		if (rep == NULL && answered) {
 			close(fd);

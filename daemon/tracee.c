@@ -106,12 +106,14 @@ tracee_release(pid_t pid)
 
 	if (h == NULL)
 		return;
-	/* Detached at its next stop; this one makes it stop soon. */
+	/*
+	 * Detached at its next stop; this one makes it stop soon. One that
+	 * cannot be interrupted is dying or dead: it stays listed until
+	 * tracee_reap() collects its exit, as its tracer must, or its own
+	 * parent could never reap it (a zombie for as long as we run).
+	 */
 	h->releasing = 1;
-	if (ptrace(PTRACE_INTERRUPT, pid, 0, 0) < 0) {
-		drop(h); /* gone */
-		return;
-	}
+	ptrace(PTRACE_INTERRUPT, pid, 0, 0);
 	tracee_reap();
 }
 

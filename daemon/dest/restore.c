@@ -397,6 +397,28 @@ restore_committed(const char *file, struct saved *sv)
 }
 
 /*
+ * A migration not taken up after a restart (its target gone, changed, or
+ * let go while no daemon held it: a pre-copy's held target dies with its
+ * daemon) stays listed as failed until this daemon exits, so that a wait
+ * that rejoins is told it failed and why, not that its ID is unknown. Its
+ * state file goes; the source learns of it at its pause deadline.
+ */
+static void
+restore_failed(const struct saved *sv)
+{
+	struct migration *m = migration_new(ROLE_DEST, sv->id);
+
+	m->pid = sv->pid;
+	m->start = sv->start;
+	migration_set_peer(m, sv->from);
+	migration_fail(m,
+		       "not taken up after the daemon restarted: target "
+		       "process %d is gone, or was changed or let go while no "
+		       "daemon held it (the log says which)",
+		       (int)sv->pid);
+}
+
+/*
  * After a daemon restart: takes the target's userfaultfd again (the target
  * kept its copy: docs/design.md), rebuilds the page states from the
  * target's pagemap (a page is there exactly when it was installed, because
@@ -452,6 +474,7 @@ dest_restore(struct state_tbl *t)
 	goto out;
 fail:
 	migration_free(d->m);
+	restore_failed(&sv);
 out:
 	dest_saved_free(&sv);
 	return rc;

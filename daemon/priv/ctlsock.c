@@ -37,6 +37,8 @@ struct client {
 	uint64_t serial;
 	struct conn *conn;
 	struct authz_caller who;
+	/* A request forwarded to the engine and not answered yet. */
+	int pending;
 	/* CTL_ASK: the socket read for one byte (and descriptor), paused. */
 	int ask_sock;
 	struct event *ask_ev;
@@ -118,6 +120,8 @@ forward(struct client *cl, uint16_t type, const ProtobufCMessage *msg,
 		conn_send_error(cl->conn, ERR_BUSY,
 				"the daemon's engine is not running (it is "
 				"being restarted): try again");
+	else
+		cl->pending = 1;
 	free(buf);
 	free(seen);
 }
@@ -354,8 +358,10 @@ ctlsock_engine_msg(struct imsg *m)
 
 	switch (m->h.type) {
 	case CTL_REPLY:
-		if (cl != NULL)
+		if (cl != NULL) {
+			cl->pending = 0;
 			reply(cl, m);
+		}
 		break;
 	case CTL_ASK:
 		if (cl != NULL &&
@@ -380,11 +386,29 @@ ctlsock_engine_msg(struct imsg *m)
 	}
 }
 
+/*
+ * The engine to forward to, or none (sock -1) while one is restarted. A
+ * request the engine that ended took will never be answered: its client's
+ * connection is closed, so that it asks again (uffd-client wait rejoins)
+ * rather than wait for ever.
+ */
 void
 ctlsock_engine(int sock, pid_t pid)
 {
+	struct client *cl, *next;
+
 	engine = sock;
 	engine_pid = pid;
+	if (sock >= 0)
+		return;
+	for (cl = TAILQ_FIRST(&clients); cl != NULL; cl = next) {
+		next = TAILQ_NEXT(cl, link);
+		if (cl->pending) {
+			log_info("control: a request in flight when the "
+				 "engine ended: its client is disconnected");
+			client_free(cl);
+		}
+	}
 }
 
 static void
