@@ -36,10 +36,37 @@ new_id(char out[MIG_ID_LEN + 1])
 		snprintf(out + 2 * i, 3, "%02x", raw[i]);
 }
 
+/*
+ * A log line's journal fields (log.h) for the migration it names: the
+ * role, peer and process, when one ID names one migration here (a daemon
+ * that migrates to itself holds the ID in both roles: then none).
+ */
+static int
+log_about(const char *id, struct log_about *a)
+{
+	const struct migration *m, *found = NULL;
+
+	TAILQ_FOREACH (m, &migrations, link) {
+		if (strcmp(m->id, id) != 0)
+			continue;
+		if (found)
+			return -1;
+		found = m;
+	}
+	if (found == NULL)
+		return -1;
+	a->role = found->role == ROLE_SOURCE ? "source" : "destination";
+	a->peer = found->peer;
+	a->pid = found->pid;
+	return 0;
+}
+
 struct migration *
 migration_new(enum mig_role role, const char *id)
 {
 	struct migration *m = xcalloc(1, sizeof(*m));
+
+	log_set_about(log_about);
 
 	if (id)
 		snprintf(m->id, sizeof(m->id), "%s", id);
@@ -283,7 +310,8 @@ migration_fail(struct migration *m, const char *fmt, ...)
 	 * status and the state file; a cut may also split a character.
 	 */
 	text_clean(m->reason);
-	log_warnx("migration %s failed: %s", log_id(m->id), m->reason);
+	log_event(LOG_MSGID_MIGRATION_FAILED, NULL, "migration %s failed: %s",
+		  log_id(m->id), m->reason);
 	migration_set_state(m, MIG_FAILED);
 }
 

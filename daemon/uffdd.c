@@ -61,7 +61,8 @@ static const char usage_text[] =
 	"             [--max-pending N] [--max-pending-per-address N]\n"
 	"             [--hello-timeout SEC] [--max-output BYTES]\n"
 	"             [--poll-us N] [--zero-detect yes|no]\n"
-	"             [--log-level LEVEL] [-v] [-h|--help] [--version]\n"
+	"             [--log-level LEVEL] [--log-journal auto|yes|no] [-v]\n"
+	"             [-h|--help] [--version]\n"
 	"\n"
 	"  --listen HOST:PORT  accept peer daemons there (source "
 	"role); a comma-\n"
@@ -140,6 +141,11 @@ static const char usage_text[] =
 	"                      are all zero as ZERO markers (default "
 	"no)\n"
 	"  --log-level LEVEL   info or debug (default info)\n"
+	"  --log-journal auto|yes|no  each line to the journal with its "
+	"fields\n"
+	"                      (MIGRATION_ID, ROLE, PEER, PID, MESSAGE_ID); "
+	"auto,\n"
+	"                      the default: when stderr is the journal\n"
 	"  -v, --verbose       more logging (debug)\n"
 	"  -h, --help          this text\n"
 	"  --version           the version, and the git commit built "
@@ -251,6 +257,7 @@ static const struct option opts[] = {
 	{"key", required_argument, NULL, 'K'},
 	{"pin", required_argument, NULL, 'K'},
 	{"log-level", required_argument, NULL, 'K'},
+	{"log-journal", required_argument, NULL, 'K'},
 	{"pause-deadline", required_argument, NULL, 'K'},
 	{"bulk-rate", required_argument, NULL, 'K'},
 	{"pagemap-scan", required_argument, NULL, 'K'},
@@ -361,6 +368,8 @@ main(int argc, char **argv)
 		return 1;
 	}
 	log_init(1, conf.verbose);
+	if (!check)
+		log_journal(conf.log_journal);
 	if (check) {
 		/* The TLS files are part of the configuration: load them. */
 		if (!conf.insecure &&

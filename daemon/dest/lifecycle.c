@@ -219,6 +219,8 @@ teardown(struct dest *d, int close_target)
 static int
 poison_missing(struct dest *d)
 {
+	uint64_t poisoned = 0;
+
 	d->failing = 1;
 	for (size_t i = 0; i < d->nregs; i++) {
 		struct dst_region *dr = &d->regs[i];
@@ -240,6 +242,7 @@ poison_missing(struct dest *d)
 						  n * ps}};
 				int tries = 0;
 
+				poisoned += n;
 				while (ioctl(d->uffd, UFFDIO_POISON, &up) < 0 &&
 				       errno == EAGAIN && tries++ < RETRY_MAX) {
 					dest_read_faults(d);
@@ -257,6 +260,12 @@ poison_missing(struct dest *d)
 			p += n;
 		}
 	}
+	if (poisoned > 0)
+		log_event(LOG_MSGID_PAGES_POISONED, NULL,
+			  "migration %s: %llu missing pages of target %d "
+			  "poisoned: SIGBUS on access",
+			  log_id(d->m->id), (unsigned long long)poisoned,
+			  (int)d->m->pid);
 	return d->have_poison ? 0 : -1;
 }
 
