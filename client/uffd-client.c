@@ -30,6 +30,7 @@ static const struct cmd_entry cmds[] = {
 	{"release", "release ID", cmd_release},
 	{"status", "status [ID] [--json]", cmd_status},
 	{"wait", "wait ID [--timeout SEC]", cmd_wait},
+	{"metrics", "metrics", cmd_metrics},
 	{"migrate-qemu",
 	 "migrate-qemu --src-qmp SOCK --dst-qmp SOCK "
 	 "--src-control PATH --dst-control PATH --src-peer HOST:PORT "

@@ -111,6 +111,9 @@ static const struct key {
 	 "microseconds the loop polls after demand traffic, 0: never", 0, 1000},
 	{"zero-detect", T_BOOL, offsetof(struct uffdd_conf, zero_detect), 0,
 	 "source: send data pages whose bytes are all zero as ZERO", 0, 0},
+	{"metrics", T_STR, offsetof(struct uffdd_conf, metrics), 1,
+	 "[ADDR:]PORT of the HTTP metrics endpoint (loopback if no ADDR)", 0,
+	 0},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 

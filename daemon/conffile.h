@@ -22,6 +22,7 @@ struct uffdd_conf {
 	 */
 	gid_t admin_gid;
 	char *state_dir;
+	char *metrics; /* [ADDR:]PORT: GET /metrics there, else NULL */
 	int foreground;
 	int verbose;
 	int log_journal; /* 1 yes, 0 auto (when stderr is the journal), -1 no */

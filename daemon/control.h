@@ -52,5 +52,7 @@ int control_client_here(uint64_t serial);
 void control_ask_cancel(uint64_t serial);
 /* STATUS (control_status.c). */
 void control_status(uint64_t serial, const Uffdd__StatusRequest *req);
+/* METRICS (control_status.c): any caller; counts, no migration's own. */
+void control_metrics(uint64_t serial);
 
 #endif

@@ -1,4 +1,7 @@
-/* STATUS, in the engine: the migrations the caller may see (control.h). */
+/*
+ * STATUS, in the engine: the migrations the caller may see; and METRICS,
+ * the daemon's counts (control.h).
+ */
 #include "config.h"
 
 #include <stdlib.h>
@@ -6,6 +9,7 @@
 
 #include "daemon/control.h"
 #include "daemon/log.h"
+#include "daemon/metrics_text.h"
 #include "daemon/migration.h"
 
 void
@@ -72,4 +76,23 @@ control_status(uint64_t serial, const Uffdd__StatusRequest *req)
 	free(tptrs);
 	free(ptrs);
 	free(st);
+}
+
+/* METRICS: the text uffdd --metrics serves, one line a string. */
+void
+control_metrics(uint64_t serial)
+{
+	Uffdd__MetricsReply rep = UFFDD__METRICS_REPLY__INIT;
+	size_t len, n = 0;
+	char *text = metrics_text(1, &len), *p, *save = NULL;
+
+	for (size_t i = 0; i < len; i++)
+		n += text[i] == '\n';
+	rep.lines = xcalloc(n + 1, sizeof(*rep.lines));
+	for (p = strtok_r(text, "\n", &save); p != NULL;
+	     p = strtok_r(NULL, "\n", &save))
+		rep.lines[rep.n_lines++] = p;
+	control_reply(serial, FRAME_CTL_METRICS_REPLY, &rep.base);
+	free(rep.lines);
+	free(text);
 }

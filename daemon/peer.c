@@ -22,6 +22,7 @@
 #include "daemon/conffile.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+#include "daemon/metrics.h"
 #include "daemon/peer.h"
 #include "daemon/role.h"
 #include "daemon/tls.h"
@@ -119,6 +120,9 @@ pending_deadline(evutil_socket_t fd, short ev, void *arg)
 			  "peer %s refused: no HELLO within %d s of "
 			  "connecting, TLS handshake included (hello-timeout)",
 			  conn_name(p->conn), p->secs);
+	if (!p->refused)
+		metrics.tls_failures[METRICS_TLS_TIMEOUT] +=
+			(uint64_t)conn_tls_pending(p->conn);
 	pending_close(p);
 }
 

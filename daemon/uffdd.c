@@ -60,7 +60,8 @@ static const char usage_text[] =
 	"             [--max-regions N] [--max-request-pages N]\n"
 	"             [--max-pending N] [--max-pending-per-address N]\n"
 	"             [--hello-timeout SEC] [--max-output BYTES]\n"
-	"             [--poll-us N] [--zero-detect yes|no]\n"
+	"             [--poll-us N] [--zero-detect yes|no] "
+	"[--metrics [ADDR:]PORT]\n"
 	"             [--log-level LEVEL] [--log-journal auto|yes|no] [-v]\n"
 	"             [-h|--help] [--version]\n"
 	"\n"
@@ -140,6 +141,9 @@ static const char usage_text[] =
 	"whose bytes\n"
 	"                      are all zero as ZERO markers (default "
 	"no)\n"
+	"  --metrics [ADDR:]PORT  serve GET /metrics there over HTTP, "
+	"OpenMetrics\n"
+	"                      text (no ADDR: 127.0.0.1; default: off)\n"
 	"  --log-level LEVEL   info or debug (default info)\n"
 	"  --log-journal auto|yes|no  each line to the journal with its "
 	"fields\n"
@@ -270,6 +274,7 @@ static const struct option opts[] = {
 	{"max-output", required_argument, NULL, 'K'},
 	{"poll-us", required_argument, NULL, 'K'},
 	{"zero-detect", required_argument, NULL, 'K'},
+	{"metrics", required_argument, NULL, 'K'},
 	{"config", required_argument, NULL, 'F'},
 	{"check", no_argument, NULL, 'n'},
 	{"foreground", no_argument, NULL, 'f'},

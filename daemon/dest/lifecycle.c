@@ -73,6 +73,8 @@ dest_free(struct migration *m)
 	free(d->maps);
 	free(d->map_names);
 	free(d->buf);
+	if (d->waiters)
+		dest_waiters_drop(d);
 	free(d->waiters);
 	free(d->kids);
 	free(d->done_kids);
@@ -456,7 +458,8 @@ root_gone(struct dest *d)
 	dest_gone_reason(d);
 	unwatch(d);
 	d->target_fd = -1;
-	d->nwaiters = d->nrequests = d->nzretry = 0;
+	dest_waiters_drop(d);
+	d->nzretry = 0;
 	dest_bulk_hold(d);
 	for (size_t i = 0; i < d->nregs; i++)
 		pagestate_set_present(&d->regs[i].ps, 0, d->regs[i].npages);

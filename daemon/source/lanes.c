@@ -14,6 +14,7 @@
 #include "daemon/compat.h"
 #include "daemon/conn.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
@@ -150,6 +151,8 @@ ping_cb(evutil_socket_t fd, short ev, void *arg)
 static void
 lanes_down(struct source *s, const char *why)
 {
+	if (s->demand && s->m->state != MIG_COMPLETE)
+		metrics.lane_failures[ROLE_SOURCE]++;
 	conn_free(s->demand);
 	conn_free(s->bulk);
 	s->demand = s->bulk = NULL;
