@@ -120,6 +120,13 @@ done
 [ "$(q "uffdd_migrations_ended_total{role=\"destination\",state=\"complete\",instance=\"127.0.0.1:$DM\"}")" = 1 ] ||
 	fail "no completed migration in Prometheus"
 [ "$(q "uffdd_residency_seconds_count{instance=\"127.0.0.1:$DM\"}")" = 1 ] || fail "no residency sample"
+# Both lanes' handshakes, on each side, unless the lanes are plaintext.
+if [ "${UFFDD_TEST_INSECURE:-0}" != 1 ]; then
+	for port in "$SM" "$DM"; do
+		n=$(q "uffdd_tls_handshakes_total{instance=\"127.0.0.1:$port\"}")
+		[ "${n:-0}" -ge 2 ] || fail "TLS handshakes at :$port: ${n:-none}, want 2 or more"
+	done
+fi
 p99=$(q "histogram_quantile(0.99, uffdd_demand_fault_latency_seconds_bucket{role=\"destination\",instance=\"127.0.0.1:$DM\"})")
 info "destination fault latency p99 from Prometheus: ${p99:-none} s"
 
