@@ -34,6 +34,7 @@ int cmd_image(const struct cmd_entry *, int argc, char **argv);
 int cmd_go(const struct cmd_entry *, int argc, char **argv);
 int cmd_cancel(const struct cmd_entry *, int argc, char **argv);
 int cmd_release(const struct cmd_entry *, int argc, char **argv);
+int cmd_metrics(const struct cmd_entry *, int argc, char **argv);
 
 /* call.c: the daemon's control socket. */
 extern const char *control_path;

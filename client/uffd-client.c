@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "client/client.h"
+#include "version.h"
 
 #define DEFAULT_CONTROL "/run/uffdd/control.sock"
 
@@ -29,6 +30,7 @@ static const struct cmd_entry cmds[] = {
 	{"release", "release ID", cmd_release},
 	{"status", "status [ID] [--json]", cmd_status},
 	{"wait", "wait ID [--timeout SEC]", cmd_wait},
+	{"metrics", "metrics", cmd_metrics},
 	{"migrate-qemu",
 	 "migrate-qemu --src-qmp SOCK --dst-qmp SOCK "
 	 "--src-control PATH --dst-control PATH --src-peer HOST:PORT "
@@ -50,7 +52,8 @@ static const struct cmd_entry cmds[] = {
 static void
 usage(FILE *f)
 {
-	fprintf(f, "usage: uffd-client [--control PATH] COMMAND [ARGS]\n\n"
+	fprintf(f, "usage: uffd-client [--control PATH] COMMAND [ARGS]\n"
+		   "       uffd-client COMMAND --help | --help | --version\n\n"
 		   "commands:\n");
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		fprintf(f, "  %s\n", cmds[i].usage);
@@ -62,6 +65,20 @@ usage(FILE *f)
 		"6.1 to 6.6 for private anonymous\nmemory only (synchronous "
 		"uffd-wp).\n",
 		DEFAULT_CONTROL);
+}
+
+/*
+ * COMMAND --help (or -h) anywhere before a "--" asks for that command's
+ * usage: the commands' own parsers would call it an unknown option.
+ */
+static int
+wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+		if (strcmp(argv[i], "--help") == 0 ||
+		    strcmp(argv[i], "-h") == 0)
+			return 1;
+	return 0;
 }
 
 /* Global options, then the command named, with the rest of the line. */
@@ -86,6 +103,9 @@ main(int argc, char **argv)
 			   strcmp(argv[i], "-h") == 0) {
 			usage(stdout);
 			return 0;
+		} else if (strcmp(argv[i], "--version") == 0) {
+			printf("uffd-client %s\n", UFFDD_VERSION);
+			return 0;
 		} else {
 			usage(stderr);
 			return 2;
@@ -97,6 +117,11 @@ main(int argc, char **argv)
 	}
 	for (size_t k = 0; k < sizeof(cmds) / sizeof(cmds[0]); k++) {
 		if (strcmp(argv[i], cmds[k].name) == 0) {
+			if (wants_help(argc - i, argv + i)) {
+				printf("usage: uffd-client %s\n",
+				       cmds[k].usage);
+				return 0;
+			}
 			optind = 1;
 			return cmds[k].exec(&cmds[k], argc - i, argv + i);
 		}

@@ -36,6 +36,7 @@ enum key_type {
 	T_RATE,
 	T_COUNT, /* int, min to max */
 	T_SIZE,	 /* uint64_t bytes (suffix K, M or G), min to max */
+	T_AUTO,	 /* int: auto 0, yes 1, no -1 */
 };
 
 /*
@@ -75,6 +76,8 @@ static const struct key {
 	 "plaintext on loopback", 0, 0},
 	{"log-level", T_LEVEL, offsetof(struct uffdd_conf, verbose), 0,
 	 "info or debug", 0, 0},
+	{"log-journal", T_AUTO, offsetof(struct uffdd_conf, log_journal), 1,
+	 "lines with fields to the journal: auto (when stderr is it)", 0, 0},
 	{"pause-deadline", T_SECS, offsetof(struct uffdd_conf, pause_deadline),
 	 0, "seconds a destination waits for an unreachable source", 1, 86400},
 	{"bulk-rate", T_RATE, offsetof(struct uffdd_conf, bulk_rate), 0,
@@ -108,6 +111,9 @@ static const struct key {
 	 "microseconds the loop polls after demand traffic, 0: never", 0, 1000},
 	{"zero-detect", T_BOOL, offsetof(struct uffdd_conf, zero_detect), 0,
 	 "source: send data pages whose bytes are all zero as ZERO", 0, 0},
+	{"metrics", T_STR, offsetof(struct uffdd_conf, metrics), 1,
+	 "[ADDR:]PORT of the HTTP metrics endpoint (loopback if no ADDR)", 0,
+	 0},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -234,7 +240,18 @@ static const struct word {
 	{T_BOOL, "yes", 1},   {T_BOOL, "true", 1},   {T_BOOL, "on", 1},
 	{T_BOOL, "no", 0},    {T_BOOL, "false", 0},  {T_BOOL, "off", 0},
 	{T_LEVEL, "info", 0}, {T_LEVEL, "debug", 1},
+	{T_AUTO, "auto", 0},  {T_AUTO, "yes", 1},    {T_AUTO, "no", -1},
 };
+
+/* The word a T_BOOL, T_LEVEL or T_AUTO value prints as. */
+static const char *
+word_of(enum key_type type, int value)
+{
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		if (words[i].type == type && words[i].value == value)
+			return words[i].word;
+	return "?";
+}
 
 /* One of the words of the key's type (yes or no; info or debug). */
 static int
@@ -247,8 +264,9 @@ set_word(struct uffdd_conf *c, const struct key *k, const char *v, char *err,
 			return 0;
 		}
 	return refuse(err, errlen, k, v,
-		      k->type == T_BOOL ? "want yes or no"
-					: "want info or debug");
+		      k->type == T_BOOL	   ? "want yes or no"
+		      : k->type == T_AUTO ? "want auto, yes or no"
+					   : "want info or debug");
 }
 
 /* A file mode in octal, permission bits only. */
@@ -335,6 +353,7 @@ static int (*const setters[])(struct uffdd_conf *, const struct key *,
 	[T_STR] = set_str,     [T_BOOL] = set_word,  [T_MODE] = set_mode,
 	[T_GROUP] = set_group, [T_LEVEL] = set_word, [T_SECS] = set_int,
 	[T_RATE] = set_bytes,  [T_COUNT] = set_int,  [T_SIZE] = set_bytes,
+	[T_AUTO] = set_word,
 };
 
 /* One key's value, from a file or a flag, checked by its type. */
@@ -498,6 +517,7 @@ conffile_merge(struct uffdd_conf *dst, const struct uffdd_conf *src)
 			break;
 		case T_BOOL:
 		case T_LEVEL:
+		case T_AUTO:
 		case T_SECS:
 		case T_COUNT:
 			*FIELD(dst, k, int) = *FIELD(src, k, const int);
@@ -579,8 +599,9 @@ conffile_print(FILE *f, const struct uffdd_conf *c)
 							      const gid_t));
 			break;
 		case T_LEVEL:
+		case T_AUTO:
 			fprintf(f, "%s %s\n", k->name,
-				*FIELD(c, k, const int) ? "debug" : "info");
+				word_of(k->type, *FIELD(c, k, const int)));
 			break;
 		}
 	}

@@ -22,8 +22,10 @@ struct uffdd_conf {
 	 */
 	gid_t admin_gid;
 	char *state_dir;
+	char *metrics; /* [ADDR:]PORT: GET /metrics there, else NULL */
 	int foreground;
 	int verbose;
+	int log_journal; /* 1 yes, 0 auto (when stderr is the journal), -1 no */
 	int insecure;
 	int pause_deadline; /* seconds a destination waits for its source */
 	uint64_t bulk_rate; /* bytes a second on a source's bulk lane, 0: any */

@@ -16,6 +16,7 @@
 #include "daemon/conn.h"
 #include "daemon/conn_internal.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/tls.h"
 
 size_t conn_out_max = CONN_OUT_MAX;
@@ -446,6 +447,10 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	 * and with them their priorities.
 	 */
 	if (what & BEV_EVENT_CONNECTED) {
+		if (c->tls && !c->tls_up) {
+			c->tls_up = 1;
+			metrics.tls_handshakes++;
+		}
 		tls_set_priority(bev, c->prio);
 		return;
 	}
@@ -477,6 +482,10 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	 */
 	if (c->failing || c->dead)
 		return;
+	if (c->tls && !c->tls_up)
+		metrics.tls_failures[strncmp(why, "TLS: peer certificate", 21) == 0
+					     ? METRICS_TLS_PEER_CERT
+					     : METRICS_TLS_PROTOCOL]++;
 	conn_set_failing(c, why);
 	event_active(c->resume, EV_TIMEOUT, 0);
 }
@@ -719,6 +728,12 @@ conn_set_timeout(struct conn *c, int secs)
 	c->rd_timeout = tv;
 	if (c->rd && !c->paused && !c->finishing && !c->dead)
 		event_add(c->rd, secs ? &c->rd_timeout : NULL);
+}
+
+int
+conn_tls_pending(const struct conn *c)
+{
+	return c->tls && !c->tls_up;
 }
 
 const char *

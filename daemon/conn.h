@@ -76,6 +76,8 @@ void conn_set_drain(struct conn *, conn_drain_cb, size_t lowmark);
 /* Read timeout in seconds (0: none): a silent peer is a broken one. */
 void conn_set_timeout(struct conn *, int secs);
 const char *conn_name(const struct conn *);
+/* A TLS connection whose handshake is not done yet: 1, else 0. */
+int conn_tls_pending(const struct conn *);
 int conn_fd(const struct conn *);
 
 int conn_send(struct conn *, uint16_t type, const ProtobufCMessage *msg);

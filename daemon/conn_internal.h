@@ -94,6 +94,7 @@ struct conn {
 	 * below stay off.
 	 */
 	int tls;
+	int tls_up; /* its handshake done (metrics) */
 	/*
 	 * wbio: a TLS connection writing through our BIO (tls_batch_attach()),
 	 * which holds what the socket did not take; wflush writes it out when

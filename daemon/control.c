@@ -21,6 +21,7 @@
 #include "daemon/ctlmsg.h"
 #include "daemon/imsg.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/loop.h"
 #include "daemon/procref.h"
 #include "daemon/role.h"
@@ -149,6 +150,11 @@ control_reply_error(uint64_t serial, uint32_t code, const char *fmt, ...)
 	va_end(ap);
 	e.code = code;
 	e.message = msg;
+	metrics.refused[code == ERR_PERMISSION ? METRICS_REFUSED_PERMISSION
+			: code == ERR_INVALID || code == ERR_PROTOCOL ||
+					code == ERR_UNKNOWN_ID
+				? METRICS_REFUSED_INVALID
+				: METRICS_REFUSED_OTHER]++;
 	control_reply(serial, FRAME_ERROR, &e.base);
 }
 

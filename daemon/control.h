@@ -51,8 +51,9 @@ int control_client_here(uint64_t serial);
 /* The ask's answer is not wanted any more (its requester is freed). */
 void control_ask_cancel(uint64_t serial);
 /*
- * STATUS (control_status.c), served as the roles' requests are: its
- * handler registered with role_register_request() by the engine.
+ * STATUS and METRICS (control_status.c), served as the roles' requests
+ * are: their handlers registered with role_register_request() by the
+ * engine. METRICS: any caller; counts, no migration's own.
  */
 void control_status_register(void);
 

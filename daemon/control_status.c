@@ -1,4 +1,7 @@
-/* STATUS, in the engine: the migrations the caller may see (control.h). */
+/*
+ * STATUS, in the engine: the migrations the caller may see; and METRICS,
+ * the daemon's counts (control.h).
+ */
 #include "config.h"
 
 #include <stdlib.h>
@@ -6,6 +9,7 @@
 
 #include "daemon/control.h"
 #include "daemon/log.h"
+#include "daemon/metrics_text.h"
 #include "daemon/migration.h"
 #include "daemon/role.h"
 
@@ -75,11 +79,37 @@ status(uint64_t serial, const Uffdd__StatusRequest *req)
 	free(st);
 }
 
+/* METRICS: the text uffdd --metrics serves, one line a string. */
+static void
+metrics(uint64_t serial)
+{
+	Uffdd__MetricsReply rep = UFFDD__METRICS_REPLY__INIT;
+	size_t len, n = 0;
+	char *text = metrics_text(1, &len), *p, *save = NULL;
+
+	for (size_t i = 0; i < len; i++)
+		n += text[i] == '\n';
+	rep.lines = xcalloc(n + 1, sizeof(*rep.lines));
+	for (p = strtok_r(text, "\n", &save); p != NULL;
+	     p = strtok_r(NULL, "\n", &save))
+		rep.lines[rep.n_lines++] = p;
+	control_reply(serial, FRAME_CTL_METRICS_REPLY, &rep.base);
+	free(rep.lines);
+	free(text);
+}
+
 static void
 status_request(uint64_t serial, const struct authz_caller *who,
 	       struct procref *t, const ProtobufCMessage *msg)
 {
 	status(serial, (const Uffdd__StatusRequest *)msg);
+}
+
+static void
+metrics_request(uint64_t serial, const struct authz_caller *who,
+		struct procref *t, const ProtobufCMessage *msg)
+{
+	metrics(serial);
 }
 
 static const struct role_request status_ops = {
@@ -88,8 +118,15 @@ static const struct role_request status_ops = {
 	.request = status_request,
 };
 
+static const struct role_request metrics_ops = {
+	.type = FRAME_CTL_METRICS,
+	.verb = "metrics",
+	.request = metrics_request,
+};
+
 void
 control_status_register(void)
 {
 	role_register_request(&status_ops);
+	role_register_request(&metrics_ops);
 }

@@ -20,6 +20,7 @@
 #include "daemon/engine.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+#include "daemon/metrics_http.h"
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
 #include "daemon/peer.h"
@@ -154,6 +155,8 @@ engine_main(int ctl, int rpc)
 	probe_kernel();
 	if (conf.listen && peer_listen(conf.listen) < 0)
 		return 1;
+	if (conf.metrics && metrics_http_listen(conf.metrics) < 0)
+		return 1;
 	sigterm = evsignal_new(base, SIGTERM, on_signal, NULL);
 	sigint = evsignal_new(base, SIGINT, on_signal, NULL);
 	sigchld = evsignal_new(base, SIGCHLD, on_chld, NULL);
@@ -179,6 +182,7 @@ engine_main(int ctl, int rpc)
 	worker_stop_all();
 	source_snapshot_close_all();
 	peer_close_listeners();
+	metrics_http_close();
 	migration_free_all();
 	conn_free_finishing();
 	control_close();

@@ -16,6 +16,7 @@
 #include "daemon/compat.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+#include "daemon/metrics.h"
 #include "daemon/migration.h"
 #include "daemon/probe.h"
 
@@ -36,10 +37,37 @@ new_id(char out[MIG_ID_LEN + 1])
 		snprintf(out + 2 * i, 3, "%02x", raw[i]);
 }
 
+/*
+ * A log line's journal fields (log.h) for the migration it names: the
+ * role, peer and process, when one ID names one migration here (a daemon
+ * that migrates to itself holds the ID in both roles: then none).
+ */
+static int
+log_about(const char *id, struct log_about *a)
+{
+	const struct migration *m, *found = NULL;
+
+	TAILQ_FOREACH (m, &migrations, link) {
+		if (strcmp(m->id, id) != 0)
+			continue;
+		if (found)
+			return -1;
+		found = m;
+	}
+	if (found == NULL)
+		return -1;
+	a->role = found->role == ROLE_SOURCE ? "source" : "destination";
+	a->peer = found->peer;
+	a->pid = found->pid;
+	return 0;
+}
+
 struct migration *
 migration_new(enum mig_role role, const char *id)
 {
 	struct migration *m = xcalloc(1, sizeof(*m));
+
+	log_set_about(log_about);
 
 	if (id)
 		snprintf(m->id, sizeof(m->id), "%s", id);
@@ -47,7 +75,7 @@ migration_new(enum mig_role role, const char *id)
 		new_id(m->id);
 	m->role = role;
 	m->state = role == ROLE_SOURCE ? MIG_WAITING : MIG_CONNECTING;
-	m->t_start = now_ns();
+	m->t_start = m->t_created = now_ns();
 	TAILQ_INSERT_TAIL(&migrations, m, link);
 	return m;
 }
@@ -79,11 +107,44 @@ migration_of_pid(pid_t pid, enum mig_role role)
 	return NULL;
 }
 
+/* What the dropped records held, by role (migration_totals()). */
+static struct mig_totals retired[2];
+
+static void
+totals_add(struct mig_totals *t, const struct migration *m)
+{
+	t->demand_faults += m->demand_faults;
+	t->demand_pages += m->demand_pages;
+	t->prefetched_pages += m->prefetched_pages;
+	t->zero_pages += m->zero_pages;
+	t->zero_content_pages += m->zero_content_pages;
+	t->discarded_pages += m->discarded_pages;
+	t->hinted_pages += m->hinted_pages;
+	t->bytes += m->bytes;
+	t->pages_lost += m->pages_lost;
+	t->reconnects += m->reconnects;
+	t->blocked_ns += m->blocked_ns;
+	t->precopy_rounds += m->precopy_rounds;
+	t->precopy_bytes += m->precopy_bytes;
+}
+
+void
+migration_totals(enum mig_role role, struct mig_totals *t)
+{
+	const struct migration *m;
+
+	*t = retired[role];
+	TAILQ_FOREACH (m, &migrations, link)
+		if (m->role == role)
+			totals_add(t, m);
+}
+
 void
 migration_free(struct migration *m)
 {
 	if (m->impl_free)
 		m->impl_free(m);
+	totals_add(&retired[m->role], m);
 	TAILQ_REMOVE(&migrations, m, link);
 	if (m->ws)
 		free(m->ws->keys);
@@ -264,8 +325,14 @@ migration_set_state(struct migration *m, enum mig_state s)
 	if (s == MIG_RUNNING && m->state == MIG_CONNECTING)
 		m->t_start = now_ns();
 	m->state = s;
-	if (s == MIG_COMPLETE || s == MIG_FAILED)
-		m->t_end = now_ns();
+	if (s != MIG_COMPLETE && s != MIG_FAILED)
+		return;
+	m->t_end = now_ns();
+	metrics.ended[m->role][s == MIG_FAILED]++;
+	if (s == MIG_COMPLETE && m->role == ROLE_DEST)
+		metrics_long(&metrics.residency, m->t_end - m->t_created);
+	if (s == MIG_COMPLETE && m->role == ROLE_SOURCE && m->precopy_rounds)
+		metrics_long(&metrics.freeze, m->downtime_ns);
 }
 
 void
@@ -283,7 +350,8 @@ migration_fail(struct migration *m, const char *fmt, ...)
 	 * status and the state file; a cut may also split a character.
 	 */
 	text_clean(m->reason);
-	log_warnx("migration %s failed: %s", log_id(m->id), m->reason);
+	log_event(LOG_MSGID_MIGRATION_FAILED, NULL, "migration %s failed: %s",
+		  log_id(m->id), m->reason);
 	migration_set_state(m, MIG_FAILED);
 }
 

@@ -47,6 +47,7 @@ struct migration {
 	uint64_t discarded_pages; /* destination: the target gave them back */
 	uint64_t bytes;
 	uint64_t t_start, t_end;	   /* ns, monotonic */
+	uint64_t t_created;		   /* ns: the export or attach */
 	struct hist latency;		   /* ns from fault read to install */
 	uint64_t pages_lost;		   /* poisoned: never to arrive */
 	uint64_t lost[MIG_LOST_RANGES][2]; /* the first lost [start, end) */
@@ -96,6 +97,18 @@ struct migration {
 };
 
 TAILQ_HEAD(migration_list, migration);
+
+/*
+ * A role's counts over every migration this engine held, those whose
+ * records were dropped included: the daemon's counters never go back.
+ */
+struct mig_totals {
+	uint64_t demand_faults, demand_pages, prefetched_pages, zero_pages;
+	uint64_t zero_content_pages, discarded_pages, hinted_pages, bytes;
+	uint64_t pages_lost, reconnects, blocked_ns, precopy_rounds;
+	uint64_t precopy_bytes;
+};
+void migration_totals(enum mig_role, struct mig_totals *);
 extern struct migration_list migrations;
 
 /* A new migration with a fresh random ID; id may name an existing ID. */

@@ -22,6 +22,7 @@
 #include "daemon/conffile.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+#include "daemon/metrics.h"
 #include "daemon/peer.h"
 #include "daemon/role.h"
 #include "daemon/tls.h"
@@ -115,9 +116,13 @@ pending_deadline(evutil_socket_t fd, short ev, void *arg)
 			  "to take its ERROR",
 			  conn_name(p->conn), PEER_REFUSED_SECS);
 	else
-		log_warnx("peer %s refused: no HELLO within %d s of "
+		log_event(LOG_MSGID_PEER_REFUSED, conn_name(p->conn),
+			  "peer %s refused: no HELLO within %d s of "
 			  "connecting, TLS handshake included (hello-timeout)",
 			  conn_name(p->conn), p->secs);
+	if (!p->refused)
+		metrics.tls_failures[METRICS_TLS_TIMEOUT] +=
+			(uint64_t)conn_tls_pending(p->conn);
 	pending_close(p);
 }
 
@@ -237,7 +242,8 @@ accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	const struct role_ops *r;
 
 	if (h->type != FRAME_HELLO) {
-		log_warnx("%s: %s before HELLO", conn_name(c),
+		log_event(LOG_MSGID_PEER_REFUSED, conn_name(c),
+			  "peer %s refused: %s before HELLO", conn_name(c),
 			  frame_type_name(h->type));
 		conn_send_error(c, ERR_PROTOCOL, "expected HELLO");
 		conn_finish(c);
@@ -262,7 +268,8 @@ accepted_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 static void
 accepted_close(struct conn *c, const char *why, void *arg)
 {
-	log_warnx("peer %s refused: %s", conn_name(c), why);
+	log_event(LOG_MSGID_PEER_REFUSED, conn_name(c), "peer %s refused: %s",
+		  conn_name(c), why);
 	conn_free(c);
 }
 
@@ -287,19 +294,21 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 		port = ntohs(((struct sockaddr_in6 *)sa)->sin6_port);
 	}
 	if (!tls_enabled() && !is_loopback(sa)) {
-		log_warnx("peer %s refused: plaintext only on loopback", host);
+		log_event(LOG_MSGID_PEER_REFUSED, host,
+			  "peer %s refused: plaintext only on loopback", host);
 		evutil_closesocket(fd);
 		return;
 	}
 	TAILQ_FOREACH (p, &pendings, link)
 		same += same_host(&p->addr, sa);
 	if (same >= conf.max_pending_per_addr || npending >= conf.max_pending) {
-		log_warnx(
-			"peer %s refused: %d connections from it and %d in "
-			"all are pending, before HELLO or closing after a "
-			"refusal (max-pending-per-address %d, max-pending %d)",
-			host, same, npending, conf.max_pending_per_addr,
-			conf.max_pending);
+		log_event(LOG_MSGID_PEER_REFUSED, host,
+			  "peer %s refused: %d connections from it and %d in "
+			  "all are pending, before HELLO or closing after a "
+			  "refusal (max-pending-per-address %d, max-pending "
+			  "%d)",
+			  host, same, npending, conf.max_pending_per_addr,
+			  conf.max_pending);
 		evutil_closesocket(fd);
 		return;
 	}

@@ -33,108 +33,127 @@
 #include "daemon/tls.h"
 #include "daemon/tracee.h"
 #include "daemon/worker.h"
+#include "version.h"
 
+
+/*
+ * The help: its three %s are the defaults of the control socket, the state
+ * directory and the configuration file.
+ */
+static const char usage_text[] =
+	"usage: uffdd [--listen HOST:PORT] [--control PATH] "
+	"[--state-dir DIR]\n"
+	"             [--control-mode MODE] [--control-group GROUP] "
+	"[--admin-group GROUP]\n"
+	"             [--ca FILE --cert FILE --key FILE [--pin SHA256]]"
+	"\n"
+	"             [--insecure] [--config FILE] [-n] "
+	"[-f|--foreground]\n"
+	"             [--pause-deadline SEC] [--bulk-rate RATE] "
+	"[--pagemap-scan yes|no]\n"
+	"             [--max-regions N] [--max-request-pages N]\n"
+	"             [--max-pending N] [--max-pending-per-address N]\n"
+	"             [--hello-timeout SEC] [--max-output BYTES]\n"
+	"             [--poll-us N] [--zero-detect yes|no] "
+	"[--metrics [ADDR:]PORT]\n"
+	"             [--log-level LEVEL] [--log-journal auto|yes|no] [-v]\n"
+	"             [-h|--help] [--version]\n"
+	"\n"
+	"  --listen HOST:PORT  accept peer daemons there (source "
+	"role); a comma-\n"
+	"                      separated list for several addresses\n"
+	"  --control PATH      control socket for uffd-client "
+	"(default %s)\n"
+	"  --control-mode MODE control socket mode, octal (default "
+	"0600)\n"
+	"  --control-group GRP control socket group (name or number)\n"
+	"  --admin-group GRP   its members at connect act on any "
+	"process, as root\n"
+	"  --state-dir DIR     per-migration state files (default %s)\n"
+	"  --ca FILE           CA certificate(s) every peer's "
+	"certificate must\n"
+	"                      chain to (PEM)\n"
+	"  --cert FILE         this daemon's certificate chain (PEM), "
+	"shown as\n"
+	"                      server and as client\n"
+	"  --key FILE          its private key (PEM)\n"
+	"  --pin SHA256        accept a source by this certificate "
+	"fingerprint\n"
+	"                      instead of the name in --from\n"
+	"  --insecure          plaintext peer connections, loopback "
+	"only; the\n"
+	"                      file's TLS keys are set aside\n"
+	"  --config FILE       configuration file (default %s);\n"
+	"                      flags override it, SIGHUP reloads it\n"
+	"  --check, -n         check the configuration, print the "
+	"effective one\n"
+	"                      and exit\n"
+	"  --foreground, -f    stay in the foreground, log to stderr\n"
+	"  --pause-deadline S  a destination whose source stays "
+	"unreachable\n"
+	"                      this long fails the migration and "
+	"poisons\n"
+	"                      missing pages; a pre-copy's source "
+	"waits as\n"
+	"                      long for its destination (default "
+	"300)\n"
+	"  --bulk-rate RATE    limit each source bulk lane to RATE "
+	"bytes/s\n"
+	"                      (suffix K, M, G; 0, the default: "
+	"unlimited;\n"
+	"                      else at least 4096)\n"
+	"  --pagemap-scan yes|no  classify anonymous pages with "
+	"PAGEMAP_SCAN\n"
+	"                      where the kernel has it (default yes)\n"
+	"  --no-pagemap-scan   the same as --pagemap-scan no\n"
+	"  --max-regions N     regions per migration, both roles "
+	"(default 4096,\n"
+	"                      at most 4096)\n"
+	"  --max-request-pages N  pages one demand request may ask "
+	"for (default\n"
+	"                      512, 256 to 1024)\n"
+	"  --max-pending N     peer connections before HELLO, in all "
+	"(default 64)\n"
+	"  --max-pending-per-address N  the same from one address "
+	"(default 8)\n"
+	"  --hello-timeout SEC seconds from accept to a peer's HELLO, "
+	"TLS included\n"
+	"                      (default 10)\n"
+	"  --max-output BYTES  unsent output after which a connection "
+	"stops\n"
+	"                      reading requests (default 32M, 8M to "
+	"1G)\n"
+	"  --poll-us N         after a demand request or answer, look "
+	"for the\n"
+	"                      next event for N microseconds before "
+	"sleeping\n"
+	"                      (default 100, 0 to 1000; 0: never; ends "
+	"when\n"
+	"                      another task wants the CPU, unless "
+	"pinned)\n"
+	"  --zero-detect yes|no  source: send prefetched data pages "
+	"whose bytes\n"
+	"                      are all zero as ZERO markers (default "
+	"no)\n"
+	"  --metrics [ADDR:]PORT  serve GET /metrics there over HTTP, "
+	"OpenMetrics\n"
+	"                      text (no ADDR: 127.0.0.1; default: off)\n"
+	"  --log-level LEVEL   info or debug (default info)\n"
+	"  --log-journal auto|yes|no  each line to the journal with its "
+	"fields\n"
+	"                      (MIGRATION_ID, ROLE, PEER, PID, MESSAGE_ID); "
+	"auto,\n"
+	"                      the default: when stderr is the journal\n"
+	"  -v, --verbose       more logging (debug)\n"
+	"  -h, --help          this text\n"
+	"  --version           the version, and the git commit built "
+	"from\n";
 
 static void
 usage(FILE *f)
 {
-	fprintf(f,
-		"usage: uffdd [--listen HOST:PORT] [--control PATH] "
-		"[--state-dir DIR]\n"
-		"             [--control-mode MODE] [--control-group GROUP] "
-		"[--admin-group GROUP]\n"
-		"             [--ca FILE --cert FILE --key FILE [--pin SHA256]]"
-		"\n"
-		"             [--insecure] [--config FILE] [-n] "
-		"[-f|--foreground]\n"
-		"             [--pause-deadline SEC] [--bulk-rate RATE] "
-		"[--pagemap-scan yes|no]\n"
-		"             [--max-regions N] [--max-request-pages N]\n"
-		"             [--max-pending N] [--max-pending-per-address N]\n"
-		"             [--hello-timeout SEC] [--max-output BYTES]\n"
-		"             [--poll-us N] [--zero-detect yes|no]\n"
-		"             [--log-level LEVEL] [-v] [-h|--help]\n"
-		"\n"
-		"  --listen HOST:PORT  accept peer daemons there (source "
-		"role); a comma-\n"
-		"                      separated list for several addresses\n"
-		"  --control PATH      control socket for uffd-client "
-		"(default %s)\n"
-		"  --control-mode MODE control socket mode, octal (default "
-		"0600)\n"
-		"  --control-group GRP control socket group (name or number)\n"
-		"  --admin-group GRP   its members at connect act on any "
-		"process, as root\n"
-		"  --state-dir DIR     per-migration state files (default %s)\n"
-		"  --ca FILE           CA certificate(s) every peer's "
-		"certificate must\n"
-		"                      chain to (PEM)\n"
-		"  --cert FILE         this daemon's certificate chain (PEM), "
-		"shown as\n"
-		"                      server and as client\n"
-		"  --key FILE          its private key (PEM)\n"
-		"  --pin SHA256        accept a source by this certificate "
-		"fingerprint\n"
-		"                      instead of the name in --from\n"
-		"  --insecure          plaintext peer connections, loopback "
-		"only; the\n"
-		"                      file's TLS keys are set aside\n"
-		"  --config FILE       configuration file (default %s);\n"
-		"                      flags override it, SIGHUP reloads it\n"
-		"  --check, -n         check the configuration, print the "
-		"effective one\n"
-		"                      and exit\n"
-		"  --foreground, -f    stay in the foreground, log to stderr\n"
-		"  --pause-deadline S  a destination whose source stays "
-		"unreachable\n"
-		"                      this long fails the migration and "
-		"poisons\n"
-		"                      missing pages; a pre-copy's source "
-		"waits as\n"
-		"                      long for its destination (default "
-		"300)\n"
-		"  --bulk-rate RATE    limit each source bulk lane to RATE "
-		"bytes/s\n"
-		"                      (suffix K, M, G; 0, the default: "
-		"unlimited;\n"
-		"                      else at least 4096)\n"
-		"  --pagemap-scan yes|no  classify anonymous pages with "
-		"PAGEMAP_SCAN\n"
-		"                      where the kernel has it (default yes)\n"
-		"  --no-pagemap-scan   the same as --pagemap-scan no\n"
-		"  --max-regions N     regions per migration, both roles "
-		"(default 4096,\n"
-		"                      at most 4096)\n"
-		"  --max-request-pages N  pages one demand request may ask "
-		"for (default\n"
-		"                      512, 256 to 1024)\n"
-		"  --max-pending N     peer connections before HELLO, in all "
-		"(default 64)\n"
-		"  --max-pending-per-address N  the same from one address "
-		"(default 8)\n"
-		"  --hello-timeout SEC seconds from accept to a peer's HELLO, "
-		"TLS included\n"
-		"                      (default 10)\n"
-		"  --max-output BYTES  unsent output after which a connection "
-		"stops\n"
-		"                      reading requests (default 32M, 8M to "
-		"1G)\n"
-		"  --poll-us N         after a demand request or answer, look "
-		"for the\n"
-		"                      next event for N microseconds before "
-		"sleeping\n"
-		"                      (default 100, 0 to 1000; 0: never; ends "
-		"when\n"
-		"                      another task wants the CPU, unless "
-		"pinned)\n"
-		"  --zero-detect yes|no  source: send prefetched data pages "
-		"whose bytes\n"
-		"                      are all zero as ZERO markers (default "
-		"no)\n"
-		"  --log-level LEVEL   info or debug (default info)\n"
-		"  -v, --verbose       more logging (debug)\n"
-		"  -h, --help          this text\n",
-		"/run/uffdd/control.sock", "/run/uffdd", CONFFILE_DEFAULT_PATH);
+	fprintf(f, usage_text, "/run/uffdd/control.sock", "/run/uffdd",
+		CONFFILE_DEFAULT_PATH);
 }
 
 /* --engine CTL,RPC (internal): the engine's socket pairs' ends. */
@@ -162,6 +181,7 @@ static const struct option opts[] = {
 	{"key", required_argument, NULL, 'K'},
 	{"pin", required_argument, NULL, 'K'},
 	{"log-level", required_argument, NULL, 'K'},
+	{"log-journal", required_argument, NULL, 'K'},
 	{"pause-deadline", required_argument, NULL, 'K'},
 	{"bulk-rate", required_argument, NULL, 'K'},
 	{"pagemap-scan", required_argument, NULL, 'K'},
@@ -174,11 +194,13 @@ static const struct option opts[] = {
 	{"max-output", required_argument, NULL, 'K'},
 	{"poll-us", required_argument, NULL, 'K'},
 	{"zero-detect", required_argument, NULL, 'K'},
+	{"metrics", required_argument, NULL, 'K'},
 	{"config", required_argument, NULL, 'F'},
 	{"check", no_argument, NULL, 'n'},
 	{"foreground", no_argument, NULL, 'f'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"help", no_argument, NULL, 'h'},
+	{"version", no_argument, NULL, 'V'},
 	/* Internal: run as the engine (docs/privsep.md). */
 	{"engine", required_argument, NULL, 'E'},
 	{NULL, 0, NULL, 0},
@@ -236,6 +258,9 @@ parse_args(int argc, char **argv, int *check, int engine[2])
 		case 'h':
 			usage(stdout);
 			exit(0);
+		case 'V':
+			printf("uffdd %s\n", UFFDD_VERSION);
+			exit(0);
 		case 'E':
 			rc = engine_fds(optarg, engine, err, sizeof(err));
 			break;
@@ -268,6 +293,8 @@ main(int argc, char **argv)
 		return 1;
 	}
 	log_init(1, conf.verbose);
+	if (!check)
+		log_journal(conf.log_journal);
 	if (check) {
 		/* The TLS files are part of the configuration: load them. */
 		if (!conf.insecure &&

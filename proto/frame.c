@@ -51,6 +51,9 @@ static const struct frame_type_entry {
 	{FRAME_COMMIT_ACK, "COMMIT_ACK", &uffdd__commit__descriptor},
 	{FRAME_CTL_RELEASE_REPLY, "RELEASE_REPLY",
 	 &uffdd__go_reply__descriptor},
+	{FRAME_CTL_METRICS, "METRICS", &uffdd__metrics_request__descriptor},
+	{FRAME_CTL_METRICS_REPLY, "METRICS_REPLY",
+	 &uffdd__metrics_reply__descriptor},
 };
 
 /* The table entry of a frame type, NULL for an unknown type. */

@@ -106,6 +106,9 @@ enum frame_type {
 	/* An attach's bulk lane, held (AttachRequest.hold_bulk), is read. */
 	FRAME_CTL_RELEASE = 129,
 	FRAME_CTL_RELEASE_REPLY = 130,
+	/* The daemon's metrics, as uffdd --metrics serves them. */
+	FRAME_CTL_METRICS = 131,
+	FRAME_CTL_METRICS_REPLY = 132,
 };
 
 /* Error codes carried in Error frames and control replies. */

@@ -143,7 +143,7 @@ def dot(edges, layers):
     lines = ['digraph daemon_layers {']
     for rank, ln, _ in layers:
         if ln in sizes:
-            lines.append(f'\t"{ln}" [label="{ln}: {sizes[ln]} files"];')
+            lines.append(f'\t"{ln}";')
     for a, b in sorted(le):
         lines.append(f'\t"{a}" -> "{b}";')
     lines.append('}')

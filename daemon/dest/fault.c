@@ -19,6 +19,7 @@
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+#include "daemon/metrics.h"
 #include "daemon/migration.h"
 #include "daemon/stats.h"
 
@@ -142,7 +143,11 @@ remap_range(struct dest *d, uint64_t from, uint64_t to, uint64_t len)
 		  (unsigned long long)len, (unsigned long long)to);
 }
 
-/* A thread waits on a page; first: its fault sends the request. */
+/*
+ * A thread waits on a page; first: its fault sends the request. Past
+ * INFLIGHT_MAX its wait is not timed: the fault histogram counts it as
+ * served at once, so that it counts every fault status does.
+ */
 static void
 add_waiter(struct dest *d, const struct dst_region *dr, uint64_t page,
 	   pid_t tid, int first)
@@ -151,7 +156,20 @@ add_waiter(struct dest *d, const struct dst_region *dr, uint64_t page,
 		d->waiters[d->nwaiters++] = (struct waiter){
 			dr->r.index, page, now_ns(), tid, first};
 		d->nrequests += first != 0;
+	} else {
+		metrics_fault(ROLE_DEST, 0);
 	}
+}
+
+/* Waiters no install will settle (the target gone): their wait so far. */
+void
+dest_waiters_drop(struct dest *d)
+{
+	uint64_t t = now_ns();
+
+	for (size_t i = 0; i < d->nwaiters; i++)
+		metrics_fault(ROLE_DEST, t - d->waiters[i].t0);
+	d->nwaiters = d->nrequests = 0;
 }
 
 /*
@@ -168,6 +186,7 @@ dest_settle(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 
 		if (w->reg == idx && w->page >= page && w->page < page + n) {
 			migration_blocked(d->m, w->tid, t - w->t0);
+			metrics_fault(ROLE_DEST, t - w->t0);
 			if (w->first) {
 				hist_add(&d->m->latency, t - w->t0);
 				d->nrequests--;
@@ -329,10 +348,12 @@ fault(struct dest *d, uint64_t addr, pid_t tid)
 			 * page is what it reads without a migration (EEXIST:
 			 * it was a race, and the thread is woken).
 			 */
+			metrics_fault(ROLE_DEST, 0);
 			dest_zero_discarded(d, dr, page);
 		}
 		break;
 	case PAGE_DISCARDED:
+		metrics_fault(ROLE_DEST, 0);
 		dest_zero_discarded(d, dr, page);
 		break;
 	}

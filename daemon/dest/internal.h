@@ -333,6 +333,8 @@ void dest_fault_watch(struct dest *);
 void dest_read_faults(struct dest *);
 void dest_drain_uffd(void *dest);
 void dest_request_page(struct dest *, struct dst_region *, uint64_t page);
+/* Counts the waits no install will end, and forgets them (fault.c). */
+void dest_waiters_drop(struct dest *);
 void dest_settle(struct dest *, uint32_t idx, uint64_t page, uint64_t n);
 void dest_zero_discarded(struct dest *, struct dst_region *, uint64_t page);
 

@@ -17,6 +17,7 @@
 #include "daemon/conn.h"
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
 #include "daemon/peer.h"
@@ -234,6 +235,8 @@ dest_lanes_down(struct dest *d, const char *why)
 				 why);
 		return;
 	}
+	if (d->demand && d->m->state != MIG_COMPLETE)
+		metrics.lane_failures[ROLE_DEST]++;
 	conn_free(d->demand);
 	conn_free(d->bulk);
 	d->demand = d->bulk = NULL;
@@ -347,6 +350,7 @@ bulk_close(struct conn *c, const char *why, void *arg)
 	if (d->complete_sent)
 		return; /* nothing more to come on it */
 	if (d->demand && d->m->state == MIG_RUNNING) {
+		metrics.lane_failures[ROLE_DEST]++;
 		log_warnx("migration %s: bulk lane lost (%s); %llu of %llu "
 			  "pages present, the source sends the rest again",
 			  log_id(d->m->id), why,

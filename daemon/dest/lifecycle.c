@@ -73,6 +73,8 @@ dest_free(struct migration *m)
 	free(d->maps);
 	free(d->map_names);
 	free(d->buf);
+	if (d->waiters)
+		dest_waiters_drop(d);
 	free(d->waiters);
 	free(d->kids);
 	free(d->done_kids);
@@ -219,6 +221,8 @@ teardown(struct dest *d, int close_target)
 static int
 poison_missing(struct dest *d)
 {
+	uint64_t poisoned = 0;
+
 	d->failing = 1;
 	for (size_t i = 0; i < d->nregs; i++) {
 		struct dst_region *dr = &d->regs[i];
@@ -240,6 +244,7 @@ poison_missing(struct dest *d)
 						  n * ps}};
 				int tries = 0;
 
+				poisoned += n;
 				while (ioctl(d->uffd, UFFDIO_POISON, &up) < 0 &&
 				       errno == EAGAIN && tries++ < RETRY_MAX) {
 					dest_read_faults(d);
@@ -257,6 +262,12 @@ poison_missing(struct dest *d)
 			p += n;
 		}
 	}
+	if (poisoned > 0)
+		log_event(LOG_MSGID_PAGES_POISONED, NULL,
+			  "migration %s: %llu missing pages of target %d "
+			  "poisoned: SIGBUS on access",
+			  log_id(d->m->id), (unsigned long long)poisoned,
+			  (int)d->m->pid);
 	return d->have_poison ? 0 : -1;
 }
 
@@ -447,7 +458,8 @@ root_gone(struct dest *d)
 	dest_gone_reason(d);
 	unwatch(d);
 	d->target_fd = -1;
-	d->nwaiters = d->nrequests = d->nzretry = 0;
+	dest_waiters_drop(d);
+	d->nzretry = 0;
 	dest_bulk_hold(d);
 	for (size_t i = 0; i < d->nregs; i++)
 		pagestate_set_present(&d->regs[i].ps, 0, d->regs[i].npages);

@@ -176,6 +176,7 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		forward(cl, h->type, msg, g);
 		break;
 	case FRAME_CTL_STATUS:
+	case FRAME_CTL_METRICS: /* counts, no migration's own */
 		forward(cl, h->type, msg, NULL);
 		break;
 	case FRAME_CTL_GO:

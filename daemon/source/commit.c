@@ -269,7 +269,8 @@ finish(struct source *s)
 			 "%.400s, after the COMMIT: process %d left stopped, "
 			 "not killed",
 			 why, (int)s->m->pid);
-		log_warnx("migration %s complete; %s", log_id(s->m->id),
+		log_event(LOG_MSGID_SOURCE_CONTINUED, NULL,
+			  "migration %s complete; %s", log_id(s->m->id),
 			  s->m->reason);
 	} else if (s->keep_source) {
 		log_info("migration %s complete; process %d left stopped",

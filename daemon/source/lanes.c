@@ -14,6 +14,7 @@
 #include "daemon/compat.h"
 #include "daemon/conn.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
@@ -101,6 +102,8 @@ source_fail_ran(struct source *s, const char *fmt, ...)
 		 "%s: the destination may hold pages of two moments; source "
 		 "process %d left stopped",
 		 why, (int)s->m->pid);
+	log_event(LOG_MSGID_SOURCE_CONTINUED, NULL, "migration %s: %s",
+		  log_id(s->m->id), why);
 	fail(s, ERR_SOURCE_RAN, full);
 }
 
@@ -148,6 +151,8 @@ ping_cb(evutil_socket_t fd, short ev, void *arg)
 static void
 lanes_down(struct source *s, const char *why)
 {
+	if (s->demand && s->m->state != MIG_COMPLETE)
+		metrics.lane_failures[ROLE_SOURCE]++;
 	conn_free(s->demand);
 	conn_free(s->bulk);
 	s->demand = s->bulk = NULL;
@@ -478,11 +483,13 @@ warn_unknown_id(struct conn *c, const char *id)
 		return;
 	}
 	if (quiet && strcmp(last, id) == 0)
-		log_warnx("%s: unknown migration ID %s (asked %u times more "
+		log_event(LOG_MSGID_PEER_REFUSED, conn_name(c),
+			  "%s: unknown migration ID %s (asked %u times more "
 			  "in the minute before)",
 			  conn_name(c), log_id(id), quiet);
 	else
-		log_warnx("%s: unknown migration ID %s", conn_name(c),
+		log_event(LOG_MSGID_PEER_REFUSED, conn_name(c),
+			  "%s: unknown migration ID %s", conn_name(c),
 			  log_id(id));
 	snprintf(last, sizeof(last), "%s", id);
 	last_ns = now;

@@ -16,6 +16,7 @@
 #include "daemon/conn.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+#include "daemon/metrics.h"
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
 #include "daemon/procref.h"
@@ -251,7 +252,7 @@ void
 source_demand_request(struct source *s, const Uffdd__PageRequest *pr)
 {
 	struct src_region *sr = NULL;
-	uint64_t page = pr->page, end;
+	uint64_t page = pr->page, end, t0 = now_ns();
 
 	for (size_t i = 0; i < s->nregs; i++)
 		if (s->regs[i].r.index == pr->region && s->regs[i].accepted)
@@ -298,6 +299,7 @@ source_demand_request(struct source *s, const Uffdd__PageRequest *pr)
 	conn_flush(s->demand);
 	loop_poll(); /* the next request may follow */
 	s->m->demand_faults++;
+	metrics_fault(ROLE_SOURCE, now_ns() - t0);
 	s->m->demand_pages += pr->npages;
 	/* Spatial locality: the bulk lane goes on from just past the fault. */
 	s->hint_reg = (uint32_t)(sr - s->regs);

@@ -8,12 +8,15 @@ M=$SRC/man
 # In roff, "-" is written "\-".
 in_page() { grep -q -- "$2" <(sed 's/\\-/-/g' "$1"); }
 
-for opt in $("$UFFDD" --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
+# The help in a file: grep -q on a pipe would end uffdd by SIGPIPE, as the
+# help is more than one write.
+"$UFFDD" --help >"$T/uhelp"
+for opt in $(grep -o -- '--[a-z][a-z-]*' "$T/uhelp" | sort -u); do
 	in_page "$M/uffdd.8" "$opt" || fail "uffdd.8 does not document $opt"
 done
 for key in $("$UFFDD" -n --insecure --config /dev/null | sed 's/^# //' | awk '{print $1}'); do
 	in_page "$M/uffdd.conf.5" "^\.B[IR]* $key" || fail "uffdd.conf.5 does not document key $key"
-	"$UFFDD" --help | grep -q -- "--$key" || fail "key $key has no --$key in uffdd --help"
+	grep -q -- "--$key" "$T/uhelp" || fail "key $key has no --$key in uffdd --help"
 done
 SAN_WHO="uffd-client --help" checked "$T/help" "$CLIENT" --help || true
 for word in $(grep -o -- '--[a-z][a-z-]*' "$T/help" | sort -u) \
