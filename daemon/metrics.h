@@ -53,12 +53,16 @@ struct metrics {
 	uint64_t tls_handshakes;
 	uint64_t tls_failures[METRICS_TLS_FAIL_N];
 	uint64_t refused[METRICS_REFUSED_N]; /* control replies: errors */
+	/* A restore's reads of its image file: [0] pread, [1] io_uring. */
+	uint64_t image_reads[2], image_read_bytes[2];
 };
 
 extern struct metrics metrics;
 
 /* One demand fault of role (0 source, 1 destination), served in ns. */
 void metrics_fault(int role, uint64_t ns);
+/* One read of an image file, through the ring (uring) or pread. */
+void metrics_image_read(int uring, uint64_t bytes);
 /* One sample of a long histogram (residency, freeze). */
 void metrics_long(struct metrics_hist *, uint64_t ns);
 /* The upper bound of bucket k of a histogram whose first is base, in ns. */

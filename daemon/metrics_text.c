@@ -190,6 +190,18 @@ events(struct out *o)
 			"uffdd_tls_handshake_failures_total{reason=\"%s\"} "
 			"%llu\n",
 			tls_why[i], (unsigned long long)metrics.tls_failures[i]);
+	family(o, "uffdd_image_reads", "counter",
+	       "A restore's reads of its image file, by how: pread or io_uring.");
+	for (int i = 0; i < 2; i++)
+		fprintf(o->f, "uffdd_image_reads_total{io=\"%s\"} %llu\n",
+			i ? "io_uring" : "pread",
+			(unsigned long long)metrics.image_reads[i]);
+	family(o, "uffdd_image_read_bytes", "counter",
+	       "Bytes a restore read from its image file, by how.");
+	for (int i = 0; i < 2; i++)
+		fprintf(o->f, "uffdd_image_read_bytes_total{io=\"%s\"} %llu\n",
+			i ? "io_uring" : "pread",
+			(unsigned long long)metrics.image_read_bytes[i]);
 	family(o, "uffdd_control_refusals", "counter",
 	       "Control requests the engine answered with an error, by "
 	       "reason.");
