@@ -203,8 +203,7 @@ events(struct out *o)
 			i ? "io_uring" : "pread",
 			(unsigned long long)metrics.image_read_bytes[i]);
 	family(o, "uffdd_control_refusals", "counter",
-	       "Control requests the engine answered with an error, by "
-	       "reason.");
+	       "Control requests refused, by reason.");
 	for (int i = 0; i < METRICS_REFUSED_N; i++)
 		fprintf(o->f, "uffdd_control_refusals_total{reason=\"%s\"} "
 			      "%llu\n",
