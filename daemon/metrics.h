@@ -27,7 +27,7 @@
 struct metrics_hist {
 	uint64_t count;
 	uint64_t sum_ns;
-	uint64_t bucket[METRICS_BUCKETS_MAX + 1]; /* not cumulative; last +Inf */
+	uint64_t bucket[METRICS_BUCKETS_MAX + 1]; /* each its own; last +Inf */
 };
 
 /* The reasons a TLS handshake failed, and a control request was refused. */
@@ -46,8 +46,8 @@ enum metrics_refusal {
 
 struct metrics {
 	struct metrics_hist fault[METRICS_ROLES];
-	struct metrics_hist residency; /* destination: attach to complete */
-	struct metrics_hist freeze;    /* source: pre-copy freeze time */
+	struct metrics_hist residency;	  /* destination: attach to complete */
+	struct metrics_hist freeze;	  /* source: pre-copy freeze time */
 	uint64_t ended[METRICS_ROLES][2]; /* [role][0 complete, 1 failed] */
 	uint64_t lane_failures[METRICS_ROLES];
 	uint64_t tls_handshakes;
