@@ -239,8 +239,8 @@ static const struct word {
 } words[] = {
 	{T_BOOL, "yes", 1},   {T_BOOL, "true", 1},   {T_BOOL, "on", 1},
 	{T_BOOL, "no", 0},    {T_BOOL, "false", 0},  {T_BOOL, "off", 0},
-	{T_LEVEL, "info", 0}, {T_LEVEL, "debug", 1},
-	{T_AUTO, "auto", 0},  {T_AUTO, "yes", 1},    {T_AUTO, "no", -1},
+	{T_LEVEL, "info", 0}, {T_LEVEL, "debug", 1}, {T_AUTO, "auto", 0},
+	{T_AUTO, "yes", 1},   {T_AUTO, "no", -1},
 };
 
 /* The word a T_BOOL, T_LEVEL or T_AUTO value prints as. */
@@ -264,9 +264,9 @@ set_word(struct uffdd_conf *c, const struct key *k, const char *v, char *err,
 			return 0;
 		}
 	return refuse(err, errlen, k, v,
-		      k->type == T_BOOL	   ? "want yes or no"
+		      k->type == T_BOOL	  ? "want yes or no"
 		      : k->type == T_AUTO ? "want auto, yes or no"
-					   : "want info or debug");
+					  : "want info or debug");
 }
 
 /* A file mode in octal, permission bits only. */

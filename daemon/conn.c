@@ -482,10 +482,12 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	 */
 	if (c->failing || c->dead)
 		return;
-	if (c->tls && !c->tls_up)
-		metrics.tls_failures[strncmp(why, "TLS: peer certificate", 21) == 0
-					     ? METRICS_TLS_PEER_CERT
-					     : METRICS_TLS_PROTOCOL]++;
+	if (c->tls && !c->tls_up) {
+		int cert = strncmp(why, "TLS: peer certificate", 21) == 0;
+
+		metrics.tls_failures[cert ? METRICS_TLS_PEER_CERT
+					  : METRICS_TLS_PROTOCOL]++;
+	}
 	conn_set_failing(c, why);
 	event_active(c->resume, EV_TIMEOUT, 0);
 }

@@ -138,6 +138,20 @@ control_reply(uint64_t serial, uint16_t type, const ProtobufCMessage *msg)
 	free(buf);
 }
 
+/* A refused request in the metrics, by its error code's kind. */
+static void
+count_refusal(uint32_t code)
+{
+	enum metrics_refusal r = METRICS_REFUSED_OTHER;
+
+	if (code == ERR_PERMISSION)
+		r = METRICS_REFUSED_PERMISSION;
+	else if (code == ERR_INVALID || code == ERR_PROTOCOL ||
+		 code == ERR_UNKNOWN_ID)
+		r = METRICS_REFUSED_INVALID;
+	metrics.refused[r]++;
+}
+
 void
 control_reply_error(uint64_t serial, uint32_t code, const char *fmt, ...)
 {
@@ -150,11 +164,7 @@ control_reply_error(uint64_t serial, uint32_t code, const char *fmt, ...)
 	va_end(ap);
 	e.code = code;
 	e.message = msg;
-	metrics.refused[code == ERR_PERMISSION ? METRICS_REFUSED_PERMISSION
-			: code == ERR_INVALID || code == ERR_PROTOCOL ||
-					code == ERR_UNKNOWN_ID
-				? METRICS_REFUSED_INVALID
-				: METRICS_REFUSED_OTHER]++;
+	count_refusal(code);
 	control_reply(serial, FRAME_ERROR, &e.base);
 }
 
@@ -344,6 +354,9 @@ ctl_cb(evutil_socket_t fd, short what, void *arg)
 			break;
 		case CTL_RELOAD:
 			on_reload();
+			break;
+		case CTL_REFUSED:
+			count_refusal((uint32_t)m.h.err);
 			break;
 		default:
 			log_warnx("control: unexpected message %u",

@@ -24,6 +24,7 @@ enum ctlmsg_type {
 	CTL_BYTE,	 /* id: serial; ctl_byte; the descriptor, if one came */
 	CTL_STOP,	 /* shut down as at SIGTERM */
 	CTL_RELOAD,	 /* reload the configuration (SIGHUP) */
+	CTL_REFUSED,	 /* err: a request refused here, its code (metrics) */
 	/* engine -> privileged part */
 	CTL_REPLY = 100, /* id: serial; ctl_reply + the packed message */
 	CTL_ASK,	 /* id: serial; ctl_ask: read one byte of the client */

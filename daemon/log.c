@@ -116,8 +116,8 @@ journal_line(int pri, const char *msgid, const char *peer, const char *line)
 }
 
 static void
-vlog(int pri, const char *msgid, const char *peer, const char *fmt,
-     va_list ap, int with_errno)
+vlog(int pri, const char *msgid, const char *peer, const char *fmt, va_list ap,
+     int with_errno)
 {
 	char msg[1024], line[1280];
 	int saved = errno;

@@ -37,3 +37,10 @@ metrics_long(struct metrics_hist *h, uint64_t ns)
 {
 	observe(h, METRICS_LONG_BASE_NS, METRICS_LONG_BUCKETS, ns);
 }
+
+void
+metrics_image_read(int uring, uint64_t bytes)
+{
+	metrics.image_reads[uring != 0]++;
+	metrics.image_read_bytes[uring != 0] += bytes;
+}

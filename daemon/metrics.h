@@ -27,7 +27,7 @@
 struct metrics_hist {
 	uint64_t count;
 	uint64_t sum_ns;
-	uint64_t bucket[METRICS_BUCKETS_MAX + 1]; /* not cumulative; last +Inf */
+	uint64_t bucket[METRICS_BUCKETS_MAX + 1]; /* each its own; last +Inf */
 };
 
 /* The reasons a TLS handshake failed, and a control request was refused. */
@@ -46,19 +46,23 @@ enum metrics_refusal {
 
 struct metrics {
 	struct metrics_hist fault[METRICS_ROLES];
-	struct metrics_hist residency; /* destination: attach to complete */
-	struct metrics_hist freeze;    /* source: pre-copy freeze time */
+	struct metrics_hist residency;	  /* destination: attach to complete */
+	struct metrics_hist freeze;	  /* source: pre-copy freeze time */
 	uint64_t ended[METRICS_ROLES][2]; /* [role][0 complete, 1 failed] */
 	uint64_t lane_failures[METRICS_ROLES];
 	uint64_t tls_handshakes;
 	uint64_t tls_failures[METRICS_TLS_FAIL_N];
 	uint64_t refused[METRICS_REFUSED_N]; /* control replies: errors */
+	/* A restore's reads of its image file: [0] pread, [1] io_uring. */
+	uint64_t image_reads[2], image_read_bytes[2];
 };
 
 extern struct metrics metrics;
 
 /* One demand fault of role (0 source, 1 destination), served in ns. */
 void metrics_fault(int role, uint64_t ns);
+/* One read of an image file, through the ring (uring) or pread. */
+void metrics_image_read(int uring, uint64_t bytes);
 /* One sample of a long histogram (residency, freeze). */
 void metrics_long(struct metrics_hist *, uint64_t ns);
 /* The upper bound of bucket k of a histogram whose first is base, in ns. */

@@ -53,10 +53,11 @@ respond(struct bufferevent *bev, const char *status, const char *type,
 {
 	struct evbuffer *out = bufferevent_get_output(bev);
 
-	evbuffer_add_printf(out,
-			    "HTTP/1.1 %s\r\nContent-Type: %s\r\n"
-			    "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
-			    status, type, len, extra);
+	evbuffer_add_printf(
+		out,
+		"HTTP/1.1 %s\r\nContent-Type: %s\r\n"
+		"Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
+		status, type, len, extra);
 	if (!head)
 		evbuffer_add(out, body, len);
 	bufferevent_disable(bev, EV_READ);
@@ -105,7 +106,8 @@ handle(struct bufferevent *bev, char *req)
 	}
 	head = strcmp(method, "HEAD") == 0;
 	if (!head && strcmp(method, "GET") != 0) {
-		error_page(bev, "405 Method Not Allowed", "Allow: GET, HEAD\r\n");
+		error_page(bev, "405 Method Not Allowed",
+			   "Allow: GET, HEAD\r\n");
 		return;
 	}
 	text = metrics_text(om, &len);
@@ -194,10 +196,11 @@ metrics_http_listen(const char *addr)
 		log_warnx("metrics %s: want PORT or ADDR:PORT", addr);
 		return -1;
 	}
-	listener = evconnlistener_new_bind(
-		base, accept_cb, NULL,
-		LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
-		16, (struct sockaddr *)&ss, sl);
+	listener = evconnlistener_new_bind(base, accept_cb, NULL,
+					   LEV_OPT_CLOSE_ON_FREE |
+						   LEV_OPT_REUSEABLE |
+						   LEV_OPT_CLOSE_ON_EXEC,
+					   16, (struct sockaddr *)&ss, sl);
 	if (listener == NULL) {
 		log_warn("metrics: cannot listen on %s", buf);
 		return -1;

@@ -52,8 +52,9 @@ per_role(struct out *o, const char *name, const char *help,
 {
 	family(o, name, "counter", help);
 	for (int r = 0; r < METRICS_ROLES; r++) {
-		uint64_t v = *(const uint64_t *)(const void *)((const char *)&t[r] +
-							      off);
+		uint64_t v =
+			*(const uint64_t *)(const void *)((const char *)&t[r] +
+							  off);
 
 		if (scale == 1)
 			fprintf(o->f, "%s_total{role=\"%s\"} %llu\n", name,
@@ -161,8 +162,9 @@ moved(struct out *o)
 		 TOT(blocked_ns), 1e-9);
 	per_role(o, "uffdd_precopy_rounds", "Pre-copy rounds done.", t,
 		 TOT(precopy_rounds), 1);
-	per_role(o, "uffdd_precopy_bytes", "Page bytes sent in pre-copy rounds.",
-		 t, TOT(precopy_bytes), 1);
+	per_role(o, "uffdd_precopy_bytes",
+		 "Page bytes sent in pre-copy rounds.", t, TOT(precopy_bytes),
+		 1);
 }
 
 /* Counts of events: lanes, TLS, control. */
@@ -189,13 +191,27 @@ events(struct out *o)
 		fprintf(o->f,
 			"uffdd_tls_handshake_failures_total{reason=\"%s\"} "
 			"%llu\n",
-			tls_why[i], (unsigned long long)metrics.tls_failures[i]);
+			tls_why[i],
+			(unsigned long long)metrics.tls_failures[i]);
+	family(o, "uffdd_image_reads", "counter",
+	       "A restore's reads of its image file, by how: pread or "
+	       "io_uring.");
+	for (int i = 0; i < 2; i++)
+		fprintf(o->f, "uffdd_image_reads_total{io=\"%s\"} %llu\n",
+			i ? "io_uring" : "pread",
+			(unsigned long long)metrics.image_reads[i]);
+	family(o, "uffdd_image_read_bytes", "counter",
+	       "Bytes a restore read from its image file, by how.");
+	for (int i = 0; i < 2; i++)
+		fprintf(o->f, "uffdd_image_read_bytes_total{io=\"%s\"} %llu\n",
+			i ? "io_uring" : "pread",
+			(unsigned long long)metrics.image_read_bytes[i]);
 	family(o, "uffdd_control_refusals", "counter",
-	       "Control requests the engine answered with an error, by "
-	       "reason.");
+	       "Control requests refused, by reason.");
 	for (int i = 0; i < METRICS_REFUSED_N; i++)
-		fprintf(o->f, "uffdd_control_refusals_total{reason=\"%s\"} "
-			      "%llu\n",
+		fprintf(o->f,
+			"uffdd_control_refusals_total{reason=\"%s\"} "
+			"%llu\n",
 			refused[i], (unsigned long long)metrics.refused[i]);
 }
 
@@ -237,7 +253,8 @@ process(struct out *o)
 		family(o, "process_cpu_seconds", "counter",
 		       "CPU time of the daemon's engine, user and system.");
 		fprintf(o->f, "process_cpu_seconds_total %.6f\n",
-			(double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+			(double)ru.ru_utime.tv_sec +
+				(double)ru.ru_stime.tv_sec +
 				((double)ru.ru_utime.tv_usec +
 				 (double)ru.ru_stime.tv_usec) /
 					1e6);
@@ -247,7 +264,8 @@ process(struct out *o)
 			family(o, "process_resident_memory_bytes", "gauge",
 			       "Resident memory of the daemon's engine.");
 			fprintf(o->f, "process_resident_memory_bytes %llu\n",
-				rss * (unsigned long long)sysconf(_SC_PAGESIZE));
+				rss * (unsigned long long)sysconf(
+					      _SC_PAGESIZE));
 		}
 		fclose(f);
 	}

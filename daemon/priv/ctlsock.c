@@ -149,6 +149,10 @@ allowed(struct client *cl, uint16_t type, const char *what, pid_t pid)
 		return grant_new(type, &cl->who, &t);
 	procref_close(&t);
 	conn_send_error(cl->conn, code, "%s: %s", what, err);
+	/* The engine's metrics count the refusals made here too. */
+	if (engine >= 0)
+		imsg_send(engine, CTL_REFUSED, 0, (int32_t)code, NULL, 0, NULL,
+			  0);
 	return NULL;
 }
 

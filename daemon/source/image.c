@@ -25,6 +25,7 @@
 #include "daemon/conn.h"
 #include "daemon/fdpass.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
 #include "daemon/source/internal.h"
@@ -294,6 +295,8 @@ run_ahead(struct source *s, uint64_t k)
 
 	b = image_ra_get(&si->ra, k, u->data_off, image_run_bytes(&si->img, u),
 			 err, sizeof(err));
+	if (b != NULL && !again)
+		metrics_image_read(si->ra.ok, image_run_bytes(&si->img, u));
 	if (b != NULL && !again &&
 	    image_run_check(&si->img, u, b, err, sizeof(err)) < 0)
 		b = NULL;
@@ -459,6 +462,7 @@ ws_read_batch(struct src_image *si, uint64_t b, char *err, size_t errlen)
 		si->ws_n = 0;
 		if (image_ws_read(im, first, n, si->ws_buf, err, errlen) < 0)
 			return NULL;
+		metrics_image_read(0, image_ws_bytes(im, first, n));
 		si->ws_first = first;
 		si->ws_n = n;
 		return si->ws_buf;
@@ -467,6 +471,7 @@ ws_read_batch(struct src_image *si, uint64_t b, char *err, size_t errlen)
 			 image_ws_bytes(im, first, n), err, errlen);
 	if (p == NULL || again)
 		return p;
+	metrics_image_read(si->ra.ok, image_ws_bytes(im, first, n));
 	if (image_ws_check(im, first, n, p, err, errlen) < 0)
 		return NULL;
 	for (uint64_t a = b + 1; a < si->nws_batch; a++) {

@@ -20,7 +20,7 @@ for key in $("$UFFDD" -n --insecure --config /dev/null | sed 's/^# //' | awk '{p
 done
 SAN_WHO="uffd-client --help" checked "$T/help" "$CLIENT" --help || true
 for word in $(grep -o -- '--[a-z][a-z-]*' "$T/help" | sort -u) \
-	$(sed -n 's/^  \([a-z][a-z]*\) .*/\1/p' "$T/help"); do
+	$(sed -n 's/^  \([a-z][a-z]*\)\( .*\)\{0,1\}$/\1/p' "$T/help"); do
 	in_page "$M/uffd-client.1" "$word" || fail "uffd-client.1 does not document $word"
 done
 if command -v man >/dev/null; then

@@ -85,6 +85,13 @@ start_daemon s
 # Every memory kind an export takes, three targets each.
 snap anon 32M "--untouched-every 7 --zero-every 5"
 restore 3 anon 32M "--untouched-every 7 --zero-every 5"
+# The restores' reads of the image are counted, by how (the metrics).
+"$CLIENT" --control "$d_SOCK" metrics >"$T/metrics.txt"
+io=io_uring
+grep -q "image: read with pread" "$T/d.log" && io=pread
+grep -Eq "^uffdd_image_reads_total\{io=\"$io\"\} [1-9]" "$T/metrics.txt" ||
+	fail "image reads not counted: $(grep image_read "$T/metrics.txt")"
+info "image reads counted: $(grep '^uffdd_image_reads_total' "$T/metrics.txt" | tr '\n' ' ')"
 for kind in thp shared memfd tmpfs; do
 	snap "$kind" 16M "--kind $kind --untouched-every 3 --zero-every 5"
 	[ "$kind" != thp ] || [ "$SRC_AHP" -ge $((16 * 1024 / 2)) ] ||

@@ -57,6 +57,21 @@ assert s.recv(20).startswith(b"HTTP/1.1 200")
 PY
 info "GET /metrics 200, other paths 404, POST 405, too large 431, garbage 400, idle ones closed"
 
+# Refused control requests are counted, those the privileged part refuses
+# (a process no one may migrate) too.
+refusals() {
+	"$CLIENT" --control "$src_SOCK" metrics |
+		sed -n 's/^uffdd_control_refusals_total{reason="invalid"} //p'
+}
+before=$(refusals)
+"$CLIENT" --control "$src_SOCK" export 1 >/dev/null 2>&1 && fail "export 1 accepted"
+for _ in $(seq 50); do
+	[ "$(refusals)" -gt "$before" ] && break
+	sleep 0.1
+done
+[ "$(refusals)" = $((before + 1)) ] || fail "refusals: $before, then $(refusals)"
+info "a refused request is counted"
+
 # promtool on the endpoint's text.
 curl -s "http://127.0.0.1:$DM/metrics" >"$T/metrics.txt"
 promtool check metrics <"$T/metrics.txt" >"$T/promtool.out" 2>&1 ||

@@ -23,7 +23,7 @@ done
 
 # Every command's --help (and -h): its usage line, on stdout, exit 0, and
 # no daemon needed: the control socket named does not exist.
-cmds=$("$CLIENT" --help | sed -n '/^commands:/,/^$/s/^  \([a-z][a-z-]*\) .*/\1/p' | sort -u)
+cmds=$("$CLIENT" --help | sed -n '/^commands:/,/^$/s/^  \([a-z][a-z-]*\)\( .*\)\{0,1\}$/\1/p' | sort -u)
 [ "$(echo "$cmds" | wc -w)" -ge 10 ] || fail "too few commands in --help: $cmds"
 for c in $cmds; do
 	for h in --help -h; do
