@@ -14,6 +14,7 @@
 #include "daemon/compat.h"
 #include "daemon/imsg.h"
 #include "daemon/privop.h"
+#include "daemon/procfile.h"
 #include "daemon/procref.h"
 
 #ifndef KCMP_VM
@@ -208,7 +209,7 @@ sharer(pid_t pid, pid_t p, pid_t tid, int want, char *list, size_t len,
  * no longer does (it unshared, or exited).
  */
 int
-proc_sharers(pid_t pid, int want, char *list, size_t len)
+proc_sharers_scan(pid_t pid, int want, char *list, size_t len)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *e;
@@ -247,5 +248,32 @@ proc_sharers(pid_t pid, int want, char *list, size_t len)
 		errno = ENOSYS;
 		return -1;
 	}
+	return n;
+}
+
+int
+proc_sharers(pid_t pid, int want, char *list, size_t len)
+{
+	struct privop_sharers req = {.want = (uint32_t)want};
+	const struct privop_sharers_reply *a;
+	uint64_t grant = procfile_grant(pid);
+	struct imsg rep;
+	int n = -1;
+
+	if (grant == 0 || !privop_available())
+		return proc_sharers_scan(pid, want, list, len);
+	list[0] = '\0';
+	if (privop_call(PRIVOP_SHARERS, grant, &req, sizeof(req), NULL, 0,
+			&rep, NULL) < 0)
+		return -1;
+	a = (const void *)rep.data;
+	if (rep.h.len != sizeof(*a) || a->list[sizeof(a->list) - 1] != '\0') {
+		errno = EPROTO;
+	} else if ((n = a->n) < 0) {
+		errno = ENOSYS;
+	} else if (len > 0) {
+		snprintf(list, len, "%s", a->list);
+	}
+	imsg_clear(&rep);
 	return n;
 }

@@ -70,5 +70,10 @@ void procref_close(struct procref *);
 #define PROC_SHARE_VM 1
 #define PROC_SHARE_FILES 2
 int proc_sharers(pid_t pid, int want, char *list, size_t len);
+/*
+ * The same, looked at here (the privileged part, or a daemon without one):
+ * proc_sharers() asks the privileged part for a process of a grant.
+ */
+int proc_sharers_scan(pid_t pid, int want, char *list, size_t len);
 
 #endif
