@@ -4,6 +4,8 @@
 # file of the migrated processes under /proc that needs the right to
 # ptrace them (maps, pagemap, map_files, mem, task/*/syscall): the
 # privileged part opens them for the grant and hands the descriptors over.
+# The source's engine reads the pages through the /proc/PID/mem it was
+# given, never with process_vm_readv (checked at every call).
 # An engine killed by SIGSEGV mid-migration, on either side, pauses its
 # migrations loudly; the privileged part starts a new engine, which takes
 # them up, and each completes byte-exact; then the daemons serve a new
@@ -23,12 +25,13 @@ BASE=0x500000000000
 END=$(printf '0x%x' $((BASE + (64 << 20))))
 RANGE=${BASE#0x}-${END#0x}
 
-# trace NAME: strace of NAME's engine, its opens, into $T/NAME.strace.
+# trace NAME: strace of NAME's engine, its opens and process_vm_readv
+# calls, into $T/NAME.strace.
 trace() {
 	local eng
 	eng=$(engine_pid "$1")
 	[ -n "$eng" ] || fail "daemon $1 has no engine"
-	strace -f -qq -e trace=open,openat -o "$T/$1.strace" -p "$eng" &
+	strace -f -qq -e trace=open,openat,process_vm_readv -o "$T/$1.strace" -p "$eng" &
 	eval "${1}_STRACE=$!"
 	PIDS+=("$!")
 	for _ in $(seq 100); do
@@ -66,6 +69,8 @@ for n in src dst; do
 		"$T/$n.strace" >"$T/$n.opened" && fail "the engine of $n opened by itself: $(head -n 5 "$T/$n.opened")"
 	grep -q . "$T/$n.strace" || fail "no open of the engine of $n was traced"
 done
+grep -q "process_vm_readv(" "$T/src.strace" &&
+	fail "the source's engine read pages with process_vm_readv: $(grep -m 3 process_vm_readv "$T/src.strace")"
 kill -9 "$WD"
 
 # segv VICTIM: a migration (paced_migration) whose VICTIM daemon's engine
