@@ -28,6 +28,7 @@ enum privop_type {
 	PRIVOP_SHARERS = 3, /* privop_sharers: privop_sharers_reply back */
 	PRIVOP_OFF_CPU = 4, /* nothing: the stopped threads are off the CPU */
 	PRIVOP_WP_UFFD = 5, /* privop_wp_uffd: a write-tracking uffd back */
+	PRIVOP_CHILD = 6,   /* privop_child: a child's grant, pidfd, mem */
 };
 
 struct privop_hdr {
@@ -86,6 +87,22 @@ struct privop_sharers_reply {
 struct privop_wp_uffd {
 	uint32_t sync; /* 1: a full one (sync tracking), 0: user-mode-only */
 	uint32_t pad;
+};
+
+/*
+ * A destination target forked: its child becomes a grant of its own only
+ * if it is the grant's process's child (its parent now, read after the
+ * child was opened) and the grant's caller could ptrace it. The answer:
+ * privop_child_reply, the child's pidfd and /proc/PID/mem (read-only).
+ */
+struct privop_child {
+	int32_t pid;
+	int32_t pad;
+};
+
+struct privop_child_reply {
+	uint64_t grant;
+	uint64_t start, probe; /* as struct procref */
 };
 
 /* The engine's end of the rpc socket pair. */

@@ -83,3 +83,21 @@ proc_off_cpu(pid_t pid)
 	privop_call(PRIVOP_OFF_CPU, grant, NULL, 0, NULL, 0, &rep, NULL);
 	imsg_clear(&rep);
 }
+
+pid_t
+proc_ppid(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	int ppid = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return 0;
+	/* After the command name, which may hold blanks and parentheses. */
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) != NULL &&
+	    sscanf(p + 1, " %*c %d", &ppid) != 1)
+		ppid = 0;
+	fclose(f);
+	return (pid_t)ppid;
+}

@@ -22,5 +22,7 @@ unsigned long long proc_start(pid_t pid);
 void proc_off_cpu(pid_t pid);
 /* The same, done here. */
 void proc_off_cpu_here(pid_t pid);
+/* The parent of process pid (field 4 of /proc/PID/stat), 0 when unknown. */
+pid_t proc_ppid(pid_t pid);
 
 #endif

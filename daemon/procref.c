@@ -144,6 +144,40 @@ procref_signal(const struct procref *r, int sig)
 	return (int)syscall(SYS_pidfd_send_signal, r->pidfd, sig, NULL, 0);
 }
 
+int
+procref_child(struct procref *r, uint64_t parent, pid_t pid)
+{
+	struct privop_child req = {.pid = pid};
+	const struct privop_child_reply *a;
+	struct imsg rep;
+	int e;
+
+	*r = (struct procref)PROCREF_NONE;
+	if (privop_call(PRIVOP_CHILD, parent, &req, sizeof(req), NULL, 0, &rep,
+			NULL) < 0) {
+		e = errno;
+		imsg_clear(&rep);
+		errno = e;
+		return -1;
+	}
+	a = (const void *)rep.data;
+	if (rep.h.len != sizeof(*a) || rep.nfd != 2 || a->grant == 0) {
+		imsg_clear(&rep);
+		errno = EPROTO;
+		return -1;
+	}
+	r->pid = pid;
+	r->pidfd = imsg_take_fd(&rep, 0);
+	r->memfd = imsg_take_fd(&rep, 1);
+	r->start = a->start;
+	r->probe = a->probe;
+	r->grant = a->grant;
+	imsg_clear(&rep);
+	/* The privileged part opens the child's files for it too. */
+	procfile_bind(pid, r->grant);
+	return 0;
+}
+
 void
 procref_move(struct procref *dst, struct procref *src)
 {

@@ -18,6 +18,7 @@
 
 #include "proto/frame.h"
 
+#include "daemon/authz.h"
 #include "daemon/imsg.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
@@ -35,7 +36,7 @@ struct call {
 	size_t len;
 	struct grant *g;
 	struct imsg *m;
-	int fd; /* a descriptor the answer carries, or -1 */
+	int fd, fd2; /* descriptors the answer carries, or -1 */
 	const void *out; /* the answer's struct, outlen bytes */
 	size_t outlen;
 };
@@ -201,6 +202,50 @@ do_wp_uffd(struct call *c)
 	return err;
 }
 
+/*
+ * A destination target's forked child, as a grant of its own: opened here,
+ * then checked to be the grant's process's child (a pid reused before the
+ * open would be another process's, and is refused) that the grant's
+ * caller could ptrace. The engine gets its pidfd and memory file.
+ */
+static int
+do_child(struct call *c)
+{
+	const struct privop_child *r = c->req;
+	static struct privop_child_reply a;
+	struct procref k;
+	struct grant *kg;
+	char err[128];
+
+	if (c->len != sizeof(*r))
+		return EBADMSG;
+	if (c->g->frame_type != FRAME_CTL_ATTACH)
+		return EPERM;
+	if (r->pid <= 1 || r->pid == c->g->t.pid)
+		return EINVAL;
+	if (!procref_same(&c->g->t))
+		return ESRCH;
+	if (procref_open(&k, r->pid, err, sizeof(err)) < 0)
+		return errno;
+	if (proc_ppid(r->pid) != c->g->t.pid || !procref_same(&k) ||
+	    !authz_allows(&c->g->who, &k)) {
+		procref_close(&k);
+		return EPERM;
+	}
+	c->fd = dup(k.pidfd);
+	c->fd2 = dup(k.memfd);
+	if (c->fd < 0 || c->fd2 < 0) {
+		procref_close(&k);
+		return EMFILE; /* the descriptors closed by serve_one() */
+	}
+	a = (struct privop_child_reply){.start = k.start, .probe = k.probe};
+	kg = grant_new(FRAME_CTL_ATTACH, &c->g->who, &k);
+	a.grant = kg->id;
+	c->out = &a;
+	c->outlen = sizeof(a);
+	return 0;
+}
+
 /* The operations, by type: each answers an errno value (0: done). */
 static int (*const ops[])(struct call *) = {
 	[PRIVOP_SIGNAL] = do_signal,
@@ -208,12 +253,14 @@ static int (*const ops[])(struct call *) = {
 	[PRIVOP_SHARERS] = do_sharers,
 	[PRIVOP_OFF_CPU] = do_off_cpu,
 	[PRIVOP_WP_UFFD] = do_wp_uffd,
+	[PRIVOP_CHILD] = do_child,
 };
 
 static void
 serve_one(int sock, struct imsg *m)
 {
-	struct call c = {.m = m, .fd = -1};
+	struct call c = {.m = m, .fd = -1, .fd2 = -1};
+	int fds[2], nfds = 0;
 	int err;
 
 	if (m->h.type != PRIVOP_REQUEST || m->h.len < sizeof(*c.h)) {
@@ -230,10 +277,14 @@ serve_one(int sock, struct imsg *m)
 		else
 			err = ops[c.h->type](&c);
 	}
-	imsg_send(sock, PRIVOP_REPLY, m->h.id, err, c.out, c.outlen,
-		  c.fd >= 0 ? &c.fd : NULL, c.fd >= 0 ? 1 : 0);
 	if (c.fd >= 0)
-		close(c.fd);
+		fds[nfds++] = c.fd;
+	if (c.fd2 >= 0)
+		fds[nfds++] = c.fd2;
+	imsg_send(sock, PRIVOP_REPLY, m->h.id, err, c.out, c.outlen,
+		  nfds ? fds : NULL, (size_t)nfds);
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
 }
 
 int

@@ -3,7 +3,9 @@
 # the engine of each daemon holds the peer connections, and it opens no
 # file of the migrated processes under /proc that needs the right to
 # ptrace them (maps, pagemap, map_files, mem, task/*/syscall): the
-# privileged part opens them for the grant and hands the descriptors over.
+# privileged part opens them for the grant and hands the descriptors over,
+# for the target's forked child too (a grant the privileged part opened as
+# the target's child).
 # The source's engine reads the pages through the /proc/PID/mem it was
 # given, never with process_vm_readv (checked at every call).
 # An engine killed by SIGSEGV mid-migration, on either side, pauses its
@@ -43,7 +45,8 @@ trace() {
 
 info "a TLS migration: the engines hold the peer connections and open no /proc file of the processes"
 start_workload WS source --size 64M --threads 2 --kind memfd
-start_workload WD dest --size 64M --threads 4 --prefault --pace-us 200 --kind memfd
+start_workload WD dest --size 64M --threads 4 --prefault --pace-us 200 --kind memfd \
+	--event fork
 trace src
 trace dst
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
@@ -61,11 +64,12 @@ for n in src dst; do
 done
 "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" || fail "wait: $(cat "$T/wait.out")"
 wait_verified WD
+wait_child_verified WD "the target's forked child"
 [ "$("$MEMHASH" "$WD" $BASE "$END")" = "$H_SRC" ] || fail "the destination differs from the source"
 kill "$src_STRACE" "$dst_STRACE"
 wait "$src_STRACE" "$dst_STRACE" 2>/dev/null || true
 for n in src dst; do
-	grep -E "\"/proc/($WS|$WD)/(maps|pagemap|mem|map_files/|task/[0-9]+/syscall)" \
+	grep -E "\"/proc/[0-9]+/(maps|pagemap|mem|map_files/|task/[0-9]+/syscall)" \
 		"$T/$n.strace" >"$T/$n.opened" && fail "the engine of $n opened by itself: $(head -n 5 "$T/$n.opened")"
 	grep -q . "$T/$n.strace" || fail "no open of the engine of $n was traced"
 done

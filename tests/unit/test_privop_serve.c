@@ -3,7 +3,8 @@
  * serve.c), on real processes: each request is checked whole and against
  * its grant (its process, still the one checked; its role), and what it
  * gives back works. The engine is not trusted: malformed requests, unknown
- * or dropped grants and requests beyond a grant's role are refused.
+ * or dropped grants and requests beyond a grant's role are refused; a
+ * forked child becomes a grant only as its parent grant's child.
  */
 #include "config.h"
 
@@ -78,7 +79,11 @@ open_file(uint64_t grant, uint32_t file, uint64_t start, uint64_t end,
 	return ask(grant, PRIVOP_OPEN, &r, sizeof(r), fd, NULL, NULL);
 }
 
-/* A child that sleeps until killed, with a shared mapping to be found. */
+/*
+ * A child that sleeps until killed, with a shared mapping to be found, and
+ * a child of its own that sleeps too (its pid written after the mapping's
+ * address).
+ */
 static pid_t
 sleeper(int pipefd)
 {
@@ -87,8 +92,13 @@ sleeper(int pipefd)
 	if (pid == 0) {
 		void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
 			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		pid_t kid = fork();
 
-		if (p == MAP_FAILED || write(pipefd, &p, sizeof(p)) < 0)
+		if (kid == 0)
+			for (;;)
+				pause();
+		if (p == MAP_FAILED || write(pipefd, &p, sizeof(p)) < 0 ||
+		    write(pipefd, &kid, sizeof(kid)) < 0)
 			_exit(1);
 		for (;;)
 			pause();
@@ -96,15 +106,23 @@ sleeper(int pipefd)
 	return pid;
 }
 
+/* A grant as a privileged caller's request (uid > 0: an unprivileged one's). */
 static struct grant *
-grant_of(pid_t pid, uint16_t frame_type)
+grant_by(pid_t pid, uint16_t frame_type, uid_t uid)
 {
-	struct authz_caller who = {.pid = getpid()};
+	struct authz_caller who = {.pid = getpid(), .uid = uid, .gid = uid,
+				   .privileged = uid == 0};
 	struct procref t;
 	char err[128];
 
 	CHECK(procref_open(&t, pid, err, sizeof(err)) == 0);
 	return grant_new(frame_type, &who, &t);
+}
+
+static struct grant *
+grant_of(pid_t pid, uint16_t frame_type)
+{
+	return grant_by(pid, frame_type, 0);
 }
 
 /* The files: opened for the grant, read through; mem-rw for an attach. */
@@ -134,6 +152,46 @@ test_open(struct grant *ex, struct grant *at, uint64_t shm)
 	CHECK(fd >= 0 && pwrite(fd, "x", 1, (off_t)shm) == 1);
 	close(fd);
 	CHECK(open_file(ex->id, 99, 0, 0, &fd) == EINVAL);
+}
+
+/*
+ * A child becomes a grant only as its parent's grant's child: its pidfd
+ * and memory file come back, and its files open by its own grant.
+ */
+static void
+test_child(struct grant *ex, struct grant *at, pid_t grandkid)
+{
+	struct privop_child r = {.pid = grandkid};
+	struct privop_child_reply *a = NULL;
+	size_t alen = 0;
+	int fd = -1;
+
+	CHECK(ask(ex->id, PRIVOP_CHILD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      EPERM);
+	CHECK(fd < 0);
+	r.pid = getpid(); /* the grant's process's parent, not its child */
+	CHECK(ask(at->id, PRIVOP_CHILD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      EPERM);
+	r.pid = 1;
+	CHECK(ask(at->id, PRIVOP_CHILD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      EINVAL);
+	r.pid = grandkid;
+	/* Nobody (uid 65534) may not ptrace root's child, which has caps. */
+	CHECK(ask(grant_by(at->t.pid, FRAME_CTL_ATTACH, 65534)->id,
+		  PRIVOP_CHILD, &r, sizeof(r), &fd, NULL, NULL) == EPERM);
+	CHECK(ask(at->id, PRIVOP_CHILD, &r, sizeof(r), &fd, (void **)&a,
+		  &alen) == 0);
+	CHECK(fd >= 0 && alen == sizeof(*a) && a != NULL && a->grant != 0);
+	if (fd >= 0)
+		close(fd);
+	if (a != NULL && a->grant != 0) {
+		CHECK(grant_find(a->grant) != NULL &&
+		      grant_find(a->grant)->t.pid == grandkid);
+		CHECK(open_file(a->grant, PRIVOP_FILE_MAPS, 0, 0, &fd) == 0);
+		CHECK(fd >= 0);
+		close(fd);
+	}
+	free(a);
 }
 
 /* Requests that do not hold together, or name no live grant. */
@@ -175,7 +233,7 @@ main(void)
 	struct grant *ex, *at, *gone;
 	int pfd[2], fd, st;
 	size_t alen;
-	pid_t kid, kid2;
+	pid_t kid, kid2, grandkid, grandkid2;
 	void *shm;
 
 	if (geteuid() != 0) {
@@ -191,10 +249,12 @@ main(void)
 	CHECK(pipe(pfd) == 0);
 	kid = sleeper(pfd[1]);
 	CHECK(read(pfd[0], &shm, sizeof(shm)) == sizeof(shm));
+	CHECK(read(pfd[0], &grandkid, sizeof(grandkid)) == sizeof(grandkid));
 	ex = grant_of(kid, FRAME_CTL_EXPORT);
 	at = grant_of(kid, FRAME_CTL_ATTACH);
 	test_open(ex, at, (uint64_t)(uintptr_t)shm);
 	test_refused(ex, at);
+	test_child(ex, at, grandkid);
 
 	/* Sharers: none for a plain child; the answer is well formed. */
 	CHECK(ask(ex->id, PRIVOP_SHARERS, &s, sizeof(s), NULL, (void **)&a,
@@ -211,12 +271,16 @@ main(void)
 	CHECK(open_file(at->id, PRIVOP_FILE_MAPS, 0, 0, &fd) == ESRCH);
 	kid2 = sleeper(pfd[1]);
 	CHECK(read(pfd[0], &shm, sizeof(shm)) == sizeof(shm));
+	CHECK(read(pfd[0], &grandkid2, sizeof(grandkid2)) ==
+	      sizeof(grandkid2));
 	gone = grant_of(kid2, FRAME_CTL_EXPORT);
+	kill(grandkid2, SIGKILL);
 	kill(kid2, SIGKILL);
 	CHECK(waitpid(kid2, &st, 0) == kid2);
 	CHECK(open_file(gone->id, PRIVOP_FILE_MAPS, 0, 0, &fd) == ESRCH);
 	CHECK(fd < 0);
 
+	kill(grandkid, SIGKILL);
 	kill(kid, SIGKILL);
 	waitpid(kid, &st, 0);
 	grant_free_all();
