@@ -23,6 +23,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/loop.h"
+#include "daemon/procfile.h"
 #include "daemon/procref.h"
 #include "daemon/role.h"
 
@@ -88,6 +89,7 @@ client_gone(uint64_t serial)
 static void
 drop_grant(uint64_t grant)
 {
+	procfile_unbind(grant);
 	if (sock >= 0 && grant != 0)
 		imsg_send(sock, CTL_DROP, grant, 0, NULL, 0, NULL, 0);
 }
@@ -308,6 +310,8 @@ request(struct imsg *m)
 		t.memfd = imsg_take_fd(m, 1);
 		t.start = rq->start;
 		t.probe = rq->probe;
+		/* The privileged part opens the process's files for it. */
+		procfile_bind(t.pid, t.grant);
 	}
 	seen = (const void *)(m->data + sizeof(*rq));
 	nseen = rq->nseen;

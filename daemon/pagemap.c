@@ -13,6 +13,7 @@
 
 #include "daemon/compat.h"
 #include "daemon/pagemap.h"
+#include "daemon/procfile.h"
 
 /*
  * 8-byte reads cost 50x more than 8 KiB ones (measured on 6.18: 1.0 s vs
@@ -25,10 +26,7 @@
 static int
 open_pagemap(pid_t pid)
 {
-	char path[64];
-
-	snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
-	return open(path, O_RDONLY | O_CLOEXEC);
+	return procfile_pagemap(pid);
 }
 
 static int64_t

@@ -14,6 +14,7 @@
 #include "daemon/compat.h"
 #include "daemon/imsg.h"
 #include "daemon/privop.h"
+#include "daemon/procfile.h"
 #include "daemon/procref.h"
 
 #ifndef KCMP_VM
@@ -143,6 +144,40 @@ procref_signal(const struct procref *r, int sig)
 	return (int)syscall(SYS_pidfd_send_signal, r->pidfd, sig, NULL, 0);
 }
 
+int
+procref_child(struct procref *r, uint64_t parent, pid_t pid)
+{
+	struct privop_child req = {.pid = pid};
+	const struct privop_child_reply *a;
+	struct imsg rep;
+	int e;
+
+	*r = (struct procref)PROCREF_NONE;
+	if (privop_call(PRIVOP_CHILD, parent, &req, sizeof(req), NULL, 0, &rep,
+			NULL) < 0) {
+		e = errno;
+		imsg_clear(&rep);
+		errno = e;
+		return -1;
+	}
+	a = (const void *)rep.data;
+	if (rep.h.len != sizeof(*a) || rep.nfd != 2 || a->grant == 0) {
+		imsg_clear(&rep);
+		errno = EPROTO;
+		return -1;
+	}
+	r->pid = pid;
+	r->pidfd = imsg_take_fd(&rep, 0);
+	r->memfd = imsg_take_fd(&rep, 1);
+	r->start = a->start;
+	r->probe = a->probe;
+	r->grant = a->grant;
+	imsg_clear(&rep);
+	/* The privileged part opens the child's files for it too. */
+	procfile_bind(pid, r->grant);
+	return 0;
+}
+
 void
 procref_move(struct procref *dst, struct procref *src)
 {
@@ -208,7 +243,7 @@ sharer(pid_t pid, pid_t p, pid_t tid, int want, char *list, size_t len,
  * no longer does (it unshared, or exited).
  */
 int
-proc_sharers(pid_t pid, int want, char *list, size_t len)
+proc_sharers_scan(pid_t pid, int want, char *list, size_t len)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *e;
@@ -247,5 +282,32 @@ proc_sharers(pid_t pid, int want, char *list, size_t len)
 		errno = ENOSYS;
 		return -1;
 	}
+	return n;
+}
+
+int
+proc_sharers(pid_t pid, int want, char *list, size_t len)
+{
+	struct privop_sharers req = {.want = (uint32_t)want};
+	const struct privop_sharers_reply *a;
+	uint64_t grant = procfile_grant(pid);
+	struct imsg rep;
+	int n = -1;
+
+	if (grant == 0 || !privop_available())
+		return proc_sharers_scan(pid, want, list, len);
+	list[0] = '\0';
+	if (privop_call(PRIVOP_SHARERS, grant, &req, sizeof(req), NULL, 0,
+			&rep, NULL) < 0)
+		return -1;
+	a = (const void *)rep.data;
+	if (rep.h.len != sizeof(*a) || a->list[sizeof(a->list) - 1] != '\0') {
+		errno = EPROTO;
+	} else if ((n = a->n) < 0) {
+		errno = ENOSYS;
+	} else if (len > 0) {
+		snprintf(list, len, "%s", a->list);
+	}
+	imsg_clear(&rep);
 	return n;
 }

@@ -57,6 +57,13 @@ int procref_same(const struct procref *);
 int procref_alive(const struct procref *);
 /* Sends sig through the pidfd: never to a process that took the pid. */
 int procref_signal(const struct procref *, int sig);
+/*
+ * In the engine: a reference to process pid, a forked child of the process
+ * of grant parent, as the privileged part opens it, with a grant of its
+ * own (or not at all: it is not that process's child, or not one its
+ * caller could ptrace). 0, or -1 with errno set.
+ */
+int procref_child(struct procref *, uint64_t parent, pid_t pid);
 /* Moves the reference out of src (which is left closed). */
 void procref_move(struct procref *dst, struct procref *src);
 void procref_close(struct procref *);
@@ -70,5 +77,10 @@ void procref_close(struct procref *);
 #define PROC_SHARE_VM 1
 #define PROC_SHARE_FILES 2
 int proc_sharers(pid_t pid, int want, char *list, size_t len);
+/*
+ * The same, looked at here (the privileged part, or a daemon without one):
+ * proc_sharers() asks the privileged part for a process of a grant.
+ */
+int proc_sharers_scan(pid_t pid, int want, char *list, size_t len);
 
 #endif

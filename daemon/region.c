@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/procfile.h"
 #include "daemon/region.h"
 
 const char *
@@ -60,11 +61,7 @@ region_huge_page_size(void)
 int
 region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end)
 {
-	char path[96];
-
-	snprintf(path, sizeof(path), "/proc/%d/map_files/%llx-%llx", (int)pid,
-		 (unsigned long long)vma_start, (unsigned long long)vma_end);
-	return open(path, O_RDONLY | O_CLOEXEC);
+	return procfile_map_file(pid, vma_start, vma_end);
 }
 
 /*
@@ -219,14 +216,18 @@ region_name_escape(char dst[REGION_NAME_MAX], const char *src)
 int
 region_read_maps(pid_t pid, struct vma **out, size_t *n)
 {
-	char path[64], line[4096];
+	char line[4096];
 	struct vma *v = NULL;
 	size_t cap = 0, cnt = 0;
+	int fd = procfile_maps(pid);
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-	if ((f = fopen(path, "re")) == NULL)
+	if (fd < 0)
 		return -1;
+	if ((f = fdopen(fd, "re")) == NULL) {
+		close(fd);
+		return -1;
+	}
 	while (fgets(line, sizeof(line), f) != NULL) {
 		struct vma e = {0};
 		char perms[8] = "", name[4096] = "";

@@ -10,9 +10,12 @@
 #include <sys/ioctl.h>
 
 #include "daemon/compat.h"
+#include "daemon/imsg.h"
 #include "daemon/inject.h"
 #include "daemon/log.h"
+#include "daemon/privop.h"
 #include "daemon/probe.h"
+#include "daemon/procfile.h"
 #include "daemon/procref.h"
 #include "daemon/uffd.h"
 #include "daemon/wptrack.h"
@@ -87,8 +90,8 @@ uffd_via_device(struct inject *inj, char *why, size_t len)
  * a full one, since a user-mode-only one would fail the process's system
  * calls that write to a protected page (EFAULT) instead of waiting.
  */
-static int
-take_uffd(const struct procref *t, int sync, char *why, size_t len)
+int
+wptrack_take_uffd(const struct procref *t, int sync, char *why, size_t len)
 {
 	struct inject inj;
 	long fd;
@@ -108,7 +111,9 @@ take_uffd(const struct procref *t, int sync, char *why, size_t len)
 				    (sync ? 0 : UFFD_USER_MODE_ONLY),
 			    0, 0, 0, 0, 0);
 	why[0] = '\0';
-	if (sync && fd == -EPERM && kfeat.dev_userfaultfd)
+	/* The device is tried where it opens (the privileged part has no
+	 * kernel probe of its own). */
+	if (sync && fd == -EPERM)
 		fd = uffd_via_device(&inj, why, len);
 	if (fd >= 0) {
 		ours = (int)syscall(SYS_pidfd_getfd, t->pidfd, (int)fd, 0);
@@ -124,6 +129,31 @@ take_uffd(const struct procref *t, int sync, char *why, size_t len)
 	else if (ours < 0)
 		snprintf(why, len, "pidfd_getfd: %s", strerror(errno));
 	return ours;
+}
+
+/*
+ * The same, asked of the privileged part for a process the engine holds
+ * by grant: the injection and pidfd_getfd() need the right to ptrace it.
+ */
+static int
+take_uffd(const struct procref *t, int sync, char *why, size_t len)
+{
+	struct privop_wp_uffd req = {.sync = sync != 0};
+	struct imsg rep;
+	int fd = -1;
+
+	if (t->grant == 0 || !privop_available())
+		return wptrack_take_uffd(t, sync, why, len);
+	if (privop_call(PRIVOP_WP_UFFD, t->grant, &req, sizeof(req), NULL, 0,
+			&rep, NULL) == 0)
+		fd = rep.nfd > 0 ? imsg_take_fd(&rep, 0) : -1;
+	if (fd < 0 && rep.h.len > 0 && rep.data[rep.h.len - 1] == '\0')
+		snprintf(why, len, "%s", (const char *)rep.data);
+	else if (fd < 0)
+		snprintf(why, len, "a userfaultfd of process %d: %s",
+			 (int)t->pid, strerror(errno ? errno : EPROTO));
+	imsg_clear(&rep);
+	return fd;
 }
 
 /* One UFFDIO_WRITEPROTECT: 0, 1 for ENOENT (no registered mapping), -1. */
@@ -167,12 +197,10 @@ wptrack_start(struct wptrack *w, const struct procref *t,
 	      const struct range *rs, size_t n, enum wptrack_mode mode,
 	      char *why, size_t len)
 {
-	char path[64];
-
 	*w = (struct wptrack)WPTRACK_NONE;
-	snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)t->pid);
-	if ((w->pagemap = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-		snprintf(why, len, "%s: %s", path, strerror(errno));
+	if ((w->pagemap = procfile_pagemap(t->pid)) < 0) {
+		snprintf(why, len, "/proc/%d/pagemap: %s", (int)t->pid,
+			 strerror(errno));
 		return -1;
 	}
 	w->sync = mode == WPTRACK_SYNC;

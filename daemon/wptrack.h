@@ -52,6 +52,14 @@ enum wptrack_mode wptrack_mode(void);
 /* Whether a frozen process can be watched so: the async tracker only. */
 int wptrack_usable(void);
 /*
+ * Has the stopped process t make a userfaultfd for write tracking (sync:
+ * a full one, else user-mode-only), by injection, and returns our copy;
+ * -1 with why filled. The privileged part's work: the engine asks it
+ * (PRIVOP_WP_UFFD) for a process it holds by grant.
+ */
+int wptrack_take_uffd(const struct procref *t, int sync, char *why,
+		      size_t len);
+/*
  * Write-protects ranges [rs, rs + n) of the stopped process t: injects a
  * user-mode-only userfaultfd() into it (which any process may make, so
  * nothing is given to it), takes the descriptor and closes the process's

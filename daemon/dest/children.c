@@ -302,8 +302,8 @@ dest_fork_child(struct dest *parent, int ufd)
 	char who[32] = "a process (pid not known yet)";
 
 	k = dest_child_new(root, parent, pid, ufd);
-	dest_child_open(k, pid);
 	k->parent_pid = parent->m->pid;
+	dest_child_open(k, pid);
 	k->fork_ticks = dest_boot_ticks();
 	if (pid > 0)
 		give_uffd(k);

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,9 @@
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
 #include "daemon/migration.h"
+#include "daemon/privop.h"
 #include "daemon/proc.h"
+#include "daemon/procfile.h"
 
 /* Whether the process (pid, start) was claimed or known before. */
 static int
@@ -107,10 +110,30 @@ dest_claim_child(pid_t parent, struct dest *root, int mark)
 void
 dest_child_open(struct dest *k, pid_t pid)
 {
+	uint64_t parent = k->parent_pid > 0 ? procfile_grant(k->parent_pid) : 0;
 	char err[128];
+	int rc;
 
-	if (pid > 0 && procref_open(&k->t, pid, err, sizeof(err)) == 0 &&
-	    !seen_has(k->root, pid, k->t.start))
+	if (pid <= 0)
+		return;
+	/*
+	 * The privileged part decides whether a child of a granted process
+	 * becomes a grant. An orphan (its parent gone, dest_claim_orphan())
+	 * has no parent to vouch for it: still opened here.
+	 */
+	if (parent != 0 && privop_available() &&
+	    !dest_proc_gone(k->parent_pid)) {
+		if ((rc = procref_child(&k->t, parent, pid)) < 0)
+			log_warnx("migration %s: forked process %d: %s",
+				  log_id(k->root->m->id), (int)pid,
+				  errno == EPERM ? "not its parent's child, or "
+						   "not one its caller could "
+						   "ptrace"
+						 : strerror(errno));
+	} else {
+		rc = procref_open(&k->t, pid, err, sizeof(err));
+	}
+	if (rc == 0 && !seen_has(k->root, pid, k->t.start))
 		procref_close(&k->t);
 }
 

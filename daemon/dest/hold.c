@@ -21,6 +21,7 @@
 #include "daemon/inject.h"
 #include "daemon/log.h"
 #include "daemon/migration.h"
+#include "daemon/procfile.h"
 
 /*
  * Pages of a private file mapping asked for in one request: what every
@@ -84,11 +85,9 @@ dest_request_private(struct dest *d)
 int
 dest_hold_target(struct dest *d, struct inject *inj, char *err, size_t errlen)
 {
-	char path[64];
-
-	snprintf(path, sizeof(path), "/proc/%d/mem", (int)d->m->pid);
-	if ((d->memfd = open(path, O_RDWR | O_CLOEXEC)) < 0) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+	if ((d->memfd = procfile_mem_rw(d->m->pid)) < 0) {
+		snprintf(err, errlen, "/proc/%d/mem: %s", (int)d->m->pid,
+			 strerror(errno));
 		return -1;
 	}
 	if (inject_restore(inj) < 0) {

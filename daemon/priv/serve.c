@@ -8,14 +8,26 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include <event2/event.h>
+
+#include "proto/frame.h"
+
+#include "daemon/authz.h"
 #include "daemon/imsg.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/inject.h"
 #include "daemon/privop.h"
+#include "daemon/proc.h"
 #include "daemon/priv/grant.h"
 #include "daemon/priv/serve.h"
+#include "daemon/wptrack.h"
 
 /* A request being served: what it asked, and the answer taking shape. */
 struct call {
@@ -24,7 +36,34 @@ struct call {
 	size_t len;
 	struct grant *g;
 	struct imsg *m;
+	int fd, fd2; /* descriptors the answer carries, or -1 */
+	const void *out; /* the answer's struct, outlen bytes */
+	size_t outlen;
 };
+
+/*
+ * A thread an injection gave up on (it did not stop in time) stays seized
+ * until it stops: looked for each second while there is one.
+ */
+static struct event *reap_ev;
+
+static void
+reap_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct timeval tv = {1, 0};
+
+	if (inject_reap() > 0)
+		evtimer_add(reap_ev, &tv);
+}
+
+static void
+serve_reap_later(void)
+{
+	if (reap_ev == NULL && (reap_ev = evtimer_new(base, reap_cb, NULL)) ==
+				       NULL)
+		fatalx("evtimer_new");
+	reap_cb(-1, 0, NULL);
+}
 
 /* SIGSTOP, SIGCONT, SIGKILL of the grant's process, through its pidfd. */
 static int
@@ -41,15 +80,187 @@ do_signal(struct call *c)
 	return procref_signal(&c->g->t, r->sig) == 0 ? 0 : errno;
 }
 
+/*
+ * A file of the grant's process, opened here (the engine may not): its
+ * path from what the request names, never a path of the engine's. The
+ * process is checked before and after: a file opened across an exec
+ * could be of the program the exec ran, and is not handed over.
+ */
+static int
+do_open(struct call *c)
+{
+	const struct privop_open *r = c->req;
+	int flags = O_RDONLY | O_CLOEXEC;
+	char path[96];
+	pid_t pid = c->g->t.pid;
+
+	if (c->len != sizeof(*r))
+		return EBADMSG;
+	if (pid <= 0 || !procref_same(&c->g->t))
+		return ESRCH;
+	switch (r->file) {
+	case PRIVOP_FILE_MAPS:
+		snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+		break;
+	case PRIVOP_FILE_PAGEMAP:
+		snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
+		break;
+	case PRIVOP_FILE_MAP_FILE:
+		if (r->start >= r->end)
+			return EINVAL;
+		snprintf(path, sizeof(path), "/proc/%d/map_files/%llx-%llx",
+			 (int)pid, (unsigned long long)r->start,
+			 (unsigned long long)r->end);
+		break;
+	case PRIVOP_FILE_MEM_RW:
+		/* Only a destination's memory is written (its pages arrive). */
+		if (c->g->frame_type != FRAME_CTL_ATTACH)
+			return EPERM;
+		snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+		flags = O_RDWR | O_CLOEXEC;
+		break;
+	default:
+		return EINVAL;
+	}
+	if ((c->fd = open(path, flags)) < 0)
+		return errno;
+	if (!procref_same(&c->g->t)) {
+		close(c->fd);
+		c->fd = -1;
+		return ESRCH;
+	}
+	return 0;
+}
+
+/* Who shares the grant's process's memory or files (kcmp, all of /proc). */
+static int
+do_sharers(struct call *c)
+{
+	const struct privop_sharers *r = c->req;
+	static struct privop_sharers_reply a;
+
+	if (c->len != sizeof(*r))
+		return EBADMSG;
+	if (r->want == 0 || (r->want & ~(PROC_SHARE_VM | PROC_SHARE_FILES)))
+		return EINVAL;
+	if (c->g->t.pid <= 0 || !procref_same(&c->g->t))
+		return ESRCH;
+	memset(&a, 0, sizeof(a));
+	a.n = proc_sharers_scan(c->g->t.pid, (int)r->want, a.list,
+				sizeof(a.list));
+	c->out = &a;
+	c->outlen = sizeof(a);
+	return 0;
+}
+
+/*
+ * Waits until the grant's stopped threads are off the CPU (a source's
+ * context switches are counted then): reads each thread's syscall file,
+ * which needs the right to ptrace it.
+ */
+static int
+do_off_cpu(struct call *c)
+{
+	if (c->len != 0)
+		return EBADMSG;
+	if (c->g->frame_type == FRAME_CTL_ATTACH)
+		return EPERM; /* a source's, or a snapshot's, process */
+	if (c->g->t.pid <= 0 || !procref_same(&c->g->t))
+		return ESRCH;
+	proc_off_cpu_here(c->g->t.pid);
+	return 0;
+}
+
+/*
+ * A source's stopped process makes a userfaultfd to track its writes
+ * (wptrack.h), by injection: only a source's or a snapshot's process.
+ */
+static int
+do_wp_uffd(struct call *c)
+{
+	const struct privop_wp_uffd *r = c->req;
+	static char why[256];
+	int err;
+
+	if (c->len != sizeof(*r) || r->sync > 1)
+		return EBADMSG;
+	if (c->g->frame_type != FRAME_CTL_EXPORT &&
+	    c->g->frame_type != FRAME_CTL_SNAPSHOT)
+		return EPERM;
+	if (c->g->t.pid <= 0 || !procref_same(&c->g->t))
+		return ESRCH;
+	why[0] = '\0';
+	errno = 0;
+	if ((c->fd = wptrack_take_uffd(&c->g->t, (int)r->sync, why,
+				       sizeof(why))) >= 0)
+		return 0;
+	err = errno ? errno : EIO;
+	c->out = why;
+	c->outlen = strlen(why) + 1;
+	if (inject_reap() > 0)
+		serve_reap_later();
+	return err;
+}
+
+/*
+ * A destination target's forked child, as a grant of its own: opened here,
+ * then checked to be the grant's process's child (a pid reused before the
+ * open would be another process's, and is refused) that the grant's
+ * caller could ptrace. The engine gets its pidfd and memory file.
+ */
+static int
+do_child(struct call *c)
+{
+	const struct privop_child *r = c->req;
+	static struct privop_child_reply a;
+	struct procref k;
+	struct grant *kg;
+	char err[128];
+
+	if (c->len != sizeof(*r))
+		return EBADMSG;
+	if (c->g->frame_type != FRAME_CTL_ATTACH)
+		return EPERM;
+	if (r->pid <= 1 || r->pid == c->g->t.pid)
+		return EINVAL;
+	if (!procref_same(&c->g->t))
+		return ESRCH;
+	if (procref_open(&k, r->pid, err, sizeof(err)) < 0)
+		return errno;
+	if (proc_ppid(r->pid) != c->g->t.pid || !procref_same(&k) ||
+	    !authz_allows(&c->g->who, &k)) {
+		procref_close(&k);
+		return EPERM;
+	}
+	c->fd = dup(k.pidfd);
+	c->fd2 = dup(k.memfd);
+	if (c->fd < 0 || c->fd2 < 0) {
+		procref_close(&k);
+		return EMFILE; /* the descriptors closed by serve_one() */
+	}
+	a = (struct privop_child_reply){.start = k.start, .probe = k.probe};
+	kg = grant_new(FRAME_CTL_ATTACH, &c->g->who, &k);
+	a.grant = kg->id;
+	c->out = &a;
+	c->outlen = sizeof(a);
+	return 0;
+}
+
 /* The operations, by type: each answers an errno value (0: done). */
 static int (*const ops[])(struct call *) = {
 	[PRIVOP_SIGNAL] = do_signal,
+	[PRIVOP_OPEN] = do_open,
+	[PRIVOP_SHARERS] = do_sharers,
+	[PRIVOP_OFF_CPU] = do_off_cpu,
+	[PRIVOP_WP_UFFD] = do_wp_uffd,
+	[PRIVOP_CHILD] = do_child,
 };
 
 static void
 serve_one(int sock, struct imsg *m)
 {
-	struct call c = {.m = m};
+	struct call c = {.m = m, .fd = -1, .fd2 = -1};
+	int fds[2], nfds = 0;
 	int err;
 
 	if (m->h.type != PRIVOP_REQUEST || m->h.len < sizeof(*c.h)) {
@@ -66,7 +277,14 @@ serve_one(int sock, struct imsg *m)
 		else
 			err = ops[c.h->type](&c);
 	}
-	imsg_send(sock, PRIVOP_REPLY, m->h.id, err, NULL, 0, NULL, 0);
+	if (c.fd >= 0)
+		fds[nfds++] = c.fd;
+	if (c.fd2 >= 0)
+		fds[nfds++] = c.fd2;
+	imsg_send(sock, PRIVOP_REPLY, m->h.id, err, c.out, c.outlen,
+		  nfds ? fds : NULL, (size_t)nfds);
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
 }
 
 int

@@ -295,38 +295,6 @@ source_continued(const struct source *s, char *why, size_t len)
 }
 
 /*
- * Reading a stopped thread's /proc/PID/task/TID/syscall makes the kernel
- * wait until the thread is off the CPU (wait_task_inactive()): a thread
- * shows as stopped (T) a moment before it switches out, and that switch
- * is counted only then.
- */
-static void
-off_cpu(pid_t pid)
-{
-	char path[320], buf[256];
-	struct dirent *e;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	if ((d = opendir(path)) == NULL)
-		return;
-	while ((e = readdir(d)) != NULL) {
-		int fd;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/task/%s/syscall",
-			 (int)pid, e->d_name);
-		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-			continue;
-		if (read(fd, buf, sizeof(buf)) < 0)
-			buf[0] = '\0';
-		close(fd);
-	}
-	closedir(d);
-}
-
-/*
  * The threads' context switches once they are all stopped and off the
  * CPU. A thread that an injection let go runs once more to stop again
  * (its group stop is reinstated), so wait for that too, and take the
@@ -340,7 +308,7 @@ source_settled_switches(pid_t pid)
 	for (int i = 0; i < 50; i++) {
 		if (wait_stopped(pid, NULL) < 0)
 			return -1;
-		off_cpu(pid);
+		proc_off_cpu(pid);
 		was = n;
 		n = source_switch_count(pid, NULL);
 		if (n < 0 || n == was)

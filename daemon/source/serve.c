@@ -80,7 +80,11 @@ room_for(struct source *s, uint64_t len, uint64_t room)
 
 /*
  * Reads len bytes of the frozen process from page on into dst, which has
- * room for that many. The read names the process by pid: it read the
+ * room for that many. A process held by grant is read through the
+ * /proc/PID/mem the privileged part opened for it: process_vm_readv()
+ * checks the right to ptrace at every call, which the engine is to lose
+ * (docs/privsep.md, "The bulk read": about 0.07 CPU-s more a GiB). One
+ * without (restored from a state file) is read by pid, and read the
  * process checked only if that is still itself afterwards (procref.h).
  */
 static int
@@ -97,8 +101,12 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 		return source_image_read(s, sr, page, dst, len, 0);
 	/* Counted before: a COMMIT covers only reads a check came after. */
 	s->reads++;
-	got = sr->cache_fd >= 0 ? read_cache(sr, page, dst, len)
-				: process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
+	if (sr->cache_fd >= 0)
+		got = read_cache(sr, page, dst, len);
+	else if (s->t.grant != 0 && s->t.memfd >= 0)
+		got = pread(s->t.memfd, dst, len, (off_t)r.iov_base);
+	else
+		got = process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
 	if (got == (ssize_t)len && procref_same(&s->t))
 		return 0;
 	if ((got < 0 && errno == ESRCH) || !procref_same(&s->t))
@@ -117,8 +125,8 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 /*
  * Demand answers read through /proc/PID/mem when it could be opened: for
  * one 4 KiB page a pread costs about 1 us here against 1.6-2.3 us for
- * process_vm_readv (which pins the pages); the bulk lane's large reads stay
- * with process_vm_readv, as /proc/PID/mem copies through a bounce page.
+ * process_vm_readv (which pins the pages); the bulk lane's large reads go
+ * through read_pages() (by /proc/PID/mem too for a process held by grant).
  */
 static int
 read_demand(struct source *s, struct src_region *sr, uint64_t page,

@@ -439,8 +439,10 @@ client_byte(void *arg, int fd, uint8_t b, int status, const char *why)
  * from its page cache (export.c says why), the rest with
  * process_vm_readv, and through /proc/PID/mem where that falls short (a
  * page the process cannot read itself: the kernel's forced read still
- * can). Swapped-out pages are read back in. The read named the process
- * by pid: it read the process checked only if that is still itself.
+ * can), or at once for a process held by grant (read_pages() in serve.c
+ * says why). Swapped-out pages are read back in. The read named the
+ * process by pid: it read the process checked only if that is still
+ * itself.
  */
 static int
 read_mem(struct snap *s, const struct src_region *sr, uint64_t page,
@@ -455,8 +457,9 @@ read_mem(struct snap *s, const struct src_region *sr, uint64_t page,
 	if (sr->cache_fd >= 0)
 		got = pread(sr->cache_fd, s->buf, len,
 			    (off_t)(sr->r.file_off + page * sr->r.page_size));
-	else if ((got = process_vm_readv(s->t.pid, &l, 1, &r, 1, 0)) !=
-		 (ssize_t)len)
+	else if (s->t.grant != 0 ||
+		 (got = process_vm_readv(s->t.pid, &l, 1, &r, 1, 0)) !=
+			 (ssize_t)len)
 		got = pread(s->t.memfd, s->buf, len, (off_t)addr);
 	if (got == (ssize_t)len && procref_same(&s->t))
 		return 0;

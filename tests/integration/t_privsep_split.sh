@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The split (docs/privsep.md), seen from outside. During a TLS migration
+# the engine of each daemon holds the peer connections, and it opens no
+# file of the migrated processes under /proc that needs the right to
+# ptrace them (maps, pagemap, map_files, mem, task/*/syscall): the
+# privileged part opens them for the grant and hands the descriptors over,
+# for the target's forked child too (a grant the privileged part opened as
+# the target's child).
+# The source's engine reads the pages through the /proc/PID/mem it was
+# given, never with process_vm_readv (checked at every call).
+# An engine killed by SIGSEGV mid-migration, on either side, pauses its
+# migrations loudly; the privileged part starts a new engine, which takes
+# them up, and each completes byte-exact; then the daemons serve a new
+# migration byte-exact.
+. "$SRC/tests/lib.sh"
+need_root
+command -v strace >/dev/null || skip "strace missing (Debian package strace)"
+command -v ss >/dev/null || skip "ss missing (Debian package iproute2)"
+# A SIGSEGV sent from outside is no memory bug: the sanitizers let it kill.
+export ASAN_OPTIONS=$ASAN_OPTIONS:handle_segv=0
+export UBSAN_OPTIONS=$UBSAN_OPTIONS:handle_segv=0
+# Bulk at 8 MiB/s: a migration of 64 MiB lasts long enough to look at.
+SRC_DAEMON_ARGS="--bulk-rate 8M"
+start_daemon src $SRC_DAEMON_ARGS
+start_daemon dst
+BASE=0x500000000000
+END=$(printf '0x%x' $((BASE + (64 << 20))))
+RANGE=${BASE#0x}-${END#0x}
+
+# trace NAME: strace of NAME's engine, its opens and process_vm_readv
+# calls, into $T/NAME.strace.
+trace() {
+	local eng
+	eng=$(engine_pid "$1")
+	[ -n "$eng" ] || fail "daemon $1 has no engine"
+	strace -f -qq -e trace=open,openat,process_vm_readv -o "$T/$1.strace" -p "$eng" &
+	eval "${1}_STRACE=$!"
+	PIDS+=("$!")
+	for _ in $(seq 100); do
+		[ "$(awk '/^TracerPid:/ {print $2}' "/proc/$eng/status")" != 0 ] && return
+		sleep 0.05
+	done
+	fail "strace did not attach to the engine of $1"
+}
+
+info "a TLS migration: the engines hold the peer connections and open no /proc file of the processes"
+start_workload WS source --size 64M --threads 2 --kind memfd
+start_workload WD dest --size 64M --threads 4 --prefault --pace-us 200 --kind memfd \
+	--event fork
+trace src
+trace dst
+ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
+H_SRC=$("$MEMHASH" "$WS" $BASE "$END")
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
+	--id "$ID" --range "$RANGE" >"$T/attach.out" || fail "attach: $(cat "$T/attach.out")"
+kill -USR1 "$WD"
+sleep 0.5
+for n in src dst; do
+	eng=$(engine_pid $n)
+	priv=$(eval echo "\$${n}_PID")
+	ss -tnp state established "( sport = :$src_PORT or dport = :$src_PORT )" >"$T/$n.ss"
+	grep -q "pid=$eng," "$T/$n.ss" || fail "$n: the engine ($eng) holds no peer connection: $(cat "$T/$n.ss")"
+	! grep -q "pid=$priv," "$T/$n.ss" || fail "$n: the privileged part holds a peer connection: $(cat "$T/$n.ss")"
+done
+"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" || fail "wait: $(cat "$T/wait.out")"
+wait_verified WD
+wait_child_verified WD "the target's forked child"
+[ "$("$MEMHASH" "$WD" $BASE "$END")" = "$H_SRC" ] || fail "the destination differs from the source"
+kill "$src_STRACE" "$dst_STRACE"
+wait "$src_STRACE" "$dst_STRACE" 2>/dev/null || true
+for n in src dst; do
+	grep -E "\"/proc/[0-9]+/(maps|pagemap|mem|map_files/|task/[0-9]+/syscall)" \
+		"$T/$n.strace" >"$T/$n.opened" && fail "the engine of $n opened by itself: $(head -n 5 "$T/$n.opened")"
+	grep -q . "$T/$n.strace" || fail "no open of the engine of $n was traced"
+done
+grep -q "process_vm_readv(" "$T/src.strace" &&
+	fail "the source's engine read pages with process_vm_readv: $(grep -m 3 process_vm_readv "$T/src.strace")"
+kill -9 "$WD"
+
+# segv VICTIM: a migration (paced_migration) whose VICTIM daemon's engine
+# is killed by SIGSEGV while it runs; it is taken up again and completes
+# byte-exact.
+segv() {
+	local victim=$1 eng new
+	paced_migration src dst 64M $BASE
+	sleep 1
+	"$CLIENT" --control "$dst_SOCK" status "$ID" --json | grep -q '"state":"running"' ||
+		fail "migration not running when the $victim engine is killed"
+	eng=$(engine_pid "$victim")
+	kill -SEGV "$eng"
+	for _ in $(seq 200); do
+		grep -q "engine killed by signal 11" "$T/$victim.log" && break
+		sleep 0.05
+	done
+	grep -q "engine killed by signal 11 .*paused" "$T/$victim.log" ||
+		fail "$victim: the engine's death was not told: $(tail -n 5 "$T/$victim.log")"
+	for _ in $(seq 300); do
+		new=$(engine_pid "$victim")
+		[ -n "$new" ] && [ "$new" != "$eng" ] && break
+		sleep 0.05
+	done
+	[ -n "$new" ] && [ "$new" != "$eng" ] || fail "$victim: no new engine"
+	info "$victim: engine $eng killed by SIGSEGV, engine $new took over"
+	paced_finish dst
+	kill -9 "$WD"
+	kill -9 "$WS" 2>/dev/null || true
+}
+segv dst
+segv src
+# The killed engines' sanitizer runtimes wrote nothing; their deaths are
+# no exit status of the daemons' (each part ends cleanly at SIGTERM).
+
+info "a new migration after both engines were replaced"
+migrate 32M 2 2 >/dev/null
+info "byte-exact"

@@ -1,0 +1,293 @@
+/*
+ * The privileged part's answers to the engine's requests (daemon/priv/
+ * serve.c), on real processes: each request is checked whole and against
+ * its grant (its process, still the one checked; its role), and what it
+ * gives back works. The engine is not trusted: malformed requests, unknown
+ * or dropped grants and requests beyond a grant's role are refused; a
+ * forked child becomes a grant only as its parent grant's child.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <event2/event.h>
+
+#include "daemon/conffile.h"
+#include "daemon/imsg.h"
+#include "daemon/loop.h"
+#include "daemon/privop.h"
+#include "daemon/priv/grant.h"
+#include "daemon/priv/serve.h"
+#include "proto/frame.h"
+#include "tests/unit/unit.h"
+
+/* What the daemon's main() defines, for the parts linked here. */
+struct event_base *base;
+struct uffdd_conf conf;
+
+static int sv[2];
+
+/*
+ * Sends one request as the engine would and serves it: the answer's errno
+ * value, its payload in *data (malloc'd, or NULL) and its descriptor in
+ * *fd (or -1).
+ */
+static int
+ask(uint64_t grant, uint32_t type, const void *req, size_t len, int *fd,
+    void **data, size_t *dlen)
+{
+	uint8_t buf[sizeof(struct privop_hdr) + PRIVOP_REQ_MAX];
+	struct privop_hdr h = {.grant = grant, .type = type};
+	struct imsg m;
+	int err;
+
+	memcpy(buf, &h, sizeof(h));
+	if (len > 0)
+		memcpy(buf + sizeof(h), req, len);
+	CHECK(imsg_send(sv[0], PRIVOP_REQUEST, 9, 0, buf, sizeof(h) + len, NULL,
+			0) == 0);
+	CHECK(serve_requests(sv[1]) == 1);
+	CHECK(imsg_recv(sv[0], &m) == 1);
+	CHECK(m.h.type == PRIVOP_REPLY && m.h.id == 9);
+	err = m.h.err;
+	if (fd != NULL)
+		*fd = m.nfd > 0 ? imsg_take_fd(&m, 0) : -1;
+	if (data != NULL) {
+		*data = m.h.len ? malloc(m.h.len) : NULL;
+		if (*data != NULL)
+			memcpy(*data, m.data, m.h.len);
+		*dlen = m.h.len;
+	}
+	imsg_clear(&m);
+	return err;
+}
+
+static int
+open_file(uint64_t grant, uint32_t file, uint64_t start, uint64_t end,
+	  int *fd)
+{
+	struct privop_open r = {.file = file, .start = start, .end = end};
+
+	return ask(grant, PRIVOP_OPEN, &r, sizeof(r), fd, NULL, NULL);
+}
+
+/*
+ * A child that sleeps until killed, with a shared mapping to be found, and
+ * a child of its own that sleeps too (its pid written after the mapping's
+ * address).
+ */
+static pid_t
+sleeper(int pipefd)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		pid_t kid = fork();
+
+		if (kid == 0)
+			for (;;)
+				pause();
+		if (p == MAP_FAILED || write(pipefd, &p, sizeof(p)) < 0 ||
+		    write(pipefd, &kid, sizeof(kid)) < 0)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	return pid;
+}
+
+/* A grant as a privileged caller's request (uid > 0: an unprivileged one's). */
+static struct grant *
+grant_by(pid_t pid, uint16_t frame_type, uid_t uid)
+{
+	struct authz_caller who = {.pid = getpid(), .uid = uid, .gid = uid,
+				   .privileged = uid == 0};
+	struct procref t;
+	char err[128];
+
+	CHECK(procref_open(&t, pid, err, sizeof(err)) == 0);
+	return grant_new(frame_type, &who, &t);
+}
+
+static struct grant *
+grant_of(pid_t pid, uint16_t frame_type)
+{
+	return grant_by(pid, frame_type, 0);
+}
+
+/* The files: opened for the grant, read through; mem-rw for an attach. */
+static void
+test_open(struct grant *ex, struct grant *at, uint64_t shm)
+{
+	char buf[256];
+	int fd = -1;
+
+	CHECK(open_file(ex->id, PRIVOP_FILE_MAPS, 0, 0, &fd) == 0 && fd >= 0);
+	CHECK(read(fd, buf, sizeof(buf)) > 0);
+	close(fd);
+	CHECK(open_file(ex->id, PRIVOP_FILE_PAGEMAP, 0, 0, &fd) == 0);
+	CHECK(pread(fd, buf, 8, (off_t)(shm / 4096 * 8)) == 8);
+	close(fd);
+	CHECK(open_file(ex->id, PRIVOP_FILE_MAP_FILE, shm, shm + 4096, &fd) ==
+	      0);
+	CHECK(fd >= 0);
+	close(fd);
+	CHECK(open_file(ex->id, PRIVOP_FILE_MAP_FILE, shm, shm, &fd) ==
+	      EINVAL);
+	CHECK(fd < 0);
+	/* Only a destination's memory is written. */
+	CHECK(open_file(ex->id, PRIVOP_FILE_MEM_RW, 0, 0, &fd) == EPERM);
+	CHECK(fd < 0);
+	CHECK(open_file(at->id, PRIVOP_FILE_MEM_RW, 0, 0, &fd) == 0);
+	CHECK(fd >= 0 && pwrite(fd, "x", 1, (off_t)shm) == 1);
+	close(fd);
+	CHECK(open_file(ex->id, 99, 0, 0, &fd) == EINVAL);
+}
+
+/*
+ * A child becomes a grant only as its parent's grant's child: its pidfd
+ * and memory file come back, and its files open by its own grant.
+ */
+static void
+test_child(struct grant *ex, struct grant *at, pid_t grandkid)
+{
+	struct privop_child r = {.pid = grandkid};
+	struct privop_child_reply *a = NULL;
+	size_t alen = 0;
+	int fd = -1;
+
+	CHECK(ask(ex->id, PRIVOP_CHILD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      EPERM);
+	CHECK(fd < 0);
+	r.pid = getpid(); /* the grant's process's parent, not its child */
+	CHECK(ask(at->id, PRIVOP_CHILD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      EPERM);
+	r.pid = 1;
+	CHECK(ask(at->id, PRIVOP_CHILD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      EINVAL);
+	r.pid = grandkid;
+	/* Nobody (uid 65534) may not ptrace root's child, which has caps. */
+	CHECK(ask(grant_by(at->t.pid, FRAME_CTL_ATTACH, 65534)->id,
+		  PRIVOP_CHILD, &r, sizeof(r), &fd, NULL, NULL) == EPERM);
+	CHECK(ask(at->id, PRIVOP_CHILD, &r, sizeof(r), &fd, (void **)&a,
+		  &alen) == 0);
+	CHECK(fd >= 0 && alen == sizeof(*a) && a != NULL && a->grant != 0);
+	if (fd >= 0)
+		close(fd);
+	if (a != NULL && a->grant != 0) {
+		CHECK(grant_find(a->grant) != NULL &&
+		      grant_find(a->grant)->t.pid == grandkid);
+		CHECK(open_file(a->grant, PRIVOP_FILE_MAPS, 0, 0, &fd) == 0);
+		CHECK(fd >= 0);
+		close(fd);
+	}
+	free(a);
+}
+
+/* Requests that do not hold together, or name no live grant. */
+static void
+test_refused(struct grant *ex, struct grant *at)
+{
+	struct privop_open r = {.file = PRIVOP_FILE_MAPS};
+	struct privop_sharers s = {.want = 0};
+	struct privop_signal sig = {.sig = SIGTERM};
+	struct privop_wp_uffd w = {.sync = 0};
+	int fd;
+
+	CHECK(ask(ex->id, PRIVOP_OPEN, &r, sizeof(r) - 1, &fd, NULL, NULL) ==
+	      EBADMSG);
+	CHECK(ask(12345, PRIVOP_OPEN, &r, sizeof(r), &fd, NULL, NULL) == ESRCH);
+	CHECK(ask(ex->id, 77, &r, sizeof(r), &fd, NULL, NULL) == EOPNOTSUPP);
+	CHECK(ask(ex->id, PRIVOP_SHARERS, &s, sizeof(s), NULL, NULL, NULL) ==
+	      EINVAL);
+	s.want = 4;
+	CHECK(ask(ex->id, PRIVOP_SHARERS, &s, sizeof(s), NULL, NULL, NULL) ==
+	      EINVAL);
+	CHECK(ask(ex->id, PRIVOP_SIGNAL, &sig, sizeof(sig), NULL, NULL,
+		  NULL) == EPERM);
+	CHECK(ask(at->id, PRIVOP_OFF_CPU, NULL, 0, NULL, NULL, NULL) == EPERM);
+	CHECK(ask(ex->id, PRIVOP_OFF_CPU, "x", 1, NULL, NULL, NULL) ==
+	      EBADMSG);
+	CHECK(ask(at->id, PRIVOP_WP_UFFD, &w, sizeof(w), &fd, NULL, NULL) ==
+	      EPERM);
+	w.sync = 2;
+	CHECK(ask(ex->id, PRIVOP_WP_UFFD, &w, sizeof(w), &fd, NULL, NULL) ==
+	      EBADMSG);
+}
+
+int
+main(void)
+{
+	struct privop_sharers s = {.want = PROC_SHARE_VM | PROC_SHARE_FILES};
+	struct privop_sharers_reply *a;
+	struct grant *ex, *at, *gone;
+	int pfd[2], fd, st;
+	size_t alen;
+	pid_t kid, kid2, grandkid, grandkid2;
+	void *shm;
+
+	if (geteuid() != 0) {
+		printf("SKIP: needs root (opens another process's /proc files "
+		       "as the privileged part does)\n");
+		return 77;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	base = event_base_new();
+	/* The privileged part's end is non-blocking, as in the daemon. */
+	CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0);
+	CHECK(fcntl(sv[1], F_SETFL, O_NONBLOCK) == 0);
+	CHECK(pipe(pfd) == 0);
+	kid = sleeper(pfd[1]);
+	CHECK(read(pfd[0], &shm, sizeof(shm)) == sizeof(shm));
+	CHECK(read(pfd[0], &grandkid, sizeof(grandkid)) == sizeof(grandkid));
+	ex = grant_of(kid, FRAME_CTL_EXPORT);
+	at = grant_of(kid, FRAME_CTL_ATTACH);
+	test_open(ex, at, (uint64_t)(uintptr_t)shm);
+	test_refused(ex, at);
+	test_child(ex, at, grandkid);
+
+	/* Sharers: none for a plain child; the answer is well formed. */
+	CHECK(ask(ex->id, PRIVOP_SHARERS, &s, sizeof(s), NULL, (void **)&a,
+		  &alen) == 0);
+	CHECK(alen == sizeof(*a) && a != NULL && a->n == 0);
+	free(a);
+	/* A stopped process's threads: off the CPU, and answered. */
+	kill(kid, SIGSTOP);
+	CHECK(ask(ex->id, PRIVOP_OFF_CPU, NULL, 0, NULL, NULL, NULL) == 0);
+	kill(kid, SIGCONT);
+
+	/* A dropped grant, and a grant whose process exited: nothing. */
+	grant_drop(at);
+	CHECK(open_file(at->id, PRIVOP_FILE_MAPS, 0, 0, &fd) == ESRCH);
+	kid2 = sleeper(pfd[1]);
+	CHECK(read(pfd[0], &shm, sizeof(shm)) == sizeof(shm));
+	CHECK(read(pfd[0], &grandkid2, sizeof(grandkid2)) ==
+	      sizeof(grandkid2));
+	gone = grant_of(kid2, FRAME_CTL_EXPORT);
+	kill(grandkid2, SIGKILL);
+	kill(kid2, SIGKILL);
+	CHECK(waitpid(kid2, &st, 0) == kid2);
+	CHECK(open_file(gone->id, PRIVOP_FILE_MAPS, 0, 0, &fd) == ESRCH);
+	CHECK(fd < 0);
+
+	kill(grandkid, SIGKILL);
+	kill(kid, SIGKILL);
+	waitpid(kid, &st, 0);
+	grant_free_all();
+	close(sv[0]);
+	close(sv[1]);
+	close(pfd[0]);
+	close(pfd[1]);
+	event_base_free(base);
+	return UNIT_DONE();
+}
