@@ -563,7 +563,13 @@ class Migration:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            p.wait()
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                # A zombie no one collects: its tracer (a daemon that
+                # held it) must, or its parent never can.
+                self.violation("process %d a zombie 30 s after its end: "
+                               "its tracer never collected it" % p.pid)
         # A forked child (--event fork) outlives its parent: its group.
         for p in (self.ws, self.wd):
             if p is not None:
