@@ -352,9 +352,13 @@ inject_end(struct inject *inj)
 		pid_t *np;
 
 		if (ptrace(PTRACE_DETACH, inj->tids[i], 0, 0) == 0 ||
-		    errno != ESRCH || inj->tids[i] != inj->stuck)
+		    errno != ESRCH)
 			continue;
-		/* Not stopped yet: let go of it when it is (inject_reap). */
+		/*
+		 * Not stopped yet: let go of it when it is; or dying (a
+		 * target killed while held): its exit is ours to collect,
+		 * or its parent can never reap it (inject_reap).
+		 */
 		np = realloc(pending, (npending + 1) * sizeof(*pending));
 		if (np != NULL) {
 			pending = np;

@@ -305,6 +305,7 @@ dest_let_go(struct dest *d, struct inject *inj)
 {
 	if (!d->sole) {
 		inject_end(inj);
+		dest_reap_later(); /* threads that died while held */
 	} else if (tracee_keep(inj) < 0) {
 		/* Not held: a daemon that dies would leave it reading zeros. */
 		log_warnx("migration %s: process %d cannot be held (%s); it "

@@ -194,7 +194,7 @@ class Migration:
             # Not once the migration ended: the kept source is the
             # reference then, and must hold what it held at the commit.
             with self.end_lock:
-                if self.ended:
+                if self.ended or self.committed(self.src):
                     self.log("source-continued: too late, not done")
                     return "late"
                 os.kill(self.ws.pid, signal.SIGCONT)
@@ -204,7 +204,7 @@ class Migration:
             return None
         if f.kind == "target-exit" and self.wd:
             with self.end_lock:
-                if self.ended:
+                if self.ended or self.committed(self.dst):
                     self.log("target-exit: too late, not done")
                     return "late"
                 self.wd.kill()
@@ -222,6 +222,16 @@ class Migration:
                         img.write(bytes([b[0] ^ 0xFF]))
             return None
         return None
+
+    def committed(self, daemon):
+        """DAEMON's side of the migration is complete: a process fault now
+        would land after the commit, which the wait's poll may not have
+        seen yet (it would change the kept source, the reference)."""
+        if not self.id:
+            return False
+        rc, out = self.client(daemon, "status", self.id, "--json",
+                              timeout=10)
+        return rc == 0 and '"state":"complete"' in (out or "")
 
     def proxy_fault(self):
         for f in self.m.faults:
@@ -563,7 +573,13 @@ class Migration:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            p.wait()
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                # A zombie no one collects: its tracer (a daemon that
+                # held it) must, or its parent never can.
+                self.violation("process %d a zombie 30 s after its end: "
+                               "its tracer never collected it" % p.pid)
         # A forked child (--event fork) outlives its parent: its group.
         for p in (self.ws, self.wd):
             if p is not None:
