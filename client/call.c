@@ -105,8 +105,8 @@ call_try(int fd, uint16_t type, const ProtobufCMessage *req, uint16_t want,
 		fprintf(stderr, "uffd-client: %s\n",
 			((Uffdd__Error *)rep)->message);
 		if (answered)
-			*answered = ((Uffdd__Error *)rep)->code == ERR_BUSY ? 2
-									  : 1;
+			*answered =
+				((Uffdd__Error *)rep)->code == ERR_BUSY ? 2 : 1;
 		frame_free(rep);
 		return NULL;
 	}

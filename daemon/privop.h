@@ -23,8 +23,8 @@ enum {
 
 /* The operations. */
 enum privop_type {
-	PRIVOP_SIGNAL = 1, /* privop_signal: SIGSTOP, SIGCONT, SIGKILL */
-	PRIVOP_OPEN = 2,   /* privop_open: a file of /proc/PID; one fd back */
+	PRIVOP_SIGNAL = 1,  /* privop_signal: SIGSTOP, SIGCONT, SIGKILL */
+	PRIVOP_OPEN = 2,    /* privop_open: a file of /proc/PID; one fd back */
 	PRIVOP_SHARERS = 3, /* privop_sharers: privop_sharers_reply back */
 	PRIVOP_OFF_CPU = 4, /* nothing: the stopped threads are off the CPU */
 	PRIVOP_WP_UFFD = 5, /* privop_wp_uffd: a write-tracking uffd back */
@@ -51,10 +51,10 @@ struct privop_signal {
  * may, and checks the process is still the grant's after the open.
  */
 enum privop_file {
-	PRIVOP_FILE_MAPS = 1,	   /* /proc/PID/maps, read-only */
-	PRIVOP_FILE_PAGEMAP = 2,   /* /proc/PID/pagemap, read-only */
-	PRIVOP_FILE_MAP_FILE = 3,  /* /proc/PID/map_files/START-END, read-only */
-	PRIVOP_FILE_MEM_RW = 4,	   /* /proc/PID/mem read-write: destinations */
+	PRIVOP_FILE_MAPS = 1,	  /* /proc/PID/maps, read-only */
+	PRIVOP_FILE_PAGEMAP = 2,  /* /proc/PID/pagemap, read-only */
+	PRIVOP_FILE_MAP_FILE = 3, /* /proc/PID/map_files/START-END, read-only */
+	PRIVOP_FILE_MEM_RW = 4,	  /* /proc/PID/mem read-write: destinations */
 };
 
 struct privop_open {

@@ -297,8 +297,8 @@ proc_sharers(pid_t pid, int want, char *list, size_t len)
 	if (grant == 0 || !privop_available())
 		return proc_sharers_scan(pid, want, list, len);
 	list[0] = '\0';
-	if (privop_call(PRIVOP_SHARERS, grant, &req, sizeof(req), NULL, 0,
-			&rep, NULL) < 0)
+	if (privop_call(PRIVOP_SHARERS, grant, &req, sizeof(req), NULL, 0, &rep,
+			NULL) < 0)
 		return -1;
 	a = (const void *)rep.data;
 	if (rep.h.len != sizeof(*a) || a->list[sizeof(a->list) - 1] != '\0') {

@@ -35,7 +35,6 @@
 #include "daemon/worker.h"
 #include "version.h"
 
-
 /*
  * The help: its three %s are the defaults of the control socket, the state
  * directory and the configuration file.

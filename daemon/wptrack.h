@@ -57,8 +57,7 @@ int wptrack_usable(void);
  * -1 with why filled. The privileged part's work: the engine asks it
  * (PRIVOP_WP_UFFD) for a process it holds by grant.
  */
-int wptrack_take_uffd(const struct procref *t, int sync, char *why,
-		      size_t len);
+int wptrack_take_uffd(const struct procref *t, int sync, char *why, size_t len);
 /*
  * Write-protects ranges [rs, rs + n) of the stopped process t: injects a
  * user-mode-only userfaultfd() into it (which any process may make, so

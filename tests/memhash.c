@@ -76,15 +76,15 @@ page_kinds(const char *pid, uint64_t start, uint64_t npages)
 	}
 	for (uint64_t p = 0; p < npages;) {
 		uint64_t want = npages - p < 4096 ? npages - p : 4096;
-		ssize_t r = pread(fd, buf, want * 8,
-				  (off_t)((start / PS + p) * 8));
+		ssize_t r =
+			pread(fd, buf, want * 8, (off_t)((start / PS + p) * 8));
 
 		if (r <= 0 || r % 8) {
 			fprintf(stderr, "memhash: %s: read failed\n", path);
 			exit(1);
 		}
 		for (ssize_t i = 0; i < r / 8; i++)
-			kinds[p + i] = buf[i] & PM_PRESENT ? 'P'
+			kinds[p + i] = buf[i] & PM_PRESENT  ? 'P'
 				       : is_swapped(buf[i]) ? 'S'
 							    : '-';
 		p += (uint64_t)r / 8;
@@ -138,8 +138,9 @@ main(int argc, char **argv)
 			perror(present);
 			return 1;
 		}
-		fprintf(stderr, "present %" PRIu64 " swapped %" PRIu64
-				" none %" PRIu64 "\n",
+		fprintf(stderr,
+			"present %" PRIu64 " swapped %" PRIu64 " none %" PRIu64
+			"\n",
 			counts[0], counts[1], counts[2]);
 	} else if (map) {
 		FILE *f = fopen(map, "r");
@@ -147,8 +148,8 @@ main(int argc, char **argv)
 		kinds = malloc(npages + 1);
 		if (f == NULL || kinds == NULL ||
 		    fread(kinds, 1, npages + 1, f) != npages) {
-			fprintf(stderr, "memhash: %s: not a map of %" PRIu64
-					" pages\n",
+			fprintf(stderr,
+				"memhash: %s: not a map of %" PRIu64 " pages\n",
 				map, npages);
 			return 1;
 		}

@@ -36,7 +36,7 @@ struct call {
 	size_t len;
 	struct grant *g;
 	struct imsg *m;
-	int fd, fd2; /* descriptors the answer carries, or -1 */
+	int fd, fd2;	 /* descriptors the answer carries, or -1 */
 	const void *out; /* the answer's struct, outlen bytes */
 	size_t outlen;
 };
@@ -59,8 +59,8 @@ reap_cb(evutil_socket_t fd, short ev, void *arg)
 static void
 serve_reap_later(void)
 {
-	if (reap_ev == NULL && (reap_ev = evtimer_new(base, reap_cb, NULL)) ==
-				       NULL)
+	if (reap_ev == NULL &&
+	    (reap_ev = evtimer_new(base, reap_cb, NULL)) == NULL)
 		fatalx("evtimer_new");
 	reap_cb(-1, 0, NULL);
 }
@@ -248,12 +248,9 @@ do_child(struct call *c)
 
 /* The operations, by type: each answers an errno value (0: done). */
 static int (*const ops[])(struct call *) = {
-	[PRIVOP_SIGNAL] = do_signal,
-	[PRIVOP_OPEN] = do_open,
-	[PRIVOP_SHARERS] = do_sharers,
-	[PRIVOP_OFF_CPU] = do_off_cpu,
-	[PRIVOP_WP_UFFD] = do_wp_uffd,
-	[PRIVOP_CHILD] = do_child,
+	[PRIVOP_SIGNAL] = do_signal,   [PRIVOP_OPEN] = do_open,
+	[PRIVOP_SHARERS] = do_sharers, [PRIVOP_OFF_CPU] = do_off_cpu,
+	[PRIVOP_WP_UFFD] = do_wp_uffd, [PRIVOP_CHILD] = do_child,
 };
 
 static void

@@ -130,8 +130,8 @@ setup(void)
 	ctlsock_engine(sv[0], -1);
 	control_init(sv[1], stop, stop);
 	evutil_make_socket_nonblocking(sv[0]);
-	parent_ev = event_new(base, sv[0], EV_READ | EV_PERSIST, from_engine,
-			      NULL);
+	parent_ev =
+		event_new(base, sv[0], EV_READ | EV_PERSIST, from_engine, NULL);
 	event_add(parent_ev, NULL);
 	atexit(remove_socket);
 	/* Something for status to list: ours, and one of no process. */

@@ -71,8 +71,7 @@ ask(uint64_t grant, uint32_t type, const void *req, size_t len, int *fd,
 }
 
 static int
-open_file(uint64_t grant, uint32_t file, uint64_t start, uint64_t end,
-	  int *fd)
+open_file(uint64_t grant, uint32_t file, uint64_t start, uint64_t end, int *fd)
 {
 	struct privop_open r = {.file = file, .start = start, .end = end};
 
@@ -110,7 +109,9 @@ sleeper(int pipefd)
 static struct grant *
 grant_by(pid_t pid, uint16_t frame_type, uid_t uid)
 {
-	struct authz_caller who = {.pid = getpid(), .uid = uid, .gid = uid,
+	struct authz_caller who = {.pid = getpid(),
+				   .uid = uid,
+				   .gid = uid,
 				   .privileged = uid == 0};
 	struct procref t;
 	char err[128];
@@ -142,8 +143,7 @@ test_open(struct grant *ex, struct grant *at, uint64_t shm)
 	      0);
 	CHECK(fd >= 0);
 	close(fd);
-	CHECK(open_file(ex->id, PRIVOP_FILE_MAP_FILE, shm, shm, &fd) ==
-	      EINVAL);
+	CHECK(open_file(ex->id, PRIVOP_FILE_MAP_FILE, shm, shm, &fd) == EINVAL);
 	CHECK(fd < 0);
 	/* Only a destination's memory is written. */
 	CHECK(open_file(ex->id, PRIVOP_FILE_MEM_RW, 0, 0, &fd) == EPERM);
@@ -213,11 +213,10 @@ test_refused(struct grant *ex, struct grant *at)
 	s.want = 4;
 	CHECK(ask(ex->id, PRIVOP_SHARERS, &s, sizeof(s), NULL, NULL, NULL) ==
 	      EINVAL);
-	CHECK(ask(ex->id, PRIVOP_SIGNAL, &sig, sizeof(sig), NULL, NULL,
-		  NULL) == EPERM);
+	CHECK(ask(ex->id, PRIVOP_SIGNAL, &sig, sizeof(sig), NULL, NULL, NULL) ==
+	      EPERM);
 	CHECK(ask(at->id, PRIVOP_OFF_CPU, NULL, 0, NULL, NULL, NULL) == EPERM);
-	CHECK(ask(ex->id, PRIVOP_OFF_CPU, "x", 1, NULL, NULL, NULL) ==
-	      EBADMSG);
+	CHECK(ask(ex->id, PRIVOP_OFF_CPU, "x", 1, NULL, NULL, NULL) == EBADMSG);
 	CHECK(ask(at->id, PRIVOP_WP_UFFD, &w, sizeof(w), &fd, NULL, NULL) ==
 	      EPERM);
 	w.sync = 2;
@@ -271,8 +270,7 @@ main(void)
 	CHECK(open_file(at->id, PRIVOP_FILE_MAPS, 0, 0, &fd) == ESRCH);
 	kid2 = sleeper(pfd[1]);
 	CHECK(read(pfd[0], &shm, sizeof(shm)) == sizeof(shm));
-	CHECK(read(pfd[0], &grandkid2, sizeof(grandkid2)) ==
-	      sizeof(grandkid2));
+	CHECK(read(pfd[0], &grandkid2, sizeof(grandkid2)) == sizeof(grandkid2));
 	gone = grant_of(kid2, FRAME_CTL_EXPORT);
 	kill(grandkid2, SIGKILL);
 	kill(kid2, SIGKILL);
