@@ -417,9 +417,13 @@ time.sleep(86400)' >"$T/held-port" &
 	eval "$1=$_port"
 }
 
-# listen_ports PID: the TCP ports process PID listens on (ss), one a line.
+# listen_ports PID...: the TCP ports processes PID... listen on (ss), one a
+# line (a daemon's: listen_ports $(daemon_pids NAME); its engine listens).
 listen_ports() {
-	ss -Hltnp | awk -v pid="pid=$1," 'index($0, pid) { n = split($4, a, ":"); print a[n] }' | sort -un
+	local p
+	for p in "$@"; do
+		ss -Hltnp | awk -v pid="pid=$p," 'index($0, pid) { n = split($4, a, ":"); print a[n] }'
+	done | sort -un
 }
 
 # A throwaway PKI under $T/pki, made with the openssl CLI: make_ca NAME

@@ -8,7 +8,7 @@ need_root
 # limits are checked on the first, the migration uses the second. Port 0
 # each: the kernel picks two free ones, read back from ss.
 start_daemon src --listen "127.0.0.1:0,127.0.0.1:0"
-mapfile -t ports < <(listen_ports "$src_PID")
+mapfile -t ports < <(listen_ports $(daemon_pids src))
 [ ${#ports[@]} = 2 ] || fail "not two --listen ports: ${ports[*]}: $(ss -Hltnp)"
 p1=${ports[0]} p2=${ports[1]}
 src_PORT=$p1
