@@ -12,7 +12,8 @@ command -v python3 >/dev/null || skip "python3 missing (for the hostile peer)"
 start_daemon src
 start_workload WS source --size 16M --threads 1
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000)
-rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$src_PID/status"; }
+# Both parts of the daemon: the engine reads the frames.
+rss_kb() { local p; for p in $(daemon_pids src); do cat "/proc/$p/status"; done | awk '/^VmRSS/ {n += $2} END {print n}'; }
 before=$(rss_kb)
 
 tls=()

@@ -26,7 +26,7 @@ tail -n 1 "$F" | grep -qE '^sha256 [0-9a-f]{64}$' || fail "no checksum line last
 # tampered NAME WANT SED [resum]: the pristine file edited by SED (and its
 # checksum made right again) is refused at a restart with WANT.
 tampered() {
-	local name=$1 want=$2 edit=$3 n
+	local name=$1 want=$2 edit=$3 n p
 	cp -p "$T/pristine" "$F"
 	sed -i -e "$edit" "$F"
 	[ "${4:-}" = resum ] && state_resum "$F"
@@ -37,7 +37,9 @@ tampered() {
 	grep -qE "${ID:0:8}.*\.state:[0-9]+: $want" "$T/since" ||
 		fail "$name: not refused with FILE:LINE: $want: $(cat "$T/since")"
 	grep -q "restored migration" "$T/since" && fail "$name: the migration was restored"
-	ls -l "/proc/$dst_PID/fd" | grep -q userfaultfd && fail "$name: the daemon took a userfaultfd"
+	for p in $(daemon_pids dst); do
+		ls -l "/proc/$p/fd" | grep -q userfaultfd && fail "$name: the daemon (pid $p) took a userfaultfd"
+	done
 	[ -f "$F.refused" ] && [ ! -e "$F" ] || fail "$name: the file was not kept aside: $(ls -l "$T/dst.state")"
 	"$CLIENT" --control "$dst_SOCK" status "$ID" --json >"$T/status.json"
 	grep -q '"state":"failed"' "$T/status.json" || fail "$name: status: $(cat "$T/status.json")"

@@ -24,5 +24,7 @@ fi
 grep -q "destination" "$T/ws.out" || fail "source reason: $(cat "$T/ws.out")"
 info "source: $(cat "$T/ws.out")"
 [ "$(proc_state "$WS")" = T ] || fail "source process not left stopped"
-ls -l "/proc/$dst_PID/fd" | grep -q userfaultfd && fail "destination daemon still holds a userfaultfd"
+for p in $(daemon_pids dst); do
+	ls -l "/proc/$p/fd" | grep -q userfaultfd && fail "destination daemon (pid $p) still holds a userfaultfd"
+done
 true

@@ -64,7 +64,8 @@ attach_fails "server from other CA" "certificate refused: unable to get local is
 
 # A refused attach leaves no connection behind (it used to wait forever to
 # send its HELLO on the broken connection).
-nfd() { ls "/proc/$dst_PID/fd" | wc -l; }
+# Both parts of the daemon: the engine holds the peer connections.
+nfd() { local p; for p in $(daemon_pids dst); do ls "/proc/$p/fd"; done | wc -l; }
 fds_before=$(nfd)
 for _ in 1 2 3 4 5; do
 	SAN_WHO="attach to a source from another CA" checked "$T/out" "$CLIENT" --control "$dst_SOCK" \
