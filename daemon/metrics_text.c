@@ -167,6 +167,17 @@ moved(struct out *o)
 		 1);
 }
 
+/* A counter family with one label: NAME_total{LABEL="names[i]"} v[i]. */
+static void
+counter_by(struct out *o, const char *name, const char *help, const char *label,
+	   const char *const *names, const uint64_t *v, int n)
+{
+	family(o, name, "counter", help);
+	for (int i = 0; i < n; i++)
+		fprintf(o->f, "%s_total{%s=\"%s\"} %llu\n", name, label,
+			names[i], (unsigned long long)v[i]);
+}
+
 /* Counts of events: lanes, TLS, control. */
 static void
 events(struct out *o)
@@ -175,44 +186,28 @@ events(struct out *o)
 		"peer_certificate", "protocol", "timeout"};
 	static const char *const refused[METRICS_REFUSED_N] = {
 		"permission", "invalid", "other"};
+	static const char *const io[2] = {"pread", "io_uring"};
 
-	family(o, "uffdd_lane_failures", "counter",
-	       "Lanes lost before their migration completed.");
-	for (int r = 0; r < METRICS_ROLES; r++)
-		fprintf(o->f, "uffdd_lane_failures_total{role=\"%s\"} %llu\n",
-			roles[r], (unsigned long long)metrics.lane_failures[r]);
+	counter_by(o, "uffdd_lane_failures",
+		   "Lanes lost before their migration completed.", "role",
+		   roles, metrics.lane_failures, METRICS_ROLES);
 	family(o, "uffdd_tls_handshakes", "counter",
 	       "TLS handshakes completed with peers.");
 	fprintf(o->f, "uffdd_tls_handshakes_total %llu\n",
 		(unsigned long long)metrics.tls_handshakes);
-	family(o, "uffdd_tls_handshake_failures", "counter",
-	       "Peer connections whose TLS handshake failed, by reason.");
-	for (int i = 0; i < METRICS_TLS_FAIL_N; i++)
-		fprintf(o->f,
-			"uffdd_tls_handshake_failures_total{reason=\"%s\"} "
-			"%llu\n",
-			tls_why[i],
-			(unsigned long long)metrics.tls_failures[i]);
-	family(o, "uffdd_image_reads", "counter",
-	       "A restore's reads of its image file, by how: pread or "
-	       "io_uring.");
-	for (int i = 0; i < 2; i++)
-		fprintf(o->f, "uffdd_image_reads_total{io=\"%s\"} %llu\n",
-			i ? "io_uring" : "pread",
-			(unsigned long long)metrics.image_reads[i]);
-	family(o, "uffdd_image_read_bytes", "counter",
-	       "Bytes a restore read from its image file, by how.");
-	for (int i = 0; i < 2; i++)
-		fprintf(o->f, "uffdd_image_read_bytes_total{io=\"%s\"} %llu\n",
-			i ? "io_uring" : "pread",
-			(unsigned long long)metrics.image_read_bytes[i]);
-	family(o, "uffdd_control_refusals", "counter",
-	       "Control requests refused, by reason.");
-	for (int i = 0; i < METRICS_REFUSED_N; i++)
-		fprintf(o->f,
-			"uffdd_control_refusals_total{reason=\"%s\"} "
-			"%llu\n",
-			refused[i], (unsigned long long)metrics.refused[i]);
+	counter_by(o, "uffdd_tls_handshake_failures",
+		   "Peer connections whose TLS handshake failed, by reason.",
+		   "reason", tls_why, metrics.tls_failures, METRICS_TLS_FAIL_N);
+	counter_by(o, "uffdd_image_reads",
+		   "A restore's reads of its image file, by how: pread or "
+		   "io_uring.",
+		   "io", io, metrics.image_reads, 2);
+	counter_by(o, "uffdd_image_read_bytes",
+		   "Bytes a restore read from its image file, by how.", "io",
+		   io, metrics.image_read_bytes, 2);
+	counter_by(o, "uffdd_control_refusals",
+		   "Control requests refused, by reason.", "reason", refused,
+		   metrics.refused, METRICS_REFUSED_N);
 }
 
 /* The histograms: no label per migration, so their count stays small. */
