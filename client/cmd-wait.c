@@ -83,6 +83,41 @@ rejoin(double timeout, const struct timespec *t0)
 	return fd;
 }
 
+/*
+ * The record to wait for: [0] is the migration itself, forked children
+ * follow; an attach --image's daemon holds the ID twice, as the image's
+ * source and as the destination: the latter is the one.
+ */
+static const Uffdd__MigrationStatus *
+wanted(const Uffdd__StatusReply *rep)
+{
+	const Uffdd__MigrationStatus *s = rep->migrations[0];
+
+	for (size_t i = rep->n_migrations; i-- > 0;)
+		if (strcmp(rep->migrations[i]->role, "destination") == 0)
+			s = rep->migrations[i];
+	return s;
+}
+
+/* The wait's exit status if migration s has ended (said), else -1. */
+static int
+ended(const Uffdd__MigrationStatus *s, const char *id, int tty)
+{
+	int failed = strcmp(s->state, "failed") == 0;
+
+	if (!failed && strcmp(s->state, "complete") != 0)
+		return -1;
+	if (tty)
+		fprintf(stderr, "\n");
+	if (failed) {
+		fprintf(stderr, "uffd-client: migration %s failed: %s\n", id,
+			s->reason);
+		return 1;
+	}
+	print_status_text(s);
+	return 0;
+}
+
 /* Polls status until the migration ends; 0 complete, 1 failed, 3 timeout. */
 int
 wait_for(const char *id, double timeout)
@@ -128,37 +163,15 @@ wait_for(const char *id, double timeout)
 			continue;
 		}
 
-		/* [0] is the migration itself; forked children follow. */
+		/* No record at all: the ID is not known here. */
 		if (rep->n_migrations == 0) {
 			fprintf(stderr, "uffd-client: unknown migration ID\n");
 			frame_free(&rep->base);
 			exit(1);
 		}
-		s = rep->migrations[0];
-		/*
-		 * An attach --image's daemon holds the ID twice, as the
-		 * image's source and as the destination: the latter is the
-		 * one to wait for.
-		 */
-		for (size_t i = rep->n_migrations; i-- > 0;)
-			if (strcmp(rep->migrations[i]->role, "destination") ==
-			    0)
-				s = rep->migrations[i];
+		s = wanted(rep);
 		progress(s, tty);
-		if (strcmp(s->state, "complete") == 0 ||
-		    strcmp(s->state, "failed") == 0) {
-			if (tty)
-				fprintf(stderr, "\n");
-			if (strcmp(s->state, "failed") == 0) {
-				fprintf(stderr,
-					"uffd-client: migration %s "
-					"failed: %s\n",
-					id, s->reason);
-				rc = 1;
-			} else {
-				print_status_text(s);
-				rc = 0;
-			}
+		if ((rc = ended(s, id, tty)) >= 0) {
 			frame_free(&rep->base);
 			break;
 		}
