@@ -44,3 +44,15 @@ metrics_image_read(int uring, uint64_t bytes)
 	metrics.image_reads[uring != 0]++;
 	metrics.image_read_bytes[uring != 0] += bytes;
 }
+
+void
+metrics_pages(int role, int demand, enum metrics_kind kind, uint64_t n,
+	      uint64_t bytes)
+{
+	int lane = demand ? METRICS_DEMAND : METRICS_BULK;
+
+	if (role < 0 || role >= METRICS_ROLES || kind >= METRICS_KINDS)
+		return;
+	metrics.pages[role][lane][kind] += n;
+	metrics.page_bytes[role][lane] += bytes;
+}

@@ -44,8 +44,22 @@ enum metrics_refusal {
 	METRICS_REFUSED_N,
 };
 
+/*
+ * What a page moved as: its bytes (data); a ZERO marker the other end maps
+ * a zero page for (zero); a ZERO marker for a page no one has: never
+ * populated at the source, left unpopulated at the destination (hole).
+ */
+enum metrics_kind { METRICS_DATA, METRICS_ZERO, METRICS_HOLE, METRICS_KINDS };
+/* The lane a page moved on: asked for by a fault, or streamed. */
+enum metrics_lane { METRICS_DEMAND, METRICS_BULK, METRICS_LANES };
+/* A working-set page: sent before any fault asked, or after one did. */
+enum metrics_ws { METRICS_WS_AHEAD, METRICS_WS_LATE, METRICS_WS_N };
+
 struct metrics {
 	struct metrics_hist fault[METRICS_ROLES];
+	uint64_t pages[METRICS_ROLES][METRICS_LANES][METRICS_KINDS];
+	uint64_t page_bytes[METRICS_ROLES][METRICS_LANES]; /* data pages' */
+	uint64_t working_set[METRICS_WS_N];
 	struct metrics_hist residency;	  /* destination: attach to complete */
 	struct metrics_hist freeze;	  /* source: pre-copy freeze time */
 	uint64_t ended[METRICS_ROLES][2]; /* [role][0 complete, 1 failed] */
@@ -61,6 +75,9 @@ extern struct metrics metrics;
 
 /* One demand fault of role (0 source, 1 destination), served in ns. */
 void metrics_fault(int role, uint64_t ns);
+/* n pages of kind moved on a lane by role; bytes: the data pages' own. */
+void metrics_pages(int role, int demand, enum metrics_kind, uint64_t n,
+		   uint64_t bytes);
 /* One read of an image file, through the ring (uring) or pread. */
 void metrics_image_read(int uring, uint64_t bytes);
 /* One sample of a long histogram (residency, freeze). */

@@ -135,23 +135,9 @@ moved(struct out *o)
 		 "Demand faults (destination) and page requests served "
 		 "(source).",
 		 t, TOT(demand_faults), 1);
-	family(o, "uffdd_pages", "counter",
-	       "Pages moved, by lane: demand (asked for by a fault) or bulk "
-	       "(streamed).");
-	for (int r = 0; r < METRICS_ROLES; r++)
-		fprintf(o->f,
-			"uffdd_pages_total{role=\"%s\",lane=\"demand\"} %llu\n"
-			"uffdd_pages_total{role=\"%s\",lane=\"bulk\"} %llu\n",
-			roles[r], (unsigned long long)t[r].demand_pages,
-			roles[r], (unsigned long long)t[r].prefetched_pages);
-	per_role(o, "uffdd_zero_pages",
-		 "Pages moved as ZERO markers, without their bytes.", t,
-		 TOT(zero_pages), 1);
 	per_role(o, "uffdd_discarded_pages",
 		 "Pages the target discarded itself, never fetched.", t,
 		 TOT(discarded_pages), 1);
-	per_role(o, "uffdd_bytes", "Page bytes moved on both lanes.", t,
-		 TOT(bytes), 1);
 	per_role(o, "uffdd_lost_pages",
 		 "Pages that will never arrive: poisoned where the kernel can.",
 		 t, TOT(pages_lost), 1);
@@ -165,6 +151,41 @@ moved(struct out *o)
 	per_role(o, "uffdd_precopy_bytes",
 		 "Page bytes sent in pre-copy rounds.", t, TOT(precopy_bytes),
 		 1);
+}
+
+/*
+ * Pages by lane and kind, and the data pages' bytes by lane: counted as
+ * they move (metrics.h), so they only grow while the engine runs.
+ */
+static void
+pages(struct out *o)
+{
+	static const char *const lane[METRICS_LANES] = {"demand", "bulk"};
+	static const char *const kind[METRICS_KINDS] = {"data", "zero", "hole"};
+
+	family(o, "uffdd_pages", "counter",
+	       "Pages moved, by lane (demand: a fault asked; bulk: streamed) "
+	       "and kind (data: with its bytes; zero: a ZERO marker mapped as "
+	       "a zero page; hole: a ZERO marker for a page never populated "
+	       "at the source, or left unpopulated at the destination).");
+	for (int r = 0; r < METRICS_ROLES; r++)
+		for (int l = 0; l < METRICS_LANES; l++)
+			for (int k = 0; k < METRICS_KINDS; k++)
+				fprintf(o->f,
+					"uffdd_pages_total{role=\"%s\",lane="
+					"\"%s\",kind=\"%s\"} %llu\n",
+					roles[r], lane[l], kind[k],
+					(unsigned long long)
+						metrics.pages[r][l][k]);
+	family(o, "uffdd_bytes", "counter",
+	       "Bytes of the data pages moved, by lane.");
+	for (int r = 0; r < METRICS_ROLES; r++)
+		for (int l = 0; l < METRICS_LANES; l++)
+			fprintf(o->f,
+				"uffdd_bytes_total{role=\"%s\",lane=\"%s\"} "
+				"%llu\n",
+				roles[r], lane[l],
+				(unsigned long long)metrics.page_bytes[r][l]);
 }
 
 /* A counter family with one label: NAME_total{LABEL="names[i]"} v[i]. */
@@ -187,6 +208,7 @@ events(struct out *o)
 	static const char *const refused[METRICS_REFUSED_N] = {
 		"permission", "invalid", "other"};
 	static const char *const io[2] = {"pread", "io_uring"};
+	static const char *const ws[METRICS_WS_N] = {"ahead", "late"};
 
 	counter_by(o, "uffdd_lane_failures",
 		   "Lanes lost before their migration completed.", "role",
@@ -205,6 +227,11 @@ events(struct out *o)
 	counter_by(o, "uffdd_image_read_bytes",
 		   "Bytes a restore read from its image file, by how.", "io",
 		   io, metrics.image_read_bytes, 2);
+	counter_by(o, "uffdd_working_set_pages",
+		   "A restore's working-set pages: sent in the set's order "
+		   "before any fault asked (ahead), or already sent when their "
+		   "turn came, a fault or the stream around one first (late).",
+		   "outcome", ws, metrics.working_set, METRICS_WS_N);
 	counter_by(o, "uffdd_control_refusals",
 		   "Control requests refused, by reason.", "reason", refused,
 		   metrics.refused, METRICS_REFUSED_N);
@@ -278,6 +305,7 @@ metrics_text(int om, size_t *len)
 	fprintf(o.f, "uffdd_build_info{version=\"%s\"} 1\n", UFFDD_VERSION);
 	held(&o);
 	moved(&o);
+	pages(&o);
 	events(&o);
 	histograms(&o);
 	process(&o);

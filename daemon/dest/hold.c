@@ -20,6 +20,7 @@
 #include "daemon/dest/internal.h"
 #include "daemon/inject.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/migration.h"
 #include "daemon/procfile.h"
 
@@ -218,6 +219,8 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 				d->m->demand_pages++;
 			else
 				d->m->prefetched_pages++;
+			metrics_pages(ROLE_DEST, pd->demand, METRICS_DATA, 1,
+				      ps);
 		}
 		pagestate_set(&dr->ps, p, PAGE_PRESENT);
 	}

@@ -21,6 +21,7 @@
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+#include "daemon/metrics.h"
 #include "daemon/migration.h"
 #include "daemon/stats.h"
 
@@ -242,6 +243,7 @@ zero_run_none(struct dest *t, struct dst_region *dr, const Uffdd__PageData *pd)
 			pagestate_set(&dr->ps, q, PAGE_DISCARDED);
 			t->m->zero_pages++;
 			t->m->prefetched_pages++;
+			metrics_pages(ROLE_DEST, 0, METRICS_HOLE, 1, 0);
 		}
 	}
 }
@@ -340,6 +342,10 @@ dest_install_missing(struct dest *t, struct dest *root, struct dst_region *dr,
 		}
 		if (pd->zero)
 			t->m->zero_pages += (uint64_t)got;
+		metrics_pages(ROLE_DEST, pd->demand,
+			      pd->zero ? METRICS_ZERO : METRICS_DATA,
+			      (uint64_t)got,
+			      pd->zero ? 0 : (uint64_t)got * dr->r.page_size);
 		if (pd->demand)
 			t->m->demand_pages += (uint64_t)got;
 		else

@@ -499,8 +499,12 @@ source_image_ws_next(struct source *s, uint32_t *ri, uint64_t *page,
 		uint64_t b = ws_batch_of(si, si->ws_next);
 		const uint8_t *p;
 
-		if (!sr->accepted || bit_test(sr->sent, w->page))
+		if (!sr->accepted)
 			continue;
+		if (bit_test(sr->sent, w->page)) {
+			metrics.working_set[METRICS_WS_LATE]++;
+			continue;
+		}
 		if ((p = ws_read_batch(si, b, err, sizeof(err))) == NULL) {
 			source_fail(s, "image: %s", err);
 			return -1;
@@ -509,6 +513,7 @@ source_image_ws_next(struct source *s, uint32_t *ri, uint64_t *page,
 		*page = w->page;
 		*bytes = p + (w->off - im->ws[si->ws_batch[b]].off);
 		si->ws_next++;
+		metrics.working_set[METRICS_WS_AHEAD]++;
 		return 1;
 	}
 	return 0;

@@ -146,6 +146,32 @@ read_demand(struct source *s, struct src_region *sr, uint64_t page,
 }
 
 /*
+ * Counts the pages of a run sent, each the first time: a ZERO marker is a
+ * hole where the page was never populated (its data bit clear), a zero
+ * page where it was and held only zeros.
+ */
+static void
+counted(struct source *s, const struct src_region *sr, uint64_t page,
+	uint64_t n, int zero, int demand)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		enum metrics_kind kind = METRICS_DATA;
+
+		if (bit_test(sr->sent, page + i))
+			continue;
+		bit_set(sr->sent, page + i);
+		s->m->pages_present++;
+		s->m->zero_pages += (uint64_t)zero;
+		s->m->prefetched_pages += (uint64_t)!demand;
+		if (zero)
+			kind = bit_test(sr->data, page + i) ? METRICS_ZERO
+							    : METRICS_HOLE;
+		metrics_pages(ROLE_SOURCE, demand, kind, 1,
+			      zero ? 0 : sr->r.page_size);
+	}
+}
+
+/*
  * Queues one frame for pages [page, page+n) of a region, all of one class
  * (data or zero). Data is read from the frozen process straight into the
  * output buffer, header and bytes in one reserved extent, so a failed read
@@ -217,14 +243,7 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	v.iov_len = hlen + len;
 	evbuffer_commit_space(conn_output(c), &v, 1);
 sent:
-	for (uint64_t i = 0; i < n; i++) {
-		if (!bit_test(sr->sent, page + i)) {
-			bit_set(sr->sent, page + i);
-			s->m->pages_present++;
-			s->m->zero_pages += (uint64_t)zero;
-			s->m->prefetched_pages += (uint64_t)!demand;
-		}
-	}
+	counted(s, sr, page, n, zero, demand);
 	s->m->bytes += len;
 	return (int64_t)len;
 }

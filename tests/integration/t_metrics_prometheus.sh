@@ -151,3 +151,22 @@ tail -n 1 "$T/client.txt" | grep -qx '# EOF' || fail "uffd-client metrics: no # 
 grep -qx "uffdd_demand_fault_latency_seconds_count{role=\"destination\"} $DF" "$T/client.txt" ||
 	fail "uffd-client metrics: $(grep fault_latency_seconds_count "$T/client.txt")"
 info "uffd-client metrics says the same"
+
+# Pages by lane and kind add up to what status says moved on each lane,
+# and only data pages carry bytes.
+lane_sum() {
+	sed -n "s/^uffdd_pages_total{role=\"destination\",lane=\"$1\",kind=\"[a-z]*\"} //p" "$T/client.txt" |
+		awk '{s += $1} END {print s + 0}'
+}
+field() {
+	json "$dst_SOCK" | python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d['$1'])"
+}
+DP=$(field demand_pages)
+BP=$(field prefetched_pages)
+[ "$(lane_sum demand)" = "$DP" ] || fail "demand lane: metrics $(lane_sum demand) pages, status $DP"
+[ "$(lane_sum bulk)" = "$BP" ] || fail "bulk lane: metrics $(lane_sum bulk) pages, status $BP"
+data=$(sed -n 's/^uffdd_pages_total{role="destination",lane="\([a-z]*\)",kind="data"} //p' "$T/client.txt" | awk '{s += $1} END {print s + 0}')
+bytes=$(sed -n 's/^uffdd_bytes_total{role="destination",lane="[a-z]*"} //p' "$T/client.txt" | awk '{s += $1} END {print s + 0}')
+[ "$data" -gt 0 ] && [ "$bytes" = $((data * 4096)) ] ||
+	fail "destination: $data data pages but $bytes bytes"
+info "pages by lane and kind: demand $DP, bulk $BP (status the same); $data data pages, $bytes bytes"
