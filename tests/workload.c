@@ -21,6 +21,9 @@
  * (mincore says the page is not resident yet; pages the bulk lane already
  * installed are skipped), and prints "touched N faults F p50_us X p99_us Y".
  * --touch 0 touches nothing: the bulk lane alone moves the memory.
+ * --touch scan reads one word of every page in order, as a scanner does,
+ * a read that took over SCAN_FAULT_NS counted as a fault (no mincore: it
+ * would slow the scanner down to the stream); it prints the same line.
  *
  * Every 8-byte word is checkable on its own: its top 16 bits are a version,
  * its low 48 bits a hash of (seed, page, word, version). Mutations rewrite one
@@ -151,7 +154,8 @@ static atomic_ulong lost;
 static __thread sigjmp_buf bus_jmp;
 static __thread volatile int bus_armed;
 static uint64_t touch_n;
-static int touch_mode;
+static int touch_mode; /* 1 random pages, 2 every page in order (scan) */
+#define SCAN_FAULT_NS 5000
 static uint8_t *mem;
 static atomic_ulong mismatches, checked;
 
@@ -641,6 +645,16 @@ touch_pages(void)
 		unsigned char vec = 0;
 		uint64_t page, t0;
 
+		if (touch_mode == 2) {
+			p = (volatile uint64_t *)(mem + i * PS);
+			t0 = now_ns();
+			(void)*p;
+			if (now_ns() - t0 > SCAN_FAULT_NS) {
+				at[nlat] = t0;
+				lat[nlat++] = now_ns() - t0;
+			}
+			continue;
+		}
 		r = mix(r);
 		page = r % npages;
 		p = (volatile uint64_t *)(mem + page * PS);
@@ -980,6 +994,8 @@ run_dest(void)
 			sleep(4);
 	}
 	if (touch_mode) {
+		if (touch_mode == 2)
+			touch_n = size / PS;
 		touch_pages();
 		do
 			sigwait(&set, &sig);
@@ -1164,6 +1180,8 @@ main(int argc, char **argv)
 		case 'T':
 			touch_n = strtoull(optarg, NULL, 0);
 			touch_mode = 1;
+			if (strcmp(optarg, "scan") == 0)
+				touch_mode = 2;
 			break;
 		default:
 			usage();
