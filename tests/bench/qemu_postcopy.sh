@@ -25,6 +25,10 @@
 # resolution). Two hosts: QEMU's resident time is the destination's
 # RESUME event to its MIGRATION "completed" event; uffdd's is receive's
 # own measure (the destination running to every page resident).
+# Below the hosts table: each uffdd daemon's CPU seconds over the run
+# (both its parts), and issue 37's targets from the medians: uffdd with
+# TLS stalls the guest no longer and is resident no later than QEMU's
+# postcopy plain, and its downtime is at most the floor's + 3 ms.
 # uffdd's daemons run at the unit's nice value, as the service runs them
 # (BENCH_NICE overrides); the QEMUs, and QEMU's own postcopy, at 0.
 SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -42,6 +46,16 @@ v=json.loads(sys.argv[1])
 for k in sys.argv[2].split("."):
     v=v.get(k,"") if isinstance(v,dict) else ""
 print(v)' "$1" "$2"
+}
+# daemon_cpu NAME: user+system CPU seconds so far of daemon NAME, both
+# its parts (the privileged part and the engine).
+daemon_cpu() {
+	local p t=0
+	for p in $(daemon_pids "$1"); do
+		t=$(sed -e 's/^.*) //' "/proc/$p/stat" |
+			awk -v t="$t" -v hz="$(getconf CLK_TCK)" '{printf "%.3f", t + ($12 + $13) / hz}')
+	done
+	echo "$t"
 }
 # max_stall NAME: the longest per-pass stall memcheck reported on NAME.
 max_stall() {
@@ -289,6 +303,7 @@ hosts_floor() {
 # send on the source host under the same ID, with the daemons of MODE.
 hosts_uffdd() {
 	local mode=$1 a=us$1$2 b=ud$1$2 s=srct d=dstt port id rp t_stop t_run qbytes ubytes res
+	local sc0 dc0
 	hqemu "$a" "$NS_SRC"
 	runs_on "$a" 2
 	hqemu "$b" "$NS_DST" -incoming defer
@@ -298,6 +313,8 @@ hosts_uffdd() {
 		--qmp "$T/$b.qmp" --id "$id" --from "$SRC_HOST_ADDR:$(eval echo "\$${s}_PORT")" \
 		--incoming "$DST_HOST_ADDR:$port" --timeout 300 >"$T/$b.recv" 2>&1 &
 	rp=$!
+	sc0=$(daemon_cpu "$s")
+	dc0=$(daemon_cpu "$d")
 	ip netns exec "$NS_SRC" "$CLIENT" --control "$(eval echo "\$${s}_SOCK")" migrate-qemu send \
 		--qmp "$T/$a.qmp" --id "$id" --to "$DST_HOST_ADDR:$port" --timeout 300 \
 		>"$T/$a.send" 2>&1 || fail "send ($mode): $(cat "$T/$a.send")"
@@ -311,6 +328,8 @@ hosts_uffdd() {
 	qbytes=$(sed -n 's/.*: \([0-9]*\) bytes by QEMU.*/\1/p' "$T/$a.send")
 	ubytes=$(jget "$("$CLIENT" --control "$(eval echo "\$${d}_SOCK")" status "$id" --json)" bytes)
 	runs_on "$b" 3
+	VAL[uffdd-$mode.scpu]+="$(echo "$(daemon_cpu "$s") - $sc0" | bc -l | xargs printf '%.3f') "
+	VAL[uffdd-$mode.dcpu]+="$(echo "$(daemon_cpu "$d") - $dc0" | bc -l | xargs printf '%.3f') "
 	record "uffdd-$mode" "$(ms_between "$t_stop" "$t_run")" "$res" "$(max_stall "$b")" "$((ubytes + qbytes))" \
 		"$(ms_between "$t_stop" "$(event_ts "$a" MIGRATION '"completed"')")"
 	info "uffdd $mode run $2: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms; send: $(sed -n 's/.*migrate-qemu: source vCPUs stopped; \(go: [0-9.]* ms\).*/\1/p' "$T/$a.send"), $(sed -n 's/.*migrate-qemu: device state sent to [^:]*:[0-9]*: \(.*\)/\1/p' "$T/$a.send"); receive: $(sed -n 's/^ *demand *//p' "$T/$b.recv")"
@@ -357,7 +376,31 @@ bench_hosts() {
 			"$(median <<<"${VAL[$k.res]}")" \
 			"$(median <<<"${VAL[$k.stall]}")" "$(median <<<"${VAL[$k.mib]}")"
 		echo "    runs: downtime ms ${VAL[$k.down]}| sent ms ${VAL[$k.sent]}| resident s ${VAL[$k.res]}| stall ms ${VAL[$k.stall]}| MiB ${VAL[$k.mib]}"
+		[ -n "${VAL[$k.scpu]:-}" ] &&
+			echo "    daemons' CPU s: source $(median <<<"${VAL[$k.scpu]}") (runs ${VAL[$k.scpu]}), destination $(median <<<"${VAL[$k.dcpu]}") (runs ${VAL[$k.dcpu]})"
 	done
+	hosts_verdicts
+}
+
+# verdict NAME UFFDD LIMIT: pass when uffdd's median is at most the limit.
+verdict() {
+	printf '%-52s %9s %9s  %s\n' "$1" "$2" "$3" \
+		"$(awk -v u="$2" -v l="$3" 'BEGIN {print (u == "nan" || l == "nan") ? "-" : (u <= l) ? "pass" : "MISS"}')"
+}
+
+# The targets (issue 37): uffdd with TLS against QEMU plain and the floor,
+# medians of the same run.
+hosts_verdicts() {
+	local fl
+	fl=$(median <<<"${VAL[floor.down]}")
+	echo
+	printf '%-52s %9s %9s  %s\n' target uffdd limit result
+	verdict "longest guest stall (ms) <= QEMU postcopy plain's" \
+		"$(median <<<"${VAL[uffdd-tls.stall]}")" "$(median <<<"${VAL[qemu-plain.stall]}")"
+	verdict "resident (s) <= QEMU postcopy plain's" \
+		"$(median <<<"${VAL[uffdd-tls.res]}")" "$(median <<<"${VAL[qemu-plain.res]}")"
+	verdict "downtime (ms) <= the floor's + 3 ms" \
+		"$(median <<<"${VAL[uffdd-tls.down]}")" "$(awk -v f="$fl" 'BEGIN {print (f == "nan") ? "nan" : f + 3}')"
 }
 
 bench_one() {
