@@ -25,21 +25,10 @@
 #include "daemon/inject.h"
 #include "daemon/privop.h"
 #include "daemon/proc.h"
+#include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
 #include "daemon/priv/serve.h"
 #include "daemon/wptrack.h"
-
-/* A request being served: what it asked, and the answer taking shape. */
-struct call {
-	const struct privop_hdr *h;
-	const void *req;
-	size_t len;
-	struct grant *g;
-	struct imsg *m;
-	int fd, fd2;	 /* descriptors the answer carries, or -1 */
-	const void *out; /* the answer's struct, outlen bytes */
-	size_t outlen;
-};
 
 /*
  * A thread an injection gave up on (it did not stop in time) stays seized
@@ -56,7 +45,7 @@ reap_cb(evutil_socket_t fd, short ev, void *arg)
 		evtimer_add(reap_ev, &tv);
 }
 
-static void
+void
 serve_reap_later(void)
 {
 	if (reap_ev == NULL &&
@@ -248,9 +237,16 @@ do_child(struct call *c)
 
 /* The operations, by type: each answers an errno value (0: done). */
 static int (*const ops[])(struct call *) = {
-	[PRIVOP_SIGNAL] = do_signal,   [PRIVOP_OPEN] = do_open,
-	[PRIVOP_SHARERS] = do_sharers, [PRIVOP_OFF_CPU] = do_off_cpu,
-	[PRIVOP_WP_UFFD] = do_wp_uffd, [PRIVOP_CHILD] = do_child,
+	[PRIVOP_SIGNAL] = do_signal,
+	[PRIVOP_OPEN] = do_open,
+	[PRIVOP_SHARERS] = do_sharers,
+	[PRIVOP_OFF_CPU] = do_off_cpu,
+	[PRIVOP_WP_UFFD] = do_wp_uffd,
+	[PRIVOP_CHILD] = do_child,
+	[PRIVOP_DEST_UFFD] = dsetup_uffd,
+	[PRIVOP_DEST_DISCARD] = dsetup_discard,
+	[PRIVOP_DEST_END] = dsetup_end,
+	[PRIVOP_DEST_CLOSE] = dsetup_close,
 };
 
 static void
@@ -290,6 +286,7 @@ serve_requests(int sock)
 	struct imsg m;
 	int r;
 
+	dsetup_sweep();
 	for (int i = 0; i < 64; i++) {
 		if ((r = imsg_recv(sock, &m)) < 0 && errno == EBADMSG) {
 			log_warnx("engine: a request that does not hold "

@@ -20,12 +20,16 @@
 
 #include <event2/event.h>
 
+#include "daemon/compat.h"
 #include "daemon/conffile.h"
 #include "daemon/imsg.h"
+#include "daemon/inject.h"
 #include "daemon/loop.h"
 #include "daemon/privop.h"
+#include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
 #include "daemon/priv/serve.h"
+#include "daemon/uffd.h"
 #include "proto/frame.h"
 #include "tests/unit/unit.h"
 
@@ -194,6 +198,212 @@ test_child(struct grant *ex, struct grant *at, pid_t grandkid)
 	free(a);
 }
 
+/* /proc/PID/status's TracerPid: who holds pid's threads stopped. */
+static long
+tracer_of(pid_t pid)
+{
+	char path[64], line[256];
+	long t = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "TracerPid: %ld", &t) == 1)
+			break;
+	fclose(f);
+	return t;
+}
+
+/* Whether pid has a descriptor numbered fd. */
+static int
+has_fd(pid_t pid, int fd)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
+	return access(path, F_OK) == 0;
+}
+
+static int
+dest_end(uint64_t grant, uint32_t how, uint32_t precopy)
+{
+	struct privop_dest_end r = {.how = how, .precopy = precopy};
+
+	return ask(grant, PRIVOP_DEST_END, &r, sizeof(r), NULL, NULL, NULL);
+}
+
+static int
+discard(uint64_t grant, uint64_t start, uint64_t length, uint32_t remove)
+{
+	struct privop_dest_discard r = {
+		.start = start, .length = length, .remove = remove};
+
+	return ask(grant, PRIVOP_DEST_DISCARD, &r, sizeof(r), NULL, NULL, NULL);
+}
+
+/*
+ * A destination's setup: the target's uffd, negotiated, comes back with
+ * its copy's number; the threads stay stopped until the end; a discard
+ * empties the page (a shared one: its page cache too), and the uffd
+ * registers it. Then the target's copy is closed on request, once.
+ */
+static int
+dest_setup(uint64_t grant, pid_t pid, int *fd)
+{
+	struct privop_dest_uffd r = {.features = UFFD_FEATURE_MISSING_SHMEM};
+	struct privop_dest_uffd_reply *a = NULL;
+	size_t alen = 0;
+	int err, target_fd = -1;
+
+	err = ask(grant, PRIVOP_DEST_UFFD, &r, sizeof(r), fd, (void **)&a,
+		  &alen);
+	if (err == 0) {
+		CHECK(*fd >= 0 && alen == sizeof(*a) && a != NULL);
+		CHECK(a != NULL && a->sole == 0 && a->target_fd >= 0);
+		CHECK(tracer_of(pid) == getpid());
+		if (a != NULL)
+			target_fd = a->target_fd;
+		CHECK(has_fd(pid, target_fd));
+	}
+	free(a);
+	return err ? -err : target_fd;
+}
+
+static void
+test_dest(pid_t pid, uint64_t shm)
+{
+	struct grant *at = grant_of(pid, FRAME_CTL_ATTACH);
+	struct privop_dest_uffd bad = {.features = 1ULL << 62};
+	char c = 0;
+	int fd = -1, mem, tfd;
+
+	/* The page holds 'x' (test_open()), until the discard. */
+	CHECK(ask(at->id, PRIVOP_DEST_UFFD, &bad, sizeof(bad), &fd, NULL,
+		  NULL) == EINVAL);
+	CHECK(discard(at->id, shm, 4096, 1) == EPROTO); /* no setup yet */
+	CHECK((tfd = dest_setup(at->id, pid, &fd)) >= 0);
+	CHECK(dest_setup(at->id, pid, &mem) == -EALREADY); /* once */
+	CHECK(discard(at->id, shm + 1, 4096, 1) == EINVAL);
+	CHECK(discard(at->id, shm, 0, 1) == EINVAL);
+	CHECK(discard(at->id, shm, 4096, 2) == EINVAL);
+	CHECK(discard(at->id, ~0ULL << 12, 8192, 0) == EINVAL);
+	CHECK(discard(at->id, shm, 4096, 1) == 0);
+	CHECK(uffd_register(fd, shm, 4096, UFFDIO_REGISTER_MODE_MISSING,
+			    NULL) == 0);
+	CHECK(dest_end(at->id, PRIVOP_DEST_GO, 1) == EINVAL);
+	CHECK(dest_end(at->id, PRIVOP_DEST_RELEASE, 0) == EPROTO);
+	CHECK(dest_end(at->id, 9, 0) == EINVAL);
+	CHECK(ask(at->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) ==
+	      EPROTO); /* not while it is set up */
+	CHECK(dest_end(at->id, PRIVOP_DEST_GO, 0) == 0);
+	CHECK(tracer_of(pid) == 0);
+	CHECK(discard(at->id, shm, 4096, 1) == EPROTO);
+	CHECK(dest_end(at->id, PRIVOP_DEST_GO, 0) == EPROTO);
+	/* Emptied and registered: a read would wait; the mem file sees 0. */
+	CHECK(uffd_unregister(fd, shm, 4096) == 0);
+	mem = open_file(at->id, PRIVOP_FILE_MEM_RW, 0, 0, &mem) == 0 ? mem : -1;
+	CHECK(mem >= 0 && pread(mem, &c, 1, (off_t)shm) == 1 && c == 0);
+	if (mem >= 0)
+		close(mem);
+	CHECK(ask(at->id, PRIVOP_DEST_CLOSE, "x", 1, NULL, NULL, NULL) ==
+	      EBADMSG);
+	CHECK(ask(at->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) == 0);
+	CHECK(!has_fd(pid, tfd));
+	CHECK(ask(at->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) ==
+	      EPROTO);
+	if (fd >= 0)
+		close(fd);
+}
+
+/*
+ * A held target stays stopped (its copy closed through the hold) until
+ * let go; one undone loses its copy; a setup whose grant is dropped is
+ * let go; an engine gone kills a pre-copy's held target.
+ */
+static void
+test_dest_hold(int pfd[2])
+{
+	struct grant *g[4];
+	pid_t pid[4], gk;
+	void *p;
+	int fd[4], tfd[4], st;
+
+	for (int i = 0; i < 4; i++) {
+		pid[i] = sleeper(pfd[1]);
+		CHECK(read(pfd[0], &p, sizeof(p)) == sizeof(p));
+		CHECK(read(pfd[0], &gk, sizeof(gk)) == sizeof(gk));
+		kill(gk, SIGKILL);
+		g[i] = grant_of(pid[i], FRAME_CTL_ATTACH);
+		tfd[i] = dest_setup(g[i]->id, pid[i], &fd[i]);
+		CHECK(tfd[i] >= 0);
+	}
+	CHECK(dest_end(g[0]->id, PRIVOP_DEST_HOLD, 0) == 0);
+	CHECK(dest_end(g[0]->id, PRIVOP_DEST_HOLD, 0) == EPROTO);
+	CHECK(tracer_of(pid[0]) == getpid());
+	CHECK(ask(g[0]->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) == 0);
+	CHECK(!has_fd(pid[0], tfd[0]) && tracer_of(pid[0]) == getpid());
+	CHECK(dest_end(g[0]->id, PRIVOP_DEST_GO, 0) == 0);
+	CHECK(tracer_of(pid[0]) == 0);
+
+	CHECK(dest_end(g[1]->id, PRIVOP_DEST_UNDO, 0) == 0);
+	CHECK(!has_fd(pid[1], tfd[1]) && tracer_of(pid[1]) == 0);
+
+	grant_drop(g[2]);
+	CHECK(ask(g[0]->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) ==
+	      EPROTO); /* any request sweeps */
+	CHECK(tracer_of(pid[2]) == 0);
+
+	CHECK(dest_end(g[3]->id, PRIVOP_DEST_HOLD, 1) == 0);
+	dsetup_engine_gone();
+	/* Killed; its exit collected here, or by the injection's reaper. */
+	for (int i = 0; i < 200 && kill(pid[3], 0) == 0; i++) {
+		waitpid(pid[3], &st, WNOHANG);
+		inject_reap();
+		usleep(10000);
+	}
+	CHECK(kill(pid[3], 0) < 0 && errno == ESRCH);
+	for (int i = 0; i < 4; i++) {
+		if (fd[i] >= 0)
+			close(fd[i]);
+		if (i < 3) {
+			kill(pid[i], SIGKILL);
+			waitpid(pid[i], &st, 0);
+		}
+	}
+}
+
+/* Destination requests refused: another role's grant, a dead process. */
+static void
+test_dest_refused(struct grant *ex, int pfd[2])
+{
+	struct privop_dest_uffd r = {.features = 0};
+	struct grant *g;
+	pid_t pid, gk;
+	void *p;
+	int fd = -1, st;
+
+	CHECK(ask(ex->id, PRIVOP_DEST_UFFD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      EPERM);
+	CHECK(ask(ex->id, PRIVOP_DEST_UFFD, &r, sizeof(r) - 1, &fd, NULL,
+		  NULL) == EBADMSG);
+	CHECK(ask(12345, PRIVOP_DEST_UFFD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      ESRCH);
+	CHECK(dest_end(ex->id, PRIVOP_DEST_GO, 0) == EPROTO);
+	CHECK(fd < 0);
+	pid = sleeper(pfd[1]);
+	CHECK(read(pfd[0], &p, sizeof(p)) == sizeof(p));
+	CHECK(read(pfd[0], &gk, sizeof(gk)) == sizeof(gk));
+	g = grant_of(pid, FRAME_CTL_ATTACH);
+	kill(gk, SIGKILL);
+	kill(pid, SIGKILL);
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(ask(g->id, PRIVOP_DEST_UFFD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      ESRCH);
+	CHECK(fd < 0);
+}
+
 /* Requests that do not hold together, or name no live grant. */
 static void
 test_refused(struct grant *ex, struct grant *at)
@@ -252,6 +462,9 @@ main(void)
 	ex = grant_of(kid, FRAME_CTL_EXPORT);
 	at = grant_of(kid, FRAME_CTL_ATTACH);
 	test_open(ex, at, (uint64_t)(uintptr_t)shm);
+	test_dest(kid, (uint64_t)(uintptr_t)shm);
+	test_dest_hold(pfd);
+	test_dest_refused(ex, pfd);
 	test_refused(ex, at);
 	test_child(ex, at, grandkid);
 
