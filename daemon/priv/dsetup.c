@@ -25,9 +25,9 @@
 #include "daemon/inject.h"
 #include "daemon/log.h"
 #include "daemon/privop.h"
+#include "daemon/priv/call.h"
 #include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
-#include "daemon/priv/serve.h"
 #include "daemon/procref.h"
 #include "daemon/tracee.h"
 #include "daemon/uffd.h"
@@ -108,7 +108,6 @@ let_go(struct dsetup *s)
 {
 	inject_end(&s->inj);
 	s->open = s->held = 0;
-	serve_reap_later(); /* threads that died while held */
 }
 
 /*
@@ -125,7 +124,6 @@ begin(struct dsetup *s, struct grant *g)
 
 	if (inject_begin(&s->inj, s->pid, 1) < 0) {
 		snprintf(why, sizeof(why), "%s", s->inj.err);
-		serve_reap_later();
 		return errno == EPERM ? EPERM : ESRCH;
 	}
 	s->open = 1;
@@ -420,7 +418,6 @@ dsetup_close(struct call *c)
 		return 0;
 	}
 	if (inject_begin(&inj, s->pid, 0) < 0) {
-		serve_reap_later();
 		snprintf(why, sizeof(why), "%s", inj.err);
 		return failed(c, errno ? errno : EIO);
 	}

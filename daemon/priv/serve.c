@@ -25,6 +25,7 @@
 #include "daemon/inject.h"
 #include "daemon/privop.h"
 #include "daemon/proc.h"
+#include "daemon/priv/call.h"
 #include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
 #include "daemon/priv/serve.h"
@@ -45,7 +46,7 @@ reap_cb(evutil_socket_t fd, short ev, void *arg)
 		evtimer_add(reap_ev, &tv);
 }
 
-void
+static void
 serve_reap_later(void)
 {
 	if (reap_ev == NULL &&
@@ -186,8 +187,6 @@ do_wp_uffd(struct call *c)
 	err = errno ? errno : EIO;
 	c->out = why;
 	c->outlen = strlen(why) + 1;
-	if (inject_reap() > 0)
-		serve_reap_later();
 	return err;
 }
 
@@ -270,6 +269,9 @@ serve_one(int sock, struct imsg *m)
 		else
 			err = ops[c.h->type](&c);
 	}
+	/* Threads an injection gave up on, or let go while dying. */
+	if (inject_reap() > 0)
+		serve_reap_later();
 	if (c.fd >= 0)
 		fds[nfds++] = c.fd;
 	if (c.fd2 >= 0)
