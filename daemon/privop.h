@@ -33,6 +33,8 @@ enum privop_type {
 	PRIVOP_DEST_DISCARD = 8, /* privop_dest_discard: madvise in it */
 	PRIVOP_DEST_END = 9,	 /* privop_dest_end: let go, held, released */
 	PRIVOP_DEST_CLOSE = 10,	 /* nothing: the target's copy closed */
+	PRIVOP_CHILD_UFFD = 11,	 /* nothing and the child's uffd: a copy */
+	PRIVOP_CHILD_HOLD = 12,	 /* nothing: a sole child kept (tracee.h) */
 				 /*
 	 * The last two are the destination's; the target's copy of its uffd
 	 * is closed only as the setup made it, while held or by injection.
@@ -153,6 +155,17 @@ struct privop_dest_end {
 	uint32_t how;	  /* enum privop_dest_how */
 	uint32_t precopy; /* PRIVOP_DEST_HOLD: it dies with the holder */
 };
+
+/*
+ * A destination's forked child, by its own grant (PRIVOP_CHILD), once:
+ * PRIVOP_CHILD_UFFD hands it a copy of its uffd (the one the fork event
+ * gave the engine, sent with the request; it must be a userfaultfd) by
+ * injection, if the grant's caller may still ptrace it; the answer is a
+ * privop_dest_uffd_reply (sole 0). PRIVOP_CHILD_HOLD keeps the main
+ * thread of a child whose parent held no copy seized instead, until
+ * PRIVOP_DEST_END's PRIVOP_DEST_RELEASE. PRIVOP_DEST_CLOSE closes the
+ * copy given, as a target's.
+ */
 
 /* The engine's end of the rpc socket pair. */
 void privop_init(int sock);

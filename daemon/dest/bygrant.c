@@ -4,6 +4,7 @@
  * has it make its userfaultfd and hands ours over, empties each region
  * (we register it in between, every thread still stopped), then holds or
  * lets it go; later it closes the target's copy and releases a kept one.
+ * A forked child with a grant of its own gets its copy from it too.
  * A process without a grant (a restored migration's) is injected into
  * here, as before the split (target.c).
  */
@@ -24,7 +25,7 @@
 int
 dest_by_grant(const struct dest *d)
 {
-	return d->root == NULL && d->t.grant != 0 && privop_available();
+	return d->t.grant != 0 && privop_available();
 }
 
 /* Why a request failed: the privileged part's message, or errno's. */
@@ -87,7 +88,8 @@ dest_grant_end(struct dest *d, uint32_t how, char *err, size_t errlen)
 	if (ask(d, PRIVOP_DEST_END, &r, sizeof(r), err ? err : buf,
 		err ? errlen : sizeof(buf), 0) == 0)
 		return 0;
-	if (err == NULL)
+	/* A child that could not be held has nothing to release. */
+	if (err == NULL && !(how == PRIVOP_DEST_RELEASE && errno == EPROTO))
 		log_warnx("migration %s: process %d: %s", log_id(d->m->id),
 			  (int)d->m->pid, buf);
 	return -1;
@@ -192,4 +194,42 @@ dest_grant_close(struct dest *d)
 		log_warnx("migration %s: %s (target's uffd fd %d)",
 			  log_id(d->m->id), err, d->target_fd);
 	d->target_fd = -1;
+}
+
+/*
+ * A forked child k gets a copy of its uffd from the privileged part (our
+ * uffd is read meanwhile), or is held as its parent is (k->sole). Either
+ * way a daemon that dies no longer leaves it reading zeros.
+ */
+void
+dest_grant_child(struct dest *k)
+{
+	struct privop_drain dr = {k->uffd, dest_drain_uffd, k};
+	const struct privop_dest_uffd_reply *a;
+	struct imsg rep;
+	char err[512] = "";
+
+	if (k->sole) {
+		if (ask(k, PRIVOP_CHILD_HOLD, NULL, 0, err, sizeof(err), 0) < 0)
+			log_warnx("migration %s: forked process %d cannot be "
+				  "held (%s): should the daemon die, its "
+				  "missing pages would read as zeros",
+				  log_id(k->root->m->id), (int)k->m->pid, err);
+		return;
+	}
+	if (privop_call(PRIVOP_CHILD_UFFD, k->t.grant, NULL, 0, &k->uffd, 1,
+			&rep, &dr) < 0)
+		why(&rep, errno, err, sizeof(err), "the privileged part");
+	else if ((a = imsg_payload(&rep, sizeof(*a))) != NULL && a->sole == 0 &&
+		 a->target_fd >= 0)
+		k->target_fd = a->target_fd;
+	else
+		snprintf(err, sizeof(err),
+			 "an answer that does not hold "
+			 "together");
+	imsg_clear(&rep);
+	if (k->target_fd < 0)
+		log_warnx("migration %s: forked process %d holds no copy of "
+			  "its uffd: %s",
+			  log_id(k->root->m->id), (int)k->m->pid, err);
 }

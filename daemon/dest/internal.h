@@ -326,8 +326,9 @@ int dest_take_region(struct dest *, struct inject *inj, size_t reg, char *err,
 		     size_t errlen);
 
 /*
- * bygrant.c: the same asked of the privileged part, for a root target
- * held by grant (dest_by_grant()); how: enum privop_dest_how. Failures
+ * bygrant.c: the same asked of the privileged part, for a target held by
+ * grant (dest_by_grant(): a root, or a forked child with a grant of its
+ * own); how: enum privop_dest_how. Failures
  * of dest_grant_end() are logged when err is NULL.
  */
 int dest_by_grant(const struct dest *);
@@ -336,6 +337,7 @@ int dest_grant_discard(struct dest *, uint64_t start, uint64_t length, int shm,
 		       char *err, size_t errlen);
 int dest_grant_end(struct dest *, uint32_t how, char *err, size_t errlen);
 void dest_grant_close(struct dest *);
+void dest_grant_child(struct dest *k);
 
 /* regions.c */
 uint64_t dest_present_total(const struct dest *);

@@ -22,6 +22,7 @@
 
 #include "daemon/authz.h"
 #include "daemon/compat.h"
+#include "daemon/imsg.h"
 #include "daemon/inject.h"
 #include "daemon/log.h"
 #include "daemon/privop.h"
@@ -108,6 +109,20 @@ let_go(struct dsetup *s)
 {
 	inject_end(&s->inj);
 	s->open = s->held = 0;
+}
+
+/* Grant g's setup, the one it may have. */
+static struct dsetup *
+new_setup(const struct grant *g)
+{
+	struct dsetup *s = xcalloc(1, sizeof(*s));
+
+	s->grant = g->id;
+	s->pid = g->t.pid;
+	s->target_fd = -1;
+	s->next = setups;
+	setups = s;
+	return s;
 }
 
 /*
@@ -240,12 +255,7 @@ dsetup_uffd(struct call *c)
 		return EALREADY; /* set up once */
 	if (c->g->t.pid <= 0 || !procref_same(&c->g->t))
 		return ESRCH;
-	s = xcalloc(1, sizeof(*s));
-	s->grant = c->g->id;
-	s->pid = c->g->t.pid;
-	s->target_fd = -1;
-	s->next = setups;
-	setups = s;
+	s = new_setup(c->g);
 	if ((err = begin(s, c->g)) == 0 &&
 	    (err = make_uffd(s, c->g, &c->fd)) == 0 &&
 	    uffd_api(c->fd, r->features, NULL) < 0) {
@@ -430,6 +440,109 @@ dsetup_close(struct call *c)
 	snprintf(why, sizeof(why), "close in process %d: %s", (int)s->pid,
 		 strerror((int)-rc));
 	return failed(c, (int)-rc);
+}
+
+/*
+ * Whether fd is a userfaultfd: the kernel names no process of one, so a
+ * child gets no other kind of descriptor of the engine's at least.
+ */
+static int
+is_uffd(int fd)
+{
+	static const char want[] = "anon_inode:[userfaultfd]";
+	char path[64], link[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link));
+	return n == (ssize_t)strlen(want) && memcmp(link, want, (size_t)n) == 0;
+}
+
+/* A request for a forked child's grant, before it is set up: an errno. */
+static int
+child_check(struct call *c)
+{
+	if (c->len != 0)
+		return EBADMSG;
+	if (c->g->frame_type != FRAME_CTL_ATTACH || c->g->parent == 0)
+		return EPERM; /* a forked child's grant only */
+	if (find(c->g->id) != NULL)
+		return EALREADY;
+	if (c->g->t.pid <= 0 || !procref_same(&c->g->t))
+		return ESRCH;
+	return 0;
+}
+
+/*
+ * A forked child gets a copy of its uffd, as every target has: stopped,
+ * it can change no more, and only a process the grant's caller could
+ * ptrace gets anything (one that ran a setuid program since does not).
+ * inject_pass_fd() refuses one sharing its memory or files.
+ */
+int
+dsetup_child_uffd(struct call *c)
+{
+	static struct privop_dest_uffd_reply a;
+	struct inject inj;
+	uint32_t code;
+	int err, ufd, tfd = -1;
+
+	why[0] = '\0';
+	if ((err = child_check(c)) != 0)
+		return err;
+	if (c->m->nfd != 1)
+		return EBADMSG;
+	if (!is_uffd(ufd = imsg_take_fd(c->m, 0))) {
+		close(ufd);
+		return EBADF;
+	}
+	if (inject_begin(&inj, c->g->t.pid, 1) < 0) {
+		err = errno == EPERM ? EPERM : ESRCH;
+		snprintf(why, sizeof(why), "%s", inj.err);
+	} else {
+		if (authz_may_ptrace(&c->g->who, &c->g->t, &code, why,
+				     sizeof(why)) < 0)
+			err = code == ERR_NO_PROCESS ? ESRCH : EPERM;
+		else if ((tfd = inject_pass_fd(&inj, ufd)) < 0)
+			err = EIO;
+		if (err == EIO)
+			snprintf(why, sizeof(why), "%s", inj.err);
+		inject_end(&inj);
+	}
+	close(ufd);
+	if (err != 0)
+		return failed(c, err);
+	new_setup(c->g)->target_fd = tfd;
+	a = (struct privop_dest_uffd_reply){.target_fd = tfd};
+	c->out = &a;
+	c->outlen = sizeof(a);
+	return 0;
+}
+
+/*
+ * A child whose parent held no copy of its uffd holds none either: its
+ * main thread is kept seized so that it dies with us (tracee.h).
+ */
+int
+dsetup_child_hold(struct call *c)
+{
+	struct dsetup *s;
+	int err;
+
+	why[0] = '\0';
+	if ((err = child_check(c)) != 0)
+		return err;
+	if (!authz_allows(&c->g->who, &c->g->t))
+		return EPERM;
+	if (tracee_seize(c->g->t.pid) < 0)
+		return errno ? errno : ESRCH;
+	if (!procref_same(&c->g->t)) {
+		tracee_release(c->g->t.pid);
+		return ESRCH;
+	}
+	s = new_setup(c->g);
+	s->sole = s->kept = 1;
+	return 0;
 }
 
 /*

@@ -16,6 +16,8 @@ int dsetup_uffd(struct call *);
 int dsetup_discard(struct call *);
 int dsetup_end(struct call *);
 int dsetup_close(struct call *);
+int dsetup_child_uffd(struct call *);
+int dsetup_child_hold(struct call *);
 
 /*
  * Ends what a grant that is gone or dropped left open: its threads let

@@ -228,6 +228,7 @@ do_child(struct call *c)
 	}
 	a = (struct privop_child_reply){.start = k.start, .probe = k.probe};
 	kg = grant_new(FRAME_CTL_ATTACH, &c->g->who, &k);
+	kg->parent = c->g->id;
 	a.grant = kg->id;
 	c->out = &a;
 	c->outlen = sizeof(a);
@@ -246,6 +247,8 @@ static int (*const ops[])(struct call *) = {
 	[PRIVOP_DEST_DISCARD] = dsetup_discard,
 	[PRIVOP_DEST_END] = dsetup_end,
 	[PRIVOP_DEST_CLOSE] = dsetup_close,
+	[PRIVOP_CHILD_UFFD] = dsetup_child_uffd,
+	[PRIVOP_CHILD_HOLD] = dsetup_child_hold,
 };
 
 static void

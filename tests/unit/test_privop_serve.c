@@ -29,6 +29,7 @@
 #include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
 #include "daemon/priv/serve.h"
+#include "daemon/tracee.h"
 #include "daemon/uffd.h"
 #include "proto/frame.h"
 #include "tests/unit/unit.h"
@@ -38,6 +39,9 @@ struct event_base *base;
 struct uffdd_conf conf;
 
 static int sv[2];
+
+/* A descriptor the next request carries, or -1. */
+static int send_fd = -1;
 
 /*
  * Sends one request as the engine would and serves it: the answer's errno
@@ -56,8 +60,9 @@ ask(uint64_t grant, uint32_t type, const void *req, size_t len, int *fd,
 	memcpy(buf, &h, sizeof(h));
 	if (len > 0)
 		memcpy(buf + sizeof(h), req, len);
-	CHECK(imsg_send(sv[0], PRIVOP_REQUEST, 9, 0, buf, sizeof(h) + len, NULL,
-			0) == 0);
+	CHECK(imsg_send(sv[0], PRIVOP_REQUEST, 9, 0, buf, sizeof(h) + len,
+			send_fd >= 0 ? &send_fd : NULL, send_fd >= 0) == 0);
+	send_fd = -1;
 	CHECK(serve_requests(sv[1]) == 1);
 	CHECK(imsg_recv(sv[0], &m) == 1);
 	CHECK(m.h.type == PRIVOP_REPLY && m.h.id == 9);
@@ -404,6 +409,88 @@ test_dest_refused(struct grant *ex, int pfd[2])
 	CHECK(fd < 0);
 }
 
+/* A child grant of grant parent's process's child pid (PRIVOP_CHILD). */
+static uint64_t
+child_grant(uint64_t parent, pid_t pid)
+{
+	struct privop_child r = {.pid = pid};
+	struct privop_child_reply *a = NULL;
+	size_t alen = 0;
+	uint64_t g = 0;
+	int fd = -1;
+
+	if (ask(parent, PRIVOP_CHILD, &r, sizeof(r), &fd, (void **)&a, &alen) ==
+		    0 &&
+	    a != NULL && alen == sizeof(*a))
+		g = a->grant;
+	if (fd >= 0)
+		close(fd);
+	free(a);
+	CHECK(g != 0);
+	return g;
+}
+
+/*
+ * A forked child's grant: it gets a copy of a uffd (no other kind of
+ * descriptor), once, closed on request; or, held instead, it stays
+ * seized by us until released. Not for a grant that is no child's.
+ */
+static void
+test_child_uffd(uint64_t kg, struct grant *at, pid_t grandkid, int pfd[2])
+{
+	struct privop_dest_uffd_reply *a = NULL;
+	int ufd = (int)syscall(SYS_userfaultfd, O_CLOEXEC), pp[2], st;
+	size_t alen = 0;
+	pid_t pid, gk;
+	uint64_t hg;
+	void *p;
+
+	CHECK(ufd >= 0 && pipe(pp) == 0);
+	send_fd = ufd;
+	CHECK(ask(at->id, PRIVOP_CHILD_UFFD, NULL, 0, NULL, NULL, NULL) ==
+	      EPERM);
+	CHECK(ask(kg, PRIVOP_CHILD_UFFD, NULL, 0, NULL, NULL, NULL) == EBADMSG);
+	send_fd = pp[0];
+	CHECK(ask(kg, PRIVOP_CHILD_UFFD, NULL, 0, NULL, NULL, NULL) == EBADF);
+	send_fd = ufd;
+	CHECK(ask(kg, PRIVOP_CHILD_UFFD, NULL, 0, NULL, (void **)&a, &alen) ==
+	      0);
+	CHECK(a != NULL && alen == sizeof(*a) && a->sole == 0);
+	CHECK(a != NULL && a->target_fd >= 0 && has_fd(grandkid, a->target_fd));
+	CHECK(tracer_of(grandkid) == 0);
+	send_fd = ufd;
+	CHECK(ask(kg, PRIVOP_CHILD_UFFD, NULL, 0, NULL, NULL, NULL) ==
+	      EALREADY);
+	CHECK(ask(kg, PRIVOP_CHILD_HOLD, NULL, 0, NULL, NULL, NULL) ==
+	      EALREADY);
+	CHECK(ask(kg, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) == 0);
+	CHECK(a != NULL && !has_fd(grandkid, a->target_fd));
+	free(a);
+	close(ufd);
+	close(pp[0]);
+	close(pp[1]);
+
+	CHECK(ask(at->id, PRIVOP_CHILD_HOLD, NULL, 0, NULL, NULL, NULL) ==
+	      EPERM);
+	pid = sleeper(pfd[1]);
+	CHECK(read(pfd[0], &p, sizeof(p)) == sizeof(p));
+	CHECK(read(pfd[0], &gk, sizeof(gk)) == sizeof(gk));
+	hg = child_grant(grant_of(pid, FRAME_CTL_ATTACH)->id, gk);
+	CHECK(ask(hg, PRIVOP_CHILD_HOLD, "x", 1, NULL, NULL, NULL) == EBADMSG);
+	CHECK(ask(hg, PRIVOP_CHILD_HOLD, NULL, 0, NULL, NULL, NULL) == 0);
+	CHECK(tracer_of(gk) == getpid());
+	CHECK(dest_end(hg, PRIVOP_DEST_RELEASE, 0) == 0);
+	for (int i = 0; i < 100 && tracer_of(gk) != 0; i++) {
+		tracee_reap();
+		usleep(10000);
+	}
+	CHECK(tracer_of(gk) == 0);
+	CHECK(dest_end(hg, PRIVOP_DEST_RELEASE, 0) == EPROTO);
+	kill(gk, SIGKILL);
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+}
+
 /* Requests that do not hold together, or name no live grant. */
 static void
 test_refused(struct grant *ex, struct grant *at)
@@ -467,6 +554,7 @@ main(void)
 	test_dest_refused(ex, pfd);
 	test_refused(ex, at);
 	test_child(ex, at, grandkid);
+	test_child_uffd(child_grant(at->id, grandkid), at, grandkid, pfd);
 
 	/* Sharers: none for a plain child; the answer is well formed. */
 	CHECK(ask(ex->id, PRIVOP_SHARERS, &s, sizeof(s), NULL, (void **)&a,
