@@ -29,6 +29,16 @@ enum privop_type {
 	PRIVOP_OFF_CPU = 4, /* nothing: the stopped threads are off the CPU */
 	PRIVOP_WP_UFFD = 5, /* privop_wp_uffd: a write-tracking uffd back */
 	PRIVOP_CHILD = 6,   /* privop_child: a child's grant, pidfd, mem */
+	PRIVOP_DEST_UFFD = 7,	 /* privop_dest_uffd: the target's uffd */
+	PRIVOP_DEST_DISCARD = 8, /* privop_dest_discard: madvise in it */
+	PRIVOP_DEST_END = 9,	 /* privop_dest_end: let go, held, released */
+	PRIVOP_DEST_CLOSE = 10,	 /* nothing: the target's copy closed */
+	PRIVOP_CHILD_UFFD = 11,	 /* nothing and the child's uffd: a copy */
+	PRIVOP_CHILD_HOLD = 12,	 /* nothing: a sole child kept (tracee.h) */
+				 /*
+	 * The last two are the destination's; the target's copy of its uffd
+	 * is closed only as the setup made it, while held or by injection.
+	 */
 };
 
 struct privop_hdr {
@@ -104,6 +114,58 @@ struct privop_child_reply {
 	uint64_t grant;
 	uint64_t start, probe; /* as struct procref */
 };
+
+/*
+ * A destination grant's setup (an attach), once: every thread of the
+ * target is stopped and stays so from PRIVOP_DEST_UFFD to PRIVOP_DEST_END,
+ * so that no thread touches a page between its discard and the engine's
+ * registration. PRIVOP_DEST_UFFD: the privileged part checks the grant's
+ * caller may still ptrace the target and that nothing else shares its
+ * memory or files, has it make a userfaultfd (from /dev/userfaultfd if it
+ * may not call userfaultfd(): then it keeps no copy, "sole"), copies it
+ * out and negotiates features (UFFD_FEATURE_EVENT_FORK needs
+ * CAP_SYS_PTRACE). The answer: privop_dest_uffd_reply and the uffd; a
+ * failure may carry why, a nul-terminated message.
+ */
+struct privop_dest_uffd {
+	uint64_t features; /* UFFDIO_API: those an attach uses, no other */
+};
+
+struct privop_dest_uffd_reply {
+	int32_t target_fd; /* the target's copy, or -1 (sole) */
+	uint32_t sole;	   /* 1: the target keeps no copy of its own */
+};
+
+/* One region emptied (MADV_DONTNEED, or MADV_REMOVE for shared memory). */
+struct privop_dest_discard {
+	uint64_t start, length; /* page-aligned */
+	uint32_t remove;	/* 1: MADV_REMOVE */
+	uint32_t pad;
+};
+
+/* How the setup, or the hold, ends (privop_dest_end.how). */
+enum privop_dest_how {
+	PRIVOP_DEST_GO = 1,	 /* let go; a sole target's main thread kept */
+	PRIVOP_DEST_HOLD = 2,	 /* every thread stays stopped (hold.c) */
+	PRIVOP_DEST_UNDO = 3,	 /* failed: the target's copy closed, let go */
+	PRIVOP_DEST_RELEASE = 4, /* a kept sole target let go (tracee.h) */
+};
+
+struct privop_dest_end {
+	uint32_t how;	  /* enum privop_dest_how */
+	uint32_t precopy; /* PRIVOP_DEST_HOLD: it dies with the holder */
+};
+
+/*
+ * A destination's forked child, by its own grant (PRIVOP_CHILD), once:
+ * PRIVOP_CHILD_UFFD hands it a copy of its uffd (the one the fork event
+ * gave the engine, sent with the request; it must be a userfaultfd) by
+ * injection, if the grant's caller may still ptrace it; the answer is a
+ * privop_dest_uffd_reply (sole 0). PRIVOP_CHILD_HOLD keeps the main
+ * thread of a child whose parent held no copy seized instead, until
+ * PRIVOP_DEST_END's PRIVOP_DEST_RELEASE. PRIVOP_DEST_CLOSE closes the
+ * copy given, as a target's.
+ */
 
 /* The engine's end of the rpc socket pair. */
 void privop_init(int sock);

@@ -144,6 +144,8 @@ dest_child_done(struct dest *k)
  * Only we hold a child's uffd. Should the daemon die, the kernel would
  * unregister the child's ranges and its missing pages would read as zeros:
  * give the child a copy, as every target has (and a restart takes it up).
+ * A child with a grant of its own gets it from the privileged part
+ * (bygrant.c); one without (an orphan) by our injection.
  */
 static void
 give_uffd(struct dest *k)
@@ -152,6 +154,10 @@ give_uffd(struct dest *k)
 	pid_t pid = k->m->pid;
 	uint32_t code;
 
+	if (dest_by_grant(k)) {
+		dest_grant_child(k);
+		return;
+	}
 	/* Its parent held no copy: neither does it; held instead. */
 	if (k->sole) {
 		if (!procref_same(&k->t) ||

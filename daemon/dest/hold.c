@@ -22,6 +22,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/migration.h"
+#include "daemon/privop.h"
 #include "daemon/procfile.h"
 
 /*
@@ -79,6 +80,26 @@ dest_request_private(struct dest *d)
 		conn_flush(d->demand);
 }
 
+/* The injection kept open, every thread in an event stop. */
+static int
+hold_here(struct dest *d, struct inject *inj, char *err, size_t errlen)
+{
+	if (inject_restore(inj) < 0) {
+		snprintf(err, errlen, "holding process %d: %s", (int)d->m->pid,
+			 strerror(errno));
+		close(d->memfd);
+		return -1;
+	}
+	for (size_t i = 0; d->precopy && i < inj->ntids; i++)
+		if (ptrace(PTRACE_SETOPTIONS, inj->tids[i], 0,
+			   PTRACE_O_EXITKILL) < 0)
+			log_warn("migration %s: PTRACE_O_EXITKILL on %d",
+				 log_id(d->m->id), (int)inj->tids[i]);
+	d->hold = xmalloc(sizeof(*d->hold));
+	*d->hold = *inj;
+	return 0;
+}
+
 /*
  * Every thread stays in ptrace-stop until the pages the target wrote in
  * private file mappings are in (struct dest): the injection is kept open.
@@ -91,24 +112,21 @@ dest_hold_target(struct dest *d, struct inject *inj, char *err, size_t errlen)
 			 strerror(errno));
 		return -1;
 	}
-	if (inject_restore(inj) < 0) {
-		snprintf(err, errlen, "holding process %d: %s", (int)d->m->pid,
-			 strerror(errno));
-		close(d->memfd);
-		return -1;
-	}
 	/*
 	 * A pre-copy's target dies with the daemon (the kernel kills it when
 	 * its tracer exits): its source still runs, or is let go, so nothing
-	 * is lost, and no target runs on pages of several moments.
+	 * is lost, and no target runs on pages of several moments. Held by
+	 * the privileged part, d->hold only says it is (no threads of ours).
 	 */
-	for (size_t i = 0; d->precopy && i < inj->ntids; i++)
-		if (ptrace(PTRACE_SETOPTIONS, inj->tids[i], 0,
-			   PTRACE_O_EXITKILL) < 0)
-			log_warn("migration %s: PTRACE_O_EXITKILL on %d",
-				 log_id(d->m->id), (int)inj->tids[i]);
-	d->hold = xmalloc(sizeof(*d->hold));
-	*d->hold = *inj;
+	if (inj == NULL) {
+		if (dest_grant_end(d, PRIVOP_DEST_HOLD, err, errlen) < 0) {
+			close(d->memfd);
+			return -1;
+		}
+		d->hold = xcalloc(1, sizeof(*d->hold));
+	} else if (hold_here(d, inj, err, errlen) < 0) {
+		return -1;
+	}
 	log_info("process %d held until %s", (int)d->m->pid,
 		 d->precopy ? "the pre-copy's switchover"
 			    : "the pages it wrote in private file mappings are "
@@ -139,7 +157,9 @@ dest_release_held(struct dest *d)
 	 * copy of the uffd goes while it is held (a stopped process gets no
 	 * injection), so that nothing of the migration stays in it.
 	 */
-	if (d->precopy && d->target_fd >= 0) {
+	if (d->precopy && d->target_fd >= 0 && dest_by_grant(d)) {
+		dest_grant_close(d); /* through the hold, as below */
+	} else if (d->precopy && d->target_fd >= 0) {
 		long rc = -EINTR;
 
 		/*

@@ -320,6 +320,24 @@ void dest_reap_later(void);
 void dest_close_target_fd(struct dest *);
 void dest_let_go(struct dest *, struct inject *);
 int dest_poison_usable(void);
+uint64_t dest_uffd_features(void);
+/* inj NULL: the discard is asked of the privileged part (bygrant.c). */
+int dest_take_region(struct dest *, struct inject *inj, size_t reg, char *err,
+		     size_t errlen);
+
+/*
+ * bygrant.c: the same asked of the privileged part, for a target held by
+ * grant (dest_by_grant(): a root, or a forked child with a grant of its
+ * own); how: enum privop_dest_how. Failures
+ * of dest_grant_end() are logged when err is NULL.
+ */
+int dest_by_grant(const struct dest *);
+int dest_grant_setup(struct dest *, char *err, size_t errlen, uint32_t *code);
+int dest_grant_discard(struct dest *, uint64_t start, uint64_t length, int shm,
+		       char *err, size_t errlen);
+int dest_grant_end(struct dest *, uint32_t how, char *err, size_t errlen);
+void dest_grant_close(struct dest *);
+void dest_grant_child(struct dest *k);
 
 /* regions.c */
 uint64_t dest_present_total(const struct dest *);
@@ -362,6 +380,7 @@ void dest_schedule_retry(struct dest *);
 /* hold.c */
 uint64_t dest_private_missing(const struct dest *);
 void dest_request_private(struct dest *);
+/* inj NULL: the privileged part holds it (bygrant.c). */
 int dest_hold_target(struct dest *, struct inject *, char *err, size_t errlen);
 void dest_release_held(struct dest *);
 void dest_run_hold_fault(struct dest *);

@@ -22,6 +22,7 @@
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
+#include "daemon/privop.h"
 #include "daemon/tracee.h"
 
 /* The events of every part, those that were made. */
@@ -151,7 +152,9 @@ dest_drop_target(struct dest *d, int kill)
 {
 	if (d->sole && kill)
 		procref_signal(&d->t, SIGKILL);
-	if (d->sole)
+	if (d->sole && dest_by_grant(d))
+		dest_grant_end(d, PRIVOP_DEST_RELEASE, NULL, 0);
+	else if (d->sole)
 		tracee_release(d->m->pid);
 	unwatch(d);
 }

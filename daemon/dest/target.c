@@ -3,7 +3,10 @@
  * thread of it is stopped: it makes a userfaultfd (or gets one from
  * /dev/userfaultfd) that we copy out, the matched regions are emptied and
  * registered, and it is let go (or held: tracee.h, hold.c). At the end its
- * own copy of the uffd is closed the same way.
+ * own copy of the uffd is closed the same way. A root target held by
+ * grant has all of this done by the privileged part (bygrant.c); the
+ * injections here are for a process without one (a restored migration's)
+ * and forked children.
  */
 #include "config.h"
 
@@ -26,6 +29,7 @@
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
+#include "daemon/privop.h"
 #include "daemon/probe.h"
 #include "daemon/tracee.h"
 
@@ -63,6 +67,10 @@ dest_close_target_fd(struct dest *d)
 
 	if (d->target_fd < 0)
 		return;
+	if (dest_by_grant(d)) {
+		dest_grant_close(d);
+		return;
+	}
 	/*
 	 * Never inject into a process that merely inherited the pid, nor
 	 * into another program the target ran since (its copy of the uffd
@@ -217,26 +225,28 @@ make_uffd(struct dest *d, struct inject *inj, char *err, size_t errlen,
 	return 0;
 }
 
+/*
+ * What the migration uses on this kernel. Shared memory needs its feature
+ * bit. The event features make the kernel tell us when the target itself
+ * discards or moves migrating memory, so that no stale source page lands
+ * there later. THREAD_ID names the faulting thread, for blocktime.
+ */
+uint64_t
+dest_uffd_features(void)
+{
+	return (kfeat.uffd_features &
+		(UFFD_FEATURE_MISSING_SHMEM | UFFD_FEATURE_MISSING_HUGETLBFS |
+		 UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
+		 UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_FORK |
+		 UFFD_FEATURE_THREAD_ID)) |
+	       (kfeat.access_likely ? UFFD_FEATURE_ACCESS_HINTS : 0);
+}
+
 /* UFFDIO_API with what the migration uses on this kernel. */
 static int
 negotiate(struct dest *d, char *err, size_t errlen)
 {
-	/*
-	 * Shared memory needs its feature bit. The event features make the
-	 * kernel tell us when the target itself discards or moves migrating
-	 * memory, so that no stale source page lands there later. THREAD_ID
-	 * names the faulting thread, for blocktime.
-	 */
-	if (uffd_api(d->uffd,
-		     (kfeat.uffd_features &
-		      (UFFD_FEATURE_MISSING_SHMEM |
-		       UFFD_FEATURE_MISSING_HUGETLBFS |
-		       UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
-		       UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_FORK |
-		       UFFD_FEATURE_THREAD_ID)) |
-			     (kfeat.access_likely ? UFFD_FEATURE_ACCESS_HINTS
-						  : 0),
-		     NULL) < 0) {
+	if (uffd_api(d->uffd, dest_uffd_features(), NULL) < 0) {
 		snprintf(err, errlen, "UFFDIO_API: %s", strerror(errno));
 		return -1;
 	}
@@ -253,17 +263,25 @@ negotiate(struct dest *d, char *err, size_t errlen)
  * file mapping is only discarded (back to the file's pages); the source's
  * copies are written while the target is held (struct dest).
  */
-static int
-take_region(struct dest *d, struct inject *inj, size_t reg, char *err,
-	    size_t errlen)
+int
+dest_take_region(struct dest *d, struct inject *inj, size_t reg, char *err,
+		 size_t errlen)
 {
 	struct region *r = &d->regs[reg].r;
 	int shm = region_kind_shmem(r->kind) ||
 		  (r->kind == REGION_HUGETLB && d->regs[reg].shared);
 	uint64_t ioctls;
-	long rc = inject_syscall(inj, SYS_madvise, r->start, r->length,
-				 shm ? MADV_REMOVE : MADV_DONTNEED, 0, 0, 0);
+	long rc;
 
+	if (inj == NULL) {
+		if (dest_grant_discard(d, r->start, r->length, shm, err,
+				       errlen) < 0)
+			return -1;
+		rc = 0;
+	} else {
+		rc = inject_syscall(inj, SYS_madvise, r->start, r->length,
+				    shm ? MADV_REMOVE : MADV_DONTNEED, 0, 0, 0);
+	}
 	if (rc < 0) {
 		snprintf(err, errlen, "madvise(%s) 0x%llx in process %d: %s",
 			 shm ? "REMOVE" : "DONTNEED",
@@ -298,12 +316,15 @@ take_region(struct dest *d, struct inject *inj, size_t reg, char *err,
 
 /*
  * The injection is over: the target's threads go, but for one held with
- * the only copy of its uffd (tracee.h).
+ * the only copy of its uffd (tracee.h). By grant, the privileged part
+ * lets them go (inj is no injection of ours then).
  */
 void
 dest_let_go(struct dest *d, struct inject *inj)
 {
-	if (!d->sole) {
+	if (dest_by_grant(d)) {
+		dest_grant_end(d, PRIVOP_DEST_GO, NULL, 0);
+	} else if (!d->sole) {
 		inject_end(inj);
 		dest_reap_later(); /* threads that died while held */
 	} else if (tracee_keep(inj) < 0) {
@@ -326,6 +347,8 @@ dest_setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	struct inject inj;
 	size_t reg = 0;
 
+	if (dest_by_grant(d))
+		return dest_grant_setup(d, err, errlen, code);
 	*code = ERR_KERNEL;
 	err[0] = '\0';
 	if (inject_begin(&inj, d->m->pid, 1) < 0) {
@@ -354,7 +377,7 @@ dest_setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		goto undo;
 	*code = ERR_KERNEL;
 	for (reg = 0; reg < d->nregs; reg++)
-		if (take_region(d, &inj, reg, err, errlen) < 0)
+		if (dest_take_region(d, &inj, reg, err, errlen) < 0)
 			goto undo;
 	if (dest_private_missing(d) > 0 || d->precopy) {
 		if (dest_hold_target(d, &inj, err, errlen) == 0)

@@ -29,7 +29,8 @@ struct grant {
 	struct procref t; /* PROCREF_NONE: the request named no process */
 	struct ctl_bind binds[GRANT_BINDS];
 	size_t nbinds;
-	int dropped; /* the engine holds nothing of it: kept for status */
+	int dropped;	 /* the engine holds nothing of it: kept for status */
+	uint64_t parent; /* a forked child's (PRIVOP_CHILD): its parent's */
 };
 
 /* A new grant: t (may be PROCREF_NONE) is moved into it. */

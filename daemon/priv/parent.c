@@ -32,10 +32,12 @@
 #include "daemon/loop.h"
 #include "daemon/notify.h"
 #include "daemon/priv/ctlsock.h"
+#include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
 #include "daemon/priv/parent.h"
 #include "daemon/priv/serve.h"
 #include "daemon/tls.h"
+#include "daemon/tracee.h"
 
 /* The engine's end of each socket pair, as the engine finds them. */
 #define ENGINE_CTL_FD 3
@@ -218,6 +220,8 @@ engine_ended(int st)
 
 	eng.pid = -1;
 	engine_close();
+	/* Its destinations' holds end as they would have with it. */
+	dsetup_engine_gone();
 	if (eng.stopping) {
 		/* A stop that went wrong is the daemon's exit status too. */
 		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -262,6 +266,8 @@ on_chld(evutil_socket_t sig, short ev, void *arg)
 
 	while (eng.pid > 0 && waitpid(eng.pid, &st, WNOHANG) == eng.pid)
 		engine_ended(st);
+	/* A sole target kept for the engine stopped for a signal: on. */
+	tracee_reap();
 }
 
 /* The engine did not stop in time: killed, and the loop left. */

@@ -25,21 +25,11 @@
 #include "daemon/inject.h"
 #include "daemon/privop.h"
 #include "daemon/proc.h"
+#include "daemon/priv/call.h"
+#include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
 #include "daemon/priv/serve.h"
 #include "daemon/wptrack.h"
-
-/* A request being served: what it asked, and the answer taking shape. */
-struct call {
-	const struct privop_hdr *h;
-	const void *req;
-	size_t len;
-	struct grant *g;
-	struct imsg *m;
-	int fd, fd2;	 /* descriptors the answer carries, or -1 */
-	const void *out; /* the answer's struct, outlen bytes */
-	size_t outlen;
-};
 
 /*
  * A thread an injection gave up on (it did not stop in time) stays seized
@@ -197,8 +187,6 @@ do_wp_uffd(struct call *c)
 	err = errno ? errno : EIO;
 	c->out = why;
 	c->outlen = strlen(why) + 1;
-	if (inject_reap() > 0)
-		serve_reap_later();
 	return err;
 }
 
@@ -240,6 +228,7 @@ do_child(struct call *c)
 	}
 	a = (struct privop_child_reply){.start = k.start, .probe = k.probe};
 	kg = grant_new(FRAME_CTL_ATTACH, &c->g->who, &k);
+	kg->parent = c->g->id;
 	a.grant = kg->id;
 	c->out = &a;
 	c->outlen = sizeof(a);
@@ -248,9 +237,18 @@ do_child(struct call *c)
 
 /* The operations, by type: each answers an errno value (0: done). */
 static int (*const ops[])(struct call *) = {
-	[PRIVOP_SIGNAL] = do_signal,   [PRIVOP_OPEN] = do_open,
-	[PRIVOP_SHARERS] = do_sharers, [PRIVOP_OFF_CPU] = do_off_cpu,
-	[PRIVOP_WP_UFFD] = do_wp_uffd, [PRIVOP_CHILD] = do_child,
+	[PRIVOP_SIGNAL] = do_signal,
+	[PRIVOP_OPEN] = do_open,
+	[PRIVOP_SHARERS] = do_sharers,
+	[PRIVOP_OFF_CPU] = do_off_cpu,
+	[PRIVOP_WP_UFFD] = do_wp_uffd,
+	[PRIVOP_CHILD] = do_child,
+	[PRIVOP_DEST_UFFD] = dsetup_uffd,
+	[PRIVOP_DEST_DISCARD] = dsetup_discard,
+	[PRIVOP_DEST_END] = dsetup_end,
+	[PRIVOP_DEST_CLOSE] = dsetup_close,
+	[PRIVOP_CHILD_UFFD] = dsetup_child_uffd,
+	[PRIVOP_CHILD_HOLD] = dsetup_child_hold,
 };
 
 static void
@@ -274,6 +272,9 @@ serve_one(int sock, struct imsg *m)
 		else
 			err = ops[c.h->type](&c);
 	}
+	/* Threads an injection gave up on, or let go while dying. */
+	if (inject_reap() > 0)
+		serve_reap_later();
 	if (c.fd >= 0)
 		fds[nfds++] = c.fd;
 	if (c.fd2 >= 0)
@@ -290,6 +291,7 @@ serve_requests(int sock)
 	struct imsg m;
 	int r;
 
+	dsetup_sweep();
 	for (int i = 0; i < 64; i++) {
 		if ((r = imsg_recv(sock, &m)) < 0 && errno == EBADMSG) {
 			log_warnx("engine: a request that does not hold "

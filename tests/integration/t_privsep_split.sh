@@ -7,7 +7,10 @@
 # for the target's forked child too (a grant the privileged part opened as
 # the target's child).
 # The source's engine reads the pages through the /proc/PID/mem it was
-# given, never with process_vm_readv (checked at every call).
+# given, never with process_vm_readv (checked at every call). The
+# destination's engine never ptraces the target nor its forked child: the
+# privileged part stops the target, has it make its userfaultfd, empties
+# its regions, and hands the child a copy of its own.
 # An engine killed by SIGSEGV mid-migration, on either side, pauses its
 # migrations loudly; the privileged part starts a new engine, which takes
 # them up, and each completes byte-exact; then the daemons serve a new
@@ -27,13 +30,13 @@ BASE=0x500000000000
 END=$(printf '0x%x' $((BASE + (64 << 20))))
 RANGE=${BASE#0x}-${END#0x}
 
-# trace NAME: strace of NAME's engine, its opens and process_vm_readv
-# calls, into $T/NAME.strace.
+# trace NAME: strace of NAME's engine, its opens, process_vm_readv and
+# ptrace calls, into $T/NAME.strace.
 trace() {
 	local eng
 	eng=$(engine_pid "$1")
 	[ -n "$eng" ] || fail "daemon $1 has no engine"
-	strace -f -qq -e trace=open,openat,process_vm_readv -o "$T/$1.strace" -p "$eng" &
+	strace -f -qq -e trace=open,openat,process_vm_readv,ptrace -o "$T/$1.strace" -p "$eng" &
 	eval "${1}_STRACE=$!"
 	PIDS+=("$!")
 	for _ in $(seq 100); do
@@ -75,6 +78,8 @@ for n in src dst; do
 done
 grep -q "process_vm_readv(" "$T/src.strace" &&
 	fail "the source's engine read pages with process_vm_readv: $(grep -m 3 process_vm_readv "$T/src.strace")"
+grep "ptrace(" "$T/dst.strace" >"$T/dst.ptrace" &&
+	fail "the destination's engine ptraced the target or its child: $(head -n 3 "$T/dst.ptrace")"
 kill -9 "$WD"
 
 # segv VICTIM: a migration (paced_migration) whose VICTIM daemon's engine

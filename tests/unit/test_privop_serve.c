@@ -20,12 +20,17 @@
 
 #include <event2/event.h>
 
+#include "daemon/compat.h"
 #include "daemon/conffile.h"
 #include "daemon/imsg.h"
+#include "daemon/inject.h"
 #include "daemon/loop.h"
 #include "daemon/privop.h"
+#include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
 #include "daemon/priv/serve.h"
+#include "daemon/tracee.h"
+#include "daemon/uffd.h"
 #include "proto/frame.h"
 #include "tests/unit/unit.h"
 
@@ -34,6 +39,9 @@ struct event_base *base;
 struct uffdd_conf conf;
 
 static int sv[2];
+
+/* A descriptor the next request carries, or -1. */
+static int send_fd = -1;
 
 /*
  * Sends one request as the engine would and serves it: the answer's errno
@@ -52,8 +60,9 @@ ask(uint64_t grant, uint32_t type, const void *req, size_t len, int *fd,
 	memcpy(buf, &h, sizeof(h));
 	if (len > 0)
 		memcpy(buf + sizeof(h), req, len);
-	CHECK(imsg_send(sv[0], PRIVOP_REQUEST, 9, 0, buf, sizeof(h) + len, NULL,
-			0) == 0);
+	CHECK(imsg_send(sv[0], PRIVOP_REQUEST, 9, 0, buf, sizeof(h) + len,
+			send_fd >= 0 ? &send_fd : NULL, send_fd >= 0) == 0);
+	send_fd = -1;
 	CHECK(serve_requests(sv[1]) == 1);
 	CHECK(imsg_recv(sv[0], &m) == 1);
 	CHECK(m.h.type == PRIVOP_REPLY && m.h.id == 9);
@@ -194,6 +203,294 @@ test_child(struct grant *ex, struct grant *at, pid_t grandkid)
 	free(a);
 }
 
+/* /proc/PID/status's TracerPid: who holds pid's threads stopped. */
+static long
+tracer_of(pid_t pid)
+{
+	char path[64], line[256];
+	long t = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "TracerPid: %ld", &t) == 1)
+			break;
+	fclose(f);
+	return t;
+}
+
+/* Whether pid has a descriptor numbered fd. */
+static int
+has_fd(pid_t pid, int fd)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
+	return access(path, F_OK) == 0;
+}
+
+static int
+dest_end(uint64_t grant, uint32_t how, uint32_t precopy)
+{
+	struct privop_dest_end r = {.how = how, .precopy = precopy};
+
+	return ask(grant, PRIVOP_DEST_END, &r, sizeof(r), NULL, NULL, NULL);
+}
+
+static int
+discard(uint64_t grant, uint64_t start, uint64_t length, uint32_t remove)
+{
+	struct privop_dest_discard r = {
+		.start = start, .length = length, .remove = remove};
+
+	return ask(grant, PRIVOP_DEST_DISCARD, &r, sizeof(r), NULL, NULL, NULL);
+}
+
+/*
+ * A destination's setup: the target's uffd, negotiated, comes back with
+ * its copy's number; the threads stay stopped until the end; a discard
+ * empties the page (a shared one: its page cache too), and the uffd
+ * registers it. Then the target's copy is closed on request, once.
+ */
+static int
+dest_setup(uint64_t grant, pid_t pid, int *fd)
+{
+	struct privop_dest_uffd r = {.features = UFFD_FEATURE_MISSING_SHMEM};
+	struct privop_dest_uffd_reply *a = NULL;
+	size_t alen = 0;
+	int err, target_fd = -1;
+
+	err = ask(grant, PRIVOP_DEST_UFFD, &r, sizeof(r), fd, (void **)&a,
+		  &alen);
+	if (err == 0) {
+		CHECK(*fd >= 0 && alen == sizeof(*a) && a != NULL);
+		CHECK(a != NULL && a->sole == 0 && a->target_fd >= 0);
+		CHECK(tracer_of(pid) == getpid());
+		if (a != NULL)
+			target_fd = a->target_fd;
+		CHECK(has_fd(pid, target_fd));
+	}
+	free(a);
+	return err ? -err : target_fd;
+}
+
+static void
+test_dest(pid_t pid, uint64_t shm)
+{
+	struct grant *at = grant_of(pid, FRAME_CTL_ATTACH);
+	struct privop_dest_uffd bad = {.features = 1ULL << 62};
+	char c = 0;
+	int fd = -1, mem, tfd;
+
+	/* The page holds 'x' (test_open()), until the discard. */
+	CHECK(ask(at->id, PRIVOP_DEST_UFFD, &bad, sizeof(bad), &fd, NULL,
+		  NULL) == EINVAL);
+	CHECK(discard(at->id, shm, 4096, 1) == EPROTO); /* no setup yet */
+	CHECK((tfd = dest_setup(at->id, pid, &fd)) >= 0);
+	CHECK(dest_setup(at->id, pid, &mem) == -EALREADY); /* once */
+	CHECK(discard(at->id, shm + 1, 4096, 1) == EINVAL);
+	CHECK(discard(at->id, shm, 0, 1) == EINVAL);
+	CHECK(discard(at->id, shm, 4096, 2) == EINVAL);
+	CHECK(discard(at->id, ~0ULL << 12, 8192, 0) == EINVAL);
+	CHECK(discard(at->id, shm, 4096, 1) == 0);
+	CHECK(uffd_register(fd, shm, 4096, UFFDIO_REGISTER_MODE_MISSING,
+			    NULL) == 0);
+	CHECK(dest_end(at->id, PRIVOP_DEST_GO, 1) == EINVAL);
+	CHECK(dest_end(at->id, PRIVOP_DEST_RELEASE, 0) == EPROTO);
+	CHECK(dest_end(at->id, 9, 0) == EINVAL);
+	CHECK(ask(at->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) ==
+	      EPROTO); /* not while it is set up */
+	CHECK(dest_end(at->id, PRIVOP_DEST_GO, 0) == 0);
+	CHECK(tracer_of(pid) == 0);
+	CHECK(discard(at->id, shm, 4096, 1) == EPROTO);
+	CHECK(dest_end(at->id, PRIVOP_DEST_GO, 0) == EPROTO);
+	/* Emptied and registered: a read would wait; the mem file sees 0. */
+	CHECK(uffd_unregister(fd, shm, 4096) == 0);
+	mem = open_file(at->id, PRIVOP_FILE_MEM_RW, 0, 0, &mem) == 0 ? mem : -1;
+	CHECK(mem >= 0 && pread(mem, &c, 1, (off_t)shm) == 1 && c == 0);
+	if (mem >= 0)
+		close(mem);
+	CHECK(ask(at->id, PRIVOP_DEST_CLOSE, "x", 1, NULL, NULL, NULL) ==
+	      EBADMSG);
+	CHECK(ask(at->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) == 0);
+	CHECK(!has_fd(pid, tfd));
+	CHECK(ask(at->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) ==
+	      EPROTO);
+	if (fd >= 0)
+		close(fd);
+}
+
+/*
+ * A held target stays stopped (its copy closed through the hold) until
+ * let go; one undone loses its copy; a setup whose grant is dropped is
+ * let go; an engine gone kills a pre-copy's held target.
+ */
+static void
+test_dest_hold(int pfd[2])
+{
+	struct grant *g[4];
+	pid_t pid[4], gk;
+	void *p;
+	int fd[4], tfd[4], st;
+
+	for (int i = 0; i < 4; i++) {
+		pid[i] = sleeper(pfd[1]);
+		CHECK(read(pfd[0], &p, sizeof(p)) == sizeof(p));
+		CHECK(read(pfd[0], &gk, sizeof(gk)) == sizeof(gk));
+		kill(gk, SIGKILL);
+		g[i] = grant_of(pid[i], FRAME_CTL_ATTACH);
+		tfd[i] = dest_setup(g[i]->id, pid[i], &fd[i]);
+		CHECK(tfd[i] >= 0);
+	}
+	CHECK(dest_end(g[0]->id, PRIVOP_DEST_HOLD, 0) == 0);
+	CHECK(dest_end(g[0]->id, PRIVOP_DEST_HOLD, 0) == EPROTO);
+	CHECK(tracer_of(pid[0]) == getpid());
+	CHECK(ask(g[0]->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) == 0);
+	CHECK(!has_fd(pid[0], tfd[0]) && tracer_of(pid[0]) == getpid());
+	CHECK(dest_end(g[0]->id, PRIVOP_DEST_GO, 0) == 0);
+	CHECK(tracer_of(pid[0]) == 0);
+
+	CHECK(dest_end(g[1]->id, PRIVOP_DEST_UNDO, 0) == 0);
+	CHECK(!has_fd(pid[1], tfd[1]) && tracer_of(pid[1]) == 0);
+
+	grant_drop(g[2]);
+	CHECK(ask(g[0]->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) ==
+	      EPROTO); /* any request sweeps */
+	CHECK(tracer_of(pid[2]) == 0);
+
+	CHECK(dest_end(g[3]->id, PRIVOP_DEST_HOLD, 1) == 0);
+	dsetup_engine_gone();
+	/* Killed; its exit collected here, or by the injection's reaper. */
+	for (int i = 0; i < 200 && kill(pid[3], 0) == 0; i++) {
+		waitpid(pid[3], &st, WNOHANG);
+		inject_reap();
+		usleep(10000);
+	}
+	CHECK(kill(pid[3], 0) < 0 && errno == ESRCH);
+	for (int i = 0; i < 4; i++) {
+		if (fd[i] >= 0)
+			close(fd[i]);
+		if (i < 3) {
+			kill(pid[i], SIGKILL);
+			waitpid(pid[i], &st, 0);
+		}
+	}
+}
+
+/* Destination requests refused: another role's grant, a dead process. */
+static void
+test_dest_refused(struct grant *ex, int pfd[2])
+{
+	struct privop_dest_uffd r = {.features = 0};
+	struct grant *g;
+	pid_t pid, gk;
+	void *p;
+	int fd = -1, st;
+
+	CHECK(ask(ex->id, PRIVOP_DEST_UFFD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      EPERM);
+	CHECK(ask(ex->id, PRIVOP_DEST_UFFD, &r, sizeof(r) - 1, &fd, NULL,
+		  NULL) == EBADMSG);
+	CHECK(ask(12345, PRIVOP_DEST_UFFD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      ESRCH);
+	CHECK(dest_end(ex->id, PRIVOP_DEST_GO, 0) == EPROTO);
+	CHECK(fd < 0);
+	pid = sleeper(pfd[1]);
+	CHECK(read(pfd[0], &p, sizeof(p)) == sizeof(p));
+	CHECK(read(pfd[0], &gk, sizeof(gk)) == sizeof(gk));
+	g = grant_of(pid, FRAME_CTL_ATTACH);
+	kill(gk, SIGKILL);
+	kill(pid, SIGKILL);
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(ask(g->id, PRIVOP_DEST_UFFD, &r, sizeof(r), &fd, NULL, NULL) ==
+	      ESRCH);
+	CHECK(fd < 0);
+}
+
+/* A child grant of grant parent's process's child pid (PRIVOP_CHILD). */
+static uint64_t
+child_grant(uint64_t parent, pid_t pid)
+{
+	struct privop_child r = {.pid = pid};
+	struct privop_child_reply *a = NULL;
+	size_t alen = 0;
+	uint64_t g = 0;
+	int fd = -1;
+
+	if (ask(parent, PRIVOP_CHILD, &r, sizeof(r), &fd, (void **)&a, &alen) ==
+		    0 &&
+	    a != NULL && alen == sizeof(*a))
+		g = a->grant;
+	if (fd >= 0)
+		close(fd);
+	free(a);
+	CHECK(g != 0);
+	return g;
+}
+
+/*
+ * A forked child's grant: it gets a copy of a uffd (no other kind of
+ * descriptor), once, closed on request; or, held instead, it stays
+ * seized by us until released. Not for a grant that is no child's.
+ */
+static void
+test_child_uffd(uint64_t kg, struct grant *at, pid_t grandkid, int pfd[2])
+{
+	struct privop_dest_uffd_reply *a = NULL;
+	int ufd = (int)syscall(SYS_userfaultfd, O_CLOEXEC), pp[2], st;
+	size_t alen = 0;
+	pid_t pid, gk;
+	uint64_t hg;
+	void *p;
+
+	CHECK(ufd >= 0 && pipe(pp) == 0);
+	send_fd = ufd;
+	CHECK(ask(at->id, PRIVOP_CHILD_UFFD, NULL, 0, NULL, NULL, NULL) ==
+	      EPERM);
+	CHECK(ask(kg, PRIVOP_CHILD_UFFD, NULL, 0, NULL, NULL, NULL) == EBADMSG);
+	send_fd = pp[0];
+	CHECK(ask(kg, PRIVOP_CHILD_UFFD, NULL, 0, NULL, NULL, NULL) == EBADF);
+	send_fd = ufd;
+	CHECK(ask(kg, PRIVOP_CHILD_UFFD, NULL, 0, NULL, (void **)&a, &alen) ==
+	      0);
+	CHECK(a != NULL && alen == sizeof(*a) && a->sole == 0);
+	CHECK(a != NULL && a->target_fd >= 0 && has_fd(grandkid, a->target_fd));
+	CHECK(tracer_of(grandkid) == 0);
+	send_fd = ufd;
+	CHECK(ask(kg, PRIVOP_CHILD_UFFD, NULL, 0, NULL, NULL, NULL) ==
+	      EALREADY);
+	CHECK(ask(kg, PRIVOP_CHILD_HOLD, NULL, 0, NULL, NULL, NULL) ==
+	      EALREADY);
+	CHECK(ask(kg, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) == 0);
+	CHECK(a != NULL && !has_fd(grandkid, a->target_fd));
+	free(a);
+	close(ufd);
+	close(pp[0]);
+	close(pp[1]);
+
+	CHECK(ask(at->id, PRIVOP_CHILD_HOLD, NULL, 0, NULL, NULL, NULL) ==
+	      EPERM);
+	pid = sleeper(pfd[1]);
+	CHECK(read(pfd[0], &p, sizeof(p)) == sizeof(p));
+	CHECK(read(pfd[0], &gk, sizeof(gk)) == sizeof(gk));
+	hg = child_grant(grant_of(pid, FRAME_CTL_ATTACH)->id, gk);
+	CHECK(ask(hg, PRIVOP_CHILD_HOLD, "x", 1, NULL, NULL, NULL) == EBADMSG);
+	CHECK(ask(hg, PRIVOP_CHILD_HOLD, NULL, 0, NULL, NULL, NULL) == 0);
+	CHECK(tracer_of(gk) == getpid());
+	CHECK(dest_end(hg, PRIVOP_DEST_RELEASE, 0) == 0);
+	for (int i = 0; i < 100 && tracer_of(gk) != 0; i++) {
+		tracee_reap();
+		usleep(10000);
+	}
+	CHECK(tracer_of(gk) == 0);
+	CHECK(dest_end(hg, PRIVOP_DEST_RELEASE, 0) == EPROTO);
+	kill(gk, SIGKILL);
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+}
+
 /* Requests that do not hold together, or name no live grant. */
 static void
 test_refused(struct grant *ex, struct grant *at)
@@ -252,8 +549,12 @@ main(void)
 	ex = grant_of(kid, FRAME_CTL_EXPORT);
 	at = grant_of(kid, FRAME_CTL_ATTACH);
 	test_open(ex, at, (uint64_t)(uintptr_t)shm);
+	test_dest(kid, (uint64_t)(uintptr_t)shm);
+	test_dest_hold(pfd);
+	test_dest_refused(ex, pfd);
 	test_refused(ex, at);
 	test_child(ex, at, grandkid);
+	test_child_uffd(child_grant(at->id, grandkid), at, grandkid, pfd);
 
 	/* Sharers: none for a plain child; the answer is well formed. */
 	CHECK(ask(ex->id, PRIVOP_SHARERS, &s, sizeof(s), NULL, (void **)&a,

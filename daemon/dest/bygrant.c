@@ -1,0 +1,235 @@
+/*
+ * The target's side of an attach asked of the privileged part, for a
+ * target the engine holds by grant (docs/privsep.md): it stops the target,
+ * has it make its userfaultfd and hands ours over, empties each region
+ * (we register it in between, every thread still stopped), then holds or
+ * lets it go; later it closes the target's copy and releases a kept one.
+ * A forked child with a grant of its own gets its copy from it too.
+ * A process without a grant (a restored migration's) is injected into
+ * here, as before the split (target.c).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/dest/internal.h"
+#include "daemon/imsg.h"
+#include "daemon/log.h"
+#include "daemon/migration.h"
+#include "daemon/privop.h"
+#include "daemon/probe.h"
+
+int
+dest_by_grant(const struct dest *d)
+{
+	return d->t.grant != 0 && privop_available();
+}
+
+/* Why a request failed: the privileged part's message, or errno's. */
+static void
+why(const struct imsg *rep, int e, char *err, size_t errlen, const char *what)
+{
+	if (rep->h.len > 0 && rep->h.len <= 512 &&
+	    memchr(rep->data, '\0', rep->h.len) != NULL)
+		snprintf(err, errlen, "%s", (const char *)rep->data);
+	else
+		snprintf(err, errlen, "%s: %s", what, strerror(e));
+}
+
+/* The attach's error code for what the privileged part answered. */
+static uint32_t
+code_of(int e)
+{
+	switch (e) {
+	case EPERM:
+	case EACCES:
+		return ERR_PERMISSION;
+	case ESRCH:
+		return ERR_NO_PROCESS;
+	case EBUSY:
+		return ERR_INVALID; /* it shares its memory or files */
+	default:
+		return ERR_KERNEL;
+	}
+}
+
+/*
+ * One request about d's target, with no answer but whether it was done:
+ * 0, or -1 with err filled (when given).
+ */
+static int
+ask(struct dest *d, uint32_t type, const void *req, size_t len, char *err,
+    size_t errlen, int drain)
+{
+	struct privop_drain dr = {d->uffd, dest_drain_uffd, d};
+	struct imsg rep;
+	int rc, e;
+
+	rc = privop_call(type, d->t.grant, req, len, NULL, 0, &rep,
+			 drain && d->uffd >= 0 ? &dr : NULL);
+	e = errno;
+	if (rc < 0 && err != NULL)
+		why(&rep, e, err, errlen, "the privileged part");
+	imsg_clear(&rep);
+	errno = e;
+	return rc;
+}
+
+int
+dest_grant_end(struct dest *d, uint32_t how, char *err, size_t errlen)
+{
+	struct privop_dest_end r = {
+		.how = how, .precopy = how == PRIVOP_DEST_HOLD && d->precopy};
+	char buf[256];
+
+	if (ask(d, PRIVOP_DEST_END, &r, sizeof(r), err ? err : buf,
+		err ? errlen : sizeof(buf), 0) == 0)
+		return 0;
+	/* A child that could not be held has nothing to release. */
+	if (err == NULL && !(how == PRIVOP_DEST_RELEASE && errno == EPROTO))
+		log_warnx("migration %s: process %d: %s", log_id(d->m->id),
+			  (int)d->m->pid, buf);
+	return -1;
+}
+
+/*
+ * The target made its uffd; ours comes back negotiated, and the answer
+ * must hold together: one descriptor, a sole target with no copy of its
+ * own, any other with one.
+ */
+static int
+take_uffd(struct dest *d, char *err, size_t errlen, uint32_t *code)
+{
+	struct privop_dest_uffd r = {.features = dest_uffd_features()};
+	const struct privop_dest_uffd_reply *a;
+	struct imsg rep;
+	int e;
+
+	if (privop_call(PRIVOP_DEST_UFFD, d->t.grant, &r, sizeof(r), NULL, 0,
+			&rep, NULL) < 0) {
+		e = errno;
+		why(&rep, e, err, errlen, "the target's userfaultfd");
+		*code = code_of(e);
+		imsg_clear(&rep);
+		return -1;
+	}
+	a = imsg_payload(&rep, sizeof(*a));
+	if (a == NULL || rep.nfd != 1 || a->sole > 1 ||
+	    (a->sole ? a->target_fd != -1 : a->target_fd < 0)) {
+		imsg_clear(&rep);
+		snprintf(err, errlen,
+			 "the target's userfaultfd: an answer "
+			 "that does not hold together");
+		*code = ERR_KERNEL;
+		dest_grant_end(d, PRIVOP_DEST_UNDO, NULL, 0);
+		return -1;
+	}
+	d->uffd = imsg_take_fd(&rep, 0);
+	d->target_fd = a->target_fd;
+	d->sole = (int)a->sole;
+	imsg_clear(&rep);
+	d->have_poison = 1;
+	d->hints = kfeat.access_likely;
+	return 0;
+}
+
+/* Region reg emptied in the stopped target (dest_take_region()). */
+int
+dest_grant_discard(struct dest *d, uint64_t start, uint64_t length, int shm,
+		   char *err, size_t errlen)
+{
+	struct privop_dest_discard r = {
+		.start = start, .length = length, .remove = shm != 0};
+
+	return ask(d, PRIVOP_DEST_DISCARD, &r, sizeof(r), err, errlen, 0);
+}
+
+int
+dest_grant_setup(struct dest *d, char *err, size_t errlen, uint32_t *code)
+{
+	size_t reg = 0;
+
+	*code = ERR_KERNEL;
+	err[0] = '\0';
+	if (take_uffd(d, err, errlen, code) < 0)
+		return -1;
+	*code = ERR_KERNEL;
+	for (reg = 0; reg < d->nregs; reg++)
+		if (dest_take_region(d, NULL, reg, err, errlen) < 0)
+			goto undo;
+	if (dest_private_missing(d) > 0 || d->precopy) {
+		if (dest_hold_target(d, NULL, err, errlen) == 0)
+			return 0;
+		goto undo;
+	}
+	dest_grant_end(d, PRIVOP_DEST_GO, NULL, 0);
+	return 0;
+undo:
+	while (reg-- > 0)
+		uffd_unregister(d->uffd, d->regs[reg].r.start,
+				d->regs[reg].r.length);
+	dest_grant_end(d, PRIVOP_DEST_UNDO, NULL, 0);
+	d->target_fd = -1;
+	d->sole = 0;
+	close(d->uffd);
+	d->uffd = -1;
+	return -1;
+}
+
+/*
+ * The target's copy of its uffd closed by the privileged part; our uffd
+ * is read meanwhile (a thread waiting for one of its events to be read
+ * stops only then). A target that is not itself any more kept none.
+ */
+void
+dest_grant_close(struct dest *d)
+{
+	char err[256];
+
+	if (ask(d, PRIVOP_DEST_CLOSE, NULL, 0, err, sizeof(err), 1) < 0 &&
+	    errno != ESRCH)
+		log_warnx("migration %s: %s (target's uffd fd %d)",
+			  log_id(d->m->id), err, d->target_fd);
+	d->target_fd = -1;
+}
+
+/*
+ * A forked child k gets a copy of its uffd from the privileged part (our
+ * uffd is read meanwhile), or is held as its parent is (k->sole). Either
+ * way a daemon that dies no longer leaves it reading zeros.
+ */
+void
+dest_grant_child(struct dest *k)
+{
+	struct privop_drain dr = {k->uffd, dest_drain_uffd, k};
+	const struct privop_dest_uffd_reply *a;
+	struct imsg rep;
+	char err[512] = "";
+
+	if (k->sole) {
+		if (ask(k, PRIVOP_CHILD_HOLD, NULL, 0, err, sizeof(err), 0) < 0)
+			log_warnx("migration %s: forked process %d cannot be "
+				  "held (%s): should the daemon die, its "
+				  "missing pages would read as zeros",
+				  log_id(k->root->m->id), (int)k->m->pid, err);
+		return;
+	}
+	if (privop_call(PRIVOP_CHILD_UFFD, k->t.grant, NULL, 0, &k->uffd, 1,
+			&rep, &dr) < 0)
+		why(&rep, errno, err, sizeof(err), "the privileged part");
+	else if ((a = imsg_payload(&rep, sizeof(*a))) != NULL && a->sole == 0 &&
+		 a->target_fd >= 0)
+		k->target_fd = a->target_fd;
+	else
+		snprintf(err, sizeof(err),
+			 "an answer that does not hold "
+			 "together");
+	imsg_clear(&rep);
+	if (k->target_fd < 0)
+		log_warnx("migration %s: forked process %d holds no copy of "
+			  "its uffd: %s",
+			  log_id(k->root->m->id), (int)k->m->pid, err);
+}
