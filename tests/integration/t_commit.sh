@@ -175,7 +175,7 @@ rejoined() {
 	done
 	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 30 >"$T/wait.out" 2>&1 ||
 		fail "$1: a rejoining wait: $(cat "$T/wait.out")"
-	info "$1: $(grep "is listed as complete" "$T/dst.log" | tail -n 1)"
+	info "$1: $(grep "${ID:0:8}.* is listed as complete" "$T/dst.log" | tail -n 1)"
 }
 info "the destination killed once complete: the restart still says so"
 small_migration 0x540000000000
