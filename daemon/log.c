@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <time.h>
 
 #include "daemon/journal.h"
 #include "daemon/log.h"
@@ -19,6 +20,14 @@
 
 static int log_to_stderr = 1;
 static int log_verbose;
+/*
+ * UFFDD_LOG_TIMESTAMPS=1: each stderr line starts with the wall-clock time
+ * in UTC to the microsecond, so that one daemon's lines can be ordered
+ * against another's and against a test's own (the journal and syslog stamp
+ * theirs). Off by default: a supervisor's stream already has times.
+ */
+#define LOG_TIMESTAMPS_ENV "UFFDD_LOG_TIMESTAMPS"
+static int log_stamps;
 /* The journal's socket (log_journal()), and whether stderr is it too. */
 static int journal_fd = -1;
 static int journal_only;
@@ -33,8 +42,11 @@ static unsigned id_slot;
 void
 log_init(int foreground, int verbosity)
 {
+	const char *stamps = getenv(LOG_TIMESTAMPS_ENV);
+
 	log_to_stderr = foreground;
 	log_verbose = verbosity;
+	log_stamps = stamps != NULL && strcmp(stamps, "1") == 0;
 	if (!foreground)
 		openlog("uffdd", LOG_PID | LOG_NDELAY, LOG_DAEMON);
 }
@@ -115,6 +127,20 @@ journal_line(int pri, const char *msgid, const char *peer, const char *line)
 	return journal_send(journal_fd, f, n);
 }
 
+/* A line to stderr after its time: 2026-01-31T23:59:59.123456Z. */
+static void
+stamped(const char *line)
+{
+	struct timespec ts;
+	struct tm tm;
+	char when[32];
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	fprintf(stderr, "%s.%06ldZ uffdd: %s\n", when, ts.tv_nsec / 1000, line);
+}
+
 static void
 vlog(int pri, const char *msgid, const char *peer, const char *fmt, va_list ap,
      int with_errno)
@@ -139,7 +165,9 @@ vlog(int pri, const char *msgid, const char *peer, const char *fmt, va_list ap,
 		errno = saved;
 		return;
 	}
-	if (log_to_stderr)
+	if (log_to_stderr && log_stamps)
+		stamped(line);
+	else if (log_to_stderr)
 		fprintf(stderr, "uffdd: %s\n", line);
 	else
 		syslog(pri, "%s", line);

@@ -217,6 +217,8 @@ reap_cb(evutil_socket_t fd, short ev, void *arg)
 		next = TAILQ_NEXT(it, link);
 		if ((it->state == MIG_COMPLETE || it->state == MIG_FAILED) &&
 		    it != m && it->impl == NULL) {
+			if (it->forget)
+				it->forget(it);
 			migration_free(it);
 			finished--;
 		}

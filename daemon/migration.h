@@ -94,6 +94,11 @@ struct migration {
 	struct mig_ws *ws;
 	void *impl; /* struct source or struct dest */
 	void (*impl_free)(struct migration *);
+	/*
+	 * An ended record kept on disk (state_end()): what removes it when
+	 * the record is dropped from the table, not when the daemon exits.
+	 */
+	void (*forget)(const struct migration *);
 };
 
 TAILQ_HEAD(migration_list, migration);

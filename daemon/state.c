@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +20,17 @@
 
 #include "daemon/conffile.h"
 #include "daemon/log.h"
+#include "daemon/migration.h"
 #include "daemon/role.h"
 #include "daemon/state.h"
 #include "daemon/statefmt.h"
+#include "daemon/stats.h"
 
 #define SUFFIX ".state"
 #define TMP_SUFFIX ".state.tmp"
+/* An ended migration's outcome (state_end()). */
+#define ENDED_SUFFIX ".ended"
+#define ENDED_TMP_SUFFIX ".ended.tmp"
 
 static int dirfd_state = -1;
 
@@ -222,6 +228,60 @@ state_remove(const struct migration *m)
 		unlinkat(dirfd_state, name, 0);
 }
 
+/* The ended record goes with the migration's entry in the table. */
+static void
+forget_ended(const struct migration *m)
+{
+	char name[MIG_ID_LEN + 32];
+
+	file_name(name, sizeof(name), m->id, (int)m->role, ENDED_SUFFIX);
+	if (dirfd_state >= 0)
+		unlinkat(dirfd_state, name, 0);
+}
+
+/*
+ * The state file goes first: a crash between the two leaves neither, as
+ * before ended records were kept, never a live file beside an outcome.
+ */
+void
+state_end(struct migration *m)
+{
+	char name[MIG_ID_LEN + 32], tmp[MIG_ID_LEN + 32], what[256];
+	uint64_t end = m->t_end ? m->t_end : now_ns();
+	struct state_out o;
+
+	state_remove(m);
+	if (dirfd_state < 0 ||
+	    (m->state != MIG_COMPLETE && m->state != MIG_FAILED))
+		return;
+	file_name(name, sizeof(name), m->id, (int)m->role, ENDED_SUFFIX);
+	file_name(tmp, sizeof(tmp), m->id, (int)m->role, ENDED_TMP_SUFFIX);
+	state_out_begin(&o);
+	state_put_str(&o, "role",
+		      m->role == ROLE_SOURCE ? "source" : "destination");
+	state_put_str(&o, "id", m->id);
+	state_put_u64(&o, "pid", (uint64_t)m->pid);
+	state_put_str(&o, "state", migration_state_name(m->state));
+	state_put_str(&o, "reason", m->reason);
+	state_put_str(&o, "peer", m->peer);
+	state_put_u64(&o, "pages_total", m->pages_total);
+	state_put_u64(&o, "pages_present", m->pages_present);
+	state_put_u64(&o, "pages_lost", m->pages_lost);
+	state_put_u64(&o, "bytes", m->bytes);
+	state_put_u64(&o, "elapsed_ns", end - m->t_start);
+	state_out_end(&o);
+	if (replace(tmp, name, &o) == 0) {
+		m->forget = forget_ended;
+	} else {
+		shown(what, sizeof(what), name);
+		log_warn("ended record %s: cannot write it (a restart will "
+			 "not know migration %s)",
+			 what, log_id(m->id));
+		unlinkat(dirfd_state, tmp, 0);
+	}
+	state_out_free(&o);
+}
+
 /* A migration ID: what export makes, and what an attach must give. */
 static int
 is_id(const char *s, size_t n)
@@ -397,6 +457,100 @@ restore_file(const char *file, const char *id, int named)
 	}
 }
 
+/* What an ended record keeps (state_end()). */
+struct ended {
+	char role[16], id[MIG_ID_LEN + 2], state[16];
+	char reason[sizeof(((struct migration *)0)->reason)];
+	char peer[sizeof(((struct migration *)0)->peer)];
+	uint64_t pid, total, present, lost, bytes, elapsed;
+};
+
+/* An ended record's keys, checked as a state file's are: 0, or -1. */
+static int
+ended_read(struct state_tbl *t, const char *id, int role, struct ended *e)
+{
+	if (state_str(t, "role", e->role, sizeof(e->role)) < 0 ||
+	    state_str(t, "id", e->id, sizeof(e->id)) < 0 ||
+	    state_str(t, "state", e->state, sizeof(e->state)) < 0 ||
+	    state_str(t, "reason", e->reason, sizeof(e->reason)) < 0 ||
+	    state_str(t, "peer", e->peer, sizeof(e->peer)) < 0 ||
+	    state_u64(t, "pid", 0, INT32_MAX, &e->pid) < 0 ||
+	    state_u64(t, "pages_total", 0, UINT64_MAX, &e->total) < 0 ||
+	    state_u64(t, "pages_present", 0, e->total, &e->present) < 0 ||
+	    state_u64(t, "pages_lost", 0, e->total, &e->lost) < 0 ||
+	    state_u64(t, "bytes", 0, UINT64_MAX, &e->bytes) < 0 ||
+	    state_u64(t, "elapsed_ns", 0, UINT64_MAX / 2, &e->elapsed) < 0)
+		return -1;
+	if (strcmp(e->role, role == ROLE_SOURCE ? "source" : "destination"))
+		return state_bad(t, "role",
+				 "role: not the one the file is named after");
+	if (strcmp(e->id, id) != 0)
+		return state_bad(t, "id",
+				 "id: not the one the file is named after");
+	if (strcmp(e->state, "complete") && strcmp(e->state, "failed"))
+		return state_bad(t, "state",
+				 "state %s: want complete or failed", e->state);
+	return state_all_read(t);
+}
+
+/*
+ * One ended record: the migration is listed again as it ended. A record
+ * that is not what this daemon wrote is refused as a state file is.
+ */
+static void
+restore_ended(const char *file, const char *id, int role)
+{
+	char what[256], why[640], *buf = NULL;
+	struct state_tbl *t = NULL;
+	struct migration *m;
+	struct ended e;
+	ssize_t len = -1;
+	size_t size;
+	int fd;
+
+	if (migration_find(id, (enum mig_role)role)) {
+		/* A live file of the same migration was restored: newer. */
+		unlinkat(dirfd_state, file, 0);
+		return;
+	}
+	shown(what, sizeof(what), file);
+	if ((fd = open_checked(file, what, &size, why, sizeof(why))) >= 0) {
+		if ((len = read_whole(fd, size, &buf)) < 0)
+			snprintf(why, sizeof(why), "%s: %s", what,
+				 strerror(errno));
+		close(fd);
+	}
+	if (len >= 0) {
+		t = state_parse(what, buf, (size_t)len);
+		if (ended_read(t, id, role, &e) < 0)
+			len = -1;
+		snprintf(why, sizeof(why), "%s", state_error(t));
+		state_free(t);
+	}
+	free(buf);
+	if (len < 0) {
+		refuse(file, id, role, why);
+		return;
+	}
+	m = migration_new((enum mig_role)role, id);
+	m->pid = (pid_t)e.pid;
+	migration_set_peer(m, e.peer);
+	snprintf(m->reason, sizeof(m->reason), "%s", e.reason);
+	m->pages_total = e.total;
+	m->pages_present = e.present;
+	m->pages_lost = e.lost;
+	m->bytes = e.bytes;
+	/* Not through migration_set_state(): it ended before, counted then. */
+	m->state = strcmp(e.state, "failed") == 0 ? MIG_FAILED : MIG_COMPLETE;
+	m->t_end = now_ns();
+	m->t_start = m->t_created =
+		e.elapsed < m->t_end ? m->t_end - e.elapsed : 0;
+	m->forget = forget_ended;
+	log_info("migration %s is listed as %s, as it ended before the "
+		 "restart",
+		 log_id(id), e.state);
+}
+
 /* The names first: restoring writes files into the directory read. */
 static char **
 list_dir(size_t *n)
@@ -452,23 +606,45 @@ file_named(const char *f, const char *suffix, int *role)
 	return 0;
 }
 
+/*
+ * Whether f is a file of migration id (ID.role.suffix) with one of these
+ * suffixes: the temporary is removed, the file restored by restore.
+ */
+static void
+restore_named(const char *f, const char *tmp, const char *suffix,
+	      void (*restore)(const char *, const char *, int))
+{
+	char id[MIG_ID_LEN + 1];
+	int role;
+
+	snprintf(id, sizeof(id), "%.*s", MIG_ID_LEN, f);
+	/* A crash between create and rename left it: never read. */
+	if (file_named(f, tmp, &role))
+		unlinkat(dirfd_state, f, 0);
+	else if (file_named(f, suffix, &role))
+		restore(f, id, role);
+}
+
+/* An ended record never had the old name: one without a role is not ours. */
+static void
+restore_ended_named(const char *file, const char *id, int role)
+{
+	if (role >= 0)
+		restore_ended(file, id, role);
+}
+
 void
 state_restore_all(void)
 {
 	size_t n;
 	char **names = dirfd_state >= 0 ? list_dir(&n) : NULL;
 
+	for (size_t i = 0; names && i < n; i++)
+		restore_named(names[i], TMP_SUFFIX, SUFFIX, restore_file);
+	/* After the state files: a live one of the same ID is newer. */
 	for (size_t i = 0; names && i < n; i++) {
-		const char *f = names[i];
-		char id[MIG_ID_LEN + 1];
-		int role;
-
-		snprintf(id, sizeof(id), "%.*s", MIG_ID_LEN, f);
-		/* A crash between create and rename left it: never read. */
-		if (file_named(f, TMP_SUFFIX, &role))
-			unlinkat(dirfd_state, f, 0);
-		else if (file_named(f, SUFFIX, &role))
-			restore_file(f, id, role);
+		restore_named(names[i], ENDED_TMP_SUFFIX, ENDED_SUFFIX,
+			      restore_ended_named);
 		free(names[i]);
 	}
 	free(names);

@@ -22,6 +22,13 @@ void state_dir_close(void);
 int state_write(const struct migration *,
 		int (*more)(struct state_out *, const struct migration *));
 void state_remove(const struct migration *);
+/*
+ * The migration ended (complete or failed): its state file goes, and a
+ * short record of the outcome takes its place, so that a restarted daemon
+ * still lists it and a wait that rejoins is told how it ended. The record
+ * goes when the table drops the migration (MIG_KEEP_FINISHED).
+ */
+void state_end(struct migration *);
 /* Restores every migration found in the state directory. */
 void state_restore_all(void);
 /*

@@ -285,12 +285,15 @@ dest_persist_now(struct dest *d)
 	return save(d);
 }
 
-/* The migration ended, or its attach failed: the file goes for good. */
+/*
+ * The migration ended, or its attach failed: the file goes for good, an
+ * ended record of the outcome in its place (state_end()).
+ */
 void
 dest_persist_remove(struct dest *d)
 {
 	unmark(d);
-	state_remove(d->m);
+	state_end(d->m);
 }
 
 /*

@@ -20,6 +20,7 @@
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
 #include "daemon/probe.h"
+#include "daemon/state.h"
 #include "daemon/stats.h"
 #include "daemon/statefmt.h"
 
@@ -399,9 +400,10 @@ restore_committed(const char *file, struct saved *sv)
 /*
  * A migration not taken up after a restart (its target gone, changed, or
  * let go while no daemon held it: a pre-copy's held target dies with its
- * daemon) stays listed as failed until this daemon exits, so that a wait
- * that rejoins is told it failed and why, not that its ID is unknown. Its
- * state file goes; the source learns of it at its pause deadline.
+ * daemon) stays listed as failed, so that a wait that rejoins is told it
+ * failed and why, not that its ID is unknown. Its state file goes for an
+ * ended record (state_end(): a further restart lists it too); the source
+ * learns of it at its pause deadline.
  */
 static void
 restore_failed(const struct saved *sv)
@@ -416,6 +418,7 @@ restore_failed(const struct saved *sv)
 		       "process %d is gone, or was changed or let go while no "
 		       "daemon held it (the log says which)",
 		       (int)sv->pid);
+	state_end(m);
 }
 
 /*

@@ -8,6 +8,7 @@ same pages), and a kept source is hashed by tests/memhash after its
 migration ended. The destination is hashed once it is complete (or
 failed, running), when nothing will be served to it any more.
 """
+import calendar
 import os
 import re
 import subprocess
@@ -90,3 +91,29 @@ def death(proc):
         # is not reaped by its parent yet: gone all the same.
         return "zombie" if proc_state(proc.pid) in ("Z", "X") else None
     return "signal %d" % -rc if rc < 0 else "exit %d" % rc
+
+
+def stamp(t):
+    """Wall-clock time T as the daemons stamp their lines (UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + \
+        ".%06dZ" % int((t % 1) * 1e6)
+
+
+STAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{6})Z uffdd: "
+                     r"(.*)$", re.M)
+
+
+def commit_sent(log_path, mig_id):
+    """The wall-clock time of the last "COMMIT N sent" a source daemon's
+    log (stamped: UFFDD_LOG_TIMESTAMPS) has for migration MIG_ID, or
+    None."""
+    last = None
+    for m in STAMPED.finditer(read(log_path)):
+        line = m.group(3)
+        if not line.startswith("migration " + mig_id[:8]) or \
+                not re.search(r": COMMIT \d+ sent", line):
+            continue
+        last = calendar.timegm(time.strptime(m.group(1),
+                                             "%Y-%m-%dT%H:%M:%S")) + \
+            int(m.group(2)) / 1e6
+    return last

@@ -87,8 +87,10 @@ class Daemon:
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True,
-                env=san_env(os.environ,
-                            os.path.join(self.tmp, self.name + ".san")))
+                env=dict(san_env(os.environ, os.path.join(
+                    self.tmp, self.name + ".san")),
+                    # Lines stamped, to be ordered against the faults.
+                    UFFDD_LOG_TIMESTAMPS="1"))
         deadline = time.time() + 20
         while time.time() < deadline:
             if self.proc.poll() is not None:

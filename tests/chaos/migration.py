@@ -49,6 +49,7 @@ class Migration:
         self.h_present = None  # the frozen source's present pages
         self.map = None  # which they were (memhash --present)
         self.h_kept = None  # the kept source, when the wait returned
+        self.continued = []  # source-continued: wall-clock SIGCONT times
         self.ended = False  # the wait returned: no source run any more
         self.end_lock = threading.Lock()
         self.keep = m.keep_source or any(
@@ -65,8 +66,11 @@ class Migration:
     # -- helpers ----------------------------------------------------------
 
     def log(self, msg):
+        """A step, at its time into the round and on the wall clock (the
+        daemons stamp their lines the same way: UFFDD_LOG_TIMESTAMPS)."""
+        now = time.time()
         with open(os.path.join(self.dir, "steps.log"), "a") as f:
-            f.write("%.3f %s\n" % (time.time() - self.t0, msg))
+            f.write("%.3f %s %s\n" % (now - self.t0, check.stamp(now), msg))
 
     def client(self, daemon, *args, timeout=CLIENT_TIMEOUT):
         cmd = [self.run.client, "--control", daemon.sock] + list(args)
@@ -197,10 +201,13 @@ class Migration:
                 if self.ended or self.committed(self.src):
                     self.log("source-continued: too late, not done")
                     return "late"
+                self.continued.append(time.time())
                 os.kill(self.ws.pid, signal.SIGCONT)
+                self.log("source-continued: SIGCONT sent")
                 time.sleep(f.duration if f.variant == "cont-stop" else
                            0.1 + f.duration * 4)
                 os.kill(self.ws.pid, signal.SIGSTOP)
+                self.log("source-continued: SIGSTOP sent")
             return None
         if f.kind == "target-exit" and self.wd:
             with self.end_lock:
@@ -514,7 +521,11 @@ class Migration:
                     "gave no verdict" if c is None else
                     "read %d wrong words" % c))
         h = self.hash_target()
-        if h and not h[0]:
+        if h and not h[0] and self.continued_after_commit():
+            self.notes.append("differs from the kept source, which was "
+                              "continued after the commit: not judged "
+                              "(%s)" % h[1])
+        elif h and not h[0]:
             self.violation("complete but different: %s" % h[1])
         if check.holds_uffd(self.wd.pid):
             self.violation("complete, but the target still holds a "
@@ -525,6 +536,21 @@ class Migration:
             if rc != 0:
                 self.notes.append("destination complete, source side: %s" %
                                   (out or "").strip()[-200:])
+
+    def continued_after_commit(self):
+        """Whether the source process was continued after its daemon sent
+        the COMMIT that the destination acted on (the last one the source's
+        log has for this ID, its time stamped by UFFDD_LOG_TIMESTAMPS): the
+        kept source then changed after the commit, the destination rightly
+        not, and no hash taken from outside holds the bytes as of the
+        commit. A continue before it is judged as any."""
+        if not self.continued or not self.id:
+            return False
+        sent = check.commit_sent(self.src.log, self.id)
+        self.log("source continued at %s; COMMIT sent at %s" % (
+            ", ".join(check.stamp(t) for t in self.continued),
+            check.stamp(sent) if sent else "-"))
+        return sent is not None and min(self.continued) > sent
 
     def classify_failed(self, out):
         self.reason = out.strip()[-300:]

@@ -14,6 +14,10 @@
 #   - the destination's engine dies once it has recorded the COMMIT,
 #     before it acknowledged it or let its target go: the next engine
 #     lets the target go and delivers the ACK;
+#   - the destination's engine, then the whole daemon, killed after the
+#     migration ended: the restarted one still lists it complete (its
+#     ended record), so that a wait that rejoins is told so; a record
+#     changed behind its back is refused, the migration listed failed;
 #   - a peer of protocol version 1 is refused saying what to do, at attach
 #     both ways, and on a resume (the pause deadline fails with that
 #     reason, not "unreachable").
@@ -144,10 +148,10 @@ whole "source's engine died"
 killed_source "source's engine started again"
 grep -q "destination resumes committed" "$T/src.log" || fail "no committed resume: $(tail -n 5 "$T/src.log")"
 for _ in $(seq 100); do
-	ls "$T/dst.state" | grep -q "^$ID" || break
+	ls "$T/dst.state" | grep -q "^$ID.*\.state" || break
 	sleep 0.05
 done
-ls "$T/dst.state" | grep -q "^$ID" && fail "the destination's state file stayed after the echo"
+ls "$T/dst.state" | grep -q "^$ID.*\.state" && fail "the destination's state file stayed after the echo"
 kill -9 "$WD"
 
 info "the destination's engine dies once it recorded the COMMIT"
@@ -160,6 +164,48 @@ engine_died dst "at the COMMIT"
 whole "destination's engine started again"
 grep -q "was committed; letting target $WD go" "$T/dst.log" || fail "$(tail -n 5 "$T/dst.log")"
 killed_source "destination's engine started again"
+kill -9 "$WD"
+
+# rejoined NAME: the destination, restarted after the migration ended,
+# still lists it complete, and a wait that rejoins is told so.
+rejoined() {
+	for _ in $(seq 600); do
+		[ "$(state "$dst_SOCK" "$ID")" = complete ] && break
+		sleep 0.05
+	done
+	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 30 >"$T/wait.out" 2>&1 ||
+		fail "$1: a rejoining wait: $(cat "$T/wait.out")"
+	info "$1: $(grep "${ID:0:8}.* is listed as complete" "$T/dst.log" | tail -n 1)"
+}
+info "the destination killed once complete: the restart still says so"
+small_migration 0x540000000000
+whole "before the kills"
+killed_source "before the kills"
+F=$T/dst.state/$ID.destination.ended
+for _ in $(seq 200); do
+	[ -f "$F" ] && break
+	sleep 0.05
+done
+[ -f "$F" ] || fail "no record of the outcome: $(ls "$T/dst.state")"
+kill -9 "$(engine_pid dst)"
+for _ in $(seq 600); do
+	grep -q "${ID:0:8}.* is listed as complete" "$T/dst.log" && break
+	sleep 0.05
+done
+grep -q "engine killed by signal 9" "$T/dst.log" || fail "the engine did not die: $(tail -n 5 "$T/dst.log")"
+rejoined "engine killed"
+kill_daemon dst
+restart_daemon dst
+rejoined "daemon killed"
+grep -q '^state=complete' "$F" || fail "the record says: $(cat "$F")"
+kill_daemon dst
+sed -i 's/^pid=/pid=1/' "$F"
+restart_daemon dst
+until_state "$dst_SOCK" "$ID" failed 10 || fail "a changed record was taken: $(state "$dst_SOCK" "$ID")"
+reason "$dst_SOCK" "$ID" | grep -q "state file refused at restart: .*\.ended" ||
+	fail "changed record: $(reason "$dst_SOCK" "$ID")"
+[ -f "$F.refused" ] && [ ! -e "$F" ] || fail "the changed record was not kept aside: $(ls "$T/dst.state")"
+info "changed record: $(reason "$dst_SOCK" "$ID")"
 kill -9 "$WD"
 
 info "a destination of protocol version 1 is refused"

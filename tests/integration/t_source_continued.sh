@@ -209,3 +209,37 @@ echo "$SREASON" | grep -q "ran while no daemon watched it" || fail "restart: sou
 ls "$T/src.state" | grep -q "^$ID" && fail "the tombstone stayed after the destination was told"
 info "restart: $(grep 'ran while no daemon' "$T/src.log" | head -n 1)"
 kill -9 "$WS" "$WD"
+
+# A pre-copy of hugetlb memory (seed 2027 round 189 of the chaos harness):
+# the source is continued after its freeze, the last round sent, while
+# its COMMIT is held back (UFFDD_TEST_COMMIT_DELAY_MS). The check before
+# the COMMIT must see the run; where writes are tracked, by the writes
+# themselves: the scan covers hugetlb ranges too.
+info "a pre-copy of hugetlb continued between its freeze and its COMMIT"
+if reserve_huge_pages 20; then
+	UFFDD_TEST_COMMIT_DELAY_MS=1500
+	export UFFDD_TEST_COMMIT_DELAY_MS
+	start_daemon src3
+	unset UFFDD_TEST_COMMIT_DELAY_MS
+	start_workload WS source --size 16M --threads 2 --kind hugetlb
+	start_workload WD dest --size 16M --touch 0 --kind hugetlb
+	ID=$("$CLIENT" --control "$src3_SOCK" export "$WS" --range 500000000000-500001000000 \
+		--precopy --keep-source)
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src3_PORT" \
+		--id "$ID" --range 500000000000-500001000000 >/dev/null
+	for _ in $(seq 600); do
+		grep -q "COMMIT in 1500 ms" "$T/src3.log" && break
+		sleep 0.02
+	done
+	grep -q "COMMIT in 1500 ms" "$T/src3.log" || fail "hugetlb: no COMMIT held back: $(tail -n 5 "$T/src3.log")"
+	[ "$(proc_state "$WS")" = T ] || fail "hugetlb: the source is not frozen: $(proc_state "$WS")"
+	run_50ms
+	torn "$src3_SOCK" "hugetlb pre-copy"
+	if [ "$TRACKED" = 1 ]; then
+		echo "$SREASON" | grep -q "wrote to its memory at 0x" ||
+			fail "hugetlb: tracked writes not named: $SREASON"
+	fi
+	kill -9 "$WS" "$WD"
+else
+	skip_part "hugetlb pre-copy: no 2 MiB huge pages to be had"
+fi
