@@ -22,7 +22,6 @@
 size_t conn_out_max = CONN_OUT_MAX;
 
 static void conn_read_cb(struct bufferevent *, void *);
-static void conn_tls_rekeys(struct conn *);
 
 /* Connections conn_finish() took from their owners: nobody else has them. */
 static TAILQ_HEAD(, conn) orphans = TAILQ_HEAD_INITIALIZER(orphans);
@@ -360,53 +359,6 @@ conn_resume_cb(evutil_socket_t fd, short ev, void *arg)
 		conn_destroy(c);
 }
 
-/*
- * A batched TLS sender (conn_batch_writes()): once the output is empty,
- * the records still in the batch go out before anyone is told that all
- * is sent. 1 when nothing is held; otherwise the socket's next writable
- * moment comes back to conn_write_cb().
- */
-static int
-conn_push(struct conn *c)
-{
-	int r;
-
-	if (!c->wbio || c->dead)
-		return 1;
-	if ((r = tls_batch_flush(c->bev)) == 0) {
-		event_add(c->wflush, NULL);
-	} else if (r < 0 && !c->failing) {
-		conn_set_failing(c, strerror(errno));
-		event_active(c->resume, EV_TIMEOUT, 0);
-	}
-	return r;
-}
-
-/*
- * TLS key updates: a sealer asks for its own between writes, once due
- * (tls_batch_rekey()); the daemon's opener takes the peer's. Both are
- * rare (one a TLS_REKEY_RECORDS records) and logged.
- */
-static void
-conn_tls_rekeys(struct conn *c)
-{
-	uint64_t n;
-
-	if (c->wbio && tls_batch_rekey(c->bev))
-		log_info("%s: TLS: new sending key asked for, after %" PRIu64
-			 " records under the last one (key update %" PRIu64 ")",
-			 c->name, tls_batch_records(c->bev),
-			 tls_batch_updates(c->bev) + 1);
-	if (c->rd != NULL && c->tls &&
-	    (n = tls_open_updates_of(c->bev)) != c->peer_rekeys) {
-		c->peer_rekeys = n;
-		log_info(
-			"%s: TLS: the peer's new key taken (key update %" PRIu64
-			")",
-			c->name, n);
-	}
-}
-
 static void
 conn_write_cb(struct bufferevent *bev, void *arg)
 {
@@ -512,22 +464,6 @@ conn_wflush_cb(evutil_socket_t fd, short ev, void *arg)
 			return;
 	}
 	conn_write_cb(c->bev, c);
-}
-
-/*
- * Our BIO takes every write and holds what the socket does not (it must
- * not ask OpenSSL to retry): past its limit, the bufferevent stops
- * writing into it, and the output waits in the bufferevent, where
- * conn_out_max and the owners' limits count it.
- */
-static void
-conn_wbio_full(void *arg)
-{
-	struct conn *c = arg;
-
-	c->wfull = 1;
-	bufferevent_disable(c->bev, EV_WRITE);
-	event_add(c->wflush, NULL);
 }
 
 /*
@@ -693,17 +629,6 @@ conn_pause(struct conn *c, int on)
 }
 
 void
-conn_set_io_max(struct conn *c, size_t n)
-{
-	if (c->fill_max == n)
-		return;
-	c->fill_max = n;
-	bufferevent_set_max_single_write(c->bev, n ? n : CONN_WRITE_MAX);
-	if (c->batch)
-		tls_batch_push_at(c->bev, n);
-}
-
-void
 conn_stall(struct conn *c, int on)
 {
 	if (c->dead || c->stalled == on)
@@ -711,13 +636,6 @@ conn_stall(struct conn *c, int on)
 	c->stalled = on;
 	if (!on && !c->paused)
 		event_active(c->resume, EV_TIMEOUT, 0); /* frames already in */
-}
-
-void
-conn_set_drain(struct conn *c, conn_drain_cb cb, size_t lowmark)
-{
-	c->on_drain = cb;
-	bufferevent_setwatermark(c->bev, EV_WRITE, lowmark, 0);
 }
 
 void
@@ -750,12 +668,6 @@ conn_fd(const struct conn *c)
 	return (int)bufferevent_getfd(c->bev);
 }
 
-void
-conn_set_direct(struct conn *c)
-{
-	c->direct = 1;
-}
-
 /*
  * A bufferevent reads a frame in two system calls at least (FIONREAD,
  * then a read of at most 4 KiB) and a 4 KiB page in three. Reading the
@@ -784,122 +696,4 @@ conn_read_direct(struct conn *c)
 		tls_read_ahead(c->bev);
 		conn_tls_kick(c);
 	}
-}
-
-/*
- * Queuing in the bufferevent costs a demand frame three system calls and a
- * loop round (arm EPOLLOUT, wait for it, disarm) before the write itself.
- * With nothing queued ahead, order allows writing at once; what the socket
- * does not take (or any error: the bufferevent will meet it too) is queued.
- */
-int
-conn_writev(struct conn *c, const struct iovec *iov, int n)
-{
-	struct evbuffer *out = bufferevent_get_output(c->bev);
-	evutil_socket_t fd = bufferevent_getfd(c->bev);
-	size_t done = 0;
-
-	if (c->direct && !c->tls && !c->dead && fd >= 0 &&
-	    evbuffer_get_length(out) == 0) {
-		ssize_t r = writev(fd, iov, n);
-
-		done = r > 0 ? (size_t)r : 0;
-	}
-	for (int i = 0; i < n; i++) {
-		if (done >= iov[i].iov_len) {
-			done -= iov[i].iov_len;
-			continue;
-		}
-		if (bufferevent_write(c->bev,
-				      (const uint8_t *)iov[i].iov_base + done,
-				      iov[i].iov_len - done) < 0)
-			return -1;
-		done = 0;
-	}
-	return 0;
-}
-
-struct evbuffer *
-conn_output(struct conn *c)
-{
-	return bufferevent_get_output(c->bev);
-}
-
-size_t
-conn_output_len(struct conn *c)
-{
-	return evbuffer_get_length(bufferevent_get_output(c->bev)) +
-	       (c->wbio ? tls_batch_held(c->bev) : 0);
-}
-
-int
-conn_tls_opened(struct conn *c)
-{
-	return c->tls && c->rd != NULL && tls_opens(c->bev);
-}
-
-int
-conn_tls_sealed(struct conn *c)
-{
-	return c->wbio && tls_batch_sealed(c->bev);
-}
-
-void
-conn_batch_writes(struct conn *c)
-{
-	if (c->batch || !c->wbio || c->dead ||
-	    tls_batch(c->bev, CONN_WRITE_MAX) < 0)
-		return;
-	c->batch = 1;
-	tls_batch_push_at(c->bev, c->fill_max);
-}
-
-/*
- * A bufferevent writes only when the loop next reports the socket writable,
- * one epoll round after the data was queued. The demand lane cannot afford
- * that round on every fault: write now, and leave whatever the socket does
- * not take to the write event as usual.
- */
-void
-conn_flush(struct conn *c)
-{
-	struct evbuffer *out = bufferevent_get_output(c->bev);
-	evutil_socket_t fd = bufferevent_getfd(c->bev);
-
-	if (c->tls || c->dead || fd < 0 || evbuffer_get_length(out) == 0)
-		return;
-	/* The bufferevent freezes the buffer's start; it thaws it likewise. */
-	evbuffer_unfreeze(out, 1);
-	evbuffer_write(out, fd);
-	evbuffer_freeze(out, 1);
-}
-
-int
-conn_take_data(struct conn *c, void *dst, size_t n)
-{
-	if (n > c->data_left)
-		return -1;
-	if (c->data_sunk && c->sink == NULL)
-		return -1; /* conn_finish() dropped it */
-	else if (c->data_sunk) {
-		const uint8_t *from = c->sink + (c->sink_len - c->data_left);
-
-		if (dst != from) /* into the sink itself: nothing to copy */
-			memcpy(dst, from, n);
-	} else if (evbuffer_remove(bufferevent_get_input(c->bev), dst, n) !=
-		   (int)n) {
-		return -1;
-	}
-	c->data_left -= n;
-	return 0;
-}
-
-void
-conn_set_sink(struct conn *c, uint16_t type, uint8_t *buf, size_t cap)
-{
-	c->sink = buf;
-	c->sink_type = type;
-	c->sink_cap = buf ? cap : 0;
-	if (buf == NULL)
-		c->sink_len = c->sink_got = 0; /* the input goes too */
 }

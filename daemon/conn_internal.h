@@ -1,5 +1,6 @@
 /*
- * What conn.c and conn_read.c share: the connection itself and its limits.
+ * What conn.c, conn_read.c and conn_write.c share: the connection itself
+ * and its limits.
  * Not for the rest of the daemon, which has conn.h; included after it (its
  * callback types are used here), never including it back.
  */
@@ -120,7 +121,10 @@ struct conn {
 	struct evbuffer *held;	  /* a header and message moving aside */
 };
 
-/* conn.c: EOF or an error, reported once the input read before is handled. */
+/*
+ * conn_read.c: EOF or an error, reported once the input read before is
+ * handled.
+ */
 void conn_set_failing(struct conn *, const char *why);
 /*
  * conn_read.c: reads what the socket (and OpenSSL) holds into the input,
@@ -128,5 +132,13 @@ void conn_set_failing(struct conn *, const char *why);
  * taken, or -1 at EOF or an error with nothing taken (errno set; 0: EOF).
  */
 ssize_t conn_fill(struct conn *);
+/*
+ * conn_write.c, for conn.c's write callbacks: a batched TLS sender's
+ * records out once the output is empty (1: nothing held), the key updates
+ * to log, and the BIO's "full" hook.
+ */
+int conn_push(struct conn *);
+void conn_tls_rekeys(struct conn *);
+void conn_wbio_full(void *);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * Reading a conn's socket beyond the bufferevent's own reads (see conn.c):
- * into the input, or a frame's data straight into the owner's sink; for
- * TLS through OpenSSL.
+ * into the input, or a frame's data straight into the owner's sink (which
+ * the owner sets and takes a frame's data from); for TLS through OpenSSL.
  */
 #include "config.h"
 
@@ -292,4 +292,34 @@ conn_set_failing(struct conn *c, const char *why)
 		return;
 	c->failing = 1;
 	snprintf(c->fail_why, sizeof(c->fail_why), "%s", why);
+}
+
+int
+conn_take_data(struct conn *c, void *dst, size_t n)
+{
+	if (n > c->data_left)
+		return -1;
+	if (c->data_sunk && c->sink == NULL)
+		return -1; /* conn_finish() dropped it */
+	else if (c->data_sunk) {
+		const uint8_t *from = c->sink + (c->sink_len - c->data_left);
+
+		if (dst != from) /* into the sink itself: nothing to copy */
+			memcpy(dst, from, n);
+	} else if (evbuffer_remove(bufferevent_get_input(c->bev), dst, n) !=
+		   (int)n) {
+		return -1;
+	}
+	c->data_left -= n;
+	return 0;
+}
+
+void
+conn_set_sink(struct conn *c, uint16_t type, uint8_t *buf, size_t cap)
+{
+	c->sink = buf;
+	c->sink_type = type;
+	c->sink_cap = buf ? cap : 0;
+	if (buf == NULL)
+		c->sink_len = c->sink_got = 0; /* the input goes too */
 }
