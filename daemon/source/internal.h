@@ -6,6 +6,7 @@
  *
  *   freeze.c   the frozen process: stop it, check it, notice a run of it
  *   export.c   an export: regions, classification, its record and events
+ *   export_check.c  an export request checked before the process is touched
  *   serve.c    pages out: demand answers and the bulk stream
  *   lanes.c    the destination's lanes, and how a migration ends
  *   commit.c   the freeze check on a timer, and completion as a commit:
@@ -249,6 +250,18 @@ int source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 			 struct region **regs, uint32_t *code, char *err,
 			 size_t errlen);
 int64_t source_classify(pid_t pid, struct src_region *sr);
+
+/*
+ * export_check.c: 0, or -1 with err (and *code) set. id: MIG_ID_LEN + 1
+ * bytes, the ID asked for (empty when none).
+ */
+int source_export_check(const Uffdd__ExportRequest *req, struct range *ranges,
+			char *id, uint32_t *code, char *err, size_t errlen);
+int source_exported_already(pid_t pid, uint32_t *code, char *err,
+			    size_t errlen);
+int source_export_name_regions(struct source *s,
+			       const Uffdd__ExportRequest *req, char *err,
+			       size_t errlen);
 
 int64_t source_mark_dropped(struct source *);
 /*
