@@ -179,9 +179,9 @@ source_new(struct procref *t, const struct region *regs, size_t nregs,
 	m->start = t->start;
 	m->deferred = deferred;
 	procref_move(&s->t, t);
-	s->nranges = nranges;
-	s->ranges = xcalloc(nranges, sizeof(*s->ranges));
-	memcpy(s->ranges, ranges, nranges * sizeof(*ranges));
+	s->ps.nranges = nranges;
+	s->ps.ranges = xcalloc(nranges, sizeof(*s->ps.ranges));
+	memcpy(s->ps.ranges, ranges, nranges * sizeof(*ranges));
 	s->nregs = nregs;
 	s->regs = xcalloc(s->nregs, sizeof(*s->regs));
 	for (size_t i = 0; i < s->nregs; i++) {
@@ -484,10 +484,10 @@ source_free(struct migration *m)
 	if (s == NULL)
 		return;
 	source_persist_free(s);
-	if (s->go_ev)
-		event_free(s->go_ev);
-	if (s->hold_ev)
-		event_free(s->hold_ev);
+	if (s->df.go_ev)
+		event_free(s->df.go_ev);
+	if (s->df.hold_ev)
+		event_free(s->df.hold_ev);
 	conn_free(s->demand);
 	conn_free(s->bulk);
 	if (s->bulk_ev)
@@ -496,17 +496,17 @@ source_free(struct migration *m)
 		event_free(s->exit_ev);
 	if (s->ping_ev)
 		event_free(s->ping_ev);
-	if (s->check_ev)
-		event_free(s->check_ev);
-	if (s->commit_ev)
-		event_free(s->commit_ev);
+	if (s->cm.check_ev)
+		event_free(s->cm.check_ev);
+	if (s->cm.commit_ev)
+		event_free(s->cm.commit_ev);
 	if (s->rate_ev)
 		event_free(s->rate_ev);
 	source_precopy_free(s);
 	source_defer_free(s);
 	wptrack_stop(&s->wp);
 	procref_close(&s->t);
-	free(s->ranges);
+	free(s->ps.ranges);
 	for (size_t i = 0; i < s->nregs; i++) {
 		free(s->regs[i].data);
 		free(s->regs[i].sent);

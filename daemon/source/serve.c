@@ -100,7 +100,7 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 	if (s->img)
 		return source_image_read(s, sr, page, dst, len, 0);
 	/* Counted before: a COMMIT covers only reads a check came after. */
-	s->reads++;
+	s->cm.reads++;
 	if (sr->cache_fd >= 0)
 		got = read_cache(sr, page, dst, len);
 	else if (s->t.grant != 0 && s->t.memfd >= 0)
@@ -138,7 +138,7 @@ read_demand(struct source *s, struct src_region *sr, uint64_t page,
 		return -1;
 	if (s->img)
 		return source_image_read(s, sr, page, dst, len, 1);
-	s->reads++;
+	s->cm.reads++;
 	if (sr->cache_fd < 0 &&
 	    pread(s->t.memfd, dst, len, (off_t)addr) == (ssize_t)len)
 		return 0;
@@ -437,8 +437,8 @@ small_round(const struct source *s)
 static int
 bulk_holds(const struct source *s)
 {
-	return s->m->deferred || s->bulk_held || s->peer_held ||
-	       s->unclassified || s->completing;
+	return s->m->deferred || s->df.bulk_held || s->peer_held ||
+	       s->df.unclassified || s->cm.completing;
 }
 
 /*
