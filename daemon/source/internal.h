@@ -16,6 +16,7 @@
  *   precopy.c  export --precopy: rounds while the process runs, the freeze,
  *              the switchover
  *   snapshot.c a frozen process's memory written to an image file
+ *              (snapshot_write.c: its pages read and written)
  *   image.c    a snapshot image served in place of a frozen process
  *   defer.c    export --deferred: lanes taken, nothing served until go
  */
