@@ -48,9 +48,9 @@ conn_linger(struct conn *c)
 	 * A direct reader goes on reading (whose records the daemon opens,
 	 * OpenSSL could not read on: it would fail at the next record).
 	 */
-	if (c->rd != NULL) {
-		c->rd_timeout = tv;
-		event_add(c->rd, &c->rd_timeout);
+	if (c->rx.rd != NULL) {
+		c->rx.idle = tv;
+		event_add(c->rx.rd, &c->rx.idle);
 		return;
 	}
 	bufferevent_set_timeouts(c->bev, &tv, NULL);
@@ -67,20 +67,20 @@ conn_linger(struct conn *c)
 static void
 conn_tls_kick(struct conn *c)
 {
-	if (c->rd == NULL || !c->tls || c->tls_drained || c->dead ||
-	    c->paused || c->full || c->finishing ||
+	if (c->rx.rd == NULL || !c->tls || c->rx.tls_drained || c->dead ||
+	    c->paused || c->rx.full || c->finishing ||
 	    evbuffer_get_length(bufferevent_get_input(c->bev)) >=
 		    CONN_READ_HIGH ||
 	    !tls_has_pending(c->bev))
 		return;
-	event_active(c->rd, EV_READ, 0);
+	event_active(c->rx.rd, EV_READ, 0);
 }
 
 /* Turns reading on or off, through whichever path the conn reads. */
 static void
 conn_reading(struct conn *c, int on)
 {
-	if (on && c->full)
+	if (on && c->rx.full)
 		return; /* conn_bound() turns it on again */
 	/*
 	 * EOF or an error read already, reported once the input is handled
@@ -89,37 +89,37 @@ conn_reading(struct conn *c, int on)
 	 */
 	if (on && c->failing)
 		return;
-	if (c->rd == NULL) {
+	if (c->rx.rd == NULL) {
 		if (on)
 			bufferevent_enable(c->bev, EV_READ);
 		else
 			bufferevent_disable(c->bev, EV_READ);
 	} else if (on) {
-		event_add(c->rd, c->rd_timeout.tv_sec ? &c->rd_timeout : NULL);
+		event_add(c->rx.rd, c->rx.idle.tv_sec ? &c->rx.idle : NULL);
 		conn_tls_kick(c);
 	} else {
-		event_del(c->rd);
+		event_del(c->rx.rd);
 	}
 }
 
 static void
 conn_destroy(struct conn *c)
 {
-	conn_closed_cb cb = c->on_closed;
-	void *arg = c->closed_arg;
+	conn_closed_cb cb = c->own.on_closed;
+	void *arg = c->own.closed_arg;
 
 	if (c->finishing)
 		TAILQ_REMOVE(&orphans, c, orphan);
-	if (c->rd)
-		event_free(c->rd);
-	if (c->wflush)
-		event_free(c->wflush);
+	if (c->rx.rd)
+		event_free(c->rx.rd);
+	if (c->tw.flush)
+		event_free(c->tw.flush);
 	if (c->deadline)
 		event_free(c->deadline);
 	if (c->resume)
 		event_free(c->resume);
-	if (c->held)
-		evbuffer_free(c->held);
+	if (c->sk.held)
+		evbuffer_free(c->sk.held);
 	bufferevent_free(c->bev);
 	free(c);
 	if (cb)
@@ -142,8 +142,8 @@ conn_frame_waiting(struct conn *c)
 	struct frame_hdr h;
 	const char *why;
 
-	if (c->sink_len)
-		return c->sink_got == c->sink_len;
+	if (c->sk.len)
+		return c->sk.got == c->sk.len;
 	return len >= FRAME_HDR_LEN &&
 	       evbuffer_copyout(in, raw, FRAME_HDR_LEN) == FRAME_HDR_LEN &&
 	       frame_hdr_decode(raw, &h, &why) == 0 &&
@@ -171,7 +171,7 @@ conn_input_waiting(struct conn *c)
 static void
 conn_fail(struct conn *c, const char *why)
 {
-	conn_close_cb cb = c->on_close;
+	conn_close_cb cb = c->own.on_close;
 
 	if (c->dead)
 		return;
@@ -181,7 +181,7 @@ conn_fail(struct conn *c, const char *why)
 		conn_free(c);
 		return;
 	}
-	cb(c, why, c->arg);
+	cb(c, why, c->own.arg);
 }
 
 /*
@@ -200,11 +200,11 @@ conn_bound(struct conn *c)
 	if (!c->tls || c->dead || c->finishing || c->lingering)
 		return;
 	len = evbuffer_get_length(bufferevent_get_input(c->bev));
-	if (!c->full && len >= CONN_READ_HIGH) {
+	if (!c->rx.full && len >= CONN_READ_HIGH) {
 		conn_reading(c, 0);
-		c->full = 1;
-	} else if (c->full && len < CONN_READ_HIGH / 2) {
-		c->full = 0;
+		c->rx.full = 1;
+	} else if (c->rx.full && len < CONN_READ_HIGH / 2) {
+		c->rx.full = 0;
 		if (!c->paused)
 			conn_reading(c, 1);
 	}
@@ -251,9 +251,9 @@ conn_process(struct conn *c)
 			break;
 		}
 		/* Its data is read into the sink, or follows in the input. */
-		if (c->sink_len ? c->sink_got < c->sink_len
-				: len < FRAME_HDR_LEN + (size_t)h.msg_len +
-						  h.data_len)
+		if (c->sk.len ? c->sk.got < c->sk.len
+			      : len < FRAME_HDR_LEN + (size_t)h.msg_len +
+						h.data_len)
 			break;
 		evbuffer_drain(in, FRAME_HDR_LEN);
 		msg = frame_unpack(h.type, evbuffer_pullup(in, h.msg_len),
@@ -268,16 +268,16 @@ conn_process(struct conn *c)
 		/* A peer's words reach logs, status and the client's terminal. */
 		if (h.type == FRAME_ERROR)
 			text_clean(((Uffdd__Error *)msg)->message);
-		c->data_left = h.data_len;
-		c->data_sunk = c->sink_len != 0;
-		if (c->on_frame)
-			c->on_frame(c, &h, msg, c->arg);
+		c->sk.data_left = h.data_len;
+		c->sk.data_sunk = c->sk.len != 0;
+		if (c->own.on_frame)
+			c->own.on_frame(c, &h, msg, c->own.arg);
 		frame_free(msg);
-		if (!c->dead && c->data_left && !c->data_sunk)
-			evbuffer_drain(in, c->data_left);
-		c->data_left = 0;
-		c->data_sunk = 0;
-		c->sink_len = c->sink_got = 0;
+		if (!c->dead && c->sk.data_left && !c->sk.data_sunk)
+			evbuffer_drain(in, c->sk.data_left);
+		c->sk.data_left = 0;
+		c->sk.data_sunk = 0;
+		c->sk.len = c->sk.got = 0;
 		n++;
 	}
 	/* Every whole frame that came before the break is handled: now say. */
@@ -333,7 +333,7 @@ conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
 		}
 		conn_process(c);
 		/* A sunk frame handled: the next, unless faults come (io_max) */
-		if (c->failing || !c->sink_done || c->sink_len || c->fill_max)
+		if (c->failing || !c->sk.done || c->sk.len || c->rx.fill_max)
 			break;
 	}
 	if (c->failing && !c->dead)
@@ -365,7 +365,8 @@ conn_write_cb(struct bufferevent *bev, void *arg)
 	struct conn *c = arg;
 
 	conn_tls_rekeys(c);
-	if (c->wbio && evbuffer_get_length(bufferevent_get_output(bev)) == 0 &&
+	if (c->tw.bio &&
+	    evbuffer_get_length(bufferevent_get_output(bev)) == 0 &&
 	    conn_push(c) != 1)
 		return;
 	if (c->finishing) {
@@ -379,9 +380,9 @@ conn_write_cb(struct bufferevent *bev, void *arg)
 		c->blocked = 0;
 		event_active(c->resume, EV_TIMEOUT, 0);
 	}
-	if (c->on_drain) {
+	if (c->own.on_drain) {
 		c->in_cb++;
-		c->on_drain(c, c->arg);
+		c->own.on_drain(c, c->own.arg);
 		c->in_cb--;
 		if (c->dead && c->in_cb == 0)
 			conn_destroy(c);
@@ -454,10 +455,10 @@ conn_wflush_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct conn *c = arg;
 
-	if (c->wfull) {
+	if (c->tw.full) {
 		if (conn_push(c) != 1)
 			return;
-		c->wfull = 0;
+		c->tw.full = 0;
 		if (!c->dead)
 			bufferevent_enable(c->bev, EV_WRITE);
 		if (evbuffer_get_length(bufferevent_get_output(c->bev)) > 0)
@@ -468,7 +469,7 @@ conn_wflush_cb(evutil_socket_t fd, short ev, void *arg)
 
 /*
  * A TLS connection writing through our BIO (tls_batch_attach()): what the
- * socket does not take stays in the BIO, and wflush writes it out when the
+ * socket does not take stays in the BIO, and tw.flush writes it out when the
  * socket takes more.
  */
 static void
@@ -478,13 +479,13 @@ conn_wbio_init(struct conn *c)
 
 	if (!c->tls || fd < 0 || !tls_batch_has(c->bev))
 		return;
-	c->wflush = event_new(bufferevent_get_base(c->bev), fd, EV_WRITE,
-			      conn_wflush_cb, c);
-	if (c->wflush == NULL)
+	c->tw.flush = event_new(bufferevent_get_base(c->bev), fd, EV_WRITE,
+				conn_wflush_cb, c);
+	if (c->tw.flush == NULL)
 		fatalx("event_new");
-	event_priority_set(c->wflush, c->prio);
+	event_priority_set(c->tw.flush, c->prio);
 	tls_batch_on_full(c->bev, conn_wbio_full, c);
-	c->wbio = 1;
+	c->tw.bio = 1;
 }
 
 struct conn *
@@ -494,9 +495,9 @@ conn_new(struct event_base *base, struct bufferevent *bev, const char *name,
 	struct conn *c = xcalloc(1, sizeof(*c));
 
 	c->bev = bev;
-	c->on_frame = fcb;
-	c->on_close = ccb;
-	c->arg = arg;
+	c->own.on_frame = fcb;
+	c->own.on_close = ccb;
+	c->own.arg = arg;
 	snprintf(c->name, sizeof(c->name), "%s", name);
 	c->prio = event_base_get_npriorities(base) / 2; /* libevent's default */
 	c->resume = event_new(base, -1, 0, conn_resume_cb, c);
@@ -521,8 +522,8 @@ conn_free(struct conn *c)
 	conn_reading(c, 0);
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 	event_del(c->resume);
-	if (c->wflush)
-		event_del(c->wflush);
+	if (c->tw.flush)
+		event_del(c->tw.flush);
 	if (c->in_cb == 0)
 		conn_destroy(c);
 }
@@ -556,9 +557,9 @@ conn_finish(struct conn *c)
 	if (c->deadline == NULL)
 		fatalx("evtimer_new");
 	evtimer_add(c->deadline, &tv);
-	c->on_frame = NULL;
-	c->on_close = NULL;
-	c->on_drain = NULL;
+	c->own.on_frame = NULL;
+	c->own.on_close = NULL;
+	c->own.on_drain = NULL;
 	conn_set_sink(c, 0, NULL, 0);
 	conn_reading(c, 0);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
@@ -581,16 +582,16 @@ conn_free_finishing(void)
 void
 conn_set_owner(struct conn *c, conn_frame_cb fcb, conn_close_cb ccb, void *arg)
 {
-	c->on_frame = fcb;
-	c->on_close = ccb;
-	c->arg = arg;
+	c->own.on_frame = fcb;
+	c->own.on_close = ccb;
+	c->own.arg = arg;
 }
 
 void
 conn_on_closed(struct conn *c, conn_closed_cb cb, void *arg)
 {
-	c->on_closed = cb;
-	c->closed_arg = arg;
+	c->own.on_closed = cb;
+	c->own.closed_arg = arg;
 }
 
 void
@@ -601,10 +602,10 @@ conn_set_priority(struct conn *c, int prio)
 	if (bufferevent_priority_set(c->bev, prio) < 0)
 		tls_set_priority(c->bev, prio);
 	event_priority_set(c->resume, prio);
-	if (c->rd)
-		event_priority_set(c->rd, prio);
-	if (c->wflush)
-		event_priority_set(c->wflush, prio);
+	if (c->rx.rd)
+		event_priority_set(c->rx.rd, prio);
+	if (c->tw.flush)
+		event_priority_set(c->tw.flush, prio);
 }
 
 void
@@ -645,9 +646,9 @@ conn_set_timeout(struct conn *c, int secs)
 
 	bufferevent_set_timeouts(c->bev, secs ? &tv : NULL, NULL);
 	/* The direct reader keeps the same watch on a silent peer. */
-	c->rd_timeout = tv;
-	if (c->rd && !c->paused && !c->finishing && !c->dead)
-		event_add(c->rd, secs ? &c->rd_timeout : NULL);
+	c->rx.idle = tv;
+	if (c->rx.rd && !c->paused && !c->finishing && !c->dead)
+		event_add(c->rx.rd, secs ? &c->rx.idle : NULL);
 }
 
 int
@@ -679,13 +680,13 @@ conn_read_direct(struct conn *c)
 {
 	evutil_socket_t fd = bufferevent_getfd(c->bev);
 
-	if (c->rd || c->dead || fd < 0)
+	if (c->rx.rd || c->dead || fd < 0)
 		return;
-	c->rd = event_new(bufferevent_get_base(c->bev), fd,
-			  EV_READ | EV_PERSIST, conn_rd_cb, c);
-	if (c->rd == NULL)
+	c->rx.rd = event_new(bufferevent_get_base(c->bev), fd,
+			     EV_READ | EV_PERSIST, conn_rd_cb, c);
+	if (c->rx.rd == NULL)
 		fatalx("event_new");
-	event_priority_set(c->rd, c->prio);
+	event_priority_set(c->rx.rd, c->prio);
 	bufferevent_disable(c->bev, EV_READ);
 	if (!c->paused && !c->finishing)
 		conn_reading(c, 1);

@@ -28,10 +28,10 @@ conn_push(struct conn *c)
 {
 	int r;
 
-	if (!c->wbio || c->dead)
+	if (!c->tw.bio || c->dead)
 		return 1;
 	if ((r = tls_batch_flush(c->bev)) == 0) {
-		event_add(c->wflush, NULL);
+		event_add(c->tw.flush, NULL);
 	} else if (r < 0 && !c->failing) {
 		conn_set_failing(c, strerror(errno));
 		event_active(c->resume, EV_TIMEOUT, 0);
@@ -49,14 +49,14 @@ conn_tls_rekeys(struct conn *c)
 {
 	uint64_t n;
 
-	if (c->wbio && tls_batch_rekey(c->bev))
+	if (c->tw.bio && tls_batch_rekey(c->bev))
 		log_info("%s: TLS: new sending key asked for, after %" PRIu64
 			 " records under the last one (key update %" PRIu64 ")",
 			 c->name, tls_batch_records(c->bev),
 			 tls_batch_updates(c->bev) + 1);
-	if (c->rd != NULL && c->tls &&
-	    (n = tls_open_updates_of(c->bev)) != c->peer_rekeys) {
-		c->peer_rekeys = n;
+	if (c->rx.rd != NULL && c->tls &&
+	    (n = tls_open_updates_of(c->bev)) != c->tw.peer_rekeys) {
+		c->tw.peer_rekeys = n;
 		log_info(
 			"%s: TLS: the peer's new key taken (key update %" PRIu64
 			")",
@@ -75,26 +75,26 @@ conn_wbio_full(void *arg)
 {
 	struct conn *c = arg;
 
-	c->wfull = 1;
+	c->tw.full = 1;
 	bufferevent_disable(c->bev, EV_WRITE);
-	event_add(c->wflush, NULL);
+	event_add(c->tw.flush, NULL);
 }
 
 void
 conn_set_io_max(struct conn *c, size_t n)
 {
-	if (c->fill_max == n)
+	if (c->rx.fill_max == n)
 		return;
-	c->fill_max = n;
+	c->rx.fill_max = n;
 	bufferevent_set_max_single_write(c->bev, n ? n : CONN_WRITE_MAX);
-	if (c->batch)
+	if (c->tw.batch)
 		tls_batch_push_at(c->bev, n);
 }
 
 void
 conn_set_drain(struct conn *c, conn_drain_cb cb, size_t lowmark)
 {
-	c->on_drain = cb;
+	c->own.on_drain = cb;
 	bufferevent_setwatermark(c->bev, EV_WRITE, lowmark, 0);
 }
 
@@ -141,29 +141,29 @@ size_t
 conn_output_len(struct conn *c)
 {
 	return evbuffer_get_length(bufferevent_get_output(c->bev)) +
-	       (c->wbio ? tls_batch_held(c->bev) : 0);
+	       (c->tw.bio ? tls_batch_held(c->bev) : 0);
 }
 
 int
 conn_tls_opened(struct conn *c)
 {
-	return c->tls && c->rd != NULL && tls_opens(c->bev);
+	return c->tls && c->rx.rd != NULL && tls_opens(c->bev);
 }
 
 int
 conn_tls_sealed(struct conn *c)
 {
-	return c->wbio && tls_batch_sealed(c->bev);
+	return c->tw.bio && tls_batch_sealed(c->bev);
 }
 
 void
 conn_batch_writes(struct conn *c)
 {
-	if (c->batch || !c->wbio || c->dead ||
+	if (c->tw.batch || !c->tw.bio || c->dead ||
 	    tls_batch(c->bev, CONN_WRITE_MAX) < 0)
 		return;
-	c->batch = 1;
-	tls_batch_push_at(c->bev, c->fill_max);
+	c->tw.batch = 1;
+	tls_batch_push_at(c->bev, c->rx.fill_max);
 }
 
 /*
