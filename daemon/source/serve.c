@@ -266,7 +266,7 @@ source_demand_request(struct source *s, const Uffdd__PageRequest *pr)
 		if (s->regs[i].r.index == pr->region && s->regs[i].accepted)
 			sr = &s->regs[i];
 	if (sr == NULL || pr->npages == 0 ||
-	    pr->npages > (uint32_t)conf.max_request_pages ||
+	    pr->npages > (uint32_t)conf.lim.max_request_pages ||
 	    (uint64_t)pr->npages * sr->r.page_size > FRAME_DATA_MAX ||
 	    page >= sr->npages || pr->npages > sr->npages - page) {
 		log_warnx("%s: page request out of bounds (region %u page "
