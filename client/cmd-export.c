@@ -124,6 +124,32 @@ export_id(char *id, const char *u)
 	return id;
 }
 
+/*
+ * export --image: the file handed to the daemon, which serves it as it
+ * is, so nothing may narrow or keep it (other, set: another option or an
+ * argument came with it).
+ */
+static int
+export_image(Uffdd__ExportRequest *req, const char *image, int other,
+	     const char *u)
+{
+	Uffdd__ExportReply *rep;
+	int fd;
+
+	if (other || !*image || req->n_ranges || req->keep_source ||
+	    req->precopy || req->threshold_bytes || req->id[0])
+		die_usage(u);
+	req->image = 1;
+	fd = connect_daemon();
+	rep = (Uffdd__ExportReply *)call_with_file(
+		fd, FRAME_CTL_EXPORT, &req->base, FRAME_CTL_EXPORT_REPLY,
+		image);
+	printf("%s\n", rep->id);
+	frame_free(&rep->base);
+	close(fd);
+	return 0;
+}
+
 /* export PID [--range START-END]... [--keep-source] [--precopy ...],
  * or export --image FILE */
 int
@@ -174,22 +200,8 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 				"takes the memory as it is at go\n");
 		die_usage(u);
 	}
-	if (image) {
-		/* An image is served as it is: nothing to narrow or keep. */
-		if (argc != optind || !*image || req.n_ranges ||
-		    req.keep_source || req.precopy || rounds ||
-		    req.threshold_bytes || req.id[0])
-			die_usage(u);
-		req.image = 1;
-		fd = connect_daemon();
-		rep = (Uffdd__ExportReply *)call_with_file(
-			fd, FRAME_CTL_EXPORT, &req.base, FRAME_CTL_EXPORT_REPLY,
-			image);
-		printf("%s\n", rep->id);
-		frame_free(&rep->base);
-		close(fd);
-		return 0;
-	}
+	if (image)
+		return export_image(&req, image, argc != optind || rounds, u);
 	if (argc - optind != 1)
 		die_usage(u);
 	if ((rounds || req.threshold_bytes) && !req.precopy) {

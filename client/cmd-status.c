@@ -28,6 +28,42 @@ human_bytes(double b, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * The status lines that list things (the threads that waited longest, the
+ * pages lost, the pre-copy rounds), each shown only when it has any.
+ */
+static void
+print_status_lists(const Uffdd__MigrationStatus *s)
+{
+	char b1[32], b2[32];
+
+	if (s->n_threads) {
+		printf("  blocktime    %.1f ms in all;", s->blocktime_ms);
+		for (size_t i = 0; i < s->n_threads && i < 4; i++)
+			printf(" tid %d %.1f ms (%" PRIu64 " faults)%s",
+			       s->threads[i]->tid, s->threads[i]->ms,
+			       s->threads[i]->faults,
+			       i + 1 < s->n_threads && i < 3 ? "," : "");
+		printf("%s\n", s->n_threads > 4 ? " ..." : "");
+	}
+	if (s->pages_lost) {
+		printf("  LOST         %" PRIu64 " pages:", s->pages_lost);
+		for (size_t i = 0; i < s->n_lost; i++)
+			printf(" 0x%" PRIx64 "-0x%" PRIx64, s->lost[i]->start,
+			       s->lost[i]->end);
+		printf("%s\n", s->n_lost >= 16 ? " ..." : "");
+	}
+	if (s->precopy_rounds || strcmp(s->state, "precopy") == 0) {
+		printf("  pre-copy     %u rounds, %s", s->precopy_rounds,
+		       human_bytes((double)s->precopy_bytes, b1, sizeof(b1)));
+		for (size_t i = 0; i < s->n_precopy_round_bytes; i++)
+			printf("%s%s", i ? ", " : " (per round: ",
+			       human_bytes((double)s->precopy_round_bytes[i],
+					   b2, sizeof(b2)));
+		printf("%s\n", s->n_precopy_round_bytes ? ")" : "");
+	}
+}
+
 /* One migration's status, as people read it. */
 void
 print_status_text(const Uffdd__MigrationStatus *s)
@@ -76,31 +112,7 @@ print_status_text(const Uffdd__MigrationStatus *s)
 		       " demand pages installed young "
 		       "(ACCESS_LIKELY)\n",
 		       s->hinted_pages);
-	if (s->n_threads) {
-		printf("  blocktime    %.1f ms in all;", s->blocktime_ms);
-		for (size_t i = 0; i < s->n_threads && i < 4; i++)
-			printf(" tid %d %.1f ms (%" PRIu64 " faults)%s",
-			       s->threads[i]->tid, s->threads[i]->ms,
-			       s->threads[i]->faults,
-			       i + 1 < s->n_threads && i < 3 ? "," : "");
-		printf("%s\n", s->n_threads > 4 ? " ..." : "");
-	}
-	if (s->pages_lost) {
-		printf("  LOST         %" PRIu64 " pages:", s->pages_lost);
-		for (size_t i = 0; i < s->n_lost; i++)
-			printf(" 0x%" PRIx64 "-0x%" PRIx64, s->lost[i]->start,
-			       s->lost[i]->end);
-		printf("%s\n", s->n_lost >= 16 ? " ..." : "");
-	}
-	if (s->precopy_rounds || strcmp(s->state, "precopy") == 0) {
-		printf("  pre-copy     %u rounds, %s", s->precopy_rounds,
-		       human_bytes((double)s->precopy_bytes, b1, sizeof(b1)));
-		for (size_t i = 0; i < s->n_precopy_round_bytes; i++)
-			printf("%s%s", i ? ", " : " (per round: ",
-			       human_bytes((double)s->precopy_round_bytes[i],
-					   b2, sizeof(b2)));
-		printf("%s\n", s->n_precopy_round_bytes ? ")" : "");
-	}
+	print_status_lists(s);
 	if (s->downtime_ms > 0)
 		printf("  freeze       %.1f ms (source stopped to %s)\n",
 		       s->downtime_ms,

@@ -90,21 +90,22 @@ static const struct key {
 	 * one data frame of 4 KiB pages, and a connection's output must take
 	 * at least one whole frame (5 MiB) to make progress.
 	 */
-	{"max-regions", T_COUNT, offsetof(struct uffdd_conf, max_regions), 0,
-	 "regions per migration, both roles", 1, REGION_TABLE_MAX},
+	{"max-regions", T_COUNT, offsetof(struct uffdd_conf, lim.max_regions),
+	 0, "regions per migration, both roles", 1, REGION_TABLE_MAX},
 	{"max-request-pages", T_COUNT,
-	 offsetof(struct uffdd_conf, max_request_pages), 0,
+	 offsetof(struct uffdd_conf, lim.max_request_pages), 0,
 	 "pages one demand request may ask for", REQUEST_PAGES_MIN,
 	 FRAME_DATA_MAX / 4096},
-	{"max-pending", T_COUNT, offsetof(struct uffdd_conf, max_pending), 0,
-	 "peer connections before HELLO, in all", 1, 4096},
+	{"max-pending", T_COUNT, offsetof(struct uffdd_conf, lim.max_pending),
+	 0, "peer connections before HELLO, in all", 1, 4096},
 	{"max-pending-per-address", T_COUNT,
-	 offsetof(struct uffdd_conf, max_pending_per_addr), 0,
+	 offsetof(struct uffdd_conf, lim.max_pending_per_addr), 0,
 	 "peer connections before HELLO from one address", 1, 4096},
-	{"hello-timeout", T_COUNT, offsetof(struct uffdd_conf, hello_timeout),
-	 0, "seconds from accept to a peer's HELLO, TLS handshake included", 1,
+	{"hello-timeout", T_COUNT,
+	 offsetof(struct uffdd_conf, lim.hello_timeout), 0,
+	 "seconds from accept to a peer's HELLO, TLS handshake included", 1,
 	 300},
-	{"max-output", T_SIZE, offsetof(struct uffdd_conf, max_output), 0,
+	{"max-output", T_SIZE, offsetof(struct uffdd_conf, lim.max_output), 0,
 	 "unsent bytes a connection may queue before it stops reading",
 	 8u << 20, 1u << 30},
 	{"poll-us", T_COUNT, offsetof(struct uffdd_conf, poll_us), 0,
@@ -139,13 +140,13 @@ conffile_defaults(struct uffdd_conf *c)
 	c->admin_gid = (gid_t)-1;
 	c->pause_deadline = 300;
 	c->pagemap_scan = 1;
-	c->max_regions = REGION_TABLE_MAX;
-	c->max_request_pages = 512;
-	c->max_pending = 64;
-	c->max_pending_per_addr = 8;
-	c->hello_timeout = 10;
+	c->lim.max_regions = REGION_TABLE_MAX;
+	c->lim.max_request_pages = 512;
+	c->lim.max_pending = 64;
+	c->lim.max_pending_per_addr = 8;
+	c->lim.hello_timeout = 10;
 	c->poll_us = 100;
-	c->max_output = 32u << 20;
+	c->lim.max_output = 32u << 20;
 }
 
 /* A number with an optional K, M or G suffix; -1 if v is not one. */

@@ -10,6 +10,19 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+/*
+ * Input limits on what peers may make this daemon hold or do; defaults and
+ * bounds in conffile.c, all applied at reload.
+ */
+struct conf_limits {
+	int max_regions;	  /* regions per migration, both roles */
+	int max_request_pages;	  /* pages one demand request may ask */
+	int max_pending;	  /* peer connections before HELLO, in all */
+	int max_pending_per_addr; /* the same, from one address */
+	int hello_timeout;	  /* seconds from accept to HELLO */
+	uint64_t max_output;	  /* unsent bytes before a conn stops reading */
+};
+
 /* The effective configuration (conffile.c): strings are owned. */
 struct uffdd_conf {
 	char *listen;
@@ -30,18 +43,9 @@ struct uffdd_conf {
 	int pause_deadline; /* seconds a destination waits for its source */
 	uint64_t bulk_rate; /* bytes a second on a source's bulk lane, 0: any */
 	int pagemap_scan;   /* use PAGEMAP_SCAN where the kernel has it */
-	/*
-	 * Input limits on what peers may make this daemon hold or do;
-	 * defaults and bounds in conffile.c, all applied at reload.
-	 */
-	int max_regions;	  /* regions per migration, both roles */
-	int max_request_pages;	  /* pages one demand request may ask */
-	int max_pending;	  /* peer connections before HELLO, in all */
-	int max_pending_per_addr; /* the same, from one address */
-	int hello_timeout;	  /* seconds from accept to HELLO */
-	uint64_t max_output;	  /* unsent bytes before a conn stops reading */
-	int poll_us;		  /* busy polling after demand traffic, us */
-	int zero_detect;	  /* source: all-zero data pages go as ZERO */
+	struct conf_limits lim;
+	int poll_us;	 /* busy polling after demand traffic, us */
+	int zero_detect; /* source: all-zero data pages go as ZERO */
 	/* TLS: CA that signs every peer, our certificate and key. */
 	char *ca;
 	char *cert;

@@ -22,7 +22,6 @@
 size_t conn_out_max = CONN_OUT_MAX;
 
 static void conn_read_cb(struct bufferevent *, void *);
-static void conn_tls_rekeys(struct conn *);
 
 /* Connections conn_finish() took from their owners: nobody else has them. */
 static TAILQ_HEAD(, conn) orphans = TAILQ_HEAD_INITIALIZER(orphans);
@@ -49,9 +48,9 @@ conn_linger(struct conn *c)
 	 * A direct reader goes on reading (whose records the daemon opens,
 	 * OpenSSL could not read on: it would fail at the next record).
 	 */
-	if (c->rd != NULL) {
-		c->rd_timeout = tv;
-		event_add(c->rd, &c->rd_timeout);
+	if (c->rx.rd != NULL) {
+		c->rx.idle = tv;
+		event_add(c->rx.rd, &c->rx.idle);
 		return;
 	}
 	bufferevent_set_timeouts(c->bev, &tv, NULL);
@@ -68,20 +67,20 @@ conn_linger(struct conn *c)
 static void
 conn_tls_kick(struct conn *c)
 {
-	if (c->rd == NULL || !c->tls || c->tls_drained || c->dead ||
-	    c->paused || c->full || c->finishing ||
+	if (c->rx.rd == NULL || !c->tls || c->rx.tls_drained || c->dead ||
+	    c->paused || c->rx.full || c->finishing ||
 	    evbuffer_get_length(bufferevent_get_input(c->bev)) >=
 		    CONN_READ_HIGH ||
 	    !tls_has_pending(c->bev))
 		return;
-	event_active(c->rd, EV_READ, 0);
+	event_active(c->rx.rd, EV_READ, 0);
 }
 
 /* Turns reading on or off, through whichever path the conn reads. */
 static void
 conn_reading(struct conn *c, int on)
 {
-	if (on && c->full)
+	if (on && c->rx.full)
 		return; /* conn_bound() turns it on again */
 	/*
 	 * EOF or an error read already, reported once the input is handled
@@ -90,37 +89,37 @@ conn_reading(struct conn *c, int on)
 	 */
 	if (on && c->failing)
 		return;
-	if (c->rd == NULL) {
+	if (c->rx.rd == NULL) {
 		if (on)
 			bufferevent_enable(c->bev, EV_READ);
 		else
 			bufferevent_disable(c->bev, EV_READ);
 	} else if (on) {
-		event_add(c->rd, c->rd_timeout.tv_sec ? &c->rd_timeout : NULL);
+		event_add(c->rx.rd, c->rx.idle.tv_sec ? &c->rx.idle : NULL);
 		conn_tls_kick(c);
 	} else {
-		event_del(c->rd);
+		event_del(c->rx.rd);
 	}
 }
 
 static void
 conn_destroy(struct conn *c)
 {
-	conn_closed_cb cb = c->on_closed;
-	void *arg = c->closed_arg;
+	conn_closed_cb cb = c->own.on_closed;
+	void *arg = c->own.closed_arg;
 
 	if (c->finishing)
 		TAILQ_REMOVE(&orphans, c, orphan);
-	if (c->rd)
-		event_free(c->rd);
-	if (c->wflush)
-		event_free(c->wflush);
+	if (c->rx.rd)
+		event_free(c->rx.rd);
+	if (c->tw.flush)
+		event_free(c->tw.flush);
 	if (c->deadline)
 		event_free(c->deadline);
 	if (c->resume)
 		event_free(c->resume);
-	if (c->held)
-		evbuffer_free(c->held);
+	if (c->sk.held)
+		evbuffer_free(c->sk.held);
 	bufferevent_free(c->bev);
 	free(c);
 	if (cb)
@@ -143,8 +142,8 @@ conn_frame_waiting(struct conn *c)
 	struct frame_hdr h;
 	const char *why;
 
-	if (c->sink_len)
-		return c->sink_got == c->sink_len;
+	if (c->sk.len)
+		return c->sk.got == c->sk.len;
 	return len >= FRAME_HDR_LEN &&
 	       evbuffer_copyout(in, raw, FRAME_HDR_LEN) == FRAME_HDR_LEN &&
 	       frame_hdr_decode(raw, &h, &why) == 0 &&
@@ -172,7 +171,7 @@ conn_input_waiting(struct conn *c)
 static void
 conn_fail(struct conn *c, const char *why)
 {
-	conn_close_cb cb = c->on_close;
+	conn_close_cb cb = c->own.on_close;
 
 	if (c->dead)
 		return;
@@ -182,7 +181,7 @@ conn_fail(struct conn *c, const char *why)
 		conn_free(c);
 		return;
 	}
-	cb(c, why, c->arg);
+	cb(c, why, c->own.arg);
 }
 
 /*
@@ -201,11 +200,11 @@ conn_bound(struct conn *c)
 	if (!c->tls || c->dead || c->finishing || c->lingering)
 		return;
 	len = evbuffer_get_length(bufferevent_get_input(c->bev));
-	if (!c->full && len >= CONN_READ_HIGH) {
+	if (!c->rx.full && len >= CONN_READ_HIGH) {
 		conn_reading(c, 0);
-		c->full = 1;
-	} else if (c->full && len < CONN_READ_HIGH / 2) {
-		c->full = 0;
+		c->rx.full = 1;
+	} else if (c->rx.full && len < CONN_READ_HIGH / 2) {
+		c->rx.full = 0;
 		if (!c->paused)
 			conn_reading(c, 1);
 	}
@@ -252,9 +251,9 @@ conn_process(struct conn *c)
 			break;
 		}
 		/* Its data is read into the sink, or follows in the input. */
-		if (c->sink_len ? c->sink_got < c->sink_len
-				: len < FRAME_HDR_LEN + (size_t)h.msg_len +
-						  h.data_len)
+		if (c->sk.len ? c->sk.got < c->sk.len
+			      : len < FRAME_HDR_LEN + (size_t)h.msg_len +
+						h.data_len)
 			break;
 		evbuffer_drain(in, FRAME_HDR_LEN);
 		msg = frame_unpack(h.type, evbuffer_pullup(in, h.msg_len),
@@ -269,16 +268,16 @@ conn_process(struct conn *c)
 		/* A peer's words reach logs, status and the client's terminal. */
 		if (h.type == FRAME_ERROR)
 			text_clean(((Uffdd__Error *)msg)->message);
-		c->data_left = h.data_len;
-		c->data_sunk = c->sink_len != 0;
-		if (c->on_frame)
-			c->on_frame(c, &h, msg, c->arg);
+		c->sk.data_left = h.data_len;
+		c->sk.data_sunk = c->sk.len != 0;
+		if (c->own.on_frame)
+			c->own.on_frame(c, &h, msg, c->own.arg);
 		frame_free(msg);
-		if (!c->dead && c->data_left && !c->data_sunk)
-			evbuffer_drain(in, c->data_left);
-		c->data_left = 0;
-		c->data_sunk = 0;
-		c->sink_len = c->sink_got = 0;
+		if (!c->dead && c->sk.data_left && !c->sk.data_sunk)
+			evbuffer_drain(in, c->sk.data_left);
+		c->sk.data_left = 0;
+		c->sk.data_sunk = 0;
+		c->sk.len = c->sk.got = 0;
 		n++;
 	}
 	/* Every whole frame that came before the break is handled: now say. */
@@ -334,7 +333,7 @@ conn_rd_cb(evutil_socket_t fd, short ev, void *arg)
 		}
 		conn_process(c);
 		/* A sunk frame handled: the next, unless faults come (io_max) */
-		if (c->failing || !c->sink_done || c->sink_len || c->fill_max)
+		if (c->failing || !c->sk.done || c->sk.len || c->rx.fill_max)
 			break;
 	}
 	if (c->failing && !c->dead)
@@ -360,60 +359,14 @@ conn_resume_cb(evutil_socket_t fd, short ev, void *arg)
 		conn_destroy(c);
 }
 
-/*
- * A batched TLS sender (conn_batch_writes()): once the output is empty,
- * the records still in the batch go out before anyone is told that all
- * is sent. 1 when nothing is held; otherwise the socket's next writable
- * moment comes back to conn_write_cb().
- */
-static int
-conn_push(struct conn *c)
-{
-	int r;
-
-	if (!c->wbio || c->dead)
-		return 1;
-	if ((r = tls_batch_flush(c->bev)) == 0) {
-		event_add(c->wflush, NULL);
-	} else if (r < 0 && !c->failing) {
-		conn_set_failing(c, strerror(errno));
-		event_active(c->resume, EV_TIMEOUT, 0);
-	}
-	return r;
-}
-
-/*
- * TLS key updates: a sealer asks for its own between writes, once due
- * (tls_batch_rekey()); the daemon's opener takes the peer's. Both are
- * rare (one a TLS_REKEY_RECORDS records) and logged.
- */
-static void
-conn_tls_rekeys(struct conn *c)
-{
-	uint64_t n;
-
-	if (c->wbio && tls_batch_rekey(c->bev))
-		log_info("%s: TLS: new sending key asked for, after %" PRIu64
-			 " records under the last one (key update %" PRIu64 ")",
-			 c->name, tls_batch_records(c->bev),
-			 tls_batch_updates(c->bev) + 1);
-	if (c->rd != NULL && c->tls &&
-	    (n = tls_open_updates_of(c->bev)) != c->peer_rekeys) {
-		c->peer_rekeys = n;
-		log_info(
-			"%s: TLS: the peer's new key taken (key update %" PRIu64
-			")",
-			c->name, n);
-	}
-}
-
 static void
 conn_write_cb(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
 
 	conn_tls_rekeys(c);
-	if (c->wbio && evbuffer_get_length(bufferevent_get_output(bev)) == 0 &&
+	if (c->tw.bio &&
+	    evbuffer_get_length(bufferevent_get_output(bev)) == 0 &&
 	    conn_push(c) != 1)
 		return;
 	if (c->finishing) {
@@ -427,9 +380,9 @@ conn_write_cb(struct bufferevent *bev, void *arg)
 		c->blocked = 0;
 		event_active(c->resume, EV_TIMEOUT, 0);
 	}
-	if (c->on_drain) {
+	if (c->own.on_drain) {
 		c->in_cb++;
-		c->on_drain(c, c->arg);
+		c->own.on_drain(c, c->own.arg);
 		c->in_cb--;
 		if (c->dead && c->in_cb == 0)
 			conn_destroy(c);
@@ -502,10 +455,10 @@ conn_wflush_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct conn *c = arg;
 
-	if (c->wfull) {
+	if (c->tw.full) {
 		if (conn_push(c) != 1)
 			return;
-		c->wfull = 0;
+		c->tw.full = 0;
 		if (!c->dead)
 			bufferevent_enable(c->bev, EV_WRITE);
 		if (evbuffer_get_length(bufferevent_get_output(c->bev)) > 0)
@@ -515,24 +468,8 @@ conn_wflush_cb(evutil_socket_t fd, short ev, void *arg)
 }
 
 /*
- * Our BIO takes every write and holds what the socket does not (it must
- * not ask OpenSSL to retry): past its limit, the bufferevent stops
- * writing into it, and the output waits in the bufferevent, where
- * conn_out_max and the owners' limits count it.
- */
-static void
-conn_wbio_full(void *arg)
-{
-	struct conn *c = arg;
-
-	c->wfull = 1;
-	bufferevent_disable(c->bev, EV_WRITE);
-	event_add(c->wflush, NULL);
-}
-
-/*
  * A TLS connection writing through our BIO (tls_batch_attach()): what the
- * socket does not take stays in the BIO, and wflush writes it out when the
+ * socket does not take stays in the BIO, and tw.flush writes it out when the
  * socket takes more.
  */
 static void
@@ -542,13 +479,13 @@ conn_wbio_init(struct conn *c)
 
 	if (!c->tls || fd < 0 || !tls_batch_has(c->bev))
 		return;
-	c->wflush = event_new(bufferevent_get_base(c->bev), fd, EV_WRITE,
-			      conn_wflush_cb, c);
-	if (c->wflush == NULL)
+	c->tw.flush = event_new(bufferevent_get_base(c->bev), fd, EV_WRITE,
+				conn_wflush_cb, c);
+	if (c->tw.flush == NULL)
 		fatalx("event_new");
-	event_priority_set(c->wflush, c->prio);
+	event_priority_set(c->tw.flush, c->prio);
 	tls_batch_on_full(c->bev, conn_wbio_full, c);
-	c->wbio = 1;
+	c->tw.bio = 1;
 }
 
 struct conn *
@@ -558,9 +495,9 @@ conn_new(struct event_base *base, struct bufferevent *bev, const char *name,
 	struct conn *c = xcalloc(1, sizeof(*c));
 
 	c->bev = bev;
-	c->on_frame = fcb;
-	c->on_close = ccb;
-	c->arg = arg;
+	c->own.on_frame = fcb;
+	c->own.on_close = ccb;
+	c->own.arg = arg;
 	snprintf(c->name, sizeof(c->name), "%s", name);
 	c->prio = event_base_get_npriorities(base) / 2; /* libevent's default */
 	c->resume = event_new(base, -1, 0, conn_resume_cb, c);
@@ -585,8 +522,8 @@ conn_free(struct conn *c)
 	conn_reading(c, 0);
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 	event_del(c->resume);
-	if (c->wflush)
-		event_del(c->wflush);
+	if (c->tw.flush)
+		event_del(c->tw.flush);
 	if (c->in_cb == 0)
 		conn_destroy(c);
 }
@@ -620,9 +557,9 @@ conn_finish(struct conn *c)
 	if (c->deadline == NULL)
 		fatalx("evtimer_new");
 	evtimer_add(c->deadline, &tv);
-	c->on_frame = NULL;
-	c->on_close = NULL;
-	c->on_drain = NULL;
+	c->own.on_frame = NULL;
+	c->own.on_close = NULL;
+	c->own.on_drain = NULL;
 	conn_set_sink(c, 0, NULL, 0);
 	conn_reading(c, 0);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
@@ -645,16 +582,16 @@ conn_free_finishing(void)
 void
 conn_set_owner(struct conn *c, conn_frame_cb fcb, conn_close_cb ccb, void *arg)
 {
-	c->on_frame = fcb;
-	c->on_close = ccb;
-	c->arg = arg;
+	c->own.on_frame = fcb;
+	c->own.on_close = ccb;
+	c->own.arg = arg;
 }
 
 void
 conn_on_closed(struct conn *c, conn_closed_cb cb, void *arg)
 {
-	c->on_closed = cb;
-	c->closed_arg = arg;
+	c->own.on_closed = cb;
+	c->own.closed_arg = arg;
 }
 
 void
@@ -665,10 +602,10 @@ conn_set_priority(struct conn *c, int prio)
 	if (bufferevent_priority_set(c->bev, prio) < 0)
 		tls_set_priority(c->bev, prio);
 	event_priority_set(c->resume, prio);
-	if (c->rd)
-		event_priority_set(c->rd, prio);
-	if (c->wflush)
-		event_priority_set(c->wflush, prio);
+	if (c->rx.rd)
+		event_priority_set(c->rx.rd, prio);
+	if (c->tw.flush)
+		event_priority_set(c->tw.flush, prio);
 }
 
 void
@@ -693,17 +630,6 @@ conn_pause(struct conn *c, int on)
 }
 
 void
-conn_set_io_max(struct conn *c, size_t n)
-{
-	if (c->fill_max == n)
-		return;
-	c->fill_max = n;
-	bufferevent_set_max_single_write(c->bev, n ? n : CONN_WRITE_MAX);
-	if (c->batch)
-		tls_batch_push_at(c->bev, n);
-}
-
-void
 conn_stall(struct conn *c, int on)
 {
 	if (c->dead || c->stalled == on)
@@ -714,22 +640,15 @@ conn_stall(struct conn *c, int on)
 }
 
 void
-conn_set_drain(struct conn *c, conn_drain_cb cb, size_t lowmark)
-{
-	c->on_drain = cb;
-	bufferevent_setwatermark(c->bev, EV_WRITE, lowmark, 0);
-}
-
-void
 conn_set_timeout(struct conn *c, int secs)
 {
 	struct timeval tv = {secs, 0};
 
 	bufferevent_set_timeouts(c->bev, secs ? &tv : NULL, NULL);
 	/* The direct reader keeps the same watch on a silent peer. */
-	c->rd_timeout = tv;
-	if (c->rd && !c->paused && !c->finishing && !c->dead)
-		event_add(c->rd, secs ? &c->rd_timeout : NULL);
+	c->rx.idle = tv;
+	if (c->rx.rd && !c->paused && !c->finishing && !c->dead)
+		event_add(c->rx.rd, secs ? &c->rx.idle : NULL);
 }
 
 int
@@ -750,12 +669,6 @@ conn_fd(const struct conn *c)
 	return (int)bufferevent_getfd(c->bev);
 }
 
-void
-conn_set_direct(struct conn *c)
-{
-	c->direct = 1;
-}
-
 /*
  * A bufferevent reads a frame in two system calls at least (FIONREAD,
  * then a read of at most 4 KiB) and a 4 KiB page in three. Reading the
@@ -767,13 +680,13 @@ conn_read_direct(struct conn *c)
 {
 	evutil_socket_t fd = bufferevent_getfd(c->bev);
 
-	if (c->rd || c->dead || fd < 0)
+	if (c->rx.rd || c->dead || fd < 0)
 		return;
-	c->rd = event_new(bufferevent_get_base(c->bev), fd,
-			  EV_READ | EV_PERSIST, conn_rd_cb, c);
-	if (c->rd == NULL)
+	c->rx.rd = event_new(bufferevent_get_base(c->bev), fd,
+			     EV_READ | EV_PERSIST, conn_rd_cb, c);
+	if (c->rx.rd == NULL)
 		fatalx("event_new");
-	event_priority_set(c->rd, c->prio);
+	event_priority_set(c->rx.rd, c->prio);
 	bufferevent_disable(c->bev, EV_READ);
 	if (!c->paused && !c->finishing)
 		conn_reading(c, 1);
@@ -784,122 +697,4 @@ conn_read_direct(struct conn *c)
 		tls_read_ahead(c->bev);
 		conn_tls_kick(c);
 	}
-}
-
-/*
- * Queuing in the bufferevent costs a demand frame three system calls and a
- * loop round (arm EPOLLOUT, wait for it, disarm) before the write itself.
- * With nothing queued ahead, order allows writing at once; what the socket
- * does not take (or any error: the bufferevent will meet it too) is queued.
- */
-int
-conn_writev(struct conn *c, const struct iovec *iov, int n)
-{
-	struct evbuffer *out = bufferevent_get_output(c->bev);
-	evutil_socket_t fd = bufferevent_getfd(c->bev);
-	size_t done = 0;
-
-	if (c->direct && !c->tls && !c->dead && fd >= 0 &&
-	    evbuffer_get_length(out) == 0) {
-		ssize_t r = writev(fd, iov, n);
-
-		done = r > 0 ? (size_t)r : 0;
-	}
-	for (int i = 0; i < n; i++) {
-		if (done >= iov[i].iov_len) {
-			done -= iov[i].iov_len;
-			continue;
-		}
-		if (bufferevent_write(c->bev,
-				      (const uint8_t *)iov[i].iov_base + done,
-				      iov[i].iov_len - done) < 0)
-			return -1;
-		done = 0;
-	}
-	return 0;
-}
-
-struct evbuffer *
-conn_output(struct conn *c)
-{
-	return bufferevent_get_output(c->bev);
-}
-
-size_t
-conn_output_len(struct conn *c)
-{
-	return evbuffer_get_length(bufferevent_get_output(c->bev)) +
-	       (c->wbio ? tls_batch_held(c->bev) : 0);
-}
-
-int
-conn_tls_opened(struct conn *c)
-{
-	return c->tls && c->rd != NULL && tls_opens(c->bev);
-}
-
-int
-conn_tls_sealed(struct conn *c)
-{
-	return c->wbio && tls_batch_sealed(c->bev);
-}
-
-void
-conn_batch_writes(struct conn *c)
-{
-	if (c->batch || !c->wbio || c->dead ||
-	    tls_batch(c->bev, CONN_WRITE_MAX) < 0)
-		return;
-	c->batch = 1;
-	tls_batch_push_at(c->bev, c->fill_max);
-}
-
-/*
- * A bufferevent writes only when the loop next reports the socket writable,
- * one epoll round after the data was queued. The demand lane cannot afford
- * that round on every fault: write now, and leave whatever the socket does
- * not take to the write event as usual.
- */
-void
-conn_flush(struct conn *c)
-{
-	struct evbuffer *out = bufferevent_get_output(c->bev);
-	evutil_socket_t fd = bufferevent_getfd(c->bev);
-
-	if (c->tls || c->dead || fd < 0 || evbuffer_get_length(out) == 0)
-		return;
-	/* The bufferevent freezes the buffer's start; it thaws it likewise. */
-	evbuffer_unfreeze(out, 1);
-	evbuffer_write(out, fd);
-	evbuffer_freeze(out, 1);
-}
-
-int
-conn_take_data(struct conn *c, void *dst, size_t n)
-{
-	if (n > c->data_left)
-		return -1;
-	if (c->data_sunk && c->sink == NULL)
-		return -1; /* conn_finish() dropped it */
-	else if (c->data_sunk) {
-		const uint8_t *from = c->sink + (c->sink_len - c->data_left);
-
-		if (dst != from) /* into the sink itself: nothing to copy */
-			memcpy(dst, from, n);
-	} else if (evbuffer_remove(bufferevent_get_input(c->bev), dst, n) !=
-		   (int)n) {
-		return -1;
-	}
-	c->data_left -= n;
-	return 0;
-}
-
-void
-conn_set_sink(struct conn *c, uint16_t type, uint8_t *buf, size_t cap)
-{
-	c->sink = buf;
-	c->sink_type = type;
-	c->sink_cap = buf ? cap : 0;
-	if (buf == NULL)
-		c->sink_len = c->sink_got = 0; /* the input goes too */
 }

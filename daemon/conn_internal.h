@@ -1,5 +1,6 @@
 /*
- * What conn.c and conn_read.c share: the connection itself and its limits.
+ * What conn.c, conn_read.c and conn_write.c share: the connection itself
+ * and its limits.
  * Not for the rest of the daemon, which has conn.h; included after it (its
  * callback types are used here), never including it back.
  */
@@ -53,18 +54,70 @@
  */
 #define CONN_WRITE_MAX (256u << 10)
 
-struct conn {
-	TAILQ_ENTRY(conn) orphan; /* in orphans while finishing */
-	struct bufferevent *bev;
-	struct event *resume;
-	struct event *rd; /* own read event (conn_read_direct()), or NULL */
-	struct event *deadline; /* closes a finishing conn (conn_finish()) */
+/* The owner's callbacks and their arguments (conn_new(), conn_set_*()). */
+struct conn_owner {
 	conn_frame_cb on_frame;
 	conn_close_cb on_close;
 	conn_drain_cb on_drain;
 	void *arg;
 	conn_closed_cb on_closed; /* conn_on_closed() */
 	void *closed_arg;
+};
+
+/* How the conn reads: its own read event, and what holds reading. */
+struct conn_reading {
+	struct event *rd;    /* own read event (conn_read_direct()), or NULL */
+	struct timeval idle; /* the direct reader's read timeout (0: none) */
+	int full; /* TLS input at CONN_READ_HIGH: reading held (conn_bound) */
+	/*
+	 * The last TLS read stopped at OpenSSL's "want more" (or an error),
+	 * not at the space it had: whatever OpenSSL still holds is at most a
+	 * record's beginning, which the socket's next bytes announce.
+	 */
+	int tls_drained;
+	size_t fill_max; /* conn_set_io_max(): bytes a read round takes */
+};
+
+/*
+ * conn_write.c: bio, a TLS connection writing through our BIO
+ * (tls_batch_attach()), which holds what the socket did not take; flush
+ * writes it out when the socket takes more. batch: conn_batch_writes(),
+ * its records gathered into large writes (tls_batch()).
+ */
+struct conn_tls_write {
+	int bio;
+	int full; /* the BIO held too much: the bufferevent writes not */
+	int batch;
+	uint64_t peer_rekeys; /* the peer's key updates its opener took */
+	struct event *flush;
+};
+
+/*
+ * conn_set_sink(): buf, cap bytes, for frames of type. The input's first
+ * frame has len bytes of data (0: none), got of them in the sink;
+ * data_sunk: the frame handed to the owner has its data there; data_left:
+ * its data not taken yet.
+ */
+struct conn_sink {
+	size_t data_left;
+	uint8_t *buf;
+	size_t cap, len, got;
+	uint16_t type;
+	int data_sunk, done;   /* done: conn_fill() sank a frame */
+	struct evbuffer *held; /* a header and message moving aside */
+};
+
+/*
+ * A connection. Its state is grouped by concern (the owner's callbacks,
+ * reading, TLS writing, the sink), each a struct of its own, so that the
+ * struct stays small enough to read whole.
+ */
+struct conn {
+	TAILQ_ENTRY(conn) orphan; /* in orphans while finishing */
+	struct bufferevent *bev;
+	struct event *resume;
+	struct event *deadline; /* closes a finishing conn (conn_finish()) */
+	struct conn_owner own;
 	char name[96];
 	int budget;
 	int in_cb;
@@ -79,14 +132,7 @@ struct conn {
 	int direct;
 	int paused;
 	int stalled; /* the owner is not done with the last frame (conn_stall) */
-	int full; /* TLS input at CONN_READ_HIGH: reading held (conn_bound) */
-	/*
-	 * The last TLS read stopped at OpenSSL's "want more" (or an error),
-	 * not at the space it had: whatever OpenSSL still holds is at most a
-	 * record's beginning, which the socket's next bytes announce.
-	 */
-	int tls_drained;
-	size_t fill_max; /* conn_set_io_max(): bytes a read round takes */
+	struct conn_reading rx;
 	/*
 	 * The socket carries TLS records: nothing may write it but the
 	 * bufferevent, and it is read through OpenSSL only (by the
@@ -95,32 +141,14 @@ struct conn {
 	 */
 	int tls;
 	int tls_up; /* its handshake done (metrics) */
-	/*
-	 * wbio: a TLS connection writing through our BIO (tls_batch_attach()),
-	 * which holds what the socket did not take; wflush writes it out when
-	 * the socket takes more. batch: conn_batch_writes(), its records
-	 * gathered into large writes (tls_batch()).
-	 */
-	int wbio;
-	int wfull; /* the BIO held too much: the bufferevent writes not */
-	int batch;
-	uint64_t peer_rekeys; /* the peer's key updates its opener took */
-	struct event *wflush;
-	struct timeval rd_timeout; /* for the direct reader (0: none) */
-	size_t data_left;
-	/*
-	 * conn_set_sink(). The input's first frame has sink_len bytes of data
-	 * (0: none), sink_got of them in the sink; data_sunk: the frame handed
-	 * to the owner has its data there.
-	 */
-	uint8_t *sink;
-	size_t sink_cap, sink_len, sink_got;
-	uint16_t sink_type;
-	int data_sunk, sink_done; /* sink_done: conn_fill() sank a frame */
-	struct evbuffer *held;	  /* a header and message moving aside */
+	struct conn_tls_write tw;
+	struct conn_sink sk;
 };
 
-/* conn.c: EOF or an error, reported once the input read before is handled. */
+/*
+ * conn_read.c: EOF or an error, reported once the input read before is
+ * handled.
+ */
 void conn_set_failing(struct conn *, const char *why);
 /*
  * conn_read.c: reads what the socket (and OpenSSL) holds into the input,
@@ -128,5 +156,13 @@ void conn_set_failing(struct conn *, const char *why);
  * taken, or -1 at EOF or an error with nothing taken (errno set; 0: EOF).
  */
 ssize_t conn_fill(struct conn *);
+/*
+ * conn_write.c, for conn.c's write callbacks: a batched TLS sender's
+ * records out once the output is empty (1: nothing held), the key updates
+ * to log, and the BIO's "full" hook.
+ */
+int conn_push(struct conn *);
+void conn_tls_rekeys(struct conn *);
+void conn_wbio_full(void *);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * Reading a conn's socket beyond the bufferevent's own reads (see conn.c):
- * into the input, or a frame's data straight into the owner's sink; for
- * TLS through OpenSSL.
+ * into the input, or a frame's data straight into the owner's sink (which
+ * the owner sets and takes a frame's data from); for TLS through OpenSSL.
  */
 #include "config.h"
 
@@ -27,7 +27,7 @@ conn_read_iov(struct conn *c, int fd, const struct iovec *iov, int n)
 	char why[128];
 	ssize_t total = 0;
 
-	c->tls_drained = 0;
+	c->rx.tls_drained = 0;
 	for (int i = 0; i < n; i++) {
 		size_t off = 0;
 		long r = 1;
@@ -41,7 +41,7 @@ conn_read_iov(struct conn *c, int fd, const struct iovec *iov, int n)
 		if (r < 0)
 			conn_set_failing(c, why);
 		if (r <= 0) {
-			c->tls_drained = 1;
+			c->rx.tls_drained = 1;
 			break;
 		}
 	}
@@ -84,27 +84,27 @@ conn_sink_start(struct conn *c, struct evbuffer *in)
 	const char *why;
 
 	/* Only a direct reader: the bufferevent's reads go to the input. */
-	if (c->sink == NULL || c->rd == NULL || c->sink_len || c->stalled ||
+	if (c->sk.buf == NULL || c->rx.rd == NULL || c->sk.len || c->stalled ||
 	    len < FRAME_HDR_LEN)
 		return;
 	evbuffer_copyout(in, raw, FRAME_HDR_LEN);
-	if (frame_hdr_decode(raw, &h, &why) < 0 || h.type != c->sink_type ||
-	    h.data_len == 0 || h.data_len > c->sink_cap)
+	if (frame_hdr_decode(raw, &h, &why) < 0 || h.type != c->sk.type ||
+	    h.data_len == 0 || h.data_len > c->sk.cap)
 		return;
 	head = FRAME_HDR_LEN + (size_t)h.msg_len;
 	if (len < head || len - head >= h.data_len)
 		return; /* the message first; a whole frame stays as it is */
-	if (c->held == NULL && (c->held = evbuffer_new()) == NULL)
+	if (c->sk.held == NULL && (c->sk.held = evbuffer_new()) == NULL)
 		return;
 	/* The input holds nothing past this frame's data: take its tail. */
-	if (evbuffer_remove_buffer(in, c->held, head) != (int)head ||
-	    evbuffer_remove(in, c->sink, len - head) != (int)(len - head) ||
-	    evbuffer_add_buffer(in, c->held) < 0) {
+	if (evbuffer_remove_buffer(in, c->sk.held, head) != (int)head ||
+	    evbuffer_remove(in, c->sk.buf, len - head) != (int)(len - head) ||
+	    evbuffer_add_buffer(in, c->sk.held) < 0) {
 		conn_set_failing(c, "out of memory");
 		return;
 	}
-	c->sink_len = h.data_len;
-	c->sink_got = len - head;
+	c->sk.len = h.data_len;
+	c->sk.got = len - head;
 }
 
 /*
@@ -118,7 +118,7 @@ conn_sink_start(struct conn *c, struct evbuffer *in)
 static size_t
 conn_sink_want(const struct conn *c, size_t want)
 {
-	if (c->sink != NULL && c->rd != NULL && c->sink_len == 0 &&
+	if (c->sk.buf != NULL && c->rx.rd != NULL && c->sk.len == 0 &&
 	    !c->stalled && want > CONN_SINK_TAIL)
 		return CONN_SINK_TAIL;
 	return want;
@@ -136,11 +136,10 @@ conn_sink_iov(struct conn *c, struct evbuffer *in, size_t want,
 	conn_sink_start(c, in);
 	want = conn_sink_want(c, want);
 	*s = 0;
-	if (c->sink_len <= c->sink_got)
+	if (c->sk.len <= c->sk.got)
 		return want;
-	*s = c->sink_len - c->sink_got < want ? c->sink_len - c->sink_got
-					      : want;
-	iov[*k].iov_base = c->sink + c->sink_got;
+	*s = c->sk.len - c->sk.got < want ? c->sk.len - c->sk.got : want;
+	iov[*k].iov_base = c->sk.buf + c->sk.got;
 	iov[(*k)++].iov_len = *s;
 	return want - *s < CONN_SINK_TAIL ? want - *s : CONN_SINK_TAIL;
 }
@@ -174,8 +173,8 @@ conn_read_tls(struct conn *c, struct evbuffer *in, size_t want)
 	if (r > 0) {
 		size_t sunk = (size_t)r < s ? (size_t)r : s;
 
-		c->sink_got += sunk;
-		c->sink_done = s && c->sink_got == c->sink_len;
+		c->sk.got += sunk;
+		c->sk.done = s && c->sk.got == c->sk.len;
 		if ((size_t)r > sunk &&
 		    evbuffer_add(in, buf, (size_t)r - sunk) < 0) {
 			conn_set_failing(c, "out of memory");
@@ -211,14 +210,14 @@ conn_read_plain(struct conn *c, struct evbuffer *in, int fd, size_t want)
 	r = k ? readv(fd, iov, k) : -1;
 	if (r > 0) {
 		left = r - (ssize_t)((size_t)r < s ? (size_t)r : s);
-		c->sink_got += (size_t)r - (size_t)left;
+		c->sk.got += (size_t)r - (size_t)left;
 		for (used = 0; used < n && left > 0; used++) {
 			if (v[used].iov_len > (size_t)left)
 				v[used].iov_len = (size_t)left;
 			left -= (ssize_t)v[used].iov_len;
 		}
 		evbuffer_commit_space(in, v, used);
-		c->sink_done = s && c->sink_got == c->sink_len;
+		c->sk.done = s && c->sk.got == c->sk.len;
 	}
 	conn_input_frozen(c, 1);
 	return r;
@@ -243,10 +242,10 @@ conn_fill(struct conn *c)
 	evutil_socket_t fd = bufferevent_getfd(c->bev);
 	size_t have = evbuffer_get_length(in), taken = 0;
 
-	c->sink_done = 0;
+	c->sk.done = 0;
 	while (fd >= 0) {
 		size_t want = 0, held = c->tls ? tls_pending(c->bev) : 0;
-		size_t fill = c->fill_max ? c->fill_max : CONN_FILL_MAX;
+		size_t fill = c->rx.fill_max ? c->rx.fill_max : CONN_FILL_MAX;
 		ssize_t r;
 
 		if (have < CONN_READ_HIGH && taken < fill) {
@@ -265,7 +264,7 @@ conn_fill(struct conn *c)
 			have = evbuffer_get_length(in);
 			taken += (size_t)r;
 			/* Less: the socket is empty; a sunk frame goes first. */
-			if ((size_t)r == want && !c->sink_done)
+			if ((size_t)r == want && !c->sk.done)
 				continue;
 			break;
 		}
@@ -292,4 +291,34 @@ conn_set_failing(struct conn *c, const char *why)
 		return;
 	c->failing = 1;
 	snprintf(c->fail_why, sizeof(c->fail_why), "%s", why);
+}
+
+int
+conn_take_data(struct conn *c, void *dst, size_t n)
+{
+	if (n > c->sk.data_left)
+		return -1;
+	if (c->sk.data_sunk && c->sk.buf == NULL)
+		return -1; /* conn_finish() dropped it */
+	else if (c->sk.data_sunk) {
+		const uint8_t *from = c->sk.buf + (c->sk.len - c->sk.data_left);
+
+		if (dst != from) /* into the sink itself: nothing to copy */
+			memcpy(dst, from, n);
+	} else if (evbuffer_remove(bufferevent_get_input(c->bev), dst, n) !=
+		   (int)n) {
+		return -1;
+	}
+	c->sk.data_left -= n;
+	return 0;
+}
+
+void
+conn_set_sink(struct conn *c, uint16_t type, uint8_t *buf, size_t cap)
+{
+	c->sk.buf = buf;
+	c->sk.type = type;
+	c->sk.cap = buf ? cap : 0;
+	if (buf == NULL)
+		c->sk.len = c->sk.got = 0; /* the input goes too */
 }

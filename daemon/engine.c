@@ -81,8 +81,8 @@ static void
 apply_limits(void)
 {
 	pagemap_force_read = !conf.pagemap_scan;
-	region_table_max = (unsigned)conf.max_regions;
-	conn_out_max = (size_t)conf.max_output;
+	region_table_max = (unsigned)conf.lim.max_regions;
+	conn_out_max = (size_t)conf.lim.max_output;
 }
 
 /*

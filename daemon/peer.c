@@ -301,14 +301,15 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	}
 	TAILQ_FOREACH (p, &pendings, link)
 		same += same_host(&p->addr, sa);
-	if (same >= conf.max_pending_per_addr || npending >= conf.max_pending) {
+	if (same >= conf.lim.max_pending_per_addr ||
+	    npending >= conf.lim.max_pending) {
 		log_event(LOG_MSGID_PEER_REFUSED, host,
 			  "peer %s refused: %d connections from it and %d in "
 			  "all are pending, before HELLO or closing after a "
 			  "refusal (max-pending-per-address %d, max-pending "
 			  "%d)",
-			  host, same, npending, conf.max_pending_per_addr,
-			  conf.max_pending);
+			  host, same, npending, conf.lim.max_pending_per_addr,
+			  conf.lim.max_pending);
 		evutil_closesocket(fd);
 		return;
 	}
@@ -348,7 +349,7 @@ accepted(evutil_socket_t fd, const char *name, const struct sockaddr *sa,
 	if (p->deadline == NULL)
 		fatalx("evtimer_new");
 	event_priority_set(p->deadline, PRIO_CONTROL);
-	p->secs = conf.hello_timeout;
+	p->secs = conf.lim.hello_timeout;
 	p->due_ns = now_ns() + (uint64_t)p->secs * 1000000000u;
 	tv.tv_sec = p->secs;
 	evtimer_add(p->deadline, &tv);

@@ -20,12 +20,9 @@
 #include "proto/image.h"
 #include "proto/image_fmt.h"
 
-/* Fills err; returns -1. */
-static int bad(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int
-bad(char *err, size_t errlen, const char *fmt, ...)
+/* Fills err; returns -1 (image_fmt.h). */
+int
+image_bad(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -36,8 +33,8 @@ bad(char *err, size_t errlen, const char *fmt, ...)
 }
 
 /* Reads exactly len bytes at off: -1 on an error or a file cut short. */
-static int
-pread_all(int fd, void *buf, size_t len, uint64_t off)
+int
+image_pread_all(int fd, void *buf, size_t len, uint64_t off)
 {
 	uint8_t *p = buf;
 
@@ -81,7 +78,7 @@ hash_range(int fd, uint64_t off, uint64_t len, const atomic_int *stop,
 
 	if (ctx == NULL || b == NULL ||
 	    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-		bad(err, errlen, "out of memory for a checksum");
+		image_bad(err, errlen, "out of memory for a checksum");
 		goto out;
 	}
 	while (len > 0) {
@@ -89,23 +86,23 @@ hash_range(int fd, uint64_t off, uint64_t len, const atomic_int *stop,
 			len < IMAGE_READ_STEP ? (size_t)len : IMAGE_READ_STEP;
 
 		if (stopped(stop)) {
-			bad(err, errlen, "stopped");
+			image_bad(err, errlen, "stopped");
 			goto out;
 		}
-		if (pread_all(fd, b, n, off) < 0) {
-			bad(err, errlen, "reading %zu bytes at %llu: %s", n,
-			    (unsigned long long)off, strerror(errno));
+		if (image_pread_all(fd, b, n, off) < 0) {
+			image_bad(err, errlen, "reading %zu bytes at %llu: %s",
+				  n, (unsigned long long)off, strerror(errno));
 			goto out;
 		}
 		if (EVP_DigestUpdate(ctx, b, n) != 1) {
-			bad(err, errlen, "SHA-256 failed");
+			image_bad(err, errlen, "SHA-256 failed");
 			goto out;
 		}
 		off += n;
 		len -= n;
 	}
 	if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != IMAGE_SHA_LEN)
-		bad(err, errlen, "SHA-256 failed");
+		image_bad(err, errlen, "SHA-256 failed");
 	else
 		rc = 0;
 out:
@@ -148,19 +145,19 @@ rec_at(struct recs *rs, uint64_t k, char *err, size_t errlen)
 	if (step > rs->n)
 		step = rs->n;
 	if (rs->buf == NULL && (rs->buf = malloc(step * rs->len)) == NULL) {
-		bad(err, errlen, "out of memory for the tables");
+		image_bad(err, errlen, "out of memory for the tables");
 		return NULL;
 	}
 	if (stopped(rs->stop)) {
-		bad(err, errlen, "stopped");
+		image_bad(err, errlen, "stopped");
 		return NULL;
 	}
 	rs->first = k;
 	rs->have = rs->n - k < step ? rs->n - k : step;
-	if (pread_all(rs->fd, rs->buf, (size_t)(rs->have * rs->len),
-		      rs->off + k * rs->len) < 0) {
+	if (image_pread_all(rs->fd, rs->buf, (size_t)(rs->have * rs->len),
+			    rs->off + k * rs->len) < 0) {
 		rs->have = 0;
-		bad(err, errlen, "reading tables: %s", strerror(errno));
+		image_bad(err, errlen, "reading tables: %s", strerror(errno));
 		return NULL;
 	}
 	return rs->buf;
@@ -204,8 +201,8 @@ check_hdr_ws(struct image *im, const uint8_t *b, struct image_fmt_hdr *h,
 
 	if (EVP_Digest(b, IH_HDR2_SHA, md, NULL, EVP_sha256(), NULL) != 1 ||
 	    memcmp(md, b + IH_HDR2_SHA, IMAGE_SHA_LEN) != 0)
-		return bad(err, errlen,
-			   "working set: header checksum mismatch");
+		return image_bad(err, errlen,
+				 "working set: header checksum mismatch");
 	/* im->tables_end <= file_len: checked by the caller. */
 	if (off != (im->tables_end + IMAGE_ALIGN - 1) / IMAGE_ALIGN *
 			    IMAGE_ALIGN ||
@@ -213,7 +210,8 @@ check_hdr_ws(struct image *im, const uint8_t *b, struct image_fmt_hdr *h,
 	    (idx - off) % IMAGE_ALIGN || count == 0 ||
 	    count > (im->file_len - idx) / IMAGE_WS_ENTRY_LEN ||
 	    idx + count * IMAGE_WS_ENTRY_LEN != h->file_len)
-		return bad(err, errlen, "working set: inconsistent layout");
+		return image_bad(err, errlen,
+				 "working set: inconsistent layout");
 	im->nws = count;
 	im->ws_bytes = idx - off;
 	return 0;
@@ -233,22 +231,23 @@ check_hdr(struct image *im, const uint8_t *b, struct image_fmt_hdr *h,
 	uint32_t end;
 
 	if (memcmp(b + IH_MAGIC, IMAGE_MAGIC, 8) != 0)
-		return bad(err, errlen, "not a uffdd image (bad magic)");
+		return image_bad(err, errlen, "not a uffdd image (bad magic)");
 	if ((h->version = get32(b + IH_VERSION)) != IMAGE_VERSION &&
 	    h->version != IMAGE_VERSION_WS)
-		return bad(err, errlen,
-			   "image format version %u: this uffdd reads "
-			   "versions %u and %u",
-			   h->version, IMAGE_VERSION, IMAGE_VERSION_WS);
+		return image_bad(err, errlen,
+				 "image format version %u: this uffdd reads "
+				 "versions %u and %u",
+				 h->version, IMAGE_VERSION, IMAGE_VERSION_WS);
 	end = h->version == IMAGE_VERSION ? IH_END : IH_END2;
 	if (EVP_Digest(b, IH_HDR_SHA, md, NULL, EVP_sha256(), NULL) != 1 ||
 	    memcmp(md, b + IH_HDR_SHA, IMAGE_SHA_LEN) != 0)
-		return bad(err, errlen, "header checksum mismatch");
+		return image_bad(err, errlen, "header checksum mismatch");
 	if (get32(b + IH_HDR_LEN) != IMAGE_HDR_LEN ||
 	    get32(b + IH_ALIGN) != IMAGE_ALIGN || get32(b + IH_FLAGS) != 0 ||
 	    !all_zero(b + end, IMAGE_HDR_LEN - end))
-		return bad(err, errlen,
-			   "header: unknown header size, alignment or flags");
+		return image_bad(
+			err, errlen,
+			"header: unknown header size, alignment or flags");
 	h->nregions = get32(b + IH_NREGIONS);
 	h->nruns = get64(b + IH_NRUNS);
 	h->data_off = get64(b + IH_DATA_OFF);
@@ -258,14 +257,14 @@ check_hdr(struct image *im, const uint8_t *b, struct image_fmt_hdr *h,
 	h->file_len = get64(b + IH_FILE_LEN);
 	memcpy(h->tables_sha, b + IH_TABLES_SHA, IMAGE_SHA_LEN);
 	if (h->file_len != im->file_len)
-		return bad(err, errlen,
-			   "file is %llu bytes, its header says %llu: "
-			   "truncated or extended",
-			   (unsigned long long)im->file_len,
-			   (unsigned long long)h->file_len);
+		return image_bad(err, errlen,
+				 "file is %llu bytes, its header says %llu: "
+				 "truncated or extended",
+				 (unsigned long long)im->file_len,
+				 (unsigned long long)h->file_len);
 	if (h->nregions == 0 || h->nregions > IMAGE_REGIONS_MAX)
-		return bad(err, errlen, "header: %u regions (1 to %u)",
-			   h->nregions, IMAGE_REGIONS_MAX);
+		return image_bad(err, errlen, "header: %u regions (1 to %u)",
+				 h->nregions, IMAGE_REGIONS_MAX);
 	/* Each bound below keeps the sums after it from overflowing. */
 	if (h->data_off != IMAGE_HDR_LEN || h->data_len > im->file_len ||
 	    h->data_len % IMAGE_ALIGN ||
@@ -273,15 +272,16 @@ check_hdr(struct image *im, const uint8_t *b, struct image_fmt_hdr *h,
 	    h->nruns > im->file_len / IMAGE_RUN_LEN ||
 	    h->runs_off !=
 		    h->regions_off + (uint64_t)h->nregions * IMAGE_REGION_LEN)
-		return bad(err, errlen, "header: inconsistent layout");
+		return image_bad(err, errlen, "header: inconsistent layout");
 	tables = (uint64_t)h->nregions * IMAGE_REGION_LEN +
 		 h->nruns * IMAGE_RUN_LEN;
 	im->tables_end = h->runs_off + h->nruns * IMAGE_RUN_LEN;
 	if (h->version == IMAGE_VERSION ? im->tables_end != h->file_len
 					: im->tables_end > h->file_len)
-		return bad(err, errlen,
-			   "header: tables of %llu bytes do not end the file",
-			   (unsigned long long)tables);
+		return image_bad(
+			err, errlen,
+			"header: tables of %llu bytes do not end the file",
+			(unsigned long long)tables);
 	im->version = h->version;
 	memcpy(im->tables_sha, h->tables_sha, IMAGE_SHA_LEN);
 	im->data_len = h->data_len;
@@ -313,18 +313,18 @@ check_region(const struct image *im, uint32_t i, const uint8_t *b,
 	r->hole_pages = get64(b + IR_HOLE);
 	memcpy(r->name, b + IR_NAME, IMAGE_NAME_MAX);
 	if (r->name[IMAGE_NAME_MAX - 1] != '\0' || text_bad_at(r->name) >= 0)
-		return bad(err, errlen, "region %u: name not printable text",
-			   i);
+		return image_bad(err, errlen,
+				 "region %u: name not printable text", i);
 	if (r->page_size < IMAGE_ALIGN || r->page_size > IMAGE_PAGE_MAX ||
 	    (r->page_size & (r->page_size - 1)))
-		return bad(err, errlen, "region %u: page size %u", i,
-			   r->page_size);
+		return image_bad(err, errlen, "region %u: page size %u", i,
+				 r->page_size);
 	if (r->length == 0 || r->length % r->page_size ||
 	    r->start % r->page_size || r->file_off % IMAGE_ALIGN ||
 	    r->kind < 1 || r->kind > 6 || r->shared > 1 ||
 	    get32(b + IR_RESERVED) != 0)
-		return bad(err, errlen, "region %u: bad start, length or kind",
-			   i);
+		return image_bad(err, errlen,
+				 "region %u: bad start, length or kind", i);
 	/*
 	 * Its pages cost the file one record whatever their number: the
 	 * address space bounds them (and every sum of them: the regions do
@@ -333,21 +333,23 @@ check_region(const struct image *im, uint32_t i, const uint8_t *b,
 	if (r->start >= IMAGE_ADDR_END ||
 	    r->length > IMAGE_ADDR_END - r->start ||
 	    r->file_off > INT64_MAX - r->length)
-		return bad(err, errlen,
-			   "region %u: 0x%llx, %llu bytes: not inside the user "
-			   "address space (below 0x%llx)",
-			   i, (unsigned long long)r->start,
-			   (unsigned long long)r->length,
-			   (unsigned long long)IMAGE_ADDR_END);
+		return image_bad(
+			err, errlen,
+			"region %u: 0x%llx, %llu bytes: not inside the user "
+			"address space (below 0x%llx)",
+			i, (unsigned long long)r->start,
+			(unsigned long long)r->length,
+			(unsigned long long)IMAGE_ADDR_END);
 	if (prev != NULL && r->start < prev->start + prev->length)
-		return bad(err, errlen,
-			   "region %u overlaps or precedes region %u", i,
-			   i - 1);
+		return image_bad(err, errlen,
+				 "region %u overlaps or precedes region %u", i,
+				 i - 1);
 	/* A run holds one page at least. */
 	if (r->first_run != runs_before || r->nruns == 0 ||
 	    r->nruns > im->nruns - runs_before ||
 	    r->nruns > r->length / r->page_size)
-		return bad(err, errlen, "region %u: runs out of place", i);
+		return image_bad(err, errlen, "region %u: runs out of place",
+				 i);
 	return 0;
 }
 
@@ -368,30 +370,32 @@ check_run(const struct image *im, uint64_t k, const uint8_t *b, uint32_t ri,
 	u->data_off = get64(b + IU_DATA_OFF);
 	memcpy(u->sha, b + IU_SHA, IMAGE_SHA_LEN);
 	if (u->region != ri || u->cls < IMAGE_DATA || u->cls > IMAGE_HOLE)
-		return bad(err, errlen, "run %llu: bad region or class",
-			   (unsigned long long)k);
+		return image_bad(err, errlen, "run %llu: bad region or class",
+				 (unsigned long long)k);
 	if (u->first_page != *next || u->npages == 0 ||
 	    u->npages > npages - *next)
-		return bad(err, errlen,
-			   "run %llu: pages out of place in region %u",
-			   (unsigned long long)k, ri);
+		return image_bad(err, errlen,
+				 "run %llu: pages out of place in region %u",
+				 (unsigned long long)k, ri);
 	*next += u->npages;
 	cnt[u->cls] += u->npages;
 	if (u->cls != IMAGE_DATA) {
 		if (u->data_off != 0 || !all_zero(u->sha, IMAGE_SHA_LEN))
-			return bad(err, errlen, "run %llu: marker with data",
-				   (unsigned long long)k);
+			return image_bad(err, errlen,
+					 "run %llu: marker with data",
+					 (unsigned long long)k);
 		return 0;
 	}
 	bytes = u->npages * r->page_size; /* npages <= length / page_size */
 	if (bytes > IMAGE_RUN_BYTES && u->npages > 1)
-		return bad(err, errlen, "run %llu: %llu bytes, more than a run",
-			   (unsigned long long)k, (unsigned long long)bytes);
+		return image_bad(
+			err, errlen, "run %llu: %llu bytes, more than a run",
+			(unsigned long long)k, (unsigned long long)bytes);
 	/* Data runs lie end to end in index order: no gap, no overlap. */
 	if (u->data_off != *data_at ||
 	    bytes > im->data_len + IMAGE_HDR_LEN - *data_at)
-		return bad(err, errlen, "run %llu: data out of place",
-			   (unsigned long long)k);
+		return image_bad(err, errlen, "run %llu: data out of place",
+				 (unsigned long long)k);
 	*data_at += bytes;
 	return 0;
 }
@@ -416,7 +420,7 @@ check_regions(struct image *im, const struct image_fmt_hdr *h, struct recs *rs,
 		runs += im->regions[i].nruns;
 	}
 	if (runs != h->nruns)
-		return bad(err, errlen, "page index: runs left over");
+		return image_bad(err, errlen, "page index: runs left over");
 	return 0;
 }
 
@@ -439,19 +443,20 @@ check_tables(struct image *im, const struct image_fmt_hdr *h,
 		       stop, md, err, errlen) < 0)
 		return -1;
 	if (memcmp(md, h->tables_sha, IMAGE_SHA_LEN) != 0)
-		return bad(err, errlen,
-			   "region table or page index checksum mismatch");
+		return image_bad(
+			err, errlen,
+			"region table or page index checksum mismatch");
 	im->nregions = h->nregions;
 	im->nruns = h->nruns;
 	im->regions = calloc(h->nregions, sizeof(*im->regions));
 	if (im->regions == NULL)
-		return bad(err, errlen, "out of memory for the tables");
+		return image_bad(err, errlen, "out of memory for the tables");
 	if (check_regions(im, h, &rs, err, errlen) < 0)
 		goto out;
 	im->runs = calloc(h->nruns ? h->nruns : 1, sizeof(*im->runs));
 	if (im->runs == NULL) {
-		bad(err, errlen, "out of memory for %llu runs",
-		    (unsigned long long)h->nruns);
+		image_bad(err, errlen, "out of memory for %llu runs",
+			  (unsigned long long)h->nruns);
 		goto out;
 	}
 	recs_init(&rs, im->fd, h->runs_off, h->nruns, IMAGE_RUN_LEN, stop);
@@ -470,15 +475,15 @@ check_tables(struct image *im, const struct image_fmt_hdr *h,
 		    cnt[IMAGE_DATA] != r->data_pages ||
 		    cnt[IMAGE_ZERO] != r->zero_pages ||
 		    cnt[IMAGE_HOLE] != r->hole_pages) {
-			bad(err, errlen,
-			    "region %u: its runs do not cover its pages "
-			    "as counted",
-			    i);
+			image_bad(err, errlen,
+				  "region %u: its runs do not cover its pages "
+				  "as counted",
+				  i);
 			goto out;
 		}
 	}
 	if (k != h->nruns || data_at != h->regions_off) {
-		bad(err, errlen, "page index: runs or data left over");
+		image_bad(err, errlen, "page index: runs or data left over");
 		goto out;
 	}
 	rc = 0;
@@ -541,11 +546,12 @@ check_ws(struct image *im, const uint8_t *hdr, const atomic_int *stop,
 		       errlen) < 0)
 		return -1;
 	if (memcmp(md, hdr + IH_WS_SHA, IMAGE_SHA_LEN) != 0)
-		return bad(err, errlen, "working set: index checksum mismatch");
+		return image_bad(err, errlen,
+				 "working set: index checksum mismatch");
 	keys = calloc(im->nws, sizeof(*keys));
 	im->ws = calloc(im->nws, sizeof(*im->ws));
 	if (keys == NULL || im->ws == NULL) {
-		bad(err, errlen, "out of memory for the working set");
+		image_bad(err, errlen, "out of memory for the working set");
 		goto out;
 	}
 	recs_init(&rs, im->fd, idx, im->nws, IMAGE_WS_ENTRY_LEN, stop);
@@ -564,17 +570,17 @@ check_ws(struct image *im, const uint8_t *hdr, const atomic_int *stop,
 		    w->page >= r->length / r->page_size ||
 		    w->page >= 1ull << 48 ||
 		    !is_data_page(im, w->region, w->page)) {
-			bad(err, errlen,
-			    "working set: entry %llu is not a data page "
-			    "of the image",
-			    (unsigned long long)i);
+			image_bad(err, errlen,
+				  "working set: entry %llu is not a data page "
+				  "of the image",
+				  (unsigned long long)i);
 			goto out;
 		}
 		if (r->page_size > idx - at) {
-			bad(err, errlen,
-			    "working set: entry %llu: data out "
-			    "of place",
-			    (unsigned long long)i);
+			image_bad(err, errlen,
+				  "working set: entry %llu: data out "
+				  "of place",
+				  (unsigned long long)i);
 			goto out;
 		}
 		w->off = at;
@@ -582,13 +588,14 @@ check_ws(struct image *im, const uint8_t *hdr, const atomic_int *stop,
 		keys[i] = IMAGE_WS_KEY(w->region, w->page);
 	}
 	if (at != idx) {
-		bad(err, errlen, "working set: data left over");
+		image_bad(err, errlen, "working set: data left over");
 		goto out;
 	}
 	qsort(keys, im->nws, sizeof(*keys), cmp_key);
 	for (uint64_t i = 1; i < im->nws; i++)
 		if (keys[i] == keys[i - 1]) {
-			bad(err, errlen, "working set: a page listed twice");
+			image_bad(err, errlen,
+				  "working set: a page listed twice");
 			goto out;
 		}
 	rc = 0;
@@ -615,15 +622,15 @@ image_open_stoppable(struct image *im, int fd, const atomic_int *stop,
 	memset(im, 0, sizeof(*im));
 	im->fd = fd;
 	if (fstat(fd, &st) < 0)
-		return bad(err, errlen, "fstat: %s", strerror(errno));
+		return image_bad(err, errlen, "fstat: %s", strerror(errno));
 	if (!S_ISREG(st.st_mode))
-		return bad(err, errlen, "not a regular file");
+		return image_bad(err, errlen, "not a regular file");
 	im->file_len = (uint64_t)st.st_size;
 	if (im->file_len < IMAGE_HDR_LEN ||
-	    pread_all(fd, hdr, sizeof(hdr), 0) < 0)
-		return bad(err, errlen,
-			   "%llu bytes: shorter than an image header",
-			   (unsigned long long)im->file_len);
+	    image_pread_all(fd, hdr, sizeof(hdr), 0) < 0)
+		return image_bad(err, errlen,
+				 "%llu bytes: shorter than an image header",
+				 (unsigned long long)im->file_len);
 	if (check_hdr(im, hdr, &h, err, errlen) < 0 ||
 	    check_tables(im, &h, stop, err, errlen) < 0 ||
 	    (im->nws && check_ws(im, hdr, stop, err, errlen) < 0)) {
@@ -651,115 +658,4 @@ image_close(struct image *im)
 	free(im->ws);
 	memset(im, 0, sizeof(*im));
 	im->fd = -1;
-}
-
-uint64_t
-image_run_bytes(const struct image *im, const struct image_run *u)
-{
-	return u->npages * im->regions[u->region].page_size;
-}
-
-int
-image_run_check(const struct image *im, const struct image_run *u,
-		const void *buf, char *err, size_t errlen)
-{
-	uint8_t md[IMAGE_SHA_LEN];
-	uint64_t len = image_run_bytes(im, u);
-
-	if (EVP_Digest(buf, (size_t)len, md, NULL, EVP_sha256(), NULL) != 1 ||
-	    memcmp(md, u->sha, IMAGE_SHA_LEN) != 0)
-		return bad(err, errlen,
-			   "checksum mismatch in the data of region %u, "
-			   "pages %llu-%llu (file offset %llu)",
-			   u->region, (unsigned long long)u->first_page,
-			   (unsigned long long)(u->first_page + u->npages - 1),
-			   (unsigned long long)u->data_off);
-	return 0;
-}
-
-int
-image_run_read(const struct image *im, const struct image_run *u, void *buf,
-	       char *err, size_t errlen)
-{
-	uint64_t len = image_run_bytes(im, u);
-
-	if (u->cls != IMAGE_DATA)
-		return bad(err, errlen, "run of %s pages has no data",
-			   image_class_name(u->cls));
-	if (pread_all(im->fd, buf, (size_t)len, u->data_off) < 0)
-		return bad(err, errlen, "reading %llu bytes at %llu: %s",
-			   (unsigned long long)len,
-			   (unsigned long long)u->data_off,
-			   errno == ENODATA ? "file cut short"
-					    : strerror(errno));
-	return image_run_check(im, u, buf, err, errlen);
-}
-
-uint64_t
-image_ws_bytes(const struct image *im, uint64_t first, uint64_t n)
-{
-	return im->ws[first + n - 1].off - im->ws[first].off +
-	       im->regions[im->ws[first + n - 1].region].page_size;
-}
-
-int
-image_ws_check(const struct image *im, uint64_t first, uint64_t n,
-	       const void *buf, char *err, size_t errlen)
-{
-	uint8_t md[IMAGE_SHA_LEN];
-	const uint8_t *p = buf;
-
-	for (uint64_t i = first; i < first + n; i++) {
-		uint32_t ps = im->regions[im->ws[i].region].page_size;
-
-		if (EVP_Digest(p, ps, md, NULL, EVP_sha256(), NULL) != 1 ||
-		    memcmp(md, im->ws[i].sha, IMAGE_SHA_LEN) != 0)
-			return bad(err, errlen,
-				   "checksum mismatch in working-set page %llu "
-				   "(region %u page %llu)",
-				   (unsigned long long)i, im->ws[i].region,
-				   (unsigned long long)im->ws[i].page);
-		p += ps;
-	}
-	return 0;
-}
-
-int
-image_ws_read(const struct image *im, uint64_t first, uint64_t n, void *buf,
-	      char *err, size_t errlen)
-{
-	if (n == 0 || first >= im->nws || n > im->nws - first)
-		return bad(err, errlen, "working set: no pages %llu+%llu",
-			   (unsigned long long)first, (unsigned long long)n);
-	if (pread_all(im->fd, buf, (size_t)image_ws_bytes(im, first, n),
-		      im->ws[first].off) < 0)
-		return bad(err, errlen, "reading the working set: %s",
-			   errno == ENODATA ? "file cut short"
-					    : strerror(errno));
-	return image_ws_check(im, first, n, buf, err, errlen);
-}
-
-int
-image_verify(const struct image *im, char *err, size_t errlen)
-{
-	uint64_t max = 0;
-	uint8_t *buf;
-	int rc = 0;
-
-	/* A buffer the size of the largest run (bounded by image_open()). */
-	for (uint64_t k = 0; k < im->nruns; k++)
-		if (im->runs[k].cls == IMAGE_DATA &&
-		    image_run_bytes(im, &im->runs[k]) > max)
-			max = image_run_bytes(im, &im->runs[k]);
-	if ((buf = malloc(max ? max : 1)) == NULL)
-		return bad(err, errlen, "out of memory");
-	for (uint64_t k = 0; k < im->nruns && rc == 0; k++)
-		if (im->runs[k].cls == IMAGE_DATA)
-			rc = image_run_read(im, &im->runs[k], buf, err, errlen);
-	/* The working set, a page at a time (bounded by the buffer). */
-	for (uint64_t i = 0; i < im->nws && rc == 0; i++)
-		if (im->regions[im->ws[i].region].page_size <= (max ? max : 1))
-			rc = image_ws_read(im, i, 1, buf, err, errlen);
-	free(buf);
-	return rc;
 }

@@ -1,7 +1,7 @@
 /*
  * The byte layout of an image's header, region records and runs
- * (docs/image-format.md), for image.c and image_write.c only: every field
- * little-endian at a fixed offset, whatever the host.
+ * (docs/image-format.md), for image.c, image_data.c and image_write.c
+ * only: every field little-endian at a fixed offset, whatever the host.
  */
 #ifndef UFFDD_IMAGE_FMT_H
 #define UFFDD_IMAGE_FMT_H
@@ -165,5 +165,11 @@ image_fmt_put_run(uint8_t *b, const struct image_run *r)
 	put64(b + IU_DATA_OFF, r->data_off);
 	memcpy(b + IU_SHA, r->sha, IMAGE_SHA_LEN);
 }
+
+/* image.c, for image_data.c: fills err and returns -1. */
+int image_bad(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* image.c: reads exactly len bytes at off; -1 on an error or a cut file. */
+int image_pread_all(int fd, void *buf, size_t len, uint64_t off);
 
 #endif

@@ -36,7 +36,7 @@ dest_attach_fail(struct dest *d, uint32_t code, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	log_warnx("attach %d: %s", (int)d->m->pid, msg);
-	control_reply_error(d->serial, code, "attach: %s", msg);
+	control_reply_error(d->req.serial, code, "attach: %s", msg);
 	if (d->demand) {
 		conn_finish(d->demand); /* what it queued still goes out */
 		d->demand = NULL;
@@ -61,12 +61,13 @@ pb_region(Uffdd__Region *out, const Uffdd__Region *in)
 static uint64_t
 target_start(const struct dest *d, const Uffdd__Region *r)
 {
-	if (d->nmaps == 0)
+	if (d->req.nmaps == 0)
 		return r->start;
-	for (size_t i = 0; i < d->nmaps; i++)
-		if (d->map_names[i][0] ? strcmp(d->map_names[i], r->name) == 0
-				       : d->maps[i].start == r->start)
-			return d->maps[i].end;
+	for (size_t i = 0; i < d->req.nmaps; i++)
+		if (d->req.map_names[i][0]
+			    ? strcmp(d->req.map_names[i], r->name) == 0
+			    : d->req.maps[i].start == r->start)
+			return d->req.maps[i].end;
 	return 0;
 }
 
@@ -169,7 +170,7 @@ region_fits(const struct dest *d, const struct vma *v, size_t nv,
 		 r->page_size == region_huge_page_size())) &&
 	       r->length > 0 && r->length % r->page_size == 0 &&
 	       at % r->page_size == 0 && end > at &&
-	       region_in_ranges(d->ranges, d->nranges, at, end) &&
+	       region_in_ranges(d->req.ranges, d->req.nranges, at, end) &&
 	       region_covered(v, nv, at, end, (enum region_kind)r->kind) &&
 	       (r->kind != UFFDD__REGION_KIND__KIND_FILE_PRIVATE ||
 		same_file(v, nv, at, r));
@@ -186,7 +187,7 @@ match_refused(struct dest *d, const struct vma *v, size_t nv,
 {
 	char err[512];
 
-	if (at == 0 || !region_in_ranges(d->ranges, d->nranges, at, at + 1))
+	if (!at || !region_in_ranges(d->req.ranges, d->req.nranges, at, at + 1))
 		return 0;
 	/* A target mapping we could not tell: refuse, not skip. */
 	if (region_denied(v, nv, at, at + r->length, err, sizeof(err))) {
@@ -360,8 +361,8 @@ attached(struct dest *d, struct match *mt)
 	mt->rep.id = d->m->id;
 	mt->rep.matched = mt->mp;
 	mt->rep.unmatched = mt->up;
-	control_reply(d->serial, FRAME_CTL_ATTACH_REPLY, &mt->rep.base);
-	d->serial = 0;
+	control_reply(d->req.serial, FRAME_CTL_ATTACH_REPLY, &mt->rep.base);
+	d->req.serial = 0;
 	dest_persist_now(d);
 	if (dest_present_total(d) == d->m->pages_total) {
 		dest_maybe_complete(d); /* only unwritten private file pages */
@@ -518,31 +519,31 @@ attach_go(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	d->m->start = t->start;
 	procref_move(&d->t, t);
 	d->owner = *who;
-	d->serial = serial;
-	d->export_wait = req->export_wait_secs;
-	d->run_hold = req->hold_bulk ? 1 : 0;
-	d->m->hold_bulk = d->run_hold;
+	d->req.serial = serial;
+	d->ln.export_wait = req->export_wait_secs;
+	d->bh.run_hold = req->hold_bulk ? 1 : 0;
+	d->m->hold_bulk = d->bh.run_hold;
 	migration_set_peer(d->m, from);
 	if (req->record_working_set) {
 		migration_ws_start(d->m, req->ws_faults, req->ws_secs);
 		dest_ws_watch(d);
 	}
-	d->nranges = req->n_ranges;
-	d->ranges = xcalloc(req->n_ranges, sizeof(*d->ranges));
+	d->req.nranges = req->n_ranges;
+	d->req.ranges = xcalloc(req->n_ranges, sizeof(*d->req.ranges));
 	for (size_t i = 0; i < req->n_ranges; i++) {
-		d->ranges[i].start = req->ranges[i]->start;
-		d->ranges[i].end = req->ranges[i]->end;
+		d->req.ranges[i].start = req->ranges[i]->start;
+		d->req.ranges[i].end = req->ranges[i]->end;
 	}
-	d->nmaps = req->n_maps;
-	d->maps = xcalloc(req->n_maps, sizeof(*d->maps));
-	d->map_names = xcalloc(req->n_maps, sizeof(*d->map_names));
+	d->req.nmaps = req->n_maps;
+	d->req.maps = xcalloc(req->n_maps, sizeof(*d->req.maps));
+	d->req.map_names = xcalloc(req->n_maps, sizeof(*d->req.map_names));
 	for (size_t i = 0; i < req->n_maps; i++) {
-		d->maps[i].start = req->maps[i]->src_start;
-		d->maps[i].end = req->maps[i]->dst_start;
-		snprintf(d->map_names[i], sizeof(d->map_names[i]), "%s",
+		d->req.maps[i].start = req->maps[i]->src_start;
+		d->req.maps[i].end = req->maps[i]->dst_start;
+		snprintf(d->req.map_names[i], sizeof(d->req.map_names[i]), "%s",
 			 req->maps[i]->src_name ? req->maps[i]->src_name : "");
 	}
-	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
+	if (posix_memalign((void **)&d->in.buf, 4096, FRAME_DATA_MAX) != 0)
 		fatal("page buffer");
 	if (dest_connect_demand(d, 0, err, sizeof(err)) < 0) {
 		dest_attach_fail(d, ERR_UNREACHABLE, "%s", err);

@@ -81,8 +81,9 @@ ask(struct dest *d, uint32_t type, const void *req, size_t len, char *err,
 int
 dest_grant_end(struct dest *d, uint32_t how, char *err, size_t errlen)
 {
-	struct privop_dest_end r = {
-		.how = how, .precopy = how == PRIVOP_DEST_HOLD && d->precopy};
+	struct privop_dest_end r = {.how = how,
+				    .precopy = how == PRIVOP_DEST_HOLD &&
+					       d->held.precopy};
 	char buf[256];
 
 	if (ask(d, PRIVOP_DEST_END, &r, sizeof(r), err ? err : buf,
@@ -160,7 +161,7 @@ dest_grant_setup(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	for (reg = 0; reg < d->nregs; reg++)
 		if (dest_take_region(d, NULL, reg, err, errlen) < 0)
 			goto undo;
-	if (dest_private_missing(d) > 0 || d->precopy) {
+	if (dest_private_missing(d) > 0 || d->held.precopy) {
 		if (dest_hold_target(d, NULL, err, errlen) == 0)
 			return 0;
 		goto undo;

@@ -73,17 +73,17 @@ dest_child_start(struct dest *root, struct dest *k)
 	dest_fault_watch(k);
 	dest_exit_watch(k);
 	migration_set_state(m, MIG_RUNNING);
-	root->kids =
-		realloc(root->kids, (root->nkids + 1) * sizeof(*root->kids));
-	if (root->kids == NULL)
+	root->kin.kids = realloc(root->kin.kids, (root->kin.nkids +
+						  1) * sizeof(*root->kin.kids));
+	if (root->kin.kids == NULL)
 		fatal("children");
-	root->kids[root->nkids++] = k;
+	root->kin.kids[root->kin.nkids++] = k;
 	/*
 	 * What an injection read from its uffd while the child was built
 	 * (give_uffd()): the kernel let those events go on when they were
 	 * read, so the page map must follow before any frame goes in.
 	 */
-	if (k->nbacklog) {
+	if (k->fr.nbacklog) {
 		dest_read_faults(k);
 		if (m->state != MIG_RUNNING)
 			return;
@@ -105,9 +105,9 @@ dest_child_done(struct dest *k)
 	struct dest *root = k->root;
 	int waits = 0;
 
-	for (size_t i = 0; i < root->nkids; i++) {
-		if (root->kids[i] == k) {
-			root->kids[i] = root->kids[--root->nkids];
+	for (size_t i = 0; i < root->kin.nkids; i++) {
+		if (root->kin.kids[i] == k) {
+			root->kin.kids[i] = root->kin.kids[--root->kin.nkids];
 			break;
 		}
 	}
@@ -130,8 +130,8 @@ dest_child_done(struct dest *k)
 		dest_close_target_fd(k);
 	/* Held with no copy: as teardown() does with its root. */
 	dest_drop_target(k, k->m->state == MIG_FAILED && !k->have_poison);
-	if (k->find_ev)
-		event_del(k->find_ev);
+	if (k->kin.find_ev)
+		event_del(k->kin.find_ev);
 	if (waits)
 		dest_kid_waits(root, k);
 	else
@@ -210,25 +210,26 @@ find_cb(evutil_socket_t fd, short ev, void *arg)
 
 	if (k->m->state != MIG_RUNNING)
 		return;
-	if ((pid = dest_claim_child(k->parent_pid, k->root, 0)) <= 0 &&
-	    dest_proc_gone(k->parent_pid))
+	if ((pid = dest_claim_child(k->kin.parent_pid, k->root, 0)) <= 0 &&
+	    dest_proc_gone(k->kin.parent_pid))
 		pid = dest_claim_orphan(k);
 	if (pid <= 0) {
-		if (k->find_tries++ < FIND_TRIES)
-			evtimer_add(k->find_ev, &tv);
+		if (k->kin.find_tries++ < FIND_TRIES)
+			evtimer_add(k->kin.find_ev, &tv);
 		else
 			log_warnx("migration %s: forked process of %d not "
 				  "found; it would not survive a restart",
-				  log_id(k->root->m->id), (int)k->parent_pid);
+				  log_id(k->root->m->id),
+				  (int)k->kin.parent_pid);
 		return;
 	}
 	k->m->pid = pid;
 	dest_child_open(k, pid);
 	dest_exit_watch(k);
 	log_info("migration %s: forked process of %d is %d",
-		 log_id(k->root->m->id), (int)k->parent_pid, (int)pid);
+		 log_id(k->root->m->id), (int)k->kin.parent_pid, (int)pid);
 	give_uffd(k);
-	if (k->nbacklog) /* as in dest_child_start() */
+	if (k->fr.nbacklog) /* as in dest_child_start() */
 		dest_read_faults(k);
 	dest_persist_dirty(k); /* the child's pid and uffd, for a restart */
 }
@@ -239,8 +240,8 @@ find_later(struct dest *k)
 {
 	struct timeval tv = {0, 1000};
 
-	k->find_ev = evtimer_new(base, find_cb, k);
-	evtimer_add(k->find_ev, &tv);
+	k->kin.find_ev = evtimer_new(base, find_cb, k);
+	evtimer_add(k->kin.find_ev, &tv);
 }
 
 /*
@@ -308,9 +309,9 @@ dest_fork_child(struct dest *parent, int ufd)
 	char who[32] = "a process (pid not known yet)";
 
 	k = dest_child_new(root, parent, pid, ufd);
-	k->parent_pid = parent->m->pid;
+	k->kin.parent_pid = parent->m->pid;
 	dest_child_open(k, pid);
-	k->fork_ticks = dest_boot_ticks();
+	k->kin.fork_ticks = dest_boot_ticks();
 	if (pid > 0)
 		give_uffd(k);
 	else

@@ -33,13 +33,13 @@ dest_maybe_complete(struct dest *d)
 {
 	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
 
-	if (d->root || d->precopy || d->complete_sent || d->demand == NULL ||
-	    d->m->state != MIG_RUNNING || d->nkids > 0 ||
-	    dest_present_total(d) != d->m->pages_total)
+	if (d->root || d->held.precopy || d->cm.complete_sent ||
+	    d->demand == NULL || d->m->state != MIG_RUNNING ||
+	    d->kin.nkids > 0 || dest_present_total(d) != d->m->pages_total)
 		return;
 	c.pages = dest_present_total(d);
 	conn_send(d->demand, FRAME_COMPLETE, &c.base);
-	d->complete_sent = 1;
+	d->cm.complete_sent = 1;
 	d->m->committing = 1;
 	if (d->bulk)
 		conn_finish(d->bulk);
@@ -53,12 +53,12 @@ dest_maybe_complete(struct dest *d)
 void
 dest_kid_waits(struct dest *root, struct dest *k)
 {
-	root->done_kids =
-		realloc(root->done_kids,
-			(root->ndone_kids + 1) * sizeof(*root->done_kids));
-	if (root->done_kids == NULL)
+	root->cm.done_kids = realloc(root->cm.done_kids,
+				     (root->cm.ndone_kids + 1) *
+					     sizeof(*root->cm.done_kids));
+	if (root->cm.done_kids == NULL)
 		fatal("children");
-	root->done_kids[root->ndone_kids++] = k;
+	root->cm.done_kids[root->cm.ndone_kids++] = k;
 	k->m->committing = 1;
 }
 
@@ -70,8 +70,8 @@ dest_kid_waits(struct dest *root, struct dest *k)
 void
 dest_done_kids_end(struct dest *d, const char *stopped_why)
 {
-	for (size_t i = 0; i < d->ndone_kids; i++) {
-		struct dest *k = d->done_kids[i];
+	for (size_t i = 0; i < d->cm.ndone_kids; i++) {
+		struct dest *k = d->cm.done_kids[i];
 
 		k->m->committing = 0;
 		if (stopped_why != NULL) {
@@ -84,7 +84,7 @@ dest_done_kids_end(struct dest *d, const char *stopped_why)
 		}
 		migration_release(k->m);
 	}
-	d->ndone_kids = 0;
+	d->cm.ndone_kids = 0;
 }
 
 /*
@@ -111,7 +111,7 @@ send_ack(struct dest *d)
 {
 	Uffdd__Commit a = UFFDD__COMMIT__INIT;
 
-	a.seq = d->commit_seq;
+	a.seq = d->cm.commit_seq;
 	conn_send(d->demand, FRAME_COMMIT_ACK, &a.base);
 }
 
@@ -124,13 +124,14 @@ send_ack(struct dest *d)
 void
 dest_commit(struct dest *d, const Uffdd__Commit *c)
 {
-	if (!d->complete_sent || d->precopy || d->m->state != MIG_RUNNING) {
+	if (!d->cm.complete_sent || d->held.precopy ||
+	    d->m->state != MIG_RUNNING) {
 		dest_lanes_down(d, "COMMIT before COMPLETE");
 		return;
 	}
-	d->committed = 1;
-	d->commit_seq = c->seq;
-	d->t_pause = 0; /* the echo's own deadline, from its lanes' loss */
+	d->cm.committed = 1;
+	d->cm.commit_seq = c->seq;
+	d->ln.t_pause = 0; /* the echo's own deadline, from its lanes' loss */
 	/* Forked after COMPLETE and still lacking pages: none will come. */
 	dest_fail_kids(d, "forked after every page had arrived, and lacked "
 			  "pages that no longer come");
@@ -145,7 +146,7 @@ dest_commit(struct dest *d, const Uffdd__Commit *c)
 	migration_set_state(d->m, MIG_COMPLETE);
 	dest_done_kids_end(d, NULL);
 	dest_release_target(d, 1);
-	d->released = 1;
+	d->cm.released = 1;
 	dest_persist_now(d);
 	log_info("migration %s complete: COMMIT %llu (%s checked by the "
 		 "source); target %d let go",

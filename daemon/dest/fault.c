@@ -152,10 +152,10 @@ static void
 add_waiter(struct dest *d, const struct dst_region *dr, uint64_t page,
 	   pid_t tid, int first)
 {
-	if (d->nwaiters < INFLIGHT_MAX) {
-		d->waiters[d->nwaiters++] = (struct waiter){
+	if (d->fr.nwaiters < INFLIGHT_MAX) {
+		d->fr.waiters[d->fr.nwaiters++] = (struct waiter){
 			dr->r.index, page, now_ns(), tid, first};
-		d->nrequests += first != 0;
+		d->fr.nrequests += first != 0;
 	} else {
 		metrics_fault(ROLE_DEST, 0);
 	}
@@ -167,9 +167,9 @@ dest_waiters_drop(struct dest *d)
 {
 	uint64_t t = now_ns();
 
-	for (size_t i = 0; i < d->nwaiters; i++)
-		metrics_fault(ROLE_DEST, t - d->waiters[i].t0);
-	d->nwaiters = d->nrequests = 0;
+	for (size_t i = 0; i < d->fr.nwaiters; i++)
+		metrics_fault(ROLE_DEST, t - d->fr.waiters[i].t0);
+	d->fr.nwaiters = d->fr.nrequests = 0;
 }
 
 /*
@@ -181,17 +181,17 @@ dest_settle(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 {
 	uint64_t t = now_ns();
 
-	for (size_t i = 0; i < d->nwaiters;) {
-		struct waiter *w = &d->waiters[i];
+	for (size_t i = 0; i < d->fr.nwaiters;) {
+		struct waiter *w = &d->fr.waiters[i];
 
 		if (w->reg == idx && w->page >= page && w->page < page + n) {
 			migration_blocked(d->m, w->tid, t - w->t0);
 			metrics_fault(ROLE_DEST, t - w->t0);
 			if (w->first) {
 				hist_add(&d->m->latency, t - w->t0);
-				d->nrequests--;
+				d->fr.nrequests--;
 			}
-			*w = d->waiters[--d->nwaiters];
+			*w = d->fr.waiters[--d->fr.nwaiters];
 			continue;
 		}
 		i++;
@@ -218,7 +218,7 @@ dest_request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	dest_run_hold_fault(d);
 	dest_bulk_hold(d);
 	/* The answer is due in microseconds; for one, nothing else moves. */
-	if (d->nrequests == 1)
+	if (d->fr.nrequests == 1)
 		loop_poll_now();
 	else
 		loop_poll();
@@ -228,10 +228,11 @@ dest_request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 static void
 zero_later(struct dest *d, uint64_t addr)
 {
-	d->zretry = realloc(d->zretry, (d->nzretry + 1) * sizeof(*d->zretry));
-	if (d->zretry == NULL)
+	d->fr.zretry = realloc(d->fr.zretry,
+			       (d->fr.nzretry + 1) * sizeof(*d->fr.zretry));
+	if (d->fr.zretry == NULL)
 		fatal("zero page retries");
-	d->zretry[d->nzretry++] = addr;
+	d->fr.zretry[d->fr.nzretry++] = addr;
 }
 
 /*
@@ -290,11 +291,11 @@ zero_outside(struct dest *d, uint64_t addr)
 static void
 zero_retry(struct dest *d)
 {
-	uint64_t *addrs = d->zretry, page;
-	size_t n = d->nzretry;
+	uint64_t *addrs = d->fr.zretry, page;
+	size_t n = d->fr.nzretry;
 
-	d->zretry = NULL;
-	d->nzretry = 0;
+	d->fr.zretry = NULL;
+	d->fr.nzretry = 0;
 	for (size_t i = 0; i < n && d->uffd >= 0; i++) {
 		struct dst_region *dr = locate(d, addrs[i], &page);
 
@@ -399,9 +400,9 @@ handle_msg(struct dest *d, const struct uffd_msg *msg)
 static void
 uffd_read_failed(struct dest *d)
 {
-	if (errno == EAGAIN || d->read_err)
+	if (errno == EAGAIN || d->fr.read_err)
 		return;
-	d->read_err = 1;
+	d->fr.read_err = 1;
 	log_warn("migration %s: reading the userfaultfd", log_id(d->m->id));
 }
 
@@ -424,12 +425,14 @@ dest_drain_uffd(void *arg)
 		if (r < 0)
 			continue; /* EINTR */
 		n = (size_t)r / sizeof(msgs[0]);
-		d->backlog = realloc(d->backlog,
-				     (d->nbacklog + n) * sizeof(*d->backlog));
-		if (d->backlog == NULL)
+		d->fr.backlog =
+			realloc(d->fr.backlog,
+				(d->fr.nbacklog + n) * sizeof(*d->fr.backlog));
+		if (d->fr.backlog == NULL)
 			fatal("uffd messages");
-		memcpy(d->backlog + d->nbacklog, msgs, n * sizeof(msgs[0]));
-		d->nbacklog += n;
+		memcpy(d->fr.backlog + d->fr.nbacklog, msgs,
+		       n * sizeof(msgs[0]));
+		d->fr.nbacklog += n;
 	}
 	if (r < 0)
 		uffd_read_failed(d);
@@ -446,12 +449,12 @@ dest_read_faults(struct dest *d)
 	struct uffd_msg msgs[64];
 
 	/* First what an injection's wait read, in the order it came. */
-	if (d->nbacklog) {
-		struct uffd_msg *q = d->backlog;
-		size_t n = d->nbacklog;
+	if (d->fr.nbacklog) {
+		struct uffd_msg *q = d->fr.backlog;
+		size_t n = d->fr.nbacklog;
 
-		d->backlog = NULL;
-		d->nbacklog = 0;
+		d->fr.backlog = NULL;
+		d->fr.nbacklog = 0;
 		for (size_t i = 0; i < n; i++)
 			handle_msg(d, &q[i]);
 		free(q);
@@ -472,7 +475,7 @@ dest_read_faults(struct dest *d)
 		if ((size_t)r < sizeof(msgs))
 			break; /* a short read took every pending message */
 	}
-	if (d->nzretry)
+	if (d->fr.nzretry)
 		zero_retry(d);
 	if (d->demand)
 		conn_flush(d->demand);
@@ -489,8 +492,8 @@ fault_cb(evutil_socket_t fd, short ev, void *arg)
 void
 dest_fault_watch(struct dest *d)
 {
-	d->uffd_ev =
+	d->fr.uffd_ev =
 		event_new(base, d->uffd, EV_READ | EV_PERSIST, fault_cb, d);
-	event_priority_set(d->uffd_ev, PRIO_FAULT);
-	event_add(d->uffd_ev, NULL);
+	event_priority_set(d->fr.uffd_ev, PRIO_FAULT);
+	event_add(d->fr.uffd_ev, NULL);
 }

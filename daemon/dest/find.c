@@ -27,8 +27,9 @@
 static int
 seen_has(const struct dest *root, pid_t pid, unsigned long long start)
 {
-	for (size_t i = 0; i < root->nseen; i++)
-		if (root->seen[i].pid == pid && root->seen[i].start == start)
+	for (size_t i = 0; i < root->kin.nseen; i++)
+		if (root->kin.seen[i].pid == pid &&
+		    root->kin.seen[i].start == start)
 			return 1;
 	return 0;
 }
@@ -39,12 +40,12 @@ seen_add(struct dest *root, pid_t pid, unsigned long long start)
 {
 	if (seen_has(root, pid, start))
 		return;
-	root->seen =
-		realloc(root->seen, (root->nseen + 1) * sizeof(*root->seen));
-	if (root->seen == NULL)
+	root->kin.seen = realloc(root->kin.seen, (root->kin.nseen +
+						  1) * sizeof(*root->kin.seen));
+	if (root->kin.seen == NULL)
 		fatal("children");
-	root->seen[root->nseen].pid = pid;
-	root->seen[root->nseen++].start = start;
+	root->kin.seen[root->kin.nseen].pid = pid;
+	root->kin.seen[root->kin.nseen++].start = start;
 }
 
 /*
@@ -110,7 +111,8 @@ dest_claim_child(pid_t parent, struct dest *root, int mark)
 void
 dest_child_open(struct dest *k, pid_t pid)
 {
-	uint64_t parent = k->parent_pid > 0 ? procfile_grant(k->parent_pid) : 0;
+	uint64_t parent =
+		k->kin.parent_pid > 0 ? procfile_grant(k->kin.parent_pid) : 0;
 	char err[128];
 	int rc;
 
@@ -122,7 +124,7 @@ dest_child_open(struct dest *k, pid_t pid)
 	 * has no parent to vouch for it: still opened here.
 	 */
 	if (parent != 0 && privop_available() &&
-	    !dest_proc_gone(k->parent_pid)) {
+	    !dest_proc_gone(k->kin.parent_pid)) {
 		if ((rc = procref_child(&k->t, parent, pid)) < 0)
 			log_warnx("migration %s: forked process %d: %s",
 				  log_id(k->root->m->id), (int)pid,
@@ -254,8 +256,8 @@ dest_claim_orphan(struct dest *k)
 		pid_t pid = (pid_t)atoi(e->d_name);
 		unsigned long long st = pid > 1 ? proc_start(pid) : 0;
 
-		if (st == 0 || st + hz < k->fork_ticks || proc_known(pid, st) ||
-		    (best && st >= best_start) ||
+		if (st == 0 || st + hz < k->kin.fork_ticks ||
+		    proc_known(pid, st) || (best && st >= best_start) ||
 		    !uffd_mapped(pid, dest_page_addr(dr, 0)) ||
 		    !may_claim(k->root, pid, st))
 			continue;

@@ -87,16 +87,16 @@ hold_here(struct dest *d, struct inject *inj, char *err, size_t errlen)
 	if (inject_restore(inj) < 0) {
 		snprintf(err, errlen, "holding process %d: %s", (int)d->m->pid,
 			 strerror(errno));
-		close(d->memfd);
+		close(d->held.memfd);
 		return -1;
 	}
-	for (size_t i = 0; d->precopy && i < inj->ntids; i++)
+	for (size_t i = 0; d->held.precopy && i < inj->ntids; i++)
 		if (ptrace(PTRACE_SETOPTIONS, inj->tids[i], 0,
 			   PTRACE_O_EXITKILL) < 0)
 			log_warn("migration %s: PTRACE_O_EXITKILL on %d",
 				 log_id(d->m->id), (int)inj->tids[i]);
-	d->hold = xmalloc(sizeof(*d->hold));
-	*d->hold = *inj;
+	d->held.hold = xmalloc(sizeof(*d->held.hold));
+	*d->held.hold = *inj;
 	return 0;
 }
 
@@ -107,7 +107,7 @@ hold_here(struct dest *d, struct inject *inj, char *err, size_t errlen)
 int
 dest_hold_target(struct dest *d, struct inject *inj, char *err, size_t errlen)
 {
-	if ((d->memfd = procfile_mem_rw(d->m->pid)) < 0) {
+	if ((d->held.memfd = procfile_mem_rw(d->m->pid)) < 0) {
 		snprintf(err, errlen, "/proc/%d/mem: %s", (int)d->m->pid,
 			 strerror(errno));
 		return -1;
@@ -120,17 +120,18 @@ dest_hold_target(struct dest *d, struct inject *inj, char *err, size_t errlen)
 	 */
 	if (inj == NULL) {
 		if (dest_grant_end(d, PRIVOP_DEST_HOLD, err, errlen) < 0) {
-			close(d->memfd);
+			close(d->held.memfd);
 			return -1;
 		}
-		d->hold = xcalloc(1, sizeof(*d->hold));
+		d->held.hold = xcalloc(1, sizeof(*d->held.hold));
 	} else if (hold_here(d, inj, err, errlen) < 0) {
 		return -1;
 	}
 	log_info("process %d held until %s", (int)d->m->pid,
-		 d->precopy ? "the pre-copy's switchover"
-			    : "the pages it wrote in private file mappings are "
-			      "in");
+		 d->held.precopy
+			 ? "the pre-copy's switchover"
+			 : "the pages it wrote in private file mappings are "
+			   "in");
 	return 0;
 }
 
@@ -144,7 +145,7 @@ dest_release_held(struct dest *d)
 {
 	uint64_t missing;
 
-	if (d->hold == NULL)
+	if (d->held.hold == NULL)
 		return;
 	missing = dest_private_missing(d);
 	if (missing > 0 && procref_signal(&d->t, SIGSTOP) == 0)
@@ -157,9 +158,9 @@ dest_release_held(struct dest *d)
 	 * copy of the uffd goes while it is held (a stopped process gets no
 	 * injection), so that nothing of the migration stays in it.
 	 */
-	if (d->precopy && d->target_fd >= 0 && dest_by_grant(d)) {
+	if (d->held.precopy && d->target_fd >= 0 && dest_by_grant(d)) {
 		dest_grant_close(d); /* through the hold, as below */
-	} else if (d->precopy && d->target_fd >= 0) {
+	} else if (d->held.precopy && d->target_fd >= 0) {
 		long rc = -EINTR;
 
 		/*
@@ -168,7 +169,7 @@ dest_release_held(struct dest *d)
 		 * is stopped for good after this anyway.
 		 */
 		for (int i = 0; i < 3 && rc == -EINTR; i++)
-			rc = inject_syscall(d->hold, SYS_close,
+			rc = inject_syscall(d->held.hold, SYS_close,
 					    (unsigned long)d->target_fd, 0, 0,
 					    0, 0, 0);
 		if (rc < 0)
@@ -177,17 +178,17 @@ dest_release_held(struct dest *d)
 				  (int)d->m->pid, strerror((int)-rc));
 		d->target_fd = -1;
 	}
-	if (d->precopy && procref_signal(&d->t, SIGSTOP) == 0) {
+	if (d->held.precopy && procref_signal(&d->t, SIGSTOP) == 0) {
 		log_warnx("migration %s: process %d left stopped: the "
 			  "pre-copy ended before its switchover",
 			  log_id(d->m->id), (int)d->m->pid);
 		missing = 1;
 	}
-	dest_let_go(d, d->hold);
-	free(d->hold);
-	d->hold = NULL;
-	close(d->memfd);
-	d->memfd = -1;
+	dest_let_go(d, d->held.hold);
+	free(d->held.hold);
+	d->held.hold = NULL;
+	close(d->held.memfd);
+	d->held.memfd = -1;
 	if (missing == 0) {
 		log_info("migration %s: %s; process %d runs", log_id(d->m->id),
 			 d->m->precopy_rounds ? "switchover"
@@ -221,8 +222,8 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 		if (!pd->zero) {
 			dest_frame_pages(d, v, nv, (p - pd->page) * ps, ps, 1,
 					 &src);
-			if (d->hold == NULL ||
-			    pwrite(d->memfd, src, ps,
+			if (d->held.hold == NULL ||
+			    pwrite(d->held.memfd, src, ps,
 				   (off_t)dest_page_addr(dr, p)) !=
 				    (ssize_t)ps) {
 				dest_fail(d,
@@ -231,8 +232,8 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 					  (unsigned long long)dest_page_addr(dr,
 									     p),
 					  (int)d->m->pid,
-					  d->hold ? strerror(errno)
-						  : "target not held");
+					  d->held.hold ? strerror(errno)
+						       : "target not held");
 				return -1;
 			}
 			if (pd->demand)
@@ -244,7 +245,7 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 		}
 		pagestate_set(&dr->ps, p, PAGE_PRESENT);
 	}
-	if (d->hold && dest_private_missing(d) == 0 && !d->precopy)
+	if (d->held.hold && dest_private_missing(d) == 0 && !d->held.precopy)
 		dest_release_held(d);
 	d->m->pages_present = dest_present_total(d);
 	return 0;

@@ -208,10 +208,11 @@ dest_frame_pages(struct dest *d, const struct evbuffer_iovec *v, int nv,
 
 		if (l > ps - got)
 			l = ps - got;
-		memcpy(d->buf + got, (const uint8_t *)v[i].iov_base + from, l);
+		memcpy(d->in.buf + got, (const uint8_t *)v[i].iov_base + from,
+		       l);
 		got += l;
 	}
-	*src = d->buf;
+	*src = d->in.buf;
 	return 1;
 }
 
@@ -378,7 +379,7 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 		follow_root(t, root, dr, pd);
 	else if (dest_install_missing(t, root, dr, pd, v, nv) < 0)
 		return -1;
-	if (t->nwaiters)
+	if (t->fr.nwaiters)
 		dest_settle(t, pd->region, pd->page, pd->npages);
 	t->m->pages_present = dest_present_total(t);
 	return 0;
@@ -392,12 +393,12 @@ static void
 page_done(struct dest *d, const Uffdd__PageData *pd,
 	  const struct evbuffer_iovec *v, int nv)
 {
-	for (size_t i = 0; i < d->nkids;) {
-		struct dest *k = d->kids[i];
+	for (size_t i = 0; i < d->kin.nkids;) {
+		struct dest *k = d->kin.kids[i];
 
 		if (install_frame(k, d, pd, v, nv) < 0) {
 			/* Gone (dest_child_done() ran) or failed: off. */
-			if (i < d->nkids && d->kids[i] == k)
+			if (i < d->kin.nkids && d->kin.kids[i] == k)
 				dest_child_done(k);
 			continue;
 		}
@@ -434,12 +435,12 @@ void
 dest_bulk_hold(struct dest *d)
 {
 	int rec = (d->m->ws != NULL && !migration_ws_closed(d->m)) ||
-		  d->run_hold == 1;
+		  d->bh.run_hold == 1;
 
 	if (d->bulk)
-		conn_pause(d->bulk, d->nrequests == 1 || rec);
-	if (d->pending && d->nrequests != 1)
-		event_active(d->piece_ev, EV_TIMEOUT, 0);
+		conn_pause(d->bulk, d->fr.nrequests == 1 || rec);
+	if (d->in.pending && d->fr.nrequests != 1)
+		event_active(d->in.piece_ev, EV_TIMEOUT, 0);
 }
 
 /* The recording's end, checked every 100 ms: the bulk lane goes on. */
@@ -450,7 +451,7 @@ ws_cb(evutil_socket_t fd, short ev, void *arg)
 
 	if (!migration_ws_closed(d->m))
 		return;
-	event_del(d->ws_ev);
+	event_del(d->bh.ws_ev);
 	dest_bulk_hold(d);
 }
 
@@ -464,17 +465,17 @@ dest_ws_watch(struct dest *d)
 {
 	struct timeval tv = {0, 100 * 1000};
 
-	d->ws_ev = event_new(base, -1, EV_PERSIST, ws_cb, d);
-	if (d->ws_ev == NULL)
+	d->bh.ws_ev = event_new(base, -1, EV_PERSIST, ws_cb, d);
+	if (d->bh.ws_ev == NULL)
 		fatal("working-set timer");
-	event_add(d->ws_ev, &tv);
+	event_add(d->bh.ws_ev, &tv);
 }
 
 /* No bulk frame is pending: the bulk lane hands frames again. */
 static void
 pieces_stop(struct dest *d)
 {
-	d->pending = 0;
+	d->in.pending = 0;
 	if (d->bulk)
 		conn_stall(d->bulk, 0);
 }
@@ -490,9 +491,10 @@ pieces_stop(struct dest *d)
 static void
 bulk_pieces(struct dest *d)
 {
-	while (d->pending) {
-		struct dst_region *dr = dest_region_by_index(d, d->pend.region);
-		Uffdd__PageData sub = d->pend;
+	while (d->in.pending) {
+		struct dst_region *dr =
+			dest_region_by_index(d, d->in.pend.region);
+		Uffdd__PageData sub = d->in.pend;
 		struct evbuffer_iovec v;
 		uint64_t ps, piece;
 
@@ -501,7 +503,7 @@ bulk_pieces(struct dest *d)
 			pieces_stop(d); /* send_holdings() will say */
 			return;
 		}
-		if (d->nrequests == 1)
+		if (d->fr.nrequests == 1)
 			return; /* dest_bulk_hold() lets it go on */
 		ps = dr->r.page_size;
 		/*
@@ -512,30 +514,31 @@ bulk_pieces(struct dest *d)
 		 */
 		piece = DEMAND_STEP_BYTES / ps ? DEMAND_STEP_BYTES / ps : 1;
 		if (!loop_demand_recent())
-			piece = d->pend.npages;
-		sub.page += d->pdone;
-		sub.npages = (uint32_t)(d->pend.npages - d->pdone < piece
-						? d->pend.npages - d->pdone
-						: piece);
-		v.iov_base = d->pbuf + d->pdone * ps;
+			piece = d->in.pend.npages;
+		sub.page += d->in.pdone;
+		sub.npages =
+			(uint32_t)(d->in.pend.npages - d->in.pdone < piece
+					   ? d->in.pend.npages - d->in.pdone
+					   : piece);
+		v.iov_base = d->in.pbuf + d->in.pdone * ps;
 		v.iov_len = sub.npages * ps;
-		d->pdone += sub.npages;
+		d->in.pdone += sub.npages;
 		if (install_frame(d, d, &sub, &v, 1) < 0 && !root_went(d)) {
 			pieces_stop(
 				d); /* as dest_page_data() gives up a frame */
 			return;
 		}
-		if (d->pdone == d->pend.npages || d->gone) {
-			v.iov_base = d->pbuf;
-			v.iov_len = d->pend.npages * ps;
+		if (d->in.pdone == d->in.pend.npages || d->gone) {
+			v.iov_base = d->in.pbuf;
+			v.iov_len = d->in.pend.npages * ps;
 			pieces_stop(d);
-			page_done(d, &d->pend, &v, 1);
+			page_done(d, &d->in.pend, &v, 1);
 			return;
 		}
 		dest_read_faults(d);
-		if (d->nrequests > 0 && d->nrequests != 1) {
+		if (d->fr.nrequests > 0 && d->fr.nrequests != 1) {
 			/* Several wait: their answers first, then on. */
-			event_active(d->piece_ev, EV_TIMEOUT, 0);
+			event_active(d->in.piece_ev, EV_TIMEOUT, 0);
 			return;
 		}
 	}
@@ -594,22 +597,22 @@ static void
 bulk_take(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	  const Uffdd__PageData *pd)
 {
-	if (d->pbuf == NULL) {
-		if (posix_memalign((void **)&d->pbuf, 4096, FRAME_DATA_MAX) !=
-		    0)
+	if (d->in.pbuf == NULL) {
+		if (posix_memalign((void **)&d->in.pbuf, 4096,
+				   FRAME_DATA_MAX) != 0)
 			fatal("page buffer");
-		d->piece_ev = event_new(base, -1, 0, piece_cb, d);
-		if (d->piece_ev == NULL)
+		d->in.piece_ev = event_new(base, -1, 0, piece_cb, d);
+		if (d->in.piece_ev == NULL)
 			fatalx("event_new");
-		event_priority_set(d->piece_ev, PRIO_BULK);
+		event_priority_set(d->in.piece_ev, PRIO_BULK);
 	}
 	/*
 	 * The lane's next frames are read from the socket straight into
 	 * d->pbuf (the conn is stalled while we hold it): the take below
 	 * then copies nothing (8-10% of the destination's CPU per GiB).
 	 */
-	conn_set_sink(c, FRAME_PAGE_DATA, d->pbuf, FRAME_DATA_MAX);
-	if (conn_take_data(c, d->pbuf, h->data_len) < 0) {
+	conn_set_sink(c, FRAME_PAGE_DATA, d->in.pbuf, FRAME_DATA_MAX);
+	if (conn_take_data(c, d->in.pbuf, h->data_len) < 0) {
 		dest_lanes_down(d, "short PAGE_DATA");
 		return;
 	}
@@ -618,12 +621,12 @@ bulk_take(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	conn_set_io_max(c, loop_demand_recent() ? DEMAND_STEP_BYTES : 0);
 	loop_bulk();
 	/* The fields alone: msg and what it points to go after us. */
-	d->pend = (Uffdd__PageData)UFFDD__PAGE_DATA__INIT;
-	d->pend.region = pd->region;
-	d->pend.page = pd->page;
-	d->pend.npages = pd->npages;
-	d->pdone = 0;
-	d->pending = 1;
+	d->in.pend = (Uffdd__PageData)UFFDD__PAGE_DATA__INIT;
+	d->in.pend.region = pd->region;
+	d->in.pend.page = pd->page;
+	d->in.pend.npages = pd->npages;
+	d->in.pdone = 0;
+	d->in.pending = 1;
 	conn_stall(c, 1);
 	bulk_pieces(d);
 }
@@ -642,7 +645,7 @@ dest_page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 
 	if (!frame_fits(d, c, h, pd, dr))
 		return;
-	if (d->precopy) {
+	if (d->held.precopy) {
 		dest_precopy_data(d, c, h, pd, dr);
 		return;
 	}
@@ -659,11 +662,11 @@ dest_page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		return;
 	}
 	if (h->data_len) {
-		if (conn_take_data(c, d->buf, h->data_len) < 0) {
+		if (conn_take_data(c, d->in.buf, h->data_len) < 0) {
 			dest_lanes_down(d, "short PAGE_DATA");
 			return;
 		}
-		v[0].iov_base = d->buf;
+		v[0].iov_base = d->in.buf;
 		v[0].iov_len = h->data_len;
 		nv = 1;
 	}

@@ -87,10 +87,167 @@ struct waiter {
 };
 
 /*
+ * What the control client asked of an attach (attach.c), and whom to
+ * answer: the ranges and the --map pairs.
+ */
+struct dest_request {
+	uint64_t serial;
+	struct range *ranges;
+	size_t nranges;
+	struct range *maps; /* attach --map: start = source's, end = ours */
+	char (*map_names)[REGION_NAME_MAX]; /* or the source's name, if set */
+	size_t nmaps;
+};
+
+/* fault.c: what the uffd says, and the threads waiting. */
+struct dest_faults {
+	struct event *uffd_ev;
+	struct waiter *waiters;
+	size_t nwaiters;
+	size_t nrequests; /* waiters that sent their page's request */
+	/*
+	 * Faults answered with a zero page that the kernel refused (EAGAIN:
+	 * an event was pending): the fault is read, so nothing else would
+	 * wake the thread. Tried again once dest_read_faults() has read the
+	 * event.
+	 */
+	uint64_t *zretry;
+	size_t nzretry;
+	/*
+	 * Messages read from the uffd while an injection waited for a thread
+	 * to stop (dest_drain_uffd()), handled by the next dest_read_faults().
+	 */
+	struct uffd_msg *backlog;
+	size_t nbacklog;
+	int read_err; /* a failed read of the uffd was logged */
+};
+
+/*
+ * commit.c: completion is a commit. complete_sent: COMPLETE went on this
+ * demand lane, and the target runs waiting for COMMIT (sent again after a
+ * resume); committed: COMMIT commit_seq was acted on, persisted first, and
+ * the ACK's echo is awaited (the state file stays until then); released:
+ * the target was let go after it. In the root, done_kids: forked children
+ * that hold every page, waiting for the root's COMMIT (stopped if it
+ * fails).
+ */
+struct dest_commit {
+	int complete_sent, committed, released;
+	uint64_t commit_seq;
+	struct dest **done_kids;
+	size_t ndone_kids;
+};
+
+/* lanes.c: the lanes' reconnection, and how the bulk lane is opened. */
+struct dest_lanes {
+	/*
+	 * Why the source refused our resume (another protocol version): the
+	 * pause deadline fails with it rather than with "unreachable".
+	 */
+	char refused[512];
+	int bulk_opened;  /* logged that we open this bulk lane's records */
+	int resuming;	  /* the demand lane is in a resume handshake */
+	uint64_t t_pause; /* ns: when the lanes went down */
+	int backoff_ms;
+	struct event *retry_ev;
+	/*
+	 * attach --wait-export: how long an attach waits for a source that
+	 * does not know its ID yet (seconds, from the attach); 0: not at all.
+	 */
+	uint32_t export_wait;
+	struct event *bulk_delay; /* UFFDD_BENCH_BULK_DELAY_MS */
+};
+
+/* install.c: a frame's bytes, and a bulk frame installed in pieces. */
+struct dest_install {
+	uint8_t *buf;
+	/*
+	 * A bulk frame being installed in pieces (bulk_pieces()): its pages
+	 * [pend.page + pdone, pend.page + pend.npages) are still to go in,
+	 * from pbuf + pdone pages; the bulk lane hands no frame meanwhile.
+	 */
+	Uffdd__PageData pend;
+	uint64_t pdone;
+	int pending;
+	uint8_t *pbuf;
+	struct event *piece_ev;
+};
+
+/*
+ * The bulk lane held. attach --record-working-set: while the recording
+ * runs the bulk lane is held (dest_bulk_hold()), so that every page the
+ * target touches is a fault, recorded; ws_ev ends the hold when the
+ * recording's time is up. runhold.c (AttachRequest.hold_bulk): run_hold
+ * is 1 while the bulk lane is held until the target runs, 2 once
+ * released; run_hold_ev releases it BULK_HOLD_SECS after the first fault
+ * if no RELEASE came.
+ */
+struct dest_bulk_hold {
+	struct event *ws_ev;
+	int run_hold;
+	int src_holds; /* the source said FEATURE_BULK_HOLD back */
+	struct event *run_hold_ev;
+};
+
+/*
+ * hold.c: private file mappings cannot be registered (userfaultfd has no
+ * MISSING mode for a regular file mapped privately), so nothing would stop
+ * a thread from reading the file's stale page where the source had written
+ * its own. Every thread stays in ptrace-stop (the attach injection is kept
+ * open) until each such page is written through /proc/PID/mem (memfd);
+ * dest_release_held() lets them go.
+ */
+struct dest_held {
+	struct inject *hold;
+	int memfd;
+	/*
+	 * precopy.c: the source pre-copies (its HELLO said so). The target
+	 * is held as above until SWITCHOVER; until then a page sent again
+	 * replaces the copy installed before (through memfd).
+	 */
+	int precopy;
+};
+
+/*
+ * children.c: forked children of the target (UFFD_EVENT_FORK): each is a
+ * dest of its own (its uffd, page map, move table, migration record) that
+ * shares the root's lanes; the root completes when they all have.
+ */
+struct dest_kin {
+	struct dest **kids; /* in the root */
+	size_t nkids;
+	struct event *find_ev; /* a child whose pid was not known yet */
+	pid_t parent_pid;      /* a child's parent, to find it by */
+	int find_tries;
+	unsigned long long fork_ticks; /* when its fork event came */
+	/*
+	 * find.c, in the root: the processes no fork event may be matched
+	 * with, by pid and start time (a pid is reused): children the target
+	 * had when we attached or restored, and every child matched since.
+	 */
+	struct proc_id {
+		pid_t pid;
+		unsigned long long start;
+	} * seen;
+	size_t nseen;
+};
+
+/* persist.c, in the root: its state file. */
+struct dest_persist {
+	int saved; /* the state file on disk is up to date */
+	/* m->pid's start time (proc.h), taken at the first save. */
+	unsigned long long start;
+	int dirty;	       /* changed since the file was written */
+	struct event *save_ev; /* writes it once the callback returns */
+};
+
+/*
  * One destination migration: the root, into the process attached to, or
- * one of the processes it forked (a child). Its fields are grouped by the
- * part whose concern they are, named above each group; the parts that make
- * a destination (attach.c, children.c, restore.c) fill them in.
+ * one of the processes it forked (a child). What every part reads is
+ * here; what one part keeps for itself is in that part's struct, named
+ * above each (so a part's state reads as a whole, and the struct stays
+ * small enough to hold in the head). The parts that make a destination
+ * (attach.c, children.c, restore.c) fill them in.
  */
 struct dest {
 	/* lifecycle.c: the record, and whom and what it is for. */
@@ -117,14 +274,9 @@ struct dest {
 	 */
 	int gone;
 	struct event *exit_ev;
+	struct dest *root; /* set in a child (children.c) */
 
-	/* attach.c: the control client awaiting the reply, what it asked. */
-	uint64_t serial;
-	struct range *ranges;
-	size_t nranges;
-	struct range *maps; /* attach --map: start = source's, end = ours */
-	char (*map_names)[REGION_NAME_MAX]; /* or the source's name, if set */
-	size_t nmaps;
+	struct dest_request req;
 
 	/*
 	 * The migrated regions and their pages' states: regions.c says where
@@ -144,136 +296,17 @@ struct dest {
 	int have_poison; /* UFFDIO_POISON offered on every region */
 	int hints;	 /* ACCESS_LIKELY negotiated on this uffd */
 
-	/* fault.c: what the uffd says, and the threads waiting. */
-	struct event *uffd_ev;
-	struct waiter *waiters;
-	size_t nwaiters;
-	size_t nrequests; /* waiters that sent their page's request */
-	/*
-	 * Faults answered with a zero page that the kernel refused (EAGAIN:
-	 * an event was pending): the fault is read, so nothing else would
-	 * wake the thread. Tried again once dest_read_faults() has read the
-	 * event.
-	 */
-	uint64_t *zretry;
-	size_t nzretry;
-	/*
-	 * Messages read from the uffd while an injection waited for a thread
-	 * to stop (dest_drain_uffd()), handled by the next dest_read_faults().
-	 */
-	struct uffd_msg *backlog;
-	size_t nbacklog;
-	int read_err; /* a failed read of the uffd was logged */
-
-	/*
-	 * commit.c: completion is a commit. complete_sent: COMPLETE went on
-	 * this demand lane, and the target runs waiting for COMMIT (sent
-	 * again after a resume); committed: COMMIT commit_seq was acted on,
-	 * persisted first, and the ACK's echo is awaited (the state file
-	 * stays until then); released: the target was let go after it. In
-	 * the root, done_kids: forked children that hold every page, waiting
-	 * for the root's COMMIT (stopped if it fails).
-	 */
-	int complete_sent, committed, released;
-	uint64_t commit_seq;
-	struct dest **done_kids;
-	size_t ndone_kids;
-
 	/* lanes.c: the two lanes to the source, and their reconnection. */
 	struct conn *demand, *bulk;
-	/*
-	 * Why the source refused our resume (another protocol version): the
-	 * pause deadline fails with it rather than with "unreachable".
-	 */
-	char refused[512];
-	int bulk_opened;  /* logged that we open this bulk lane's records */
-	int resuming;	  /* the demand lane is in a resume handshake */
-	uint64_t t_pause; /* ns: when the lanes went down */
-	int backoff_ms;
-	struct event *retry_ev;
-	/*
-	 * attach --wait-export: how long an attach waits for a source that
-	 * does not know its ID yet (seconds, from the attach); 0: not at all.
-	 */
-	uint32_t export_wait;
-	struct event *bulk_delay; /* UFFDD_BENCH_BULK_DELAY_MS */
+	struct dest_lanes ln;
 
-	/* install.c: a frame's bytes, and a bulk frame installed in pieces. */
-	uint8_t *buf;
-	/*
-	 * A bulk frame being installed in pieces (bulk_pieces()): its pages
-	 * [pend.page + pdone, pend.page + pend.npages) are still to go in,
-	 * from pbuf + pdone pages; the bulk lane hands no frame meanwhile.
-	 */
-	Uffdd__PageData pend;
-	uint64_t pdone;
-	int pending;
-	uint8_t *pbuf;
-	struct event *piece_ev;
-	/*
-	 * attach --record-working-set: while the recording runs the bulk
-	 * lane is held (dest_bulk_hold()), so that every page the target
-	 * touches is a fault, recorded; ws_ev ends the hold when the
-	 * recording's time is up.
-	 */
-	struct event *ws_ev;
-	/*
-	 * runhold.c (AttachRequest.hold_bulk): 1 while the bulk lane is held
-	 * until the target runs, 2 once released; run_hold_ev releases it
-	 * BULK_HOLD_SECS after the first fault if no RELEASE came.
-	 */
-	int run_hold;
-	int src_holds; /* the source said FEATURE_BULK_HOLD back */
-	struct event *run_hold_ev;
-
-	/*
-	 * hold.c: private file mappings cannot be registered (userfaultfd has
-	 * no MISSING mode for a regular file mapped privately), so nothing
-	 * would stop a thread from reading the file's stale page where the
-	 * source had written its own. Every thread stays in ptrace-stop (the
-	 * attach injection is kept open) until each such page is written
-	 * through /proc/PID/mem (memfd); dest_release_held() lets them go.
-	 */
-	struct inject *hold;
-	int memfd;
-	/*
-	 * precopy.c: the source pre-copies (its HELLO said so). The target
-	 * is held as above until SWITCHOVER; until then a page sent again
-	 * replaces the copy installed before (through memfd).
-	 */
-	int precopy;
-
-	/*
-	 * children.c: forked children of the target (UFFD_EVENT_FORK): each
-	 * is a dest of its own (its uffd, page map, move table, migration
-	 * record) that shares the root's lanes; the root completes when they
-	 * all have.
-	 */
-	struct dest *root;  /* set in a child */
-	struct dest **kids; /* in the root */
-	size_t nkids;
-	struct event *find_ev; /* a child whose pid was not known yet */
-	pid_t parent_pid;      /* a child's parent, to find it by */
-	int find_tries;
-	unsigned long long fork_ticks; /* when its fork event came */
-
-	/*
-	 * find.c, in the root: the processes no fork event may be matched
-	 * with, by pid and start time (a pid is reused): children the target
-	 * had when we attached or restored, and every child matched since.
-	 */
-	struct proc_id {
-		pid_t pid;
-		unsigned long long start;
-	} * seen;
-	size_t nseen;
-
-	/* persist.c, in the root: its state file. */
-	int saved; /* the state file on disk is up to date */
-	/* m->pid's start time (proc.h), taken at the first save. */
-	unsigned long long start;
-	int dirty;	       /* changed since the file was written */
-	struct event *save_ev; /* writes it once the callback returns */
+	struct dest_faults fr;
+	struct dest_install in;
+	struct dest_bulk_hold bh;
+	struct dest_held held;
+	struct dest_commit cm;
+	struct dest_kin kin;
+	struct dest_persist ps;
 };
 
 /* lifecycle.c */

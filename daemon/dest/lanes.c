@@ -44,8 +44,9 @@
 static int
 kids_have(const struct dest *d, uint32_t idx, uint64_t page)
 {
-	for (size_t k = 0; k < d->nkids; k++) {
-		struct dst_region *kr = dest_region_by_index(d->kids[k], idx);
+	for (size_t k = 0; k < d->kin.nkids; k++) {
+		struct dst_region *kr =
+			dest_region_by_index(d->kin.kids[k], idx);
 
 		if (kr && page < kr->npages &&
 		    pagestate_get(&kr->ps, page) < PAGE_PRESENT)
@@ -118,8 +119,8 @@ rerequest(struct dest *d)
 {
 	struct conn *lane = d->root ? d->root->demand : d->demand;
 
-	for (size_t k = 0; k < d->nkids; k++)
-		rerequest(d->kids[k]);
+	for (size_t k = 0; k < d->kin.nkids; k++)
+		rerequest(d->kin.kids[k]);
 	for (size_t i = 0; i < d->nregs; i++) {
 		struct dst_region *dr = &d->regs[i];
 
@@ -145,7 +146,7 @@ rerequest(struct dest *d)
 static void
 deadline(struct dest *d)
 {
-	if (d->committed) {
+	if (d->cm.committed) {
 		log_warnx("migration %s: source %s unreachable for %d s after "
 			  "the COMMIT: its acknowledgement was not delivered, "
 			  "and the source may hold its process stopped",
@@ -157,9 +158,9 @@ deadline(struct dest *d)
 			       "vouched for them (no COMMIT within "
 			       "pause-deadline, %d s%s%s)",
 			       d->from, conf.pause_deadline,
-			       d->refused[0] ? ": " : "", d->refused);
-	} else if (d->refused[0]) {
-		dest_fail(d, "%s (for pause-deadline, %d s)", d->refused,
+			       d->ln.refused[0] ? ": " : "", d->ln.refused);
+	} else if (d->ln.refused[0]) {
+		dest_fail(d, "%s (for pause-deadline, %d s)", d->ln.refused,
 			  conf.pause_deadline);
 	} else {
 		dest_fail(d, "source %s unreachable for %d s (pause deadline)",
@@ -184,14 +185,14 @@ retry_cb(evutil_socket_t fd, short ev, void *arg)
 		return;
 	}
 	if (d->m->state == MIG_RUNNING && d->demand && d->bulk == NULL &&
-	    !d->complete_sent) {
+	    !d->cm.complete_sent) {
 		if (dest_open_bulk(d) < 0)
 			dest_schedule_retry(d);
 		return;
 	}
-	if ((d->m->state != MIG_PAUSED && !d->committed) || d->demand)
+	if ((d->m->state != MIG_PAUSED && !d->cm.committed) || d->demand)
 		return;
-	if (now_ns() - d->t_pause >
+	if (now_ns() - d->ln.t_pause >
 	    (uint64_t)conf.pause_deadline * 1000000000ULL) {
 		deadline(d);
 		return;
@@ -210,15 +211,16 @@ dest_schedule_retry(struct dest *d)
 {
 	struct timeval tv;
 
-	if (d->retry_ev == NULL)
-		d->retry_ev = evtimer_new(base, retry_cb, d);
+	if (d->ln.retry_ev == NULL)
+		d->ln.retry_ev = evtimer_new(base, retry_cb, d);
 
-	d->backoff_ms = d->backoff_ms ? d->backoff_ms * 2 : BACKOFF_MIN_MS;
-	if (d->backoff_ms > BACKOFF_MAX_MS)
-		d->backoff_ms = BACKOFF_MAX_MS;
-	tv.tv_sec = d->backoff_ms / 1000;
-	tv.tv_usec = (d->backoff_ms % 1000) * 1000;
-	evtimer_add(d->retry_ev, &tv);
+	d->ln.backoff_ms =
+		d->ln.backoff_ms ? d->ln.backoff_ms * 2 : BACKOFF_MIN_MS;
+	if (d->ln.backoff_ms > BACKOFF_MAX_MS)
+		d->ln.backoff_ms = BACKOFF_MAX_MS;
+	tv.tv_sec = d->ln.backoff_ms / 1000;
+	tv.tv_usec = (d->ln.backoff_ms % 1000) * 1000;
+	evtimer_add(d->ln.retry_ev, &tv);
 }
 
 /*
@@ -240,17 +242,17 @@ dest_lanes_down(struct dest *d, const char *why)
 	conn_free(d->demand);
 	conn_free(d->bulk);
 	d->demand = d->bulk = NULL;
-	d->resuming = 0;
-	d->pending = 0;
+	d->ln.resuming = 0;
+	d->in.pending = 0;
 	/* A COMPLETE in flight may be lost: a resume sends it again. */
-	d->complete_sent = 0;
-	if (d->committed) {
+	d->cm.complete_sent = 0;
+	if (d->cm.committed) {
 		log_warnx("migration %s: source lost (%s) before it echoed our "
 			  "COMMIT_ACK; resuming to deliver it",
 			  log_id(d->m->id), why);
-		if (d->t_pause == 0)
-			d->t_pause = now_ns();
-		d->backoff_ms = 0;
+		if (d->ln.t_pause == 0)
+			d->ln.t_pause = now_ns();
+		d->ln.backoff_ms = 0;
 		dest_schedule_retry(d);
 		return;
 	}
@@ -259,8 +261,8 @@ dest_lanes_down(struct dest *d, const char *why)
 			  "wait",
 			  log_id(d->m->id), why);
 		migration_set_state(d->m, MIG_PAUSED);
-		d->t_pause = now_ns();
-		d->backoff_ms = 0;
+		d->ln.t_pause = now_ns();
+		d->ln.backoff_ms = 0;
 		dest_persist_dirty(d);
 	}
 	if (d->m->state == MIG_PAUSED)
@@ -277,18 +279,18 @@ wait_export(struct dest *d)
 {
 	struct timeval tv = {0, EXPORT_POLL_MS * 1000};
 
-	if (d->export_wait == 0 ||
-	    now_ns() - d->m->t_start >= d->export_wait * 1000000000ULL)
+	if (d->ln.export_wait == 0 ||
+	    now_ns() - d->m->t_start >= d->ln.export_wait * 1000000000ULL)
 		return 0;
-	if (d->retry_ev == NULL) {
-		d->retry_ev = evtimer_new(base, retry_cb, d);
+	if (d->ln.retry_ev == NULL) {
+		d->ln.retry_ev = evtimer_new(base, retry_cb, d);
 		log_info("migration %s: source %s has no export with this ID "
 			 "yet; asking again for up to %u s",
-			 log_id(d->m->id), d->from, d->export_wait);
+			 log_id(d->m->id), d->from, d->ln.export_wait);
 	}
 	conn_free(d->demand);
 	d->demand = NULL;
-	evtimer_add(d->retry_ev, &tv);
+	evtimer_add(d->ln.retry_ev, &tv);
 	return 1;
 }
 
@@ -303,8 +305,8 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	 * The daemon takes the reading over at a record's end, which may be
 	 * a read or two after the HELLO (tls_read_ahead()): said once then.
 	 */
-	if (!d->bulk_opened && conn_tls_opened(c)) {
-		d->bulk_opened = 1;
+	if (!d->ln.bulk_opened && conn_tls_opened(c)) {
+		d->ln.bulk_opened = 1;
 		log_info(
 			"migration %s: bulk lane's TLS records opened by uffdd",
 			log_id(d->m->id));
@@ -325,7 +327,7 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		 * conn_fill()'s (a plaintext lane; TLS stays with it).
 		 */
 		conn_read_direct(c);
-		d->bulk_opened = 0;
+		d->ln.bulk_opened = 0;
 	} else if (h->type != FRAME_PING) {
 		dest_lanes_down(d, "unexpected frame on the bulk lane");
 	}
@@ -346,8 +348,8 @@ bulk_close(struct conn *c, const char *why, void *arg)
 
 	conn_free(d->bulk);
 	d->bulk = NULL;
-	d->pending = 0; /* its pages are not ours: send_holdings() says so */
-	if (d->complete_sent)
+	d->in.pending = 0; /* its pages are not ours: send_holdings() says so */
+	if (d->cm.complete_sent)
 		return; /* nothing more to come on it */
 	if (d->demand && d->m->state == MIG_RUNNING) {
 		metrics.lane_failures[ROLE_DEST]++;
@@ -385,12 +387,12 @@ dest_open_bulk(struct dest *d)
 	 * Benchmark knob (tests/bench): hold the bulk lane back so that demand
 	 * faults can be timed on an idle path. Never set in production.
 	 */
-	if (delay && d->bulk_delay == NULL) {
+	if (delay && d->ln.bulk_delay == NULL) {
 		struct timeval tv = {atoi(delay) / 1000,
 				     atoi(delay) % 1000 * 1000};
 
-		d->bulk_delay = evtimer_new(base, bulk_delay_cb, d);
-		evtimer_add(d->bulk_delay, &tv);
+		d->ln.bulk_delay = evtimer_new(base, bulk_delay_cb, d);
+		evtimer_add(d->ln.bulk_delay, &tv);
 		return 0;
 	}
 	snprintf(name, sizeof(name), "source %s bulk", d->from);
@@ -436,23 +438,23 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 	}
 	send_holdings(d);
 	rerequest(d);
-	d->resuming = 0;
-	d->backoff_ms = 0;
+	d->ln.resuming = 0;
+	d->ln.backoff_ms = 0;
 	d->m->reconnects++;
-	if (d->refused[0]) {
-		d->refused[0] = '\0';
+	if (d->ln.refused[0]) {
+		d->ln.refused[0] = '\0';
 		d->m->reason[0] = '\0';
 	}
 	log_info("migration %s: resumed after %.1f s paused; %llu of %llu "
 		 "pages present",
-		 log_id(d->m->id), (double)(now_ns() - d->t_pause) / 1e9,
+		 log_id(d->m->id), (double)(now_ns() - d->ln.t_pause) / 1e9,
 		 (unsigned long long)dest_present_total(d),
 		 (unsigned long long)d->m->pages_total);
 	migration_set_state(d->m, MIG_RUNNING);
 	dest_persist_dirty(d);
 	/* A pre-copy's pages are all present, yet SWITCHOVER is to come. */
-	if (!d->precopy && dest_present_total(d) == d->m->pages_total &&
-	    d->nkids == 0) {
+	if (!d->held.precopy && dest_present_total(d) == d->m->pages_total &&
+	    d->kin.nkids == 0) {
 		dest_maybe_complete(d);
 		return;
 	}
@@ -467,16 +469,16 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 static void
 other_version(struct dest *d, uint32_t v)
 {
-	snprintf(d->refused, sizeof(d->refused),
+	snprintf(d->ln.refused, sizeof(d->ln.refused),
 		 "source %.200s speaks protocol version %u, this destination "
 		 "%u: %s",
 		 d->from, v, UFFDD_PROTO_VERSION, UFFDD_PROTO_UPGRADE);
 	if (d->m->state == MIG_CONNECTING) {
-		dest_attach_fail(d, ERR_PROTOCOL, "%s", d->refused);
+		dest_attach_fail(d, ERR_PROTOCOL, "%s", d->ln.refused);
 		return;
 	}
-	snprintf(d->m->reason, sizeof(d->m->reason), "%s", d->refused);
-	dest_lanes_down(d, d->refused);
+	snprintf(d->m->reason, sizeof(d->m->reason), "%s", d->ln.refused);
+	dest_lanes_down(d, d->ln.refused);
 }
 
 /*
@@ -502,11 +504,11 @@ source_error(struct dest *d, const Uffdd__Error *e)
 	if (d->m->state == MIG_CONNECTING) {
 		char waited[80] = "";
 
-		if (e->code == ERR_UNKNOWN_ID && d->export_wait)
+		if (e->code == ERR_UNKNOWN_ID && d->ln.export_wait)
 			snprintf(waited, sizeof(waited),
 				 " (no export with it came within the %u s the "
 				 "attach waits)",
-				 d->export_wait);
+				 d->ln.export_wait);
 		dest_attach_fail(d,
 				 e->code == ERR_UNKNOWN_ID ||
 						 e->code == ERR_PROTOCOL ||
@@ -520,10 +522,11 @@ source_error(struct dest *d, const Uffdd__Error *e)
 	} else if (e->code == ERR_SOURCE || e->code == ERR_UNKNOWN_ID) {
 		dest_fail(d, "source %s: %.350s", d->from, e->message);
 	} else if (version) {
-		snprintf(d->refused, sizeof(d->refused),
+		snprintf(d->ln.refused, sizeof(d->ln.refused),
 			 "source %.200s: %.200s%s", d->from, e->message, hint);
-		snprintf(d->m->reason, sizeof(d->m->reason), "%s", d->refused);
-		dest_lanes_down(d, d->refused);
+		snprintf(d->m->reason, sizeof(d->m->reason), "%s",
+			 d->ln.refused);
+		dest_lanes_down(d, d->ln.refused);
 	} else {
 		dest_lanes_down(d, e->message);
 	}
@@ -539,7 +542,7 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 {
 	struct dest *d = arg;
 
-	if (d->committed) {
+	if (d->cm.committed) {
 		dest_committed_frame(d, h, msg);
 		return;
 	}
@@ -556,7 +559,7 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	case FRAME_REGIONS:
 		if (d->m->state == MIG_CONNECTING)
 			dest_attach_regions(d, (const Uffdd__RegionTable *)msg);
-		else if (d->resuming)
+		else if (d->ln.resuming)
 			resume(d, (const Uffdd__RegionTable *)msg);
 		else
 			dest_lanes_down(d, "second region table");
@@ -609,18 +612,18 @@ dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 	conn_set_timeout(d->demand,
 			 resuming ? LANE_TIMEOUT : HANDSHAKE_TIMEOUT);
 	peer_set_nodelay(d->demand);
-	d->resuming = resuming;
+	d->ln.resuming = resuming;
 	h.version = UFFDD_PROTO_VERSION;
 	h.lane = UFFDD__LANE__LANE_DEMAND;
 	h.migration_id = d->m->id;
 	h.resume = resuming;
-	h.committed = d->committed;
-	h.commit_seq = d->commit_seq;
+	h.committed = d->cm.committed;
+	h.commit_seq = d->cm.commit_seq;
 	/*
 	 * We know SWITCHOVER: a pre-copy's source may go on with us; and
 	 * whether the bulk stream waits for our target to run (runhold.c).
 	 */
-	h.n_features = d->run_hold == 1 ? 2 : 1;
+	h.n_features = d->bh.run_hold == 1 ? 2 : 1;
 	h.features = feat;
 	return conn_send(d->demand, FRAME_HELLO, &h.base);
 }

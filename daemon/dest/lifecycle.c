@@ -29,9 +29,10 @@
 static void
 free_events(struct dest *d)
 {
-	struct event *evs[] = {d->uffd_ev,    d->exit_ev,    d->retry_ev,
-			       d->bulk_delay, d->find_ev,    d->piece_ev,
-			       d->ws_ev,      d->run_hold_ev};
+	struct event *evs[] = {d->fr.uffd_ev,  d->exit_ev,
+			       d->ln.retry_ev, d->ln.bulk_delay,
+			       d->kin.find_ev, d->in.piece_ev,
+			       d->bh.ws_ev,    d->bh.run_hold_ev};
 
 	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
 		if (evs[i]) /* event_free() takes no NULL */
@@ -55,13 +56,13 @@ dest_free(struct migration *m)
 	conn_free(d->demand);
 	conn_free(d->bulk);
 	free_events(d);
-	free(d->pbuf);
-	free(d->seen);
-	free(d->zretry);
-	for (size_t i = 0; i < d->nbacklog; i++)
-		if (d->backlog[i].event == UFFD_EVENT_FORK)
-			close((int)d->backlog[i].arg.fork.ufd);
-	free(d->backlog);
+	free(d->in.pbuf);
+	free(d->kin.seen);
+	free(d->fr.zretry);
+	for (size_t i = 0; i < d->fr.nbacklog; i++)
+		if (d->fr.backlog[i].event == UFFD_EVENT_FORK)
+			close((int)d->fr.backlog[i].arg.fork.ufd);
+	free(d->fr.backlog);
 	if (d->uffd >= 0)
 		close(d->uffd);
 	procref_close(&d->t);
@@ -70,15 +71,15 @@ dest_free(struct migration *m)
 		free(d->regs[i].moves);
 	}
 	free(d->regs);
-	free(d->ranges);
-	free(d->maps);
-	free(d->map_names);
-	free(d->buf);
-	if (d->waiters)
+	free(d->req.ranges);
+	free(d->req.maps);
+	free(d->req.map_names);
+	free(d->in.buf);
+	if (d->fr.waiters)
 		dest_waiters_drop(d);
-	free(d->waiters);
-	free(d->kids);
-	free(d->done_kids);
+	free(d->fr.waiters);
+	free(d->kin.kids);
+	free(d->cm.done_kids);
 	free(d);
 	m->impl = NULL;
 }
@@ -98,7 +99,7 @@ dest_new(const char *id, pid_t pid, const char *from, const char *pin)
 	d->t = (struct procref)PROCREF_NONE;
 	snprintf(d->from, sizeof(d->from), "%s", from);
 	snprintf(d->pin, sizeof(d->pin), "%s", pin);
-	d->waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->waiters));
+	d->fr.waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->fr.waiters));
 	return d;
 }
 
@@ -133,8 +134,8 @@ dest_exit_watch(struct dest *d)
 static void
 unwatch(struct dest *d)
 {
-	if (d->uffd_ev)
-		event_del(d->uffd_ev);
+	if (d->fr.uffd_ev)
+		event_del(d->fr.uffd_ev);
 	if (d->exit_ev)
 		event_del(d->exit_ev);
 	if (d->uffd >= 0)
@@ -202,8 +203,8 @@ dest_end(struct dest *d)
 	if (d->bulk)
 		conn_finish(d->bulk);
 	d->demand = d->bulk = NULL;
-	if (d->retry_ev)
-		event_del(d->retry_ev);
+	if (d->ln.retry_ev)
+		event_del(d->ln.retry_ev);
 	dest_persist_remove(d);
 	migration_release(d->m);
 }
@@ -314,8 +315,8 @@ fill_discarded(struct dest *d)
 void
 dest_fail_kids(struct dest *d, const char *why)
 {
-	while (d->nkids > 0) {
-		struct dest *k = d->kids[0];
+	while (d->kin.nkids > 0) {
+		struct dest *k = d->kin.kids[0];
 
 		if (poison_missing(k) < 0)
 			fill_discarded(k);
@@ -344,7 +345,7 @@ dest_fail(struct dest *d, const char *fmt, ...)
 	va_end(ap);
 	poisoned = poison_missing(d) == 0;
 	dest_fail_kids(d, why);
-	if (d->hold && (dest_private_missing(d) > 0 || d->precopy)) {
+	if (d->held.hold && (dest_private_missing(d) > 0 || d->held.precopy)) {
 		/*
 		 * dest_release_held() (in teardown) stops it, poisoned or
 		 * not; it keeps its uffd, as a stopped target does (no
@@ -355,10 +356,11 @@ dest_fail(struct dest *d, const char *fmt, ...)
 		migration_fail(d->m, "%s; %llu pages lost; target %d %s (%s)",
 			       why, (unsigned long long)d->m->pages_lost,
 			       (int)d->m->pid, fate(d),
-			       d->precopy ? "the pre-copy ended before its "
-					    "switchover"
-					  : "pages it wrote in private file "
-					    "mappings never arrived");
+			       d->held.precopy
+				       ? "the pre-copy ended before its "
+					 "switchover"
+				       : "pages it wrote in private file "
+					 "mappings never arrived");
 	} else if (!poisoned) {
 		procref_signal(&d->t, SIGSTOP);
 		migration_fail(d->m,
@@ -397,8 +399,8 @@ dest_fail_stop(struct dest *d, const char *fmt, ...)
 	/* First of all: no thread of its runs on from here. */
 	if (!d->gone)
 		procref_signal(&d->t, SIGSTOP);
-	for (size_t i = 0; i < d->nkids; i++)
-		procref_signal(&d->kids[i]->t, SIGSTOP);
+	for (size_t i = 0; i < d->kin.nkids; i++)
+		procref_signal(&d->kin.kids[i]->t, SIGSTOP);
 	dest_done_kids_end(d, why);
 	poisoned = poison_missing(d) == 0;
 	dest_fail_kids(d, why);
@@ -455,14 +457,14 @@ root_gone(struct dest *d)
 {
 	log_info("migration %s: target process %d exited; %zu process%s it "
 		 "forked go%s on migrating",
-		 log_id(d->m->id), (int)d->m->pid, d->nkids,
-		 d->nkids == 1 ? "" : "es", d->nkids == 1 ? "es" : "");
+		 log_id(d->m->id), (int)d->m->pid, d->kin.nkids,
+		 d->kin.nkids == 1 ? "" : "es", d->kin.nkids == 1 ? "es" : "");
 	d->gone = 1;
 	dest_gone_reason(d);
 	unwatch(d);
 	d->target_fd = -1;
 	dest_waiters_drop(d);
-	d->nzretry = 0;
+	d->fr.nzretry = 0;
 	dest_bulk_hold(d);
 	for (size_t i = 0; i < d->nregs; i++)
 		pagestate_set_present(&d->regs[i].ps, 0, d->regs[i].npages);
@@ -501,7 +503,7 @@ dest_target_exited(struct dest *d)
 		dest_persist_dirty(d);
 		return;
 	}
-	if (d->nkids > 0 &&
+	if (d->kin.nkids > 0 &&
 	    (d->m->state == MIG_RUNNING || d->m->state == MIG_PAUSED)) {
 		root_gone(d);
 		return;

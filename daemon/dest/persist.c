@@ -91,7 +91,7 @@ save_discarded(struct state_out *o, const struct dest *d, size_t *n)
 static int
 saved_kid(const struct dest *k)
 {
-	return k->m->pid > 0 && k->target_fd >= 0 && k->start != 0;
+	return k->m->pid > 0 && k->target_fd >= 0 && k->ps.start != 0;
 }
 
 /* The regions as matched, and the moves of their pages, for a restart. */
@@ -132,7 +132,7 @@ save_more(struct state_out *o, const struct migration *m)
 	char key[STATE_KEY_MAX];
 	size_t n = 0;
 
-	state_put_u64(o, "start", d->start);
+	state_put_u64(o, "start", d->ps.start);
 	if (d->sole)
 		state_put_u64(o, "sole", 1);
 	/* Whose the migration is: every process it acts on must be theirs. */
@@ -147,34 +147,35 @@ save_more(struct state_out *o, const struct migration *m)
 	if (d->gone)
 		state_put_u64(o, "gone", 1);
 	/* A COMMIT acted on, its ACK not echoed yet (restore.c). */
-	if (d->committed)
-		state_put_u64(o, "committed", d->commit_seq);
-	if (d->released)
+	if (d->cm.committed)
+		state_put_u64(o, "committed", d->cm.commit_seq);
+	if (d->cm.released)
 		state_put_u64(o, "released", 1);
-	if (d->hold)
+	if (d->held.hold)
 		state_put_u64(o, "held", 1);
-	for (size_t i = 0; i < d->nkids; i++)
-		if (saved_kid(d->kids[i]))
-			state_put_u64s(o, state_key(key, "child", n++),
-				       (const uint64_t[]){
-					       (uint64_t)d->kids[i]->m->pid,
-					       d->kids[i]->start,
-					       (uint64_t)d->kids[i]->target_fd},
-				       3);
+	for (size_t i = 0; i < d->kin.nkids; i++)
+		if (saved_kid(d->kin.kids[i]))
+			state_put_u64s(
+				o, state_key(key, "child", n++),
+				(const uint64_t[]){
+					(uint64_t)d->kin.kids[i]->m->pid,
+					d->kin.kids[i]->ps.start,
+					(uint64_t)d->kin.kids[i]->target_fd},
+				3);
 	if (d->pin[0])
 		state_put_str(o, "pin", d->pin);
-	for (size_t i = 0; i < d->nranges; i++)
+	for (size_t i = 0; i < d->req.nranges; i++)
 		state_put_u64s(o, state_key(key, "range", i),
-			       (const uint64_t[]){d->ranges[i].start,
-						  d->ranges[i].end},
+			       (const uint64_t[]){d->req.ranges[i].start,
+						  d->req.ranges[i].end},
 			       2);
 	save_regions(o, d);
 	n = 0;
 	save_discarded(o, d, &n);
 	n = 0;
-	for (size_t i = 0; i < d->nkids; i++)
-		if (saved_kid(d->kids[i]))
-			save_discarded(o, d->kids[i], &n);
+	for (size_t i = 0; i < d->kin.nkids; i++)
+		if (saved_kid(d->kin.kids[i]))
+			save_discarded(o, d->kin.kids[i], &n);
 	return 0;
 }
 
@@ -186,13 +187,13 @@ save_more(struct state_out *o, const struct migration *m)
 static int
 take_starts(struct dest *d)
 {
-	for (size_t i = 0; i < d->nkids; i++) {
-		struct dest *k = d->kids[i];
+	for (size_t i = 0; i < d->kin.nkids; i++) {
+		struct dest *k = d->kin.kids[i];
 
-		if (k->start == 0 && k->t.pidfd >= 0)
-			k->start = k->t.start;
+		if (k->ps.start == 0 && k->t.pidfd >= 0)
+			k->ps.start = k->t.start;
 	}
-	if (d->start == 0 && !d->gone && (d->start = d->m->start) == 0) {
+	if (d->ps.start == 0 && !d->gone && (d->ps.start = d->m->start) == 0) {
 		errno = ESRCH;
 		return -1;
 	}
@@ -210,14 +211,14 @@ save(struct dest *d)
 	 * Ended: teardown removed the file, which must not come back; but
 	 * for a COMMIT acted on, whose ACK a restart must still deliver.
 	 */
-	if ((d->m->state == MIG_COMPLETE && !d->committed) ||
+	if ((d->m->state == MIG_COMPLETE && !d->cm.committed) ||
 	    d->m->state == MIG_FAILED)
 		return 0;
 	if (take_starts(d) == 0 && state_write(d->m, save_more) == 0) {
-		d->saved = 1;
+		d->ps.saved = 1;
 		return 0;
 	}
-	if (d->saved) {
+	if (d->ps.saved) {
 		/*
 		 * The file left is older than what the target has done since
 		 * (moves, discards, forks): restored, it would put the
@@ -226,7 +227,7 @@ save(struct dest *d)
 		 * succeeds writes all of it again.
 		 */
 		state_remove(d->m);
-		d->saved = 0;
+		d->ps.saved = 0;
 		log_warnx("migration %s: its state file could not be brought "
 			  "up to date and is removed: a restart of this "
 			  "daemon would not take the migration up",
@@ -241,7 +242,7 @@ save_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct dest *d = arg;
 
-	d->dirty = 0;
+	d->ps.dirty = 0;
 	save(d);
 }
 
@@ -256,23 +257,23 @@ dest_persist_dirty(struct dest *d)
 		d = d->root;
 	if (d->m->state == MIG_COMPLETE || d->m->state == MIG_FAILED)
 		return;
-	if (d->save_ev == NULL) {
-		d->save_ev = event_new(base, -1, 0, save_cb, d);
-		if (d->save_ev == NULL)
+	if (d->ps.save_ev == NULL) {
+		d->ps.save_ev = event_new(base, -1, 0, save_cb, d);
+		if (d->ps.save_ev == NULL)
 			fatalx("event_new");
-		event_priority_set(d->save_ev, PRIO_BULK);
+		event_priority_set(d->ps.save_ev, PRIO_BULK);
 	}
-	d->dirty = 1;
-	event_active(d->save_ev, EV_TIMEOUT, 0);
+	d->ps.dirty = 1;
+	event_active(d->ps.save_ev, EV_TIMEOUT, 0);
 }
 
 /* A pending write is not wanted: done now, or not to be done at all. */
 static void
 unmark(struct dest *d)
 {
-	d->dirty = 0;
-	if (d->save_ev)
-		event_del(d->save_ev);
+	d->ps.dirty = 0;
+	if (d->ps.save_ev)
+		event_del(d->ps.save_ev);
 }
 
 /* Writes the file now, pending changes included: 0, or -1 with errno. */
@@ -306,11 +307,11 @@ dest_persist_free(struct dest *d)
 {
 	if (d->root)
 		return; /* the root's file, and the root may be freed already */
-	if (d->dirty &&
+	if (d->ps.dirty &&
 	    (d->m->state == MIG_RUNNING || d->m->state == MIG_PAUSED))
 		save(d);
-	d->dirty = 0;
-	if (d->save_ev)
-		event_free(d->save_ev);
-	d->save_ev = NULL;
+	d->ps.dirty = 0;
+	if (d->ps.save_ev)
+		event_free(d->ps.save_ev);
+	d->ps.save_ev = NULL;
 }

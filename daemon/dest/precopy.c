@@ -30,11 +30,11 @@ dest_precopy_hello(struct dest *d, const Uffdd__Hello *h)
 {
 	if (d->m->state != MIG_CONNECTING)
 		return;
-	d->precopy = 0;
+	d->held.precopy = 0;
 	for (size_t i = 0; i < h->n_features; i++)
 		if (strcmp(h->features[i], FEATURE_PRECOPY) == 0)
-			d->precopy = 1;
-	d->m->precopy = d->precopy;
+			d->held.precopy = 1;
+	d->m->precopy = d->held.precopy;
 }
 
 /*
@@ -68,12 +68,12 @@ replace_present(struct dest *d, struct dst_region *dr,
 		n = dest_addr_run(dr, p, n);
 		/* A ZERO frame has no bytes: d->buf is free for zeros. */
 		if (pd->zero && !zeroed) {
-			memset(d->buf, 0, FRAME_DATA_MAX);
+			memset(d->in.buf, 0, FRAME_DATA_MAX);
 			zeroed = 1;
 		}
-		src = pd->zero ? d->buf : d->buf + (p - pd->page) * ps;
+		src = pd->zero ? d->in.buf : d->in.buf + (p - pd->page) * ps;
 		addr = dest_page_addr(dr, p);
-		if (pwrite(d->memfd, src, n * ps, (off_t)addr) !=
+		if (pwrite(d->held.memfd, src, n * ps, (off_t)addr) !=
 		    (ssize_t)(n * ps)) {
 			dest_fail(d,
 				  "pre-copy: replacing %llu pages at 0x%llx "
@@ -97,16 +97,16 @@ void
 dest_precopy_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		  const Uffdd__PageData *pd, struct dst_region *dr)
 {
-	struct evbuffer_iovec v = {d->buf, h->data_len};
+	struct evbuffer_iovec v = {d->in.buf, h->data_len};
 
 	/* Rounds come on the bulk lane; nothing is asked for meanwhile. */
-	if (c != d->bulk || pd->demand || d->hold == NULL ||
+	if (c != d->bulk || pd->demand || d->held.hold == NULL ||
 	    dr->r.kind == REGION_FILE_PRIVATE) {
 		dest_lanes_down(d, "PAGE_DATA off the bulk stream during a "
 				   "pre-copy");
 		return;
 	}
-	if (h->data_len && conn_take_data(c, d->buf, h->data_len) < 0) {
+	if (h->data_len && conn_take_data(c, d->in.buf, h->data_len) < 0) {
 		dest_lanes_down(d, "short PAGE_DATA");
 		return;
 	}
@@ -135,7 +135,7 @@ dest_precopy_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 void
 dest_precopy_sync(struct dest *d, struct conn *c, const Uffdd__Ping *p)
 {
-	if (!d->precopy || c != d->bulk || d->demand == NULL ||
+	if (!d->held.precopy || c != d->bulk || d->demand == NULL ||
 	    d->m->state != MIG_RUNNING) {
 		dest_lanes_down(d, "unexpected ROUND_SYNC");
 		return;
@@ -185,17 +185,18 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 	 * After a resume the source sends it again, as it cannot know
 	 * whether the first one arrived: here it did, and the target runs.
 	 */
-	if (!d->precopy && d->m->precopy_rounds && c == d->bulk) {
+	if (!d->held.precopy && d->m->precopy_rounds && c == d->bulk) {
 		log_debug("migration %s: SWITCHOVER again, ignored",
 			  log_id(d->m->id));
 		return;
 	}
-	if (!d->precopy || c != d->bulk || d->m->state != MIG_RUNNING ||
-	    d->hold == NULL || sw->rounds == 0 || sw->n_round_bytes != kept) {
+	if (!d->held.precopy || c != d->bulk || d->m->state != MIG_RUNNING ||
+	    d->held.hold == NULL || sw->rounds == 0 ||
+	    sw->n_round_bytes != kept) {
 		dest_lanes_down(d, "unexpected or malformed SWITCHOVER");
 		return;
 	}
-	d->precopy = 0;
+	d->held.precopy = 0;
 	d->m->precopy = 0;
 	d->m->precopy_rounds = sw->rounds;
 	d->m->precopy_bytes = sw->bytes;

@@ -129,13 +129,13 @@ restore_new(struct saved *sv)
 	m->start = sv->start;
 	d->owner = sv->owner;
 	d->target_fd = sv->tfd;
-	d->start = sv->start;
+	d->ps.start = sv->start;
 	snprintf(m->peer, sizeof(m->peer), "%.*s", (int)sizeof(m->peer) - 1,
 		 sv->from);
-	d->ranges = sv->ranges;
-	d->nranges = sv->nranges;
+	d->req.ranges = sv->ranges;
+	d->req.nranges = sv->nranges;
 	sv->ranges = NULL;
-	if (posix_memalign((void **)&d->buf, 4096, FRAME_DATA_MAX) != 0)
+	if (posix_memalign((void **)&d->in.buf, 4096, FRAME_DATA_MAX) != 0)
 		fatal("page buffer");
 	d->have_poison = (kfeat.uffd_features & UFFD_FEATURE_POISON) != 0 &&
 			 dest_poison_usable();
@@ -320,7 +320,7 @@ restore_child(struct dest *root, const char *file, const struct saved_kid *sk,
 	k = dest_child_new(root, root, sk->pid, ufd);
 	procref_move(&k->t, &t);
 	k->target_fd = sk->tfd;
-	k->start = sk->start;
+	k->ps.start = sk->start;
 	for (size_t i = 0; i < k->nregs; i++) {
 		struct dst_region *kr = &k->regs[i];
 		const struct dst_region *rr = &root->regs[i];
@@ -376,8 +376,8 @@ restore_committed(const char *file, struct saved *sv)
 {
 	struct dest *d = restore_new(sv);
 
-	d->committed = 1;
-	d->commit_seq = sv->committed;
+	d->cm.committed = 1;
+	d->cm.commit_seq = sv->committed;
 	if (!sv->released && !sv->sole && !sv->gone &&
 	    restore_target(d, sv, file) == 0 && !d->gone &&
 	    restore_regions(d, sv, file) == 0) {
@@ -386,9 +386,9 @@ restore_committed(const char *file, struct saved *sv)
 			 file, log_id(sv->id), (int)sv->pid);
 		dest_release_target(d, 1);
 	}
-	d->released = 1;
+	d->cm.released = 1;
 	migration_set_state(d->m, MIG_COMPLETE);
-	d->t_pause = now_ns();
+	d->ln.t_pause = now_ns();
 	dest_persist_now(d);
 	dest_schedule_retry(d);
 	log_info("restored migration %s, committed: its acknowledgement goes "
@@ -455,11 +455,11 @@ dest_restore(struct state_tbl *t)
 		goto fail;
 	restore_watch(d);
 	migration_set_state(d->m, MIG_PAUSED);
-	d->t_pause = now_ns();
+	d->ln.t_pause = now_ns();
 	restored_log(d);
 	for (size_t i = 0; i < sv.nkids; i++)
 		restore_child(d, file, &sv.kids[i], sv.runs, sv.nruns);
-	if (d->gone && d->nkids == 0) {
+	if (d->gone && d->kin.nkids == 0) {
 		/* Completing would kill the source, which holds it all. */
 		log_warnx("%s: no process that process %d forked was "
 			  "restored; the source keeps its process",
@@ -469,8 +469,8 @@ dest_restore(struct state_tbl *t)
 	/* As at attach: the children there are now are not forks to come. */
 	if (!d->gone)
 		dest_claim_child(d->m->pid, d, 1);
-	for (size_t i = 0; i < d->nkids; i++)
-		dest_claim_child(d->kids[i]->m->pid, d, 1);
+	for (size_t i = 0; i < d->kin.nkids; i++)
+		dest_claim_child(d->kin.kids[i]->m->pid, d, 1);
 	dest_persist_now(d);
 	dest_schedule_retry(d);
 	rc = 0;

@@ -30,19 +30,19 @@ release(struct dest *d, const char *why)
 {
 	Uffdd__Ping p = UFFDD__PING__INIT;
 
-	if (d->run_hold != 1)
+	if (d->bh.run_hold != 1)
 		return;
-	d->run_hold = 2;
-	if (d->run_hold_ev)
-		event_del(d->run_hold_ev);
+	d->bh.run_hold = 2;
+	if (d->bh.run_hold_ev)
+		event_del(d->bh.run_hold_ev);
 	log_info("migration %s: bulk lane read from now (%s)", log_id(d->m->id),
 		 why);
 	/* Lanes down: the next demand HELLO says nothing of a hold. */
-	if (d->src_holds && d->demand) {
+	if (d->bh.src_holds && d->demand) {
 		conn_send(d->demand, FRAME_BULK_GO, &p.base);
 		conn_flush(d->demand);
 	}
-	d->src_holds = 0;
+	d->bh.src_holds = 0;
 	dest_bulk_hold(d);
 }
 
@@ -50,15 +50,15 @@ release(struct dest *d, const char *why)
 void
 dest_run_hold_hello(struct dest *d, const Uffdd__Hello *h)
 {
-	d->src_holds = 0;
+	d->bh.src_holds = 0;
 	/* A pre-copy's rounds come before the target runs: no hold. */
-	if (d->precopy) {
+	if (d->held.precopy) {
 		release(d, "a pre-copy streams before its target runs");
 		return;
 	}
-	for (size_t i = 0; d->run_hold == 1 && i < h->n_features; i++)
+	for (size_t i = 0; d->bh.run_hold == 1 && i < h->n_features; i++)
 		if (strcmp(h->features[i], FEATURE_BULK_HOLD) == 0)
-			d->src_holds = 1;
+			d->bh.src_holds = 1;
 }
 
 static void
@@ -75,10 +75,10 @@ dest_run_hold_fault(struct dest *d)
 {
 	struct timeval tv = {BULK_HOLD_SECS, 0};
 
-	if (d->run_hold != 1 || d->run_hold_ev != NULL)
+	if (d->bh.run_hold != 1 || d->bh.run_hold_ev != NULL)
 		return;
-	d->run_hold_ev = evtimer_new(base, hold_over, d);
-	evtimer_add(d->run_hold_ev, &tv);
+	d->bh.run_hold_ev = evtimer_new(base, hold_over, d);
+	evtimer_add(d->bh.run_hold_ev, &tv);
 }
 
 /* RELEASE: the target runs; its bulk lane is read. */
@@ -107,7 +107,7 @@ release_request(uint64_t serial, const struct authz_caller *who,
 		control_reply(serial, FRAME_CTL_RELEASE_REPLY, &rep.base);
 		return;
 	}
-	if (d == NULL || d->run_hold == 0) {
+	if (d == NULL || d->bh.run_hold == 0) {
 		control_reply_error(serial, ERR_INVALID,
 				    "release: migration %s was not attached "
 				    "with its bulk lane held; nothing changed",

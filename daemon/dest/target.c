@@ -379,7 +379,7 @@ dest_setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	for (reg = 0; reg < d->nregs; reg++)
 		if (dest_take_region(d, &inj, reg, err, errlen) < 0)
 			goto undo;
-	if (dest_private_missing(d) > 0 || d->precopy) {
+	if (dest_private_missing(d) > 0 || d->held.precopy) {
 		if (dest_hold_target(d, &inj, err, errlen) == 0)
 			return 0;
 		goto undo;

@@ -400,7 +400,7 @@ parent_main(int argc, char **argv)
 		fatalx("event_base_new");
 	if (event_base_priority_init(base, PRIO_COUNT) < 0)
 		fatalx("event_base_priority_init");
-	conn_out_max = (size_t)conf.max_output;
+	conn_out_max = (size_t)conf.lim.max_output;
 	/* Their tables say which process each request names (role.h). */
 	source_register();
 	dest_register();

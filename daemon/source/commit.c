@@ -73,17 +73,17 @@ cpu_ns(void)
 int
 source_check(struct source *s, char *why, size_t len)
 {
-	uint64_t reads = s->reads, t0 = now_ns(), c0 = cpu_ns();
+	uint64_t reads = s->cm.reads, t0 = now_ns(), c0 = cpu_ns();
 	int ran = source_continued(s, why, len);
 
-	s->check_cpu_ns += cpu_ns() - c0;
-	s->check_ns = now_ns() - t0;
-	s->checks++;
-	s->check_sum_ns += s->check_ns;
-	if (s->check_ns > s->check_max_ns)
-		s->check_max_ns = s->check_ns;
+	s->cm.check_cpu_ns += cpu_ns() - c0;
+	s->cm.check_ns = now_ns() - t0;
+	s->cm.checks++;
+	s->cm.check_sum_ns += s->cm.check_ns;
+	if (s->cm.check_ns > s->cm.check_max_ns)
+		s->cm.check_max_ns = s->cm.check_ns;
 	if (!ran)
-		s->reads_checked = reads;
+		s->cm.reads_checked = reads;
 	return ran;
 }
 
@@ -109,14 +109,14 @@ source_check_or_fail(struct source *s)
 static void
 check_again(struct source *s)
 {
-	uint64_t us = s->check_ns / 1000 * CHECK_SHARE;
+	uint64_t us = s->cm.check_ns / 1000 * CHECK_SHARE;
 	struct timeval tv;
 
 	if (us < CHECK_MS * 1000)
 		us = CHECK_MS * 1000;
 	tv.tv_sec = (time_t)(us / 1000000);
 	tv.tv_usec = (suseconds_t)(us % 1000000);
-	evtimer_add(s->check_ev, &tv);
+	evtimer_add(s->cm.check_ev, &tv);
 }
 
 /*
@@ -146,8 +146,8 @@ source_check_start(struct source *s)
 {
 	if (s->img)
 		return;
-	s->check_ev = evtimer_new(base, check_cb, s);
-	if (s->check_ev == NULL)
+	s->cm.check_ev = evtimer_new(base, check_cb, s);
+	if (s->cm.check_ev == NULL)
 		fatalx("evtimer_new");
 	check_again(s);
 }
@@ -156,16 +156,16 @@ source_check_start(struct source *s)
 void
 source_check_report(const struct source *s)
 {
-	if (s->checks == 0 || s->img)
+	if (s->cm.checks == 0 || s->img)
 		return;
 	log_info("migration %s: %llu freeze checks of process %d (%s), "
 		 "%.3f ms each on average (%.3f ms of CPU), %.3f ms at most",
-		 log_id(s->m->id), (unsigned long long)s->checks,
+		 log_id(s->m->id), (unsigned long long)s->cm.checks,
 		 (int)s->m->pid,
 		 s->wp.uffd >= 0 ? "writes and switches" : "switches",
-		 (double)s->check_sum_ns / (double)s->checks / 1e6,
-		 (double)s->check_cpu_ns / (double)s->checks / 1e6,
-		 (double)s->check_max_ns / 1e6);
+		 (double)s->cm.check_sum_ns / (double)s->cm.checks / 1e6,
+		 (double)s->cm.check_cpu_ns / (double)s->cm.checks / 1e6,
+		 (double)s->cm.check_max_ns / 1e6);
 }
 
 /* What the COMMIT's check looked at, for the logs and the frame. */
@@ -183,15 +183,15 @@ send_commit(struct source *s)
 {
 	Uffdd__Commit c = UFFDD__COMMIT__INIT;
 
-	if (!s->completing || s->demand == NULL || s->m->state != MIG_RUNNING ||
-	    s->m->committing)
+	if (!s->cm.completing || s->demand == NULL ||
+	    s->m->state != MIG_RUNNING || s->m->committing)
 		return;
 	if (source_check_or_fail(s) < 0)
 		return;
-	if (s->reads_checked != s->reads)
+	if (s->cm.reads_checked != s->cm.reads)
 		fatalx("migration %s: COMMIT with reads unchecked",
 		       log_id(s->m->id));
-	c.seq = ++s->commit_seq;
+	c.seq = ++s->cm.commit_seq;
 	c.pages = s->m->pages_present;
 	c.checked_by = (char *)checked_by(s);
 	s->m->committing = 1;
@@ -205,8 +205,8 @@ send_commit(struct source *s)
 			 "%llu checks); process %d stays stopped until it is "
 			 "acknowledged",
 			 log_id(s->m->id), (unsigned long long)c.seq,
-			 c.checked_by, (double)s->check_ns / 1e6,
-			 (unsigned long long)s->checks, (int)s->m->pid);
+			 c.checked_by, (double)s->cm.check_ns / 1e6,
+			 (unsigned long long)s->cm.checks, (int)s->m->pid);
 }
 
 /* The test knob's delayed COMMIT (knob_delay_ms()). */
@@ -232,7 +232,7 @@ source_complete_requested(struct source *s)
 
 	if (s->m->committing)
 		return; /* a COMMIT is out already */
-	s->completing = 1;
+	s->cm.completing = 1;
 	if (ms <= 0) {
 		send_commit(s);
 		return;
@@ -240,10 +240,10 @@ source_complete_requested(struct source *s)
 	tv.tv_sec = ms / 1000;
 	tv.tv_usec = (ms % 1000) * 1000;
 	log_warnx("UFFDD_TEST_COMMIT_DELAY_MS: COMMIT in %d ms", ms);
-	if (s->commit_ev == NULL &&
-	    (s->commit_ev = evtimer_new(base, delayed_commit_cb, s)) == NULL)
+	if (s->cm.commit_ev == NULL &&
+	    (s->cm.commit_ev = evtimer_new(base, delayed_commit_cb, s)) == NULL)
 		fatalx("evtimer_new");
-	evtimer_add(s->commit_ev, &tv);
+	evtimer_add(s->cm.commit_ev, &tv);
 }
 
 /*
@@ -296,11 +296,11 @@ send_echo(struct conn *c, uint64_t seq)
 void
 source_commit_ack(struct source *s, const Uffdd__Commit *a)
 {
-	if (!s->m->committing || a->seq != s->commit_seq) {
+	if (!s->m->committing || a->seq != s->cm.commit_seq) {
 		log_warnx("migration %s: COMMIT_ACK %llu for no COMMIT out "
 			  "(last %llu); ignored",
 			  log_id(s->m->id), (unsigned long long)a->seq,
-			  (unsigned long long)s->commit_seq);
+			  (unsigned long long)s->cm.commit_seq);
 		return;
 	}
 	knob_exit_at_commit();
@@ -320,11 +320,11 @@ source_commit_resume(struct source *s, struct conn *c, const Uffdd__Hello *h)
 {
 	Uffdd__Hello me = UFFDD__HELLO__INIT;
 
-	if (s->commit_seq && h->commit_seq != s->commit_seq)
+	if (s->cm.commit_seq && h->commit_seq != s->cm.commit_seq)
 		log_warnx("migration %s: destination acted on COMMIT %llu, "
 			  "the last sent is %llu",
 			  log_id(s->m->id), (unsigned long long)h->commit_seq,
-			  (unsigned long long)s->commit_seq);
+			  (unsigned long long)s->cm.commit_seq);
 	log_info("migration %s: destination resumes committed; its "
 		 "acknowledgement",
 		 log_id(s->m->id));

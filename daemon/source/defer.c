@@ -57,15 +57,15 @@ source_defer_request(struct source *s, const Uffdd__PageRequest *pr)
 {
 	struct defer_req *q;
 
-	if (s->ndq >= DEFER_QUEUE_MAX) {
+	if (s->df.ndq >= DEFER_QUEUE_MAX) {
 		log_warnx("migration %s: more than %d page requests before "
 			  "go: dropping the destination's lanes",
 			  log_id(s->m->id), DEFER_QUEUE_MAX);
 		return -1;
 	}
-	if (s->dq == NULL)
-		s->dq = xcalloc(DEFER_QUEUE_MAX, sizeof(*s->dq));
-	q = &s->dq[s->ndq++];
+	if (s->df.dq == NULL)
+		s->df.dq = xcalloc(DEFER_QUEUE_MAX, sizeof(*s->df.dq));
+	q = &s->df.dq[s->df.ndq++];
 	q->region = pr->region;
 	q->page = pr->page;
 	q->npages = pr->npages;
@@ -75,15 +75,15 @@ source_defer_request(struct source *s, const Uffdd__PageRequest *pr)
 void
 source_defer_lanes_down(struct source *s)
 {
-	s->ndq = 0;
+	s->df.ndq = 0;
 }
 
 void
 source_defer_free(struct source *s)
 {
-	free(s->dq);
-	s->dq = NULL;
-	s->ndq = 0;
+	free(s->df.dq);
+	s->df.dq = NULL;
+	s->df.ndq = 0;
 }
 
 /*
@@ -159,7 +159,7 @@ presume_data(struct source *s, uint32_t *code, char *err, size_t errlen)
 		sr->r.data_pages = sr->npages;
 		sr->r.zero_pages = 0;
 	}
-	s->unclassified = 1;
+	s->df.unclassified = 1;
 	return classify_some(s, 1, code, err, errlen);
 }
 
@@ -186,8 +186,8 @@ take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
 	 */
 	s->switches = source_settled_switches(s->t.pid);
 	us[0] = (now_ns() - t0) / 1000;
-	n = source_build_regions(s->t.pid, s->ranges, s->nranges, &regs, code,
-				 err, errlen);
+	n = source_build_regions(s->t.pid, s->ps.ranges, s->ps.nranges, &regs,
+				 code, err, errlen);
 	if (n > 0 && !same_regions(s, regs, (size_t)n)) {
 		*code = ERR_INVALID;
 		snprintf(err, errlen,
@@ -253,14 +253,14 @@ answer_queued(struct source *s)
 {
 	uint32_t n = 0;
 
-	for (size_t i = 0; i < s->ndq && s->demand; i++) {
+	for (size_t i = 0; i < s->df.ndq && s->demand; i++) {
 		Uffdd__PageRequest pr = UFFDD__PAGE_REQUEST__INIT;
 
 		if (s->m->state != MIG_RUNNING)
 			break;
-		pr.region = s->dq[i].region;
-		pr.page = s->dq[i].page;
-		pr.npages = s->dq[i].npages;
+		pr.region = s->df.dq[i].region;
+		pr.page = s->df.dq[i].page;
+		pr.npages = s->df.dq[i].npages;
 		source_demand_request(s, &pr);
 		n++;
 	}
@@ -299,7 +299,7 @@ after_go(evutil_socket_t fd, short what, void *arg)
 			    (int)s->m->pid);
 		return;
 	}
-	s->unclassified = 0;
+	s->df.unclassified = 0;
 	t1 = now_ns();
 	source_watch_freeze(s);
 	t2 = now_ns();
@@ -332,10 +332,11 @@ after_go(evutil_socket_t fd, short what, void *arg)
 static void
 go_rest(struct source *s, int anyway)
 {
-	if (s->go_pending && (anyway || (!s->bulk_held && !s->peer_held))) {
-		s->go_pending = 0;
-		event_active(s->go_ev, EV_TIMEOUT, 0);
-	} else if (!s->go_pending && s->bulk) {
+	if (s->df.go_pending &&
+	    (anyway || (!s->df.bulk_held && !s->peer_held))) {
+		s->df.go_pending = 0;
+		event_active(s->df.go_ev, EV_TIMEOUT, 0);
+	} else if (!s->df.go_pending && s->bulk) {
 		source_bulk_produce(s);
 	}
 }
@@ -360,13 +361,13 @@ release_bulk(evutil_socket_t fd, short what, void *arg)
 	struct source *s = arg;
 
 	(void)fd;
-	if (!s->bulk_held)
+	if (!s->df.bulk_held)
 		return;
-	s->bulk_held = 0;
+	s->df.bulk_held = 0;
 	log_info("migration %s: bulk stream released%s", log_id(s->m->id),
 		 what & EV_TIMEOUT ? " (held for its longest)" : "");
-	if (s->hold_ev)
-		event_del(s->hold_ev);
+	if (s->df.hold_ev)
+		event_del(s->df.hold_ev);
 	go_rest(s, what & EV_TIMEOUT);
 }
 
@@ -375,9 +376,9 @@ hold_bulk(struct source *s)
 {
 	struct timeval tv = {BULK_HOLD_SECS, 0};
 
-	s->bulk_held = 1;
-	s->hold_ev = evtimer_new(base, release_bulk, s);
-	evtimer_add(s->hold_ev, &tv);
+	s->df.bulk_held = 1;
+	s->df.hold_ev = evtimer_new(base, release_bulk, s);
+	evtimer_add(s->df.hold_ev, &tv);
 }
 
 /* GO with release_bulk, on an export past its go. */
@@ -453,9 +454,9 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	 * wait behind milliseconds of classification, tracker and state
 	 * file, nor share the CPUs with them.
 	 */
-	s->go_ev = event_new(base, -1, 0, after_go, s);
-	event_priority_set(s->go_ev, PRIO_BULK);
-	s->go_pending = 1;
+	s->df.go_ev = event_new(base, -1, 0, after_go, s);
+	event_priority_set(s->df.go_ev, PRIO_BULK);
+	s->df.go_pending = 1;
 	go_rest(s, 0);
 }
 

@@ -6,6 +6,7 @@
  *
  *   freeze.c   the frozen process: stop it, check it, notice a run of it
  *   export.c   an export: regions, classification, its record and events
+ *   export_check.c  an export request checked before the process is touched
  *   serve.c    pages out: demand answers and the bulk stream
  *   lanes.c    the destination's lanes, and how a migration ends
  *   commit.c   the freeze check on a timer, and completion as a commit:
@@ -15,6 +16,7 @@
  *   precopy.c  export --precopy: rounds while the process runs, the freeze,
  *              the switchover
  *   snapshot.c a frozen process's memory written to an image file
+ *              (snapshot_write.c: its pages read and written)
  *   image.c    a snapshot image served in place of a frozen process
  *   defer.c    export --deferred: lanes taken, nothing served until go
  */
@@ -165,6 +167,51 @@ struct defer_req {
 	uint64_t page;
 };
 
+/*
+ * commit.c: the freeze check's timer; reads of the process made, and made
+ * before the last check that passed (a COMMIT needs them equal); the last
+ * check's cost. completing: the destination's COMPLETE came, nothing more
+ * is read for the bulk stream; commit_seq: the COMMIT sent (0: none yet),
+ * until its ACK.
+ */
+struct source_commit {
+	struct event *check_ev, *commit_ev;
+	uint64_t reads, reads_checked;
+	uint64_t check_ns, checks, check_sum_ns, check_max_ns, check_cpu_ns;
+	int completing;
+	uint64_t commit_seq;
+};
+
+/* defer.c: export --deferred, and the bulk stream held after its go. */
+struct source_defer {
+	struct event *go_ev; /* what go leaves to the loop */
+	/* the bulk stream held after go, until release or hold_ev */
+	int bulk_held;
+	struct event *hold_ev;
+	int unclassified; /* pages taken as data at go, classified after it */
+	int go_pending;	  /* after_go() waits for the holds */
+	/* before go, s->m->deferred is set: the requests queued meanwhile */
+	struct defer_req *dq;
+	size_t ndq;
+};
+
+/* persist.c: the state file, and what a restart needs of the export. */
+struct source_persist {
+	/*
+	 * The state file is behind what the export is: save_ev writes it
+	 * once the current callback has returned.
+	 */
+	struct event *save_ev;
+	int dirty;
+	struct range *ranges; /* as exported, for a restart */
+	size_t nranges;
+};
+
+/*
+ * One export. What every part reads is here; what one part keeps for
+ * itself is in that part's struct (commit, defer, persist), so that a
+ * part's state reads as a whole.
+ */
 struct source {
 	struct migration *m;
 	struct src_image *img; /* serving an image, not a process */
@@ -172,33 +219,11 @@ struct source {
 	size_t nregs;
 	struct conn *demand, *bulk;
 	struct event *bulk_ev, *exit_ev, *ping_ev, *rate_ev;
-	/*
-	 * commit.c: the freeze check's timer; reads of the process made,
-	 * and made before the last check that passed (a COMMIT needs them
-	 * equal); the last check's cost. completing: the destination's
-	 * COMPLETE came, nothing more is read for the bulk stream;
-	 * commit_seq: the COMMIT sent (0: none yet), until its ACK.
-	 */
-	struct event *check_ev, *commit_ev;
-	uint64_t reads, reads_checked;
-	uint64_t check_ns, checks, check_sum_ns, check_max_ns, check_cpu_ns;
-	int completing;
-	uint64_t commit_seq;
-	/*
-	 * The state file is behind what the export is (persist.c): save_ev
-	 * writes it once the current callback has returned.
-	 */
-	struct event *save_ev;
-	struct event *go_ev; /* defer.c: what go leaves to the loop */
-	/* defer.c: the bulk stream held after go, until release or hold_ev */
-	int bulk_held;
-	struct event *hold_ev;
+	struct source_commit cm;
+	struct source_defer df;
+	struct source_persist ps;
 	/* lanes.c: the destination holds the bulk stream (FEATURE_BULK_HOLD) */
 	int peer_held;
-	/* defer.c: pages taken as data at go, classified after it */
-	int unclassified;
-	int go_pending; /* defer.c: after_go() waits for the holds */
-	int dirty;
 	/*
 	 * The process, as checked (procref.h): signals go through its pidfd,
 	 * demand reads through its memory file (read_demand()).
@@ -208,8 +233,6 @@ struct source {
 	int was_stopped;    /* before the export froze it */
 	long long switches; /* source_switch_count() once frozen; -1: unknown */
 	struct wptrack wp;  /* writes since the export, where tracked */
-	struct range *ranges; /* as exported, for a restart */
-	size_t nranges;
 	int resume_pending; /* the demand lane is a destination's resume */
 	uint64_t win_start, win_bytes; /* --bulk-rate accounting */
 	uint32_t cur_reg;
@@ -218,9 +241,6 @@ struct source {
 	uint64_t hint_page, hint_left;
 	uint8_t *scratch;   /* SCRATCH_LEN bytes */
 	struct precopy *pc; /* export --precopy (precopy.c); else NULL */
-	/* export --deferred: before go, s->m->deferred is set (defer.c). */
-	struct defer_req *dq;
-	size_t ndq;
 };
 
 /* freeze.c */
@@ -249,6 +269,18 @@ int source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 			 struct region **regs, uint32_t *code, char *err,
 			 size_t errlen);
 int64_t source_classify(pid_t pid, struct src_region *sr);
+
+/*
+ * export_check.c: 0, or -1 with err (and *code) set. id: MIG_ID_LEN + 1
+ * bytes, the ID asked for (empty when none).
+ */
+int source_export_check(const Uffdd__ExportRequest *req, struct range *ranges,
+			char *id, uint32_t *code, char *err, size_t errlen);
+int source_exported_already(pid_t pid, uint32_t *code, char *err,
+			    size_t errlen);
+int source_export_name_regions(struct source *s,
+			       const Uffdd__ExportRequest *req, char *err,
+			       size_t errlen);
 
 int64_t source_mark_dropped(struct source *);
 /*

@@ -216,10 +216,10 @@ source_teardown(struct source *s)
 	event_del(s->bulk_ev);
 	event_del(s->ping_ev);
 	event_del(s->rate_ev);
-	if (s->check_ev)
-		event_del(s->check_ev);
-	if (s->commit_ev)
-		event_del(s->commit_ev);
+	if (s->cm.check_ev)
+		event_del(s->cm.check_ev);
+	if (s->cm.commit_ev)
+		event_del(s->cm.commit_ev);
 	if (s->exit_ev)
 		event_del(s->exit_ev);
 	if (s->m->fail_code == ERR_SOURCE_RAN && !told)
@@ -279,7 +279,7 @@ accept_regions(struct source *s, const Uffdd__RegionTable *t)
 	 * (Hello.committed) never got it: its next COMPLETE is checked and
 	 * answered anew.
 	 */
-	s->completing = 0;
+	s->cm.completing = 0;
 	s->m->committing = 0;
 	if (s->resume_pending)
 		s->m->reconnects++;

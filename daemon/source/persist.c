@@ -40,17 +40,17 @@ save_more(struct state_out *o, const struct migration *m)
 		state_put_u64(o, "switches", (uint64_t)s->switches);
 	/* A COMMIT out, not acknowledged yet: for status after a restart. */
 	if (s->m->committing)
-		state_put_u64(o, "commit_seq", s->commit_seq);
+		state_put_u64(o, "commit_seq", s->cm.commit_seq);
 	/* A tombstone (source_persist_tombstone()): what a resume is told. */
 	if (s->m->state == MIG_FAILED) {
 		state_put_u64(o, "fail_code", s->m->fail_code);
 		state_put_str(o, "reason", s->m->reason);
 		state_put_u64(o, "failed_at", (uint64_t)time(NULL));
 	}
-	for (size_t i = 0; i < s->nranges; i++)
+	for (size_t i = 0; i < s->ps.nranges; i++)
 		state_put_u64s(o, state_key(key, "range", i),
-			       (const uint64_t[]){s->ranges[i].start,
-						  s->ranges[i].end},
+			       (const uint64_t[]){s->ps.ranges[i].start,
+						  s->ps.ranges[i].end},
 			       2);
 	/* export --range ...=NAME: a destination may map by it later. */
 	for (size_t i = 0, k = 0; i < s->nregs; i++) {
@@ -71,7 +71,7 @@ save_more(struct state_out *o, const struct migration *m)
 int
 source_persist_now(struct source *s)
 {
-	s->dirty = 0;
+	s->ps.dirty = 0;
 	/*
 	 * An image's source does not outlive the daemon: the file was the
 	 * client's descriptor, which a restart does not have (a destination
@@ -102,7 +102,7 @@ save_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct source *s = arg;
 
-	if (s->dirty)
+	if (s->ps.dirty)
 		source_persist_now(s);
 }
 
@@ -113,8 +113,8 @@ save_cb(evutil_socket_t fd, short ev, void *arg)
 void
 source_persist_start(struct source *s)
 {
-	s->save_ev = event_new(base, -1, 0, save_cb, s);
-	event_priority_set(s->save_ev, PRIO_BULK);
+	s->ps.save_ev = event_new(base, -1, 0, save_cb, s);
+	event_priority_set(s->ps.save_ev, PRIO_BULK);
 }
 
 /*
@@ -124,10 +124,10 @@ source_persist_start(struct source *s)
 void
 source_persist_dirty(struct source *s)
 {
-	if (s->dirty)
+	if (s->ps.dirty)
 		return;
-	s->dirty = 1;
-	event_active(s->save_ev, EV_TIMEOUT, 0);
+	s->ps.dirty = 1;
+	event_active(s->ps.save_ev, EV_TIMEOUT, 0);
 }
 
 /*
@@ -137,9 +137,9 @@ source_persist_dirty(struct source *s)
 void
 source_persist_remove(struct source *s)
 {
-	s->dirty = 0;
-	if (s->save_ev)
-		event_del(s->save_ev);
+	s->ps.dirty = 0;
+	if (s->ps.save_ev)
+		event_del(s->ps.save_ev);
 	state_remove(s->m);
 }
 
@@ -153,9 +153,9 @@ source_persist_remove(struct source *s)
 void
 source_persist_tombstone(struct source *s)
 {
-	s->dirty = 0;
-	if (s->save_ev)
-		event_del(s->save_ev);
+	s->ps.dirty = 0;
+	if (s->ps.save_ev)
+		event_del(s->ps.save_ev);
 	if (s->img || state_write(s->m, save_more) < 0)
 		return;
 	log_info("migration %s: its state file stays as a tombstone: a "
@@ -177,11 +177,11 @@ source_persist_told(struct migration *m)
 void
 source_persist_free(struct source *s)
 {
-	if (s->dirty)
+	if (s->ps.dirty)
 		source_persist_now(s);
-	if (s->save_ev)
-		event_free(s->save_ev);
-	s->save_ev = NULL;
+	if (s->ps.save_ev)
+		event_free(s->ps.save_ev);
+	s->ps.save_ev = NULL;
 }
 /* What a source's state file says (save_more()). */
 struct saved {
@@ -479,8 +479,8 @@ source_restore(struct state_tbl *t)
 		migration_set_state(s->m, MIG_PAUSED);
 	/* A COMMIT was out: the destination's committed resume ends it. */
 	if (sv.commit_seq) {
-		s->commit_seq = sv.commit_seq;
-		s->completing = 1;
+		s->cm.commit_seq = sv.commit_seq;
+		s->cm.completing = 1;
 		s->m->committing = 1;
 	}
 	log_info("restored export %s of process %d (%s)", log_id(sv.id),

@@ -100,7 +100,7 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 	if (s->img)
 		return source_image_read(s, sr, page, dst, len, 0);
 	/* Counted before: a COMMIT covers only reads a check came after. */
-	s->reads++;
+	s->cm.reads++;
 	if (sr->cache_fd >= 0)
 		got = read_cache(sr, page, dst, len);
 	else if (s->t.grant != 0 && s->t.memfd >= 0)
@@ -138,7 +138,7 @@ read_demand(struct source *s, struct src_region *sr, uint64_t page,
 		return -1;
 	if (s->img)
 		return source_image_read(s, sr, page, dst, len, 1);
-	s->reads++;
+	s->cm.reads++;
 	if (sr->cache_fd < 0 &&
 	    pread(s->t.memfd, dst, len, (off_t)addr) == (ssize_t)len)
 		return 0;
@@ -285,7 +285,7 @@ source_demand_request(struct source *s, const Uffdd__PageRequest *pr)
 		if (s->regs[i].r.index == pr->region && s->regs[i].accepted)
 			sr = &s->regs[i];
 	if (sr == NULL || pr->npages == 0 ||
-	    pr->npages > (uint32_t)conf.max_request_pages ||
+	    pr->npages > (uint32_t)conf.lim.max_request_pages ||
 	    (uint64_t)pr->npages * sr->r.page_size > FRAME_DATA_MAX ||
 	    page >= sr->npages || pr->npages > sr->npages - page) {
 		log_warnx("%s: page request out of bounds (region %u page "
@@ -456,8 +456,85 @@ small_round(const struct source *s)
 static int
 bulk_holds(const struct source *s)
 {
-	return s->m->deferred || s->bulk_held || s->peer_held ||
-	       s->unclassified || s->completing;
+	return s->m->deferred || s->df.bulk_held || s->peer_held ||
+	       s->df.unclassified || s->cm.completing;
+}
+
+/*
+ * With --bulk-rate, whether this window's share is spent: then the bulk
+ * stream waits for the next window (rate_ev) rather than spin.
+ */
+static int
+rate_spent(struct source *s)
+{
+	uint64_t now;
+
+	if (!conf.bulk_rate)
+		return 0;
+	now = now_ns();
+	if (now - s->win_start >= RATE_WINDOW_NS) {
+		s->win_start = now;
+		s->win_bytes = 0;
+	}
+	if (s->win_bytes < conf.bulk_rate / 10)
+		return 0;
+	struct timeval tv = {
+		0, (suseconds_t)((s->win_start + RATE_WINDOW_NS - now) / 1000)};
+
+	evtimer_add(s->rate_ev, &tv);
+	return 1;
+}
+
+/*
+ * Sends the bulk stream's next run of at most frame pages (a recorded
+ * working set's pages first): the bytes sent, or -1 when the stream
+ * stops, failed or with every page sent (the end of a pre-copy round).
+ */
+static int64_t
+bulk_send_next(struct source *s, uint64_t frame)
+{
+	uint32_t ri;
+	uint64_t page, max, n;
+	int64_t got;
+	int zero;
+
+	if ((got = send_ws_page(s)) != -2)
+		return got;
+	if (!next_unsent(s, &ri, &page, &max)) {
+		/* Everything sent; a pre-copy round is over. */
+		if (source_precopy_running(s))
+			source_precopy_round_end(s);
+		else
+			source_precopy_swept(s);
+		return -1;
+	}
+	zero = !bit_test(s->regs[ri].data, page);
+	if (max > (zero ? BULK_ZERO_PAGES : frame))
+		max = zero ? BULK_ZERO_PAGES : frame;
+	/*
+	 * Huge pages: as many as one frame holds, whole ones. None (pages
+	 * over FRAME_DATA_MAX) is refused at export; were it not,
+	 * class_run() would still make a run of one.
+	 */
+	max = frame_pages_fit(s->regs[ri].r.page_size, max);
+	if (max == 0) {
+		source_fail(s,
+			    "region at 0x%llx: pages of %u bytes do "
+			    "not fit in a frame",
+			    (unsigned long long)s->regs[ri].r.start,
+			    s->regs[ri].r.page_size);
+		return -1;
+	}
+	n = class_run(&s->regs[ri], page, max, 1);
+	if (!zero && zero_checked(&s->regs[ri]))
+		got = send_zero_detected(s, ri, page, &n);
+	else
+		got = send_run(s, s->bulk, ri, page, n, zero, 0, NULL);
+	if (got >= 0 && s->hint_left) {
+		s->hint_page += n;
+		s->hint_left = s->hint_left > n ? s->hint_left - n : 0;
+	}
+	return got;
 }
 
 /*
@@ -468,6 +545,7 @@ void
 source_bulk_produce(struct source *s)
 {
 	uint64_t bytes = 0, round = BULK_ROUND_BYTES, frame = BULK_DATA_PAGES;
+	int64_t got;
 
 	if (bulk_holds(s))
 		return;
@@ -487,76 +565,13 @@ source_bulk_produce(struct source *s)
 	}
 	while (s->bulk && bytes < round &&
 	       conn_output_len(s->bulk) < BULK_HIGH) {
-		if (conf.bulk_rate) {
-			uint64_t now = now_ns();
-
-			if (now - s->win_start >= RATE_WINDOW_NS) {
-				s->win_start = now;
-				s->win_bytes = 0;
-			}
-			if (s->win_bytes >= conf.bulk_rate / 10) {
-				struct timeval tv = {
-					0,
-					(suseconds_t)((s->win_start +
-						       RATE_WINDOW_NS - now) /
-						      1000)};
-
-				evtimer_add(s->rate_ev, &tv);
-				return;
-			}
-		}
-		uint32_t ri;
-		uint64_t page, max, n;
-		int64_t got;
-		int zero;
-
-		if ((got = send_ws_page(s)) != -2) {
-			if (got < 0)
-				return;
-			bytes += (uint64_t)got + 4096;
-			s->win_bytes += (uint64_t)got + 64;
-			loop_bulk();
-			continue;
-		}
-		if (!next_unsent(s, &ri, &page, &max)) {
-			/* Everything sent; a pre-copy round is over. */
-			if (source_precopy_running(s))
-				source_precopy_round_end(s);
-			else
-				source_precopy_swept(s);
+		if (rate_spent(s))
 			return;
-		}
-		zero = !bit_test(s->regs[ri].data, page);
-		if (max > (zero ? BULK_ZERO_PAGES : frame))
-			max = zero ? BULK_ZERO_PAGES : frame;
-		/*
-		 * Huge pages: as many as one frame holds, whole ones. None
-		 * (pages over FRAME_DATA_MAX) is refused at export; were it
-		 * not, class_run() would still make a run of one.
-		 */
-		max = frame_pages_fit(s->regs[ri].r.page_size, max);
-		if (max == 0) {
-			source_fail(s,
-				    "region at 0x%llx: pages of %u bytes do "
-				    "not fit in a frame",
-				    (unsigned long long)s->regs[ri].r.start,
-				    s->regs[ri].r.page_size);
-			return;
-		}
-		n = class_run(&s->regs[ri], page, max, 1);
-		if (!zero && zero_checked(&s->regs[ri])) {
-			if ((got = send_zero_detected(s, ri, page, &n)) < 0)
-				return;
-		} else if ((got = send_run(s, s->bulk, ri, page, n, zero, 0,
-					   NULL)) < 0)
+		if ((got = bulk_send_next(s, frame)) < 0)
 			return;
 		bytes += (uint64_t)got + 4096;
 		s->win_bytes += (uint64_t)got + 64;
 		loop_bulk();
-		if (s->hint_left) {
-			s->hint_page += n;
-			s->hint_left = s->hint_left > n ? s->hint_left - n : 0;
-		}
 	}
 	if (s->bulk && conn_output_len(s->bulk) < BULK_HIGH)
 		event_active(s->bulk_ev, EV_TIMEOUT, 0);

@@ -47,6 +47,7 @@
 #include "daemon/procref.h"
 #include "daemon/role.h"
 #include "daemon/source/internal.h"
+#include "daemon/source/snapshot.h"
 #include "proto/image.h"
 
 /*
@@ -58,35 +59,6 @@
 #define COMMIT_WAIT_BYTES_A_SEC (32u << 20)
 /* Bytes of pages one turn of the loop writes: other work goes between. */
 #define ROUND_BYTES (16u << 20)
-
-enum snap_phase { SNAP_WAIT_FD, SNAP_WRITING, SNAP_WAIT_COMMIT };
-
-struct snap {
-	TAILQ_ENTRY(snap) link;
-	uint64_t serial;
-	struct authz_caller who;
-	struct procref t;
-	struct range *ranges;
-	size_t nranges;
-	int keep, frozen, was_stopped;
-	enum snap_phase phase;
-	int asking; /* a byte of the client is awaited (control_ask()) */
-	int fd;	    /* the image file */
-	struct event *round_ev;
-	struct src_region *regs;
-	size_t nregs;
-	uint32_t cur_reg;
-	uint64_t cur_page;
-	uint8_t *buf; /* IMAGE_RUN_BYTES */
-	struct image_writer w;
-	/* The freeze check (source_ran()): its tracker, count and timing. */
-	struct wptrack wp;
-	long long switches;
-	uint64_t check_ns, t_check;
-	uint64_t pages[4]; /* by enum image_class */
-	uint64_t synced;   /* bytes of the file whose writeback started */
-	struct timespec t0;
-};
 
 static TAILQ_HEAD(, snap) snaps = TAILQ_HEAD_INITIALIZER(snaps);
 
@@ -435,116 +407,6 @@ client_byte(void *arg, int fd, uint8_t b, int status, const char *why)
 }
 
 /*
- * Reads len bytes of region sr from page on into s->buf: shared hugetlb
- * from its page cache (export.c says why), the rest with
- * process_vm_readv, and through /proc/PID/mem where that falls short (a
- * page the process cannot read itself: the kernel's forced read still
- * can), or at once for a process held by grant (read_pages() in serve.c
- * says why). Swapped-out pages are read back in. The read named the
- * process by pid: it read the process checked only if that is still
- * itself.
- */
-static int
-read_mem(struct snap *s, const struct src_region *sr, uint64_t page,
-	 uint64_t len)
-{
-	uint64_t addr = sr->r.start + page * sr->r.page_size;
-	struct iovec l = {s->buf, len}, r = {(void *)addr, len};
-	ssize_t got;
-
-	if (len > IMAGE_RUN_BYTES)
-		fatalx("snapshot: read of %llu bytes", (unsigned long long)len);
-	if (sr->cache_fd >= 0)
-		got = pread(sr->cache_fd, s->buf, len,
-			    (off_t)(sr->r.file_off + page * sr->r.page_size));
-	else if (s->t.grant != 0 ||
-		 (got = process_vm_readv(s->t.pid, &l, 1, &r, 1, 0)) !=
-			 (ssize_t)len)
-		got = pread(s->t.memfd, s->buf, len, (off_t)addr);
-	if (got == (ssize_t)len && procref_same(&s->t))
-		return 0;
-	if (!procref_same(&s->t))
-		snap_fail(s, ERR_NO_PROCESS,
-			  "process %d exited, or runs another program",
-			  (int)s->t.pid);
-	else
-		snap_fail(s, ERR_KERNEL, "reading %llu bytes at 0x%llx: %s",
-			  (unsigned long long)len, (unsigned long long)addr,
-			  got < 0 ? strerror(errno) : "short read");
-	return -1;
-}
-
-/* Whether a page of len bytes is all zero: it goes as a ZERO marker. */
-static int
-page_zero(const uint8_t *p, uint64_t len)
-{
-	return p[0] == 0 && memcmp(p, p + 1, len - 1) == 0;
-}
-
-/*
- * Pages [page, page + n) of region ri, all holding data, now in s->buf:
- * the all-zero ones become ZERO markers, the others data runs.
- */
-static int
-write_read_pages(struct snap *s, uint32_t ri, uint64_t page, uint64_t n)
-{
-	uint64_t ps = s->regs[ri].r.page_size;
-
-	for (uint64_t i = 0; i < n;) {
-		int zero = page_zero(s->buf + i * ps, ps);
-		uint64_t k = 1;
-		int rc;
-
-		while (i + k < n &&
-		       page_zero(s->buf + (i + k) * ps, ps) == zero)
-			k++;
-		rc = zero ? image_write_marker(&s->w, ri, page + i, k,
-					       IMAGE_ZERO)
-			  : image_write_data(&s->w, ri, page + i, k,
-					     s->buf + i * ps);
-		if (rc < 0)
-			return -1;
-		s->pages[zero ? IMAGE_ZERO : IMAGE_DATA] += k;
-		i += k;
-	}
-	return 0;
-}
-
-/*
- * The next stretch of one class from the current page: holes as a
- * marker, data read and written. Returns the bytes read, or -1 (the
- * snapshot failed and is freed).
- */
-static int64_t
-write_next(struct snap *s)
-{
-	struct src_region *sr = &s->regs[s->cur_reg];
-	uint64_t ps = sr->r.page_size, page = s->cur_page, n = 1;
-	int data = bit_test(sr->data, page);
-	uint64_t max = data ? IMAGE_RUN_BYTES / ps : sr->npages;
-
-	while (n < max && page + n < sr->npages &&
-	       bit_test(sr->data, page + n) == data)
-		n++;
-	s->cur_page += n;
-	if (!data) {
-		s->pages[IMAGE_HOLE] += n;
-		if (image_write_marker(&s->w, s->cur_reg, page, n, IMAGE_HOLE) <
-		    0)
-			goto bad;
-		return 0;
-	}
-	if (read_mem(s, sr, page, n * ps) < 0)
-		return -1;
-	if (write_read_pages(s, s->cur_reg, page, n) < 0)
-		goto bad;
-	return (int64_t)(n * ps);
-bad:
-	snap_fail(s, ERR_INVALID, "writing the image: %s", strerror(errno));
-	return -1;
-}
-
-/*
  * Every page written: the tables, the header, fsync; then the check that
  * covers every page read, and only then the client (WRITTEN is the
  * snapshot's COMMIT).
@@ -591,6 +453,8 @@ round_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct snap *s = arg;
 	uint64_t done = 0;
+	uint32_t code;
+	char err[384];
 
 	if (snap_check_due(s) < 0)
 		return;
@@ -602,8 +466,10 @@ round_cb(evutil_socket_t fd, short what, void *arg)
 			s->cur_page = 0;
 			continue;
 		}
-		if ((got = write_next(s)) < 0)
+		if ((got = snap_write_next(s, &code, err, sizeof(err))) < 0) {
+			snap_fail(s, code, "%s", err);
 			return;
+		}
 		done += (uint64_t)got;
 	}
 	/*
