@@ -24,6 +24,20 @@ enum mig_state {
 	MIG_FAILED,
 };
 
+/* What a migration moved, counted where it moves (status shows them). */
+struct mig_counts {
+	uint64_t pages_total;
+	uint64_t pages_present; /* source: pages sent */
+	uint64_t demand_faults;
+	uint64_t demand_pages;
+	uint64_t prefetched_pages;
+	uint64_t zero_pages;
+	uint64_t discarded_pages; /* destination: the target gave them back */
+	uint64_t bytes;
+	uint64_t hinted_pages;	     /* installed with ACCESS_LIKELY */
+	uint64_t zero_content_pages; /* source: data found all zero */
+};
+
 struct migration {
 	TAILQ_ENTRY(migration) link;
 	char id[MIG_ID_LEN + 1];
@@ -38,14 +52,7 @@ struct migration {
 	pid_t pid;
 	unsigned long long start; /* pid's start time: tells a reused pid */
 	char peer[128];
-	uint64_t pages_total;
-	uint64_t pages_present; /* source: pages sent */
-	uint64_t demand_faults;
-	uint64_t demand_pages;
-	uint64_t prefetched_pages;
-	uint64_t zero_pages;
-	uint64_t discarded_pages; /* destination: the target gave them back */
-	uint64_t bytes;
+	struct mig_counts cnt;
 	uint64_t t_start, t_end;	   /* ns, monotonic */
 	uint64_t t_created;		   /* ns: the export or attach */
 	struct hist latency;		   /* ns from fault read to install */
@@ -53,8 +60,6 @@ struct migration {
 	uint64_t lost[MIG_LOST_RANGES][2]; /* the first lost [start, end) */
 	size_t nlost;
 	uint32_t reconnects;
-	uint64_t hinted_pages;	     /* installed with ACCESS_LIKELY */
-	uint64_t zero_content_pages; /* source: data found all zero */
 	/* Blocktime (destination, UFFD_FEATURE_THREAD_ID): per thread. */
 	uint64_t blocked_ns;
 	struct thread_block {

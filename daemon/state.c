@@ -264,10 +264,10 @@ state_end(struct migration *m)
 	state_put_str(&o, "state", migration_state_name(m->state));
 	state_put_str(&o, "reason", m->reason);
 	state_put_str(&o, "peer", m->peer);
-	state_put_u64(&o, "pages_total", m->pages_total);
-	state_put_u64(&o, "pages_present", m->pages_present);
+	state_put_u64(&o, "pages_total", m->cnt.pages_total);
+	state_put_u64(&o, "pages_present", m->cnt.pages_present);
 	state_put_u64(&o, "pages_lost", m->pages_lost);
-	state_put_u64(&o, "bytes", m->bytes);
+	state_put_u64(&o, "bytes", m->cnt.bytes);
 	state_put_u64(&o, "elapsed_ns", end - m->t_start);
 	state_out_end(&o);
 	if (replace(tmp, name, &o) == 0) {
@@ -536,10 +536,10 @@ restore_ended(const char *file, const char *id, int role)
 	m->pid = (pid_t)e.pid;
 	migration_set_peer(m, e.peer);
 	snprintf(m->reason, sizeof(m->reason), "%s", e.reason);
-	m->pages_total = e.total;
-	m->pages_present = e.present;
+	m->cnt.pages_total = e.total;
+	m->cnt.pages_present = e.present;
 	m->pages_lost = e.lost;
-	m->bytes = e.bytes;
+	m->cnt.bytes = e.bytes;
 	/* Not through migration_set_state(): it ended before, counted then. */
 	m->state = strcmp(e.state, "failed") == 0 ? MIG_FAILED : MIG_COMPLETE;
 	m->t_end = now_ns();

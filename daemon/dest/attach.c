@@ -221,7 +221,7 @@ take_matched(struct dest *d, const struct vma *v, size_t nv,
 	/* Nothing written there: the file's pages are all it holds. */
 	if (dr->r.kind == REGION_FILE_PRIVATE && r->data_pages == 0)
 		pagestate_set_present(&dr->ps, 0, dr->npages);
-	d->m->pages_total += dr->npages;
+	d->m->cnt.pages_total += dr->npages;
 }
 
 /*
@@ -357,14 +357,14 @@ attached(struct dest *d, struct match *mt)
 	log_info("attached to process %d for %s: %zu regions, %llu pages from "
 		 "%s",
 		 (int)d->m->pid, log_id(d->m->id), d->nregs,
-		 (unsigned long long)d->m->pages_total, d->from);
+		 (unsigned long long)d->m->cnt.pages_total, d->from);
 	mt->rep.id = d->m->id;
 	mt->rep.matched = mt->mp;
 	mt->rep.unmatched = mt->up;
 	control_reply(d->req.serial, FRAME_CTL_ATTACH_REPLY, &mt->rep.base);
 	d->req.serial = 0;
 	dest_persist_now(d);
-	if (dest_present_total(d) == d->m->pages_total) {
+	if (dest_present_total(d) == d->m->cnt.pages_total) {
 		dest_maybe_complete(d); /* only unwritten private file pages */
 		return;
 	}

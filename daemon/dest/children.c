@@ -58,7 +58,7 @@ dest_child_new(struct dest *root, const struct dest *parent, pid_t pid, int ufd)
 			       pr->nmoves * sizeof(*kr->moves));
 			kr->nmoves = pr->nmoves;
 		}
-		m->pages_total += kr->npages;
+		m->cnt.pages_total += kr->npages;
 	}
 	return k;
 }
@@ -69,7 +69,7 @@ dest_child_start(struct dest *root, struct dest *k)
 {
 	struct migration *m = k->m;
 
-	m->pages_present = dest_present_total(k);
+	m->cnt.pages_present = dest_present_total(k);
 	dest_fault_watch(k);
 	dest_exit_watch(k);
 	migration_set_state(m, MIG_RUNNING);
@@ -87,9 +87,9 @@ dest_child_start(struct dest *root, struct dest *k)
 		dest_read_faults(k);
 		if (m->state != MIG_RUNNING)
 			return;
-		m->pages_present = dest_present_total(k);
+		m->cnt.pages_present = dest_present_total(k);
 	}
-	if (m->pages_present == m->pages_total)
+	if (m->cnt.pages_present == m->cnt.pages_total)
 		dest_child_done(k);
 	else
 		dest_persist_dirty(root); /* with the child, for a restart */
@@ -112,7 +112,7 @@ dest_child_done(struct dest *k)
 		}
 	}
 	if (k->m->state != MIG_FAILED) {
-		if (dest_present_total(k) == k->m->pages_total) {
+		if (dest_present_total(k) == k->m->cnt.pages_total) {
 			waits = 1; /* complete with the root's COMMIT */
 		} else {
 			migration_fail(
@@ -120,13 +120,13 @@ dest_child_done(struct dest *k)
 				"forked process %d gone with "
 				"%llu pages still missing",
 				(int)k->m->pid,
-				(unsigned long long)(k->m->pages_total -
+				(unsigned long long)(k->m->cnt.pages_total -
 						     dest_present_total(k)));
 		}
 	}
 	/* Its ranges unregister when both copies of its uffd are closed. */
 	if (k->target_fd >= 0 && procref_alive(&k->t) &&
-	    dest_present_total(k) == k->m->pages_total)
+	    dest_present_total(k) == k->m->cnt.pages_total)
 		dest_close_target_fd(k);
 	/* Held with no copy: as teardown() does with its root. */
 	dest_drop_target(k, k->m->state == MIG_FAILED && !k->have_poison);
@@ -319,11 +319,11 @@ dest_fork_child(struct dest *parent, int ufd)
 	inherit(k, parent, pid);
 	if (pid > 0)
 		snprintf(who, sizeof(who), "%d", (int)pid);
-	log_info(
-		"migration %s: process %d forked %s; %llu of its %llu pages "
-		"still to come",
-		log_id(root->m->id), (int)parent->m->pid, who,
-		(unsigned long long)(k->m->pages_total - dest_present_total(k)),
-		(unsigned long long)k->m->pages_total);
+	log_info("migration %s: process %d forked %s; %llu of its %llu pages "
+		 "still to come",
+		 log_id(root->m->id), (int)parent->m->pid, who,
+		 (unsigned long long)(k->m->cnt.pages_total -
+				      dest_present_total(k)),
+		 (unsigned long long)k->m->cnt.pages_total);
 	dest_child_start(root, k);
 }

@@ -35,7 +35,7 @@ dest_maybe_complete(struct dest *d)
 
 	if (d->root || d->held.precopy || d->cm.complete_sent ||
 	    d->demand == NULL || d->m->state != MIG_RUNNING ||
-	    d->kin.nkids > 0 || dest_present_total(d) != d->m->pages_total)
+	    d->kin.nkids > 0 || dest_present_total(d) != d->m->cnt.pages_total)
 		return;
 	c.pages = dest_present_total(d);
 	conn_send(d->demand, FRAME_COMPLETE, &c.base);

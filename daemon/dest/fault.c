@@ -99,7 +99,7 @@ discard_range(struct dest *d, uint64_t start, uint64_t end)
 			}
 		}
 	}
-	d->m->discarded_pages += n;
+	d->m->cnt.discarded_pages += n;
 	/*
 	 * A thread that waited on one of them would wait for data that is
 	 * never installed now: wake it, and its fault comes again, for a
@@ -252,7 +252,7 @@ dest_zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
 		if (res == UFFD_EXISTS)
 			uffd_wake(d->uffd, addr, ps);
 		else
-			d->m->zero_pages++;
+			d->m->cnt.zero_pages++;
 	} else if (res == UFFD_GONE) {
 		dest_target_exited(d);
 	} else if (res == UFFD_RETRY) {
@@ -323,7 +323,7 @@ fault(struct dest *d, uint64_t addr, pid_t tid)
 	}
 	if (d->failing)
 		return; /* it will be poisoned and woken */
-	d->m->demand_faults++;
+	d->m->cnt.demand_faults++;
 	switch (pagestate_get(&dr->ps, page)) {
 	case PAGE_MISSING:
 		add_waiter(d, dr, page, tid, 1);

@@ -237,9 +237,9 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 				return -1;
 			}
 			if (pd->demand)
-				d->m->demand_pages++;
+				d->m->cnt.demand_pages++;
 			else
-				d->m->prefetched_pages++;
+				d->m->cnt.prefetched_pages++;
 			metrics_pages(ROLE_DEST, pd->demand, METRICS_DATA, 1,
 				      ps);
 		}
@@ -247,6 +247,6 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 	}
 	if (d->held.hold && dest_private_missing(d) == 0 && !d->held.precopy)
 		dest_release_held(d);
-	d->m->pages_present = dest_present_total(d);
+	d->m->cnt.pages_present = dest_present_total(d);
 	return 0;
 }

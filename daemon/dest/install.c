@@ -144,7 +144,7 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 			continue;
 		}
 		if (mode && done)
-			d->m->hinted_pages += done / ps;
+			d->m->cnt.hinted_pages += done / ps;
 
 		done -= done % ps;
 		pagestate_set_present(&dr->ps, page + off / ps, done / ps);
@@ -242,8 +242,8 @@ zero_run_none(struct dest *t, struct dst_region *dr, const Uffdd__PageData *pd)
 	for (uint64_t q = pd->page; q < pd->page + pd->npages; q++) {
 		if (pagestate_get(&dr->ps, q) == PAGE_MISSING) {
 			pagestate_set(&dr->ps, q, PAGE_DISCARDED);
-			t->m->zero_pages++;
-			t->m->prefetched_pages++;
+			t->m->cnt.zero_pages++;
+			t->m->cnt.prefetched_pages++;
 			metrics_pages(ROLE_DEST, 0, METRICS_HOLE, 1, 0);
 		}
 	}
@@ -342,15 +342,15 @@ dest_install_missing(struct dest *t, struct dest *root, struct dst_region *dr,
 			return -1;
 		}
 		if (pd->zero)
-			t->m->zero_pages += (uint64_t)got;
+			t->m->cnt.zero_pages += (uint64_t)got;
 		metrics_pages(ROLE_DEST, pd->demand,
 			      pd->zero ? METRICS_ZERO : METRICS_DATA,
 			      (uint64_t)got,
 			      pd->zero ? 0 : (uint64_t)got * dr->r.page_size);
 		if (pd->demand)
-			t->m->demand_pages += (uint64_t)got;
+			t->m->cnt.demand_pages += (uint64_t)got;
 		else
-			t->m->prefetched_pages += (uint64_t)got;
+			t->m->cnt.prefetched_pages += (uint64_t)got;
 		/* The page map is looked at again from p: see install_run. */
 	}
 	return 0;
@@ -381,7 +381,7 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 		return -1;
 	if (t->fr.nwaiters)
 		dest_settle(t, pd->region, pd->page, pd->npages);
-	t->m->pages_present = dest_present_total(t);
+	t->m->cnt.pages_present = dest_present_total(t);
 	return 0;
 }
 
@@ -402,13 +402,13 @@ page_done(struct dest *d, const Uffdd__PageData *pd,
 				dest_child_done(k);
 			continue;
 		}
-		if (dest_present_total(k) == k->m->pages_total) {
+		if (dest_present_total(k) == k->m->cnt.pages_total) {
 			dest_child_done(k); /* removes it from kids */
 			continue;
 		}
 		i++;
 	}
-	d->m->pages_present = dest_present_total(d);
+	d->m->cnt.pages_present = dest_present_total(d);
 	dest_maybe_complete(d);
 }
 
@@ -616,7 +616,7 @@ bulk_take(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		dest_lanes_down(d, "short PAGE_DATA");
 		return;
 	}
-	d->m->bytes += h->data_len;
+	d->m->cnt.bytes += h->data_len;
 	/* Reads in small steps too while faults come. */
 	conn_set_io_max(c, loop_demand_recent() ? DEMAND_STEP_BYTES : 0);
 	loop_bulk();
@@ -670,7 +670,7 @@ dest_page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		v[0].iov_len = h->data_len;
 		nv = 1;
 	}
-	d->m->bytes += h->data_len;
+	d->m->cnt.bytes += h->data_len;
 	if (pd->demand)
 		loop_poll(); /* the thread's next fault may follow */
 	else

@@ -357,7 +357,7 @@ bulk_close(struct conn *c, const char *why, void *arg)
 			  "pages present, the source sends the rest again",
 			  log_id(d->m->id), why,
 			  (unsigned long long)dest_present_total(d),
-			  (unsigned long long)d->m->pages_total);
+			  (unsigned long long)d->m->cnt.pages_total);
 		send_holdings(d);
 		dest_schedule_retry(d);
 	} else {
@@ -449,11 +449,12 @@ resume(struct dest *d, const Uffdd__RegionTable *t)
 		 "pages present",
 		 log_id(d->m->id), (double)(now_ns() - d->ln.t_pause) / 1e9,
 		 (unsigned long long)dest_present_total(d),
-		 (unsigned long long)d->m->pages_total);
+		 (unsigned long long)d->m->cnt.pages_total);
 	migration_set_state(d->m, MIG_RUNNING);
 	dest_persist_dirty(d);
 	/* A pre-copy's pages are all present, yet SWITCHOVER is to come. */
-	if (!d->held.precopy && dest_present_total(d) == d->m->pages_total &&
+	if (!d->held.precopy &&
+	    dest_present_total(d) == d->m->cnt.pages_total &&
 	    d->kin.nkids == 0) {
 		dest_maybe_complete(d);
 		return;

@@ -468,7 +468,7 @@ root_gone(struct dest *d)
 	dest_bulk_hold(d);
 	for (size_t i = 0; i < d->nregs; i++)
 		pagestate_set_present(&d->regs[i].ps, 0, d->regs[i].npages);
-	d->m->pages_present = dest_present_total(d);
+	d->m->cnt.pages_present = dest_present_total(d);
 	dest_persist_dirty(d);
 }
 

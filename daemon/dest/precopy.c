@@ -110,7 +110,7 @@ dest_precopy_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		dest_lanes_down(d, "short PAGE_DATA");
 		return;
 	}
-	d->m->bytes += h->data_len;
+	d->m->cnt.bytes += h->data_len;
 	loop_bulk();
 	if (replace_present(d, dr, pd) < 0)
 		return;
@@ -124,7 +124,7 @@ dest_precopy_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	}
 	if (!pd->zero && dest_install_missing(d, d, dr, pd, &v, 1) < 0)
 		return;
-	d->m->pages_present = dest_present_total(d);
+	d->m->cnt.pages_present = dest_present_total(d);
 }
 
 /*
@@ -209,8 +209,8 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 		 log_id(d->m->id), sw->rounds, (unsigned long long)sw->bytes,
 		 (int)d->m->pid, (double)d->m->downtime_ns / 1e6,
 		 (unsigned long long)dest_present_total(d),
-		 (unsigned long long)d->m->pages_total);
+		 (unsigned long long)d->m->cnt.pages_total);
 	dest_persist_dirty(d);
-	d->m->pages_present = dest_present_total(d);
+	d->m->cnt.pages_present = dest_present_total(d);
 	dest_maybe_complete(d);
 }

@@ -243,7 +243,7 @@ restore_regions(struct dest *d, struct saved *sv, const char *file)
 				dest_add_move(dr, sv->moves[k].mv.p0,
 					      sv->moves[k].mv.p1,
 					      sv->moves[k].mv.base);
-		d->m->pages_total += dr->npages;
+		d->m->cnt.pages_total += dr->npages;
 		if (dr->r.kind == REGION_FILE_PRIVATE || d->gone) {
 			/*
 			 * Saved unheld: every page of it was written. Or no
@@ -258,7 +258,7 @@ restore_regions(struct dest *d, struct saved *sv, const char *file)
 		}
 		mark_gone(dr, i, sv->runs, sv->nruns, 0);
 	}
-	d->m->pages_present = dest_present_total(d);
+	d->m->cnt.pages_present = dest_present_total(d);
 	return 0;
 }
 
@@ -343,7 +343,7 @@ restore_child(struct dest *root, const char *file, const struct saved_kid *sk,
 		 "pages present",
 		 (int)sk->pid, log_id(root->m->id),
 		 (unsigned long long)dest_present_total(k),
-		 (unsigned long long)k->m->pages_total);
+		 (unsigned long long)k->m->cnt.pages_total);
 	dest_child_start(root, k);
 }
 
@@ -360,8 +360,8 @@ restored_log(const struct dest *d)
 		log_info("restored migration %s into process %d: %llu of %llu "
 			 "pages present; reconnecting to %s",
 			 log_id(d->m->id), (int)d->m->pid,
-			 (unsigned long long)d->m->pages_present,
-			 (unsigned long long)d->m->pages_total, d->from);
+			 (unsigned long long)d->m->cnt.pages_present,
+			 (unsigned long long)d->m->cnt.pages_total, d->from);
 }
 
 /*

@@ -192,7 +192,7 @@ send_commit(struct source *s)
 		fatalx("migration %s: COMMIT with reads unchecked",
 		       log_id(s->m->id));
 	c.seq = ++s->cm.commit_seq;
-	c.pages = s->m->pages_present;
+	c.pages = s->m->cnt.pages_present;
 	c.checked_by = (char *)checked_by(s);
 	s->m->committing = 1;
 	conn_send(s->demand, FRAME_COMMIT, &c.base);

@@ -101,8 +101,8 @@ source_mark_dropped(struct source *s)
 			bit_clear(sr->data, p);
 			if (bit_test(sr->sent, p)) {
 				bit_clear(sr->sent, p);
-				s->m->pages_present--;
-				s->m->prefetched_pages--;
+				s->m->cnt.pages_present--;
+				s->m->cnt.prefetched_pages--;
 			}
 			n++;
 		}
@@ -193,7 +193,7 @@ source_new(struct procref *t, const struct region *regs, size_t nregs,
 		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->cache_fd = -1;
-		m->pages_total += sr->npages;
+		m->cnt.pages_total += sr->npages;
 		/*
 		 * Deferred: the process runs on until go, so what it holds
 		 * is not known yet. The table says every page may hold
@@ -330,7 +330,7 @@ export_image_done(void *arg, struct source *s, const char *err)
 		log_info("exported an image as %s: %zu regions, %llu pages "
 			 "(pid %d when it was taken)",
 			 log_id(s->m->id), s->nregs,
-			 (unsigned long long)s->m->pages_total,
+			 (unsigned long long)s->m->cnt.pages_total,
 			 (int)s->img->img.pid);
 		rep.id = s->m->id;
 		control_reply(a->serial, FRAME_CTL_EXPORT_REPLY, &rep.base);
@@ -464,7 +464,7 @@ source_export(uint64_t serial, const struct authz_caller *who,
 	}
 	log_info("exported process %d as %s: %zu regions, %llu pages%s",
 		 (int)req->pid, log_id(s->m->id), s->nregs,
-		 (unsigned long long)s->m->pages_total,
+		 (unsigned long long)s->m->cnt.pages_total,
 		 s->pc ? "; pre-copy, the process runs until the switchover"
 		 : s->m->deferred ? "; deferred, the process runs until go"
 				  : "");

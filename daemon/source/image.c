@@ -224,7 +224,7 @@ image_job_done(void *arg, const char *why)
 		s->nregs = si->img.nregions;
 		s->regs = j->regs;
 		for (size_t i = 0; i < s->nregs; i++)
-			s->m->pages_total += s->regs[i].npages;
+			s->m->cnt.pages_total += s->regs[i].npages;
 		source_start(s);
 	} else {
 		if (si != NULL) {

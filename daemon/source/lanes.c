@@ -267,10 +267,10 @@ accept_regions(struct source *s, const Uffdd__RegionTable *t)
 		}
 		s->regs[idx].accepted = 1;
 	}
-	s->m->pages_total = s->m->pages_present = 0;
+	s->m->cnt.pages_total = s->m->cnt.pages_present = 0;
 	for (size_t i = 0; i < s->nregs; i++)
 		if (s->regs[i].accepted)
-			s->m->pages_total += s->regs[i].npages;
+			s->m->cnt.pages_total += s->regs[i].npages;
 	s->cur_reg = 0;
 	s->cur_page = 0;
 	s->hint_left = 0;
@@ -307,7 +307,7 @@ have_pages(struct source *s, const Uffdd__PageBitmap *b)
 		    !bit_test(sr->sent, p) &&
 		    source_precopy_vouched(s, sr, p)) {
 			bit_set(sr->sent, p);
-			s->m->pages_present++;
+			s->m->cnt.pages_present++;
 		}
 	}
 	return 0;

@@ -277,9 +277,9 @@ mark_dirty(void *arg, uint64_t start, uint64_t end)
 			if (bit_test(sr->sent, p)) {
 				/* Counted again when it goes again. */
 				bit_clear(sr->sent, p);
-				s->m->pages_present--;
-				s->m->prefetched_pages--;
-				s->m->zero_pages -= (uint64_t)!was_data;
+				s->m->cnt.pages_present--;
+				s->m->cnt.prefetched_pages--;
+				s->m->cnt.zero_pages -= (uint64_t)!was_data;
 			}
 			if (s->pc->phase == PC_FINAL && sr->accepted)
 				s->pc->final_pages++;
@@ -391,7 +391,7 @@ switchover(struct source *s)
 	/* The target runs from SWITCHOVER on: never on pages of two moments. */
 	if (source_check_or_fail(s) < 0)
 		return;
-	migration_round(s->m, s->m->bytes - pc->round_start);
+	migration_round(s->m, s->m->cnt.bytes - pc->round_start);
 	send_switchover(s);
 	/* From here a silent link is the destination's to notice. */
 	if (s->demand)
@@ -449,8 +449,8 @@ source_precopy_round_end(struct source *s)
 		return;
 	}
 	source_bulk_drain_at(s, 0);
-	migration_round(s->m, s->m->bytes - pc->round_start);
-	pc->round_start = s->m->bytes;
+	migration_round(s->m, s->m->cnt.bytes - pc->round_start);
+	pc->round_start = s->m->cnt.bytes;
 	if (pc->phase == PC_LAST) {
 		send_sync(s);
 		return;
@@ -588,8 +588,9 @@ uncount_sent(struct source *s)
 		for (uint64_t p = 0; p < sr->npages; p++) {
 			if (!bit_test(sr->sent, p))
 				continue;
-			s->m->prefetched_pages--;
-			s->m->zero_pages -= (uint64_t)!bit_test(sr->data, p);
+			s->m->cnt.prefetched_pages--;
+			s->m->cnt.zero_pages -=
+				(uint64_t)!bit_test(sr->data, p);
 		}
 	}
 }
@@ -629,7 +630,7 @@ source_precopy_resumed(struct source *s)
 	pc->phase = PC_ROUNDS;
 	pc->best = UINT64_MAX;
 	pc->since_best = 0;
-	pc->round_start = s->m->bytes;
+	pc->round_start = s->m->cnt.bytes;
 	log_info("migration %s: destination back during pre-copy; every page "
 		 "goes again",
 		 log_id(s->m->id));

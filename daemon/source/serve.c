@@ -160,9 +160,9 @@ counted(struct source *s, const struct src_region *sr, uint64_t page,
 		if (bit_test(sr->sent, page + i))
 			continue;
 		bit_set(sr->sent, page + i);
-		s->m->pages_present++;
-		s->m->zero_pages += (uint64_t)zero;
-		s->m->prefetched_pages += (uint64_t)!demand;
+		s->m->cnt.pages_present++;
+		s->m->cnt.zero_pages += (uint64_t)zero;
+		s->m->cnt.prefetched_pages += (uint64_t)!demand;
 		if (zero)
 			kind = bit_test(sr->data, page + i) ? METRICS_ZERO
 							    : METRICS_HOLE;
@@ -244,7 +244,7 @@ send_run(struct source *s, struct conn *c, uint32_t ri, uint64_t page,
 	evbuffer_commit_space(conn_output(c), &v, 1);
 sent:
 	counted(s, sr, page, n, zero, demand);
-	s->m->bytes += len;
+	s->m->cnt.bytes += len;
 	return (int64_t)len;
 }
 
@@ -325,9 +325,9 @@ source_demand_request(struct source *s, const Uffdd__PageRequest *pr)
 	}
 	conn_flush(s->demand);
 	loop_poll(); /* the next request may follow */
-	s->m->demand_faults++;
+	s->m->cnt.demand_faults++;
 	metrics_fault(ROLE_SOURCE, now_ns() - t0);
-	s->m->demand_pages += pr->npages;
+	s->m->cnt.demand_pages += pr->npages;
 	/* Spatial locality: the bulk lane goes on from just past the fault. */
 	s->hint_reg = (uint32_t)(sr - s->regs);
 	s->hint_page = end;
@@ -398,7 +398,7 @@ send_zero_detected(struct source *s, uint32_t ri, uint64_t page, uint64_t *n)
 		return send_run(s, s->bulk, ri, page, k, 0, 0, s->scratch);
 	for (uint64_t i = 0; i < k; i++)
 		if (!bit_test(sr->sent, page + i))
-			s->m->zero_content_pages++;
+			s->m->cnt.zero_content_pages++;
 	return send_run(s, s->bulk, ri, page, k, 1, 0, NULL);
 }
 
