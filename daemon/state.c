@@ -184,6 +184,28 @@ replace(const char *tmp, const char *name, const struct state_out *o)
 	return 0;
 }
 
+/* What every file of a migration starts with: whose, and its state. */
+static void
+put_head(struct state_out *o, const struct migration *m)
+{
+	state_put_str(o, "role",
+		      m->role == ROLE_SOURCE ? "source" : "destination");
+	state_put_str(o, "id", m->id);
+	state_put_u64(o, "pid", (uint64_t)m->pid);
+	state_put_str(o, "state", migration_state_name(m->state));
+}
+
+/* The migration's file of this suffix goes, if there is one. */
+static void
+remove_file(const struct migration *m, const char *suffix)
+{
+	char name[MIG_ID_LEN + 32];
+
+	file_name(name, sizeof(name), m->id, (int)m->role, suffix);
+	if (dirfd_state >= 0)
+		unlinkat(dirfd_state, name, 0);
+}
+
 int
 state_write(const struct migration *m,
 	    int (*more)(struct state_out *, const struct migration *))
@@ -195,11 +217,7 @@ state_write(const struct migration *m,
 	file_name(name, sizeof(name), m->id, (int)m->role, SUFFIX);
 	file_name(tmp, sizeof(tmp), m->id, (int)m->role, TMP_SUFFIX);
 	state_out_begin(&o);
-	state_put_str(&o, "role",
-		      m->role == ROLE_SOURCE ? "source" : "destination");
-	state_put_str(&o, "id", m->id);
-	state_put_u64(&o, "pid", (uint64_t)m->pid);
-	state_put_str(&o, "state", migration_state_name(m->state));
+	put_head(&o, m);
 	if (dirfd_state < 0)
 		errno = EBADF; /* state_dir_open() first */
 	else if (more == NULL || more(&o, m) == 0) {
@@ -221,22 +239,14 @@ state_write(const struct migration *m,
 void
 state_remove(const struct migration *m)
 {
-	char name[MIG_ID_LEN + 32];
-
-	file_name(name, sizeof(name), m->id, (int)m->role, SUFFIX);
-	if (dirfd_state >= 0)
-		unlinkat(dirfd_state, name, 0);
+	remove_file(m, SUFFIX);
 }
 
 /* The ended record goes with the migration's entry in the table. */
 static void
 forget_ended(const struct migration *m)
 {
-	char name[MIG_ID_LEN + 32];
-
-	file_name(name, sizeof(name), m->id, (int)m->role, ENDED_SUFFIX);
-	if (dirfd_state >= 0)
-		unlinkat(dirfd_state, name, 0);
+	remove_file(m, ENDED_SUFFIX);
 }
 
 /*
@@ -257,11 +267,7 @@ state_end(struct migration *m)
 	file_name(name, sizeof(name), m->id, (int)m->role, ENDED_SUFFIX);
 	file_name(tmp, sizeof(tmp), m->id, (int)m->role, ENDED_TMP_SUFFIX);
 	state_out_begin(&o);
-	state_put_str(&o, "role",
-		      m->role == ROLE_SOURCE ? "source" : "destination");
-	state_put_str(&o, "id", m->id);
-	state_put_u64(&o, "pid", (uint64_t)m->pid);
-	state_put_str(&o, "state", migration_state_name(m->state));
+	put_head(&o, m);
 	state_put_str(&o, "reason", m->reason);
 	state_put_str(&o, "peer", m->peer);
 	state_put_u64(&o, "pages_total", m->cnt.pages_total);
