@@ -429,6 +429,26 @@ rename_old(const char *file, const char *id, int role)
 }
 
 /*
+ * A state directory's file read whole, once open_checked() passed it: its
+ * length, or -1 with why said.
+ */
+static ssize_t
+read_checked(const char *file, const char *what, char **buf, char *why,
+	     size_t whylen)
+{
+	ssize_t len = -1;
+	size_t size;
+	int fd;
+
+	if ((fd = open_checked(file, what, &size, why, whylen)) >= 0) {
+		if ((len = read_whole(fd, size, buf)) < 0)
+			snprintf(why, whylen, "%s: %s", what, strerror(errno));
+		close(fd);
+	}
+	return len;
+}
+
+/*
  * One state file of migration id, named for role (-1: the old name):
  * restored, refused (moved aside), or not taken up.
  */
@@ -436,17 +456,11 @@ static void
 restore_file(const char *file, const char *id, int named)
 {
 	char what[256], why[640], *buf = NULL;
-	int fd, rc = -2, role = named;
+	int rc = -2, role = named;
 	ssize_t len = -1;
-	size_t size;
 
 	shown(what, sizeof(what), file);
-	if ((fd = open_checked(file, what, &size, why, sizeof(why))) >= 0) {
-		if ((len = read_whole(fd, size, &buf)) < 0)
-			snprintf(why, sizeof(why), "%s: %s", what,
-				 strerror(errno));
-		close(fd);
-	}
+	len = read_checked(file, what, &buf, why, sizeof(why));
 	if (len >= 0)
 		rc = state_restore_buf(what, id, buf, (size_t)len, why,
 				       sizeof(why), &role);
@@ -511,8 +525,6 @@ restore_ended(const char *file, const char *id, int role)
 	struct migration *m;
 	struct ended e;
 	ssize_t len = -1;
-	size_t size;
-	int fd;
 
 	if (migration_find(id, (enum mig_role)role)) {
 		/* A live file of the same migration was restored: newer. */
@@ -520,12 +532,7 @@ restore_ended(const char *file, const char *id, int role)
 		return;
 	}
 	shown(what, sizeof(what), file);
-	if ((fd = open_checked(file, what, &size, why, sizeof(why))) >= 0) {
-		if ((len = read_whole(fd, size, &buf)) < 0)
-			snprintf(why, sizeof(why), "%s: %s", what,
-				 strerror(errno));
-		close(fd);
-	}
+	len = read_checked(file, what, &buf, why, sizeof(why));
 	if (len >= 0) {
 		t = state_parse(what, buf, (size_t)len);
 		if (ended_read(t, id, role, &e) < 0)
