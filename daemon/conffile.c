@@ -64,6 +64,8 @@ static const struct key {
 	 "callers in it at connect act on any process", 0, 0},
 	{"state-dir", T_STR, offsetof(struct uffdd_conf, state_dir), 1,
 	 "per-migration state files", 0, 0},
+	{"engine-user", T_STR, offsetof(struct uffdd_conf, engine_user), 1,
+	 "the engine runs as this user, confined (none: as root)", 0, 0},
 	{"ca", T_STR, offsetof(struct uffdd_conf, ca), 0, "CA certificates", 0,
 	 0},
 	{"cert", T_STR, offsetof(struct uffdd_conf, cert), 0,

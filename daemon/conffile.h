@@ -35,6 +35,8 @@ struct uffdd_conf {
 	 */
 	gid_t admin_gid;
 	char *state_dir;
+	/* The engine's user (docs/privsep.md); NULL: it stays root. */
+	char *engine_user;
 	char *metrics; /* [ADDR:]PORT: GET /metrics there, else NULL */
 	int foreground;
 	int verbose;

@@ -4,10 +4,14 @@
  */
 #include "config.h"
 
+#include <libgen.h>
+#include <limits.h>
 #include <malloc.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -27,8 +31,10 @@
 #include "daemon/privop.h"
 #include "daemon/probe.h"
 #include "daemon/region.h"
+#include "daemon/sandbox.h"
 #include "daemon/source.h"
 #include "daemon/state.h"
+#include "daemon/statedir.h"
 #include "daemon/tls.h"
 #include "daemon/tracee.h"
 #include "daemon/worker.h"
@@ -71,6 +77,85 @@ static void
 on_chld(evutil_socket_t sig, short ev, void *arg)
 {
 	tracee_reap();
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define SANITIZED 1
+#endif
+
+/*
+ * The state directory, opened as root: the engine's own, <state-dir>/engine
+ * of its user, when it is confined (engine-user); else <state-dir>.
+ */
+static int
+engine_state_dir(char *err, size_t errlen)
+{
+	uid_t uid;
+	gid_t gid;
+
+	if (conf.engine_user == NULL)
+		return state_dir_open(conf.state_dir, geteuid(), err, errlen);
+	if (sandbox_user(conf.engine_user, &uid, &gid, err, errlen) < 0)
+		return -1;
+	return state_dir_open_for(conf.state_dir, "engine", uid, gid, err,
+				  errlen);
+}
+
+/* The directory holding path, read-only, for the sandbox's list. */
+static void
+read_dir_of(const char *path, char bufs[][PATH_MAX], struct sandbox_dir *d,
+	    size_t *n)
+{
+	if (path == NULL)
+		return;
+	snprintf(bufs[*n], PATH_MAX, "%s", path);
+	d[*n].path = dirname(bufs[*n]);
+	d[*n].write = 0;
+	(*n)++;
+}
+
+/*
+ * The engine confined (sandbox.h) once it holds what needed root: its TLS
+ * key read, its ports bound, its state directory open, the kernel probed.
+ * From here on it writes only its state directory, reads its
+ * configuration's directories (a reload), /proc and /sys, and acts on
+ * processes only through the privileged part. Under the sanitizers their
+ * reports go to stderr, which the engine can still write.
+ */
+static int
+engine_confine(void)
+{
+	char bufs[8][PATH_MAX], err[512];
+	struct sandbox_dir d[8];
+	size_t n = 0;
+	int landlocked;
+
+	snprintf(bufs[n], PATH_MAX, "%s/engine", conf.state_dir);
+	d[n].path = bufs[n];
+	d[n++].write = 1;
+	d[n].path = "/proc";
+	d[n++].write = 0;
+	d[n].path = "/sys";
+	d[n++].write = 0;
+	read_dir_of(conf_file_path(), bufs, d, &n);
+	read_dir_of(conf.cert, bufs, d, &n);
+	read_dir_of(conf.ca, bufs, d, &n);
+	read_dir_of(conf.key, bufs, d, &n);
+#ifdef SANITIZED
+	__sanitizer_set_report_fd((void *)(intptr_t)STDERR_FILENO);
+#endif
+	if (sandbox_enter(conf.engine_user, d, n, &landlocked, err,
+			  sizeof(err)) < 0) {
+		log_warnx("engine: cannot confine it as %s: %s",
+			  conf.engine_user, err);
+		return -1;
+	}
+	log_info("engine confined: user %s (uid %u), no capabilities, "
+		 "NoNewPrivs, seccomp%s",
+		 conf.engine_user, (unsigned)getuid(),
+		 landlocked ? ", Landlock" : "");
+	return 0;
 }
 
 /*
@@ -131,7 +216,7 @@ engine_main(int ctl, int rpc)
 	    tls_init(conf.ca, conf.cert, conf.key, conf.pin) < 0)
 		return 1;
 	/* Before anything is exported or attached: it holds credentials. */
-	if (state_dir_open(conf.state_dir, err, sizeof(err)) < 0) {
+	if (engine_state_dir(err, sizeof(err)) < 0) {
 		log_warnx("%s", err);
 		return 1;
 	}
@@ -156,6 +241,8 @@ engine_main(int ctl, int rpc)
 	if (conf.listen && peer_listen(conf.listen) < 0)
 		return 1;
 	if (conf.metrics && metrics_http_listen(conf.metrics) < 0)
+		return 1;
+	if (conf.engine_user && engine_confine() < 0)
 		return 1;
 	sigterm = evsignal_new(base, SIGTERM, on_signal, NULL);
 	sigint = evsignal_new(base, SIGINT, on_signal, NULL);

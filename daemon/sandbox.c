@@ -348,7 +348,12 @@ static const int allowed[] = {
 };
 
 #define ALLOW SECCOMP_RET_ALLOW
-#define DENY SECCOMP_RET_KILL_PROCESS
+/*
+ * A call outside the filter traps (SIGSYS, refused_call() says which and
+ * the process dies of it); a foreign architecture's numbers kill at once.
+ */
+#define DENY SECCOMP_RET_TRAP
+#define ALIEN SECCOMP_RET_KILL_PROCESS
 #define STMT(c, k) ((struct sock_filter)BPF_STMT(c, k))
 #define JUMP(c, k, t, f) ((struct sock_filter)BPF_JUMP(c, k, t, f))
 #define ARG_LO(n) (offsetof(struct seccomp_data, args) + 8 * (n))
@@ -396,6 +401,33 @@ special(struct sock_filter *f, pid_t self)
 	return n;
 }
 
+/*
+ * A refused call: said on stderr (the daemon's log) with its number
+ * (ausyscall NUMBER names it), then the process dies of SIGSYS, the
+ * handler reset (SA_RESETHAND) and the signal not blocked (SA_NODEFER).
+ * Only write(2) and tgkill(2) of itself, which the filter allows.
+ */
+static void
+refused_call(int sig, siginfo_t *si, void *uc)
+{
+	static const char head[] = "uffdd: engine: system call ";
+	static const char tail[] = " refused by its seccomp filter: killed\n";
+	char num[16], *p = num + sizeof(num);
+	unsigned nr = (unsigned)si->si_syscall;
+
+	(void)uc;
+	do
+		*--p = (char)('0' + nr % 10);
+	while ((nr /= 10) != 0);
+	/* What the writes return is of no use: the process dies anyway. */
+	ssize_t w = write(STDERR_FILENO, head, sizeof(head) - 1);
+
+	w += write(STDERR_FILENO, p, (size_t)(num + sizeof(num) - p));
+	w += write(STDERR_FILENO, tail, sizeof(tail) - 1);
+	(void)w;
+	raise(sig);
+}
+
 static int
 sandbox_seccomp(void)
 {
@@ -409,12 +441,12 @@ sandbox_seccomp(void)
 	f[n++] = STMT(BPF_LD | BPF_W | BPF_ABS,
 		      offsetof(struct seccomp_data, arch));
 	f[n++] = JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
-	f[n++] = STMT(BPF_RET | BPF_K, DENY);
+	f[n++] = STMT(BPF_RET | BPF_K, ALIEN);
 	f[n++] = STMT(BPF_LD | BPF_W | BPF_ABS,
 		      offsetof(struct seccomp_data, nr));
 	/* The x32 numbers are not ours. */
 	f[n++] = JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1);
-	f[n++] = STMT(BPF_RET | BPF_K, DENY);
+	f[n++] = STMT(BPF_RET | BPF_K, ALIEN);
 	n += special(f + n, getpid());
 	for (size_t i = 0; i < na; i++) {
 		f[n++] = JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)allowed[i],
@@ -424,6 +456,14 @@ sandbox_seccomp(void)
 	f[n++] = STMT(BPF_RET | BPF_K, DENY);
 	prog.len = (unsigned short)n;
 	prog.filter = f;
+	struct sigaction sa = {.sa_sigaction = refused_call,
+			       .sa_flags =
+				       SA_SIGINFO | SA_RESETHAND | SA_NODEFER};
+
+	if (sigaction(SIGSYS, &sa, NULL) < 0) {
+		free(f);
+		return -1;
+	}
 	rc = prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
 	free(f);
 	return rc;

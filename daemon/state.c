@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "daemon/migration.h"
 #include "daemon/role.h"
 #include "daemon/state.h"
+#include "daemon/statedir.h"
 #include "daemon/statefmt.h"
 #include "daemon/stats.h"
 
@@ -31,92 +33,6 @@
 /* An ended migration's outcome (state_end()). */
 #define ENDED_SUFFIX ".ended"
 #define ENDED_TMP_SUFFIX ".ended.tmp"
-
-static int dirfd_state = -1;
-
-/* The directory's mode bits that let others plant or replace files. */
-#define DIR_UNSAFE (S_IWGRP | S_IWOTH)
-/* Those that let others list it: the file names are migration IDs. */
-#define DIR_LISTABLE (S_IRGRP | S_IROTH)
-
-/* Owner and mode as a directory that holds credentials must have them. */
-static int
-dir_check(int fd, const char *dir, char *err, size_t errlen)
-{
-	struct stat st;
-
-	if (fstat(fd, &st) < 0) {
-		snprintf(err, errlen, "state directory %s: %s", dir,
-			 strerror(errno));
-		return -1;
-	}
-	if (st.st_uid != geteuid()) {
-		snprintf(err, errlen,
-			 "state directory %s is owned by uid %u, not by this "
-			 "daemon's uid %u: refused (chown it, or remove it and "
-			 "let uffdd create it)",
-			 dir, (unsigned)st.st_uid, (unsigned)geteuid());
-		return -1;
-	}
-	if (st.st_mode & DIR_UNSAFE) {
-		snprintf(err, errlen,
-			 "state directory %s is writable by group or others "
-			 "(mode %04o): refused (chmod go-w %s)",
-			 dir, (unsigned)(st.st_mode & 07777), dir);
-		return -1;
-	}
-	if ((st.st_mode & DIR_LISTABLE) &&
-	    fchmod(fd, st.st_mode & 07777 & ~DIR_LISTABLE) == 0)
-		log_warnx("state directory %s was readable by group or others "
-			  "(mode %04o), who could list the migration IDs in "
-			  "it: made %04o",
-			  dir, (unsigned)(st.st_mode & 07777),
-			  (unsigned)(st.st_mode & 07777 & ~DIR_LISTABLE));
-	return 0;
-}
-
-int
-state_dir_open(const char *dir, char *err, size_t errlen)
-{
-	struct stat st;
-	int fd;
-
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-		snprintf(err, errlen, "state directory %s: cannot create: %s",
-			 dir, strerror(errno));
-		return -1;
-	}
-	if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode)) {
-		snprintf(err, errlen,
-			 "state directory %s is a symbolic link: refused (name "
-			 "the directory itself)",
-			 dir);
-		return -1;
-	}
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(err, errlen, "state directory %s: %s", dir,
-			 errno == ELOOP ? "a symbolic link: refused"
-					: strerror(errno));
-		return -1;
-	}
-	if (dir_check(fd, dir, err, errlen) < 0) {
-		close(fd);
-		return -1;
-	}
-	if (dirfd_state >= 0)
-		close(dirfd_state);
-	dirfd_state = fd;
-	return 0;
-}
-
-void
-state_dir_close(void)
-{
-	if (dirfd_state >= 0)
-		close(dirfd_state);
-	dirfd_state = -1;
-}
 
 /*
  * A migration's file: ID.source.state or ID.destination.state, so that one
@@ -166,9 +82,9 @@ replace(const char *tmp, const char *name, const struct state_out *o)
 {
 	int fd, e;
 
-	if (unlinkat(dirfd_state, tmp, 0) < 0 && errno != ENOENT)
+	if (unlinkat(state_dirfd, tmp, 0) < 0 && errno != ENOENT)
 		return -1;
-	fd = openat(dirfd_state, tmp,
+	fd = openat(state_dirfd, tmp,
 		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
@@ -178,9 +94,9 @@ replace(const char *tmp, const char *name, const struct state_out *o)
 		errno = e;
 		return -1;
 	}
-	if (close(fd) < 0 || renameat(dirfd_state, tmp, dirfd_state, name) < 0)
+	if (close(fd) < 0 || renameat(state_dirfd, tmp, state_dirfd, name) < 0)
 		return -1;
-	fsync(dirfd_state); /* the rename itself, for a crash of the host */
+	fsync(state_dirfd); /* the rename itself, for a crash of the host */
 	return 0;
 }
 
@@ -202,8 +118,8 @@ remove_file(const struct migration *m, const char *suffix)
 	char name[MIG_ID_LEN + 32];
 
 	file_name(name, sizeof(name), m->id, (int)m->role, suffix);
-	if (dirfd_state >= 0)
-		unlinkat(dirfd_state, name, 0);
+	if (state_dirfd >= 0)
+		unlinkat(state_dirfd, name, 0);
 }
 
 int
@@ -218,7 +134,7 @@ state_write(const struct migration *m,
 	file_name(tmp, sizeof(tmp), m->id, (int)m->role, TMP_SUFFIX);
 	state_out_begin(&o);
 	put_head(&o, m);
-	if (dirfd_state < 0)
+	if (state_dirfd < 0)
 		errno = EBADF; /* state_dir_open() first */
 	else if (more == NULL || more(&o, m) == 0) {
 		state_out_end(&o);
@@ -229,7 +145,7 @@ state_write(const struct migration *m,
 		shown(what, sizeof(what), name);
 		log_warnx("state file %s: cannot write it: %s", what,
 			  strerror(e));
-		unlinkat(dirfd_state, tmp, 0);
+		unlinkat(state_dirfd, tmp, 0);
 		errno = e;
 	}
 	state_out_free(&o);
@@ -261,7 +177,7 @@ state_end(struct migration *m)
 	struct state_out o;
 
 	state_remove(m);
-	if (dirfd_state < 0 ||
+	if (state_dirfd < 0 ||
 	    (m->state != MIG_COMPLETE && m->state != MIG_FAILED))
 		return;
 	file_name(name, sizeof(name), m->id, (int)m->role, ENDED_SUFFIX);
@@ -283,7 +199,7 @@ state_end(struct migration *m)
 		log_warn("ended record %s: cannot write it (a restart will "
 			 "not know migration %s)",
 			 what, log_id(m->id));
-		unlinkat(dirfd_state, tmp, 0);
+		unlinkat(state_dirfd, tmp, 0);
 	}
 	state_out_free(&o);
 }
@@ -307,7 +223,7 @@ refuse(const char *name, const char *id, int role, const char *why)
 	struct migration *m;
 
 	snprintf(aside, sizeof(aside), "%s.refused", name);
-	if (renameat(dirfd_state, name, dirfd_state, aside) == 0) {
+	if (renameat(state_dirfd, name, state_dirfd, aside) == 0) {
 		shown(what, sizeof(what), aside);
 		log_warnx("%s; state file refused and kept as %s, migration "
 			  "%s reported failed",
@@ -316,7 +232,7 @@ refuse(const char *name, const char *id, int role, const char *why)
 		log_warn("%s; state file refused, and removed as it cannot be "
 			 "moved aside; migration %s reported failed",
 			 why, log_id(id));
-		unlinkat(dirfd_state, name, 0);
+		unlinkat(state_dirfd, name, 0);
 	}
 	m = migration_new(role == ROLE_SOURCE ? ROLE_SOURCE : ROLE_DEST, id);
 	migration_fail(m, "state file refused at restart: %s", why);
@@ -368,7 +284,7 @@ static int
 open_checked(const char *file, const char *what, size_t *size, char *why,
 	     size_t whylen)
 {
-	int fd = openat(dirfd_state, file,
+	int fd = openat(state_dirfd, file,
 			O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	struct stat st;
 
@@ -423,9 +339,9 @@ rename_old(const char *file, const char *id, int role)
 	char name[MIG_ID_LEN + 32];
 
 	file_name(name, sizeof(name), id, role, SUFFIX);
-	if (renameat2(dirfd_state, file, dirfd_state, name, RENAME_NOREPLACE) <
+	if (renameat2(state_dirfd, file, state_dirfd, name, RENAME_NOREPLACE) <
 	    0)
-		unlinkat(dirfd_state, file, 0);
+		unlinkat(state_dirfd, file, 0);
 }
 
 /*
@@ -471,7 +387,7 @@ restore_file(const char *file, const char *id, int named)
 		log_warnx("state file %s: migration %s not taken up; file "
 			  "removed",
 			  what, log_id(id));
-		unlinkat(dirfd_state, file, 0);
+		unlinkat(state_dirfd, file, 0);
 	} else if (named < 0) {
 		rename_old(file, id, role);
 	}
@@ -528,7 +444,7 @@ restore_ended(const char *file, const char *id, int role)
 
 	if (migration_find(id, (enum mig_role)role)) {
 		/* A live file of the same migration was restored: newer. */
-		unlinkat(dirfd_state, file, 0);
+		unlinkat(state_dirfd, file, 0);
 		return;
 	}
 	shown(what, sizeof(what), file);
@@ -568,7 +484,7 @@ restore_ended(const char *file, const char *id, int role)
 static char **
 list_dir(size_t *n)
 {
-	int fd = dup(dirfd_state);
+	int fd = dup(state_dirfd);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 	char **names = NULL;
 	struct dirent *e;
@@ -633,7 +549,7 @@ restore_named(const char *f, const char *tmp, const char *suffix,
 	snprintf(id, sizeof(id), "%.*s", MIG_ID_LEN, f);
 	/* A crash between create and rename left it: never read. */
 	if (file_named(f, tmp, &role))
-		unlinkat(dirfd_state, f, 0);
+		unlinkat(state_dirfd, f, 0);
 	else if (file_named(f, suffix, &role))
 		restore(f, id, role);
 }
@@ -650,7 +566,7 @@ void
 state_restore_all(void)
 {
 	size_t n;
-	char **names = dirfd_state >= 0 ? list_dir(&n) : NULL;
+	char **names = state_dirfd >= 0 ? list_dir(&n) : NULL;
 
 	for (size_t i = 0; names && i < n; i++)
 		restore_named(names[i], TMP_SUFFIX, SUFFIX, restore_file);

@@ -8,13 +8,6 @@ struct migration;
 struct state_out;
 
 /*
- * Creates the state directory (0700) if missing, or checks it: a real
- * directory (no link), of our uid, that no one else may write. Kept open
- * for every later file operation. -1 with err filled.
- */
-int state_dir_open(const char *dir, char *err, size_t errlen);
-void state_dir_close(void);
-/*
  * Writes the common keys and calls `more` for the role's own (-1 with
  * errno set: no file written), then replaces the file. 0, or -1 with
  * errno set and a warning logged.

@@ -42,8 +42,8 @@
 static const char usage_text[] =
 	"usage: uffdd [--listen HOST:PORT] [--control PATH] "
 	"[--state-dir DIR]\n"
-	"             [--control-mode MODE] [--control-group GROUP] "
-	"[--admin-group GROUP]\n"
+	"             [--engine-user USER] [--control-mode MODE]\n"
+	"             [--control-group GROUP] [--admin-group GROUP]\n"
 	"             [--ca FILE --cert FILE --key FILE [--pin SHA256]]"
 	"\n"
 	"             [--insecure] [--config FILE] [-n] "
@@ -69,6 +69,13 @@ static const char usage_text[] =
 	"  --admin-group GRP   its members at connect act on any "
 	"process, as root\n"
 	"  --state-dir DIR     per-migration state files (default %s)\n"
+	"  --engine-user USER  run the engine (peers, images, the data "
+	"path) as\n"
+	"                      USER, with no capabilities, NoNewPrivs and "
+	"a\n"
+	"                      seccomp filter; its state files go in "
+	"DIR/engine\n"
+	"                      (default: none, the engine runs as root)\n"
 	"  --ca FILE           CA certificate(s) every peer's "
 	"certificate must\n"
 	"                      chain to (PEM)\n"
@@ -174,6 +181,7 @@ static const struct option opts[] = {
 	{"control-group", required_argument, NULL, 'K'},
 	{"admin-group", required_argument, NULL, 'K'},
 	{"state-dir", required_argument, NULL, 's'},
+	{"engine-user", required_argument, NULL, 'K'},
 	{"insecure", no_argument, NULL, 'I'},
 	{"ca", required_argument, NULL, 'K'},
 	{"cert", required_argument, NULL, 'K'},

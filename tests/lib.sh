@@ -228,6 +228,15 @@ skip_part() { echo "SKIP-PART: $*"; }
 fail() { echo "FAIL: $*"; exit 1; }
 info() { echo "== $*"; }
 need_root() { [ "$(id -u)" = 0 ] || skip "needs root (ptrace, userfaultfd in other processes)"; }
+# need_engine_user: the user uffdd, which a confined engine runs as, made
+# by the project's sysusers.d file as a package install makes it.
+need_engine_user() {
+	id uffdd >/dev/null 2>&1 && return
+	command -v systemd-sysusers >/dev/null || skip "systemd-sysusers missing (Debian package systemd) to make the user uffdd"
+	systemd-sysusers "$SRC/systemd/uffdd.sysusers" >"$T/sysusers.out" 2>&1 ||
+		fail "systemd-sysusers: $(cat "$T/sysusers.out")"
+	id uffdd >/dev/null 2>&1 || fail "systemd-sysusers did not make the user uffdd"
+}
 on_cleanup() { CLEANUPS+=("$*"); }
 
 # checked OUT CMD...: runs CMD (a sanitized program, or setpriv, ip netns
@@ -930,7 +939,8 @@ migrate() {
 	[ -n "$poke" ] && pokeargs=(--poke-every "$poke")
 	# shellcheck disable=SC2086
 	ensure_daemon src ${SRC_DAEMON_ARGS:-}
-	ensure_daemon dst
+	# shellcheck disable=SC2086
+	ensure_daemon dst ${DST_DAEMON_ARGS:-}
 	# shellcheck disable=SC2086
 	start_workload WS source --size "$size" --threads "$sthreads" $sargs
 	# shellcheck disable=SC2086

@@ -26,6 +26,7 @@
 #include "daemon/procref.h"
 #include "daemon/source.h"
 #include "daemon/state.h"
+#include "daemon/statedir.h"
 #include "tests/fuzz/fuzz_role.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -245,7 +246,7 @@ fz_setup(void)
 	free(conf.state_dir);
 	conf.state_dir = xstrdup(state_dir);
 	/* As uffdd.c does at start-up: every state file goes through it. */
-	if (state_dir_open(conf.state_dir, err, sizeof(err)) < 0) {
+	if (state_dir_open(conf.state_dir, geteuid(), err, sizeof(err)) < 0) {
 		dprintf(fz_err, "fuzz: %s\n", err);
 		abort();
 	}
