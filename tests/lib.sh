@@ -548,7 +548,9 @@ run_daemon() {
 			UBSAN_OPTIONS=$UBSAN_OPTIONS:log_path=$T/$name.san \
 			${ns:+ip netns exec "$ns"} "$UFFDD" -f --config "$T/empty.conf" \
 			$tls --listen "$addr:$port" --control "$T/$name.sock" \
-			--state-dir "$T/$name.state" "$@" >>"$T/$name.log" 2>&1 &
+			--state-dir "$T/$name.state" \
+			${UFFDD_TEST_ENGINE_USER:+--engine-user "$UFFDD_TEST_ENGINE_USER"} \
+			"$@" >>"$T/$name.log" 2>&1 &
 		pid=$!
 		daemon_started "$name" $pid
 		eval "${name}_PID=$pid"

@@ -10,5 +10,5 @@
 . "$SRC/tests/lib.sh"
 command -v clang >/dev/null || skip "clang missing (Debian package clang) for libFuzzer"
 secs=${FUZZ_SECONDS:-$([ "${CI:-}" = true ] && echo 20 || echo 5)}
-make -C "$B" fuzz >"$T/fuzz-build.log" 2>&1 || fail "make fuzz: $(tail -n 20 "$T/fuzz-build.log")"
+make -j"$(nproc)" -C "$B" fuzz >"$T/fuzz-build.log" 2>&1 || fail "make fuzz: $(tail -n 20 "$T/fuzz-build.log")"
 "$SRC/tests/fuzz/run.sh" "$B" "$secs" || fail "a fuzz target failed (see $B/fuzz-*.log)"
