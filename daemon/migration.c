@@ -75,7 +75,7 @@ migration_new(enum mig_role role, const char *id)
 		new_id(m->id);
 	m->role = role;
 	m->state = role == ROLE_SOURCE ? MIG_WAITING : MIG_CONNECTING;
-	m->t_start = m->t_created = now_ns();
+	m->t.start = m->t.created = now_ns();
 	TAILQ_INSERT_TAIL(&migrations, m, link);
 	return m;
 }
@@ -121,11 +121,11 @@ totals_add(struct mig_totals *t, const struct migration *m)
 	t->discarded_pages += m->cnt.discarded_pages;
 	t->hinted_pages += m->cnt.hinted_pages;
 	t->bytes += m->cnt.bytes;
-	t->pages_lost += m->pages_lost;
+	t->pages_lost += m->loss.pages;
 	t->reconnects += m->reconnects;
-	t->blocked_ns += m->blocked_ns;
-	t->precopy_rounds += m->precopy_rounds;
-	t->precopy_bytes += m->precopy_bytes;
+	t->blocked_ns += m->blk.ns;
+	t->precopy_rounds += m->pre.rounds;
+	t->precopy_bytes += m->pre.bytes;
 }
 
 void
@@ -239,28 +239,28 @@ void
 migration_lost(struct migration *m, uint64_t start, uint64_t end,
 	       uint64_t pages)
 {
-	m->pages_lost += pages;
-	if (m->nlost < MIG_LOST_RANGES) {
-		m->lost[m->nlost][0] = start;
-		m->lost[m->nlost][1] = end;
-		m->nlost++;
+	m->loss.pages += pages;
+	if (m->loss.n < MIG_LOST_RANGES) {
+		m->loss.ranges[m->loss.n][0] = start;
+		m->loss.ranges[m->loss.n][1] = end;
+		m->loss.n++;
 	}
 }
 
 void
 migration_blocked(struct migration *m, pid_t tid, uint64_t ns)
 {
-	m->blocked_ns += ns;
-	for (size_t i = 0; i < m->nthreads; i++) {
-		if (m->threads[i].tid == tid) {
-			m->threads[i].ns += ns;
-			m->threads[i].faults++;
+	m->blk.ns += ns;
+	for (size_t i = 0; i < m->blk.n; i++) {
+		if (m->blk.threads[i].tid == tid) {
+			m->blk.threads[i].ns += ns;
+			m->blk.threads[i].faults++;
 			return;
 		}
 	}
 	/* A full table keeps the totals right and drops the names. */
-	if (m->nthreads < MIG_THREADS)
-		m->threads[m->nthreads++] = (struct thread_block){tid, ns, 1};
+	if (m->blk.n < MIG_THREADS)
+		m->blk.threads[m->blk.n++] = (struct thread_block){tid, ns, 1};
 }
 
 static int
@@ -276,17 +276,17 @@ size_t
 migration_threads(const struct migration *m, Uffdd__ThreadBlock **out,
 		  Uffdd__ThreadBlock ***ptrs)
 {
-	*out = xcalloc(m->nthreads, sizeof(**out));
-	*ptrs = xcalloc(m->nthreads, sizeof(**ptrs));
-	for (size_t i = 0; i < m->nthreads; i++) {
+	*out = xcalloc(m->blk.n, sizeof(**out));
+	*ptrs = xcalloc(m->blk.n, sizeof(**ptrs));
+	for (size_t i = 0; i < m->blk.n; i++) {
 		uffdd__thread_block__init(&(*out)[i]);
-		(*out)[i].tid = m->threads[i].tid;
-		(*out)[i].ms = (double)m->threads[i].ns / 1e6;
-		(*out)[i].faults = m->threads[i].faults;
+		(*out)[i].tid = m->blk.threads[i].tid;
+		(*out)[i].ms = (double)m->blk.threads[i].ns / 1e6;
+		(*out)[i].faults = m->blk.threads[i].faults;
 		(*ptrs)[i] = &(*out)[i];
 	}
-	qsort(*ptrs, m->nthreads, sizeof(**ptrs), by_ns_desc);
-	return m->nthreads;
+	qsort(*ptrs, m->blk.n, sizeof(**ptrs), by_ns_desc);
+	return m->blk.n;
 }
 
 int
@@ -325,16 +325,16 @@ migration_set_state(struct migration *m, enum mig_state s)
 		 migration_state_name(m->state), migration_state_name(s));
 	/* A destination's clock starts when its target starts faulting. */
 	if (s == MIG_RUNNING && m->state == MIG_CONNECTING)
-		m->t_start = now_ns();
+		m->t.start = now_ns();
 	m->state = s;
 	if (s != MIG_COMPLETE && s != MIG_FAILED)
 		return;
-	m->t_end = now_ns();
+	m->t.end = now_ns();
 	metrics.ended[m->role][s == MIG_FAILED]++;
 	if (s == MIG_COMPLETE && m->role == ROLE_DEST)
-		metrics_long(&metrics.residency, m->t_end - m->t_created);
-	if (s == MIG_COMPLETE && m->role == ROLE_SOURCE && m->precopy_rounds)
-		metrics_long(&metrics.freeze, m->downtime_ns);
+		metrics_long(&metrics.residency, m->t.end - m->t.created);
+	if (s == MIG_COMPLETE && m->role == ROLE_SOURCE && m->pre.rounds)
+		metrics_long(&metrics.freeze, m->pre.downtime_ns);
 }
 
 void
@@ -367,20 +367,20 @@ migration_set_peer(struct migration *m, const char *peer)
 void
 migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 {
-	uint64_t end = m->t_end ? m->t_end : now_ns();
+	uint64_t end = m->t.end ? m->t.end : now_ns();
 
 	s->id = (char *)m->id;
 	s->role = m->role == ROLE_SOURCE ? "source" : "destination";
-	s->state = m->precopy && m->state == MIG_RUNNING ? "precopy"
-		   : m->deferred && (m->state == MIG_WAITING ||
-				     m->state == MIG_RUNNING)
+	s->state = m->pre.on && m->state == MIG_RUNNING ? "precopy"
+		   : m->ph.deferred && (m->state == MIG_WAITING ||
+					m->state == MIG_RUNNING)
 			   ? "deferred"
-		   : m->committing && (m->state == MIG_RUNNING ||
-				       m->state == MIG_PAUSED)
+		   : m->ph.committing && (m->state == MIG_RUNNING ||
+					  m->state == MIG_PAUSED)
 			   ? "committing"
 			   : (char *)migration_state_name(m->state);
-	s->deferred = m->deferred;
-	s->attached = m->attached;
+	s->deferred = m->ph.deferred;
+	s->attached = m->ph.attached;
 	s->reason = (char *)m->reason;
 	s->pid = m->pid;
 	s->peer = (char *)m->peer;
@@ -392,37 +392,37 @@ migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 	s->zero_pages = m->cnt.zero_pages;
 	s->discarded_pages = m->cnt.discarded_pages;
 	s->bytes = m->cnt.bytes;
-	s->elapsed_s = (double)(end - m->t_start) / 1e9;
+	s->elapsed_s = (double)(end - m->t.start) / 1e9;
 	s->latency_p50_us = (double)hist_quantile(&m->latency, 0.50) / 1e3;
 	s->latency_p99_us = (double)hist_quantile(&m->latency, 0.99) / 1e3;
-	s->pages_lost = m->pages_lost;
+	s->pages_lost = m->loss.pages;
 	s->reconnects = m->reconnects;
 	s->hinted_pages = m->cnt.hinted_pages;
 	s->zero_content_pages = m->cnt.zero_content_pages;
-	s->blocktime_ms = (double)m->blocked_ns / 1e6;
-	s->precopy_rounds = m->precopy_rounds;
-	s->precopy_bytes = m->precopy_bytes;
-	s->downtime_ms = (double)m->downtime_ns / 1e6;
-	s->n_precopy_round_bytes = m->precopy_rounds < MIG_ROUNDS_KEPT
-					   ? m->precopy_rounds
+	s->blocktime_ms = (double)m->blk.ns / 1e6;
+	s->precopy_rounds = m->pre.rounds;
+	s->precopy_bytes = m->pre.bytes;
+	s->downtime_ms = (double)m->pre.downtime_ns / 1e6;
+	s->n_precopy_round_bytes = m->pre.rounds < MIG_ROUNDS_KEPT
+					   ? m->pre.rounds
 					   : MIG_ROUNDS_KEPT;
-	s->precopy_round_bytes = (uint64_t *)m->round_bytes;
+	s->precopy_round_bytes = (uint64_t *)m->pre.round_bytes;
 	s->kernel = (char *)probe_summary();
 }
 
 void
 migration_round(struct migration *m, uint64_t bytes)
 {
-	size_t n = m->precopy_rounds;
+	size_t n = m->pre.rounds;
 
 	if (n >= MIG_ROUNDS_KEPT) {
-		memmove(m->round_bytes, m->round_bytes + 1,
-			(MIG_ROUNDS_KEPT - 1) * sizeof(m->round_bytes[0]));
+		memmove(m->pre.round_bytes, m->pre.round_bytes + 1,
+			(MIG_ROUNDS_KEPT - 1) * sizeof(m->pre.round_bytes[0]));
 		n = MIG_ROUNDS_KEPT - 1;
 	}
-	m->round_bytes[n] = bytes;
-	m->precopy_rounds++;
-	m->precopy_bytes += bytes;
+	m->pre.round_bytes[n] = bytes;
+	m->pre.rounds++;
+	m->pre.bytes += bytes;
 }
 
 /* The lost ranges as protobuf messages; free with free(*out). */
@@ -430,13 +430,13 @@ size_t
 migration_lost_ranges(const struct migration *m, Uffdd__Range **out,
 		      Uffdd__Range ***ptrs)
 {
-	*out = xcalloc(m->nlost, sizeof(**out));
-	*ptrs = xcalloc(m->nlost, sizeof(**ptrs));
-	for (size_t i = 0; i < m->nlost; i++) {
+	*out = xcalloc(m->loss.n, sizeof(**out));
+	*ptrs = xcalloc(m->loss.n, sizeof(**ptrs));
+	for (size_t i = 0; i < m->loss.n; i++) {
 		uffdd__range__init(&(*out)[i]);
-		(*out)[i].start = m->lost[i][0];
-		(*out)[i].end = m->lost[i][1];
+		(*out)[i].start = m->loss.ranges[i][0];
+		(*out)[i].end = m->loss.ranges[i][1];
 		(*ptrs)[i] = &(*out)[i];
 	}
-	return m->nlost;
+	return m->loss.n;
 }

@@ -38,6 +38,61 @@ struct mig_counts {
 	uint64_t zero_content_pages; /* source: data found all zero */
 };
 
+/* When (ns, monotonic): the export or attach, and the run's ends. */
+struct mig_times {
+	uint64_t created, start, end;
+};
+
+/* Pages poisoned, never to arrive: how many, and the first ranges. */
+struct mig_loss {
+	uint64_t pages;
+	uint64_t ranges[MIG_LOST_RANGES][2]; /* [start, end) */
+	size_t n;
+};
+
+/* Blocktime (destination, UFFD_FEATURE_THREAD_ID): per thread. */
+struct mig_block {
+	uint64_t ns;
+	struct thread_block {
+		pid_t tid;
+		uint64_t ns, faults;
+	} threads[MIG_THREADS];
+	size_t n;
+};
+
+/*
+ * Pre-copy (export --precopy): on while its rounds run, before the
+ * switchover (status shows state "precopy"); rounds done, their page
+ * bytes (all, and each of the last MIG_ROUNDS_KEPT, oldest first), and
+ * the freeze time.
+ */
+struct mig_precopy {
+	int on;
+	uint32_t rounds;
+	uint64_t bytes;
+	uint64_t round_bytes[MIG_ROUNDS_KEPT];
+	uint64_t downtime_ns;
+};
+
+/* Where a migration stands between its states' steps. */
+struct mig_phase {
+	/*
+	 * export --deferred: deferred set until its go (status shows state
+	 * "deferred"), went once it was given; attached: the source has its
+	 * destination's two lanes and the regions it takes.
+	 */
+	int deferred, went, attached;
+	/*
+	 * Completion is a commit (docs/design.md, "Completion"): set from
+	 * the destination's COMPLETE until the COMMIT is acknowledged
+	 * (source), or until COMMIT came (destination); status shows state
+	 * "committing" meanwhile.
+	 */
+	int committing;
+	/* attach --hold-bulk: kept once the role's state is freed (RELEASE). */
+	int hold_bulk;
+};
+
 struct migration {
 	TAILQ_ENTRY(migration) link;
 	char id[MIG_ID_LEN + 1];
@@ -53,48 +108,13 @@ struct migration {
 	unsigned long long start; /* pid's start time: tells a reused pid */
 	char peer[128];
 	struct mig_counts cnt;
-	uint64_t t_start, t_end;	   /* ns, monotonic */
-	uint64_t t_created;		   /* ns: the export or attach */
-	struct hist latency;		   /* ns from fault read to install */
-	uint64_t pages_lost;		   /* poisoned: never to arrive */
-	uint64_t lost[MIG_LOST_RANGES][2]; /* the first lost [start, end) */
-	size_t nlost;
+	struct mig_times t;
+	struct hist latency; /* ns from fault read to install */
+	struct mig_loss loss;
 	uint32_t reconnects;
-	/* Blocktime (destination, UFFD_FEATURE_THREAD_ID): per thread. */
-	uint64_t blocked_ns;
-	struct thread_block {
-		pid_t tid;
-		uint64_t ns, faults;
-	} threads[MIG_THREADS];
-	size_t nthreads;
-	/*
-	 * Pre-copy (export --precopy): set while its rounds run, before the
-	 * switchover (status shows state "precopy"); rounds done, their page
-	 * bytes (all, and each of the last MIG_ROUNDS_KEPT, oldest first),
-	 * and the freeze time.
-	 */
-	int precopy;
-	uint32_t precopy_rounds;
-	uint64_t precopy_bytes;
-	uint64_t round_bytes[MIG_ROUNDS_KEPT];
-	uint64_t downtime_ns;
-	/*
-	 * export --deferred: deferred set until its go (status shows state
-	 * "deferred"); attached: the source has its destination's two lanes
-	 * and the regions it takes.
-	 */
-	int deferred;
-	int attached;
-	int went; /* export --deferred: its go was given */
-	/*
-	 * Completion is a commit (docs/design.md, "Completion"): set from
-	 * the destination's COMPLETE until the COMMIT is acknowledged
-	 * (source), or until COMMIT came (destination); status shows state
-	 * "committing" meanwhile.
-	 */
-	int committing;
-	/* attach --hold-bulk: kept once the role's state is freed (RELEASE). */
-	int hold_bulk;
+	struct mig_block blk;
+	struct mig_precopy pre;
+	struct mig_phase ph;
 	/* attach --record-working-set: the pages faulted (migration_ws_*). */
 	struct mig_ws *ws;
 	void *impl; /* struct source or struct dest */

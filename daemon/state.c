@@ -173,7 +173,7 @@ void
 state_end(struct migration *m)
 {
 	char name[MIG_ID_LEN + 32], tmp[MIG_ID_LEN + 32], what[256];
-	uint64_t end = m->t_end ? m->t_end : now_ns();
+	uint64_t end = m->t.end ? m->t.end : now_ns();
 	struct state_out o;
 
 	state_remove(m);
@@ -188,9 +188,9 @@ state_end(struct migration *m)
 	state_put_str(&o, "peer", m->peer);
 	state_put_u64(&o, "pages_total", m->cnt.pages_total);
 	state_put_u64(&o, "pages_present", m->cnt.pages_present);
-	state_put_u64(&o, "pages_lost", m->pages_lost);
+	state_put_u64(&o, "pages_lost", m->loss.pages);
 	state_put_u64(&o, "bytes", m->cnt.bytes);
-	state_put_u64(&o, "elapsed_ns", end - m->t_start);
+	state_put_u64(&o, "elapsed_ns", end - m->t.start);
 	state_out_end(&o);
 	if (replace(tmp, name, &o) == 0) {
 		m->forget = forget_ended;
@@ -467,13 +467,13 @@ restore_ended(const char *file, const char *id, int role)
 	snprintf(m->reason, sizeof(m->reason), "%s", e.reason);
 	m->cnt.pages_total = e.total;
 	m->cnt.pages_present = e.present;
-	m->pages_lost = e.lost;
+	m->loss.pages = e.lost;
 	m->cnt.bytes = e.bytes;
 	/* Not through migration_set_state(): it ended before, counted then. */
 	m->state = strcmp(e.state, "failed") == 0 ? MIG_FAILED : MIG_COMPLETE;
-	m->t_end = now_ns();
-	m->t_start = m->t_created =
-		e.elapsed < m->t_end ? m->t_end - e.elapsed : 0;
+	m->t.end = now_ns();
+	m->t.start = m->t.created =
+		e.elapsed < m->t.end ? m->t.end - e.elapsed : 0;
 	m->forget = forget_ended;
 	log_info("migration %s is listed as %s, as it ended before the "
 		 "restart",

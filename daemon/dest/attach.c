@@ -522,7 +522,7 @@ attach_go(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	d->req.serial = serial;
 	d->ln.export_wait = req->export_wait_secs;
 	d->bh.run_hold = req->hold_bulk ? 1 : 0;
-	d->m->hold_bulk = d->bh.run_hold;
+	d->m->ph.hold_bulk = d->bh.run_hold;
 	migration_set_peer(d->m, from);
 	if (req->record_working_set) {
 		migration_ws_start(d->m, req->ws_faults, req->ws_secs);

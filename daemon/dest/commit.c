@@ -40,7 +40,7 @@ dest_maybe_complete(struct dest *d)
 	c.pages = dest_present_total(d);
 	conn_send(d->demand, FRAME_COMPLETE, &c.base);
 	d->cm.complete_sent = 1;
-	d->m->committing = 1;
+	d->m->ph.committing = 1;
 	if (d->bulk)
 		conn_finish(d->bulk);
 	d->bulk = NULL;
@@ -59,7 +59,7 @@ dest_kid_waits(struct dest *root, struct dest *k)
 	if (root->cm.done_kids == NULL)
 		fatal("children");
 	root->cm.done_kids[root->cm.ndone_kids++] = k;
-	k->m->committing = 1;
+	k->m->ph.committing = 1;
 }
 
 /*
@@ -73,7 +73,7 @@ dest_done_kids_end(struct dest *d, const char *stopped_why)
 	for (size_t i = 0; i < d->cm.ndone_kids; i++) {
 		struct dest *k = d->cm.done_kids[i];
 
-		k->m->committing = 0;
+		k->m->ph.committing = 0;
 		if (stopped_why != NULL) {
 			procref_signal(&k->t, SIGSTOP);
 			migration_fail(k->m,
@@ -142,7 +142,7 @@ dest_commit(struct dest *d, const Uffdd__Commit *c)
 			  log_id(d->m->id));
 	knob_exit_at_commit();
 	send_ack(d);
-	d->m->committing = 0;
+	d->m->ph.committing = 0;
 	migration_set_state(d->m, MIG_COMPLETE);
 	dest_done_kids_end(d, NULL);
 	dest_release_target(d, 1);

@@ -191,8 +191,8 @@ dest_release_held(struct dest *d)
 	d->held.memfd = -1;
 	if (missing == 0) {
 		log_info("migration %s: %s; process %d runs", log_id(d->m->id),
-			 d->m->precopy_rounds ? "switchover"
-					      : "private file pages in",
+			 d->m->pre.rounds ? "switchover"
+					  : "private file pages in",
 			 (int)d->m->pid);
 		dest_persist_dirty(d); /* not held any more */
 	}

@@ -152,7 +152,7 @@ deadline(struct dest *d)
 			  "and the source may hold its process stopped",
 			  log_id(d->m->id), d->from, conf.pause_deadline);
 		dest_end(d);
-	} else if (d->m->committing) {
+	} else if (d->m->ph.committing) {
 		dest_fail_stop(d,
 			       "every page arrived, but source %s never "
 			       "vouched for them (no COMMIT within "
@@ -280,7 +280,7 @@ wait_export(struct dest *d)
 	struct timeval tv = {0, EXPORT_POLL_MS * 1000};
 
 	if (d->ln.export_wait == 0 ||
-	    now_ns() - d->m->t_start >= d->ln.export_wait * 1000000000ULL)
+	    now_ns() - d->m->t.start >= d->ln.export_wait * 1000000000ULL)
 		return 0;
 	if (d->ln.retry_ev == NULL) {
 		d->ln.retry_ev = evtimer_new(base, retry_cb, d);

@@ -354,7 +354,7 @@ dest_fail(struct dest *d, const char *fmt, ...)
 		 */
 		poisoned = 0;
 		migration_fail(d->m, "%s; %llu pages lost; target %d %s (%s)",
-			       why, (unsigned long long)d->m->pages_lost,
+			       why, (unsigned long long)d->m->loss.pages,
 			       (int)d->m->pid, fate(d),
 			       d->held.precopy
 				       ? "the pre-copy ended before its "
@@ -366,16 +366,17 @@ dest_fail(struct dest *d, const char *fmt, ...)
 		migration_fail(d->m,
 			       "%s; %llu pages lost; target %d %s (this "
 			       "kernel has no UFFDIO_POISON)",
-			       why, (unsigned long long)d->m->pages_lost,
+			       why, (unsigned long long)d->m->loss.pages,
 			       (int)d->m->pid, fate(d));
 	} else {
 		migration_fail(d->m,
 			       "%s; %llu pages lost and poisoned (SIGBUS on "
 			       "access)%s",
-			       why, (unsigned long long)d->m->pages_lost,
-			       d->m->committing ? "; every page had arrived, "
-						  "the source never committed"
-						: "");
+			       why, (unsigned long long)d->m->loss.pages,
+			       d->m->ph.committing
+				       ? "; every page had arrived, "
+					 "the source never committed"
+				       : "");
 	}
 	if (!poisoned)
 		fill_discarded(d);
@@ -492,7 +493,7 @@ dest_target_exited(struct dest *d)
 	 * It had every page and ran to its end: what it did stands or falls
 	 * with the source's COMMIT, still awaited.
 	 */
-	if (d->m->committing && !d->gone &&
+	if (d->m->ph.committing && !d->gone &&
 	    (d->m->state == MIG_RUNNING || d->m->state == MIG_PAUSED)) {
 		log_info("migration %s: target process %d exited; waiting for "
 			 "the source's COMMIT",

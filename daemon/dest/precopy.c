@@ -34,7 +34,7 @@ dest_precopy_hello(struct dest *d, const Uffdd__Hello *h)
 	for (size_t i = 0; i < h->n_features; i++)
 		if (strcmp(h->features[i], FEATURE_PRECOPY) == 0)
 			d->held.precopy = 1;
-	d->m->precopy = d->held.precopy;
+	d->m->pre.on = d->held.precopy;
 }
 
 /*
@@ -185,7 +185,7 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 	 * After a resume the source sends it again, as it cannot know
 	 * whether the first one arrived: here it did, and the target runs.
 	 */
-	if (!d->held.precopy && d->m->precopy_rounds && c == d->bulk) {
+	if (!d->held.precopy && d->m->pre.rounds && c == d->bulk) {
 		log_debug("migration %s: SWITCHOVER again, ignored",
 			  log_id(d->m->id));
 		return;
@@ -197,17 +197,17 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 		return;
 	}
 	d->held.precopy = 0;
-	d->m->precopy = 0;
-	d->m->precopy_rounds = sw->rounds;
-	d->m->precopy_bytes = sw->bytes;
-	memcpy(d->m->round_bytes, sw->round_bytes, kept * sizeof(uint64_t));
+	d->m->pre.on = 0;
+	d->m->pre.rounds = sw->rounds;
+	d->m->pre.bytes = sw->bytes;
+	memcpy(d->m->pre.round_bytes, sw->round_bytes, kept * sizeof(uint64_t));
 	dest_release_held(d);
-	d->m->downtime_ns = downtime(sw, t0);
+	d->m->pre.downtime_ns = downtime(sw, t0);
 	log_info("migration %s: pre-copy over after %u rounds, %llu bytes; "
 		 "target %d ran %.1f ms after the source froze; %llu of %llu "
 		 "pages present",
 		 log_id(d->m->id), sw->rounds, (unsigned long long)sw->bytes,
-		 (int)d->m->pid, (double)d->m->downtime_ns / 1e6,
+		 (int)d->m->pid, (double)d->m->pre.downtime_ns / 1e6,
 		 (unsigned long long)dest_present_total(d),
 		 (unsigned long long)d->m->cnt.pages_total);
 	dest_persist_dirty(d);

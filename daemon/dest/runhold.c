@@ -102,7 +102,7 @@ release_request(uint64_t serial, const struct authz_caller *who,
 	 * A held migration that ended (its bulk lane can stream faster than
 	 * a client releases it) holds nothing any more: done already.
 	 */
-	if (d == NULL && m->hold_bulk) {
+	if (d == NULL && m->ph.hold_bulk) {
 		rep.id = m->id;
 		control_reply(serial, FRAME_CTL_RELEASE_REPLY, &rep.base);
 		return;

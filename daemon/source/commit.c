@@ -134,8 +134,8 @@ check_cb(evutil_socket_t fd, short ev, void *arg)
 	(void)ev;
 	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
 		return;
-	if ((s->pc == NULL || s->pc->phase >= PC_FINAL) && !s->m->deferred &&
-	    !s->m->committing && source_check_or_fail(s) < 0)
+	if ((s->pc == NULL || s->pc->phase >= PC_FINAL) && !s->m->ph.deferred &&
+	    !s->m->ph.committing && source_check_or_fail(s) < 0)
 		return;
 	check_again(s);
 }
@@ -184,7 +184,7 @@ send_commit(struct source *s)
 	Uffdd__Commit c = UFFDD__COMMIT__INIT;
 
 	if (!s->cm.completing || s->demand == NULL ||
-	    s->m->state != MIG_RUNNING || s->m->committing)
+	    s->m->state != MIG_RUNNING || s->m->ph.committing)
 		return;
 	if (source_check_or_fail(s) < 0)
 		return;
@@ -194,7 +194,7 @@ send_commit(struct source *s)
 	c.seq = ++s->cm.commit_seq;
 	c.pages = s->m->cnt.pages_present;
 	c.checked_by = (char *)checked_by(s);
-	s->m->committing = 1;
+	s->m->ph.committing = 1;
 	conn_send(s->demand, FRAME_COMMIT, &c.base);
 	source_persist_dirty(s);
 	if (s->img)
@@ -230,7 +230,7 @@ source_complete_requested(struct source *s)
 	struct timeval tv;
 	int ms = knob_delay_ms();
 
-	if (s->m->committing)
+	if (s->m->ph.committing)
 		return; /* a COMMIT is out already */
 	s->cm.completing = 1;
 	if (ms <= 0) {
@@ -258,7 +258,7 @@ finish(struct source *s)
 {
 	char why[384];
 
-	s->m->committing = 0;
+	s->m->ph.committing = 0;
 	migration_set_state(s->m, MIG_COMPLETE);
 	if (s->img) {
 		log_info("migration %s complete: the image is restored",
@@ -296,7 +296,7 @@ send_echo(struct conn *c, uint64_t seq)
 void
 source_commit_ack(struct source *s, const Uffdd__Commit *a)
 {
-	if (!s->m->committing || a->seq != s->cm.commit_seq) {
+	if (!s->m->ph.committing || a->seq != s->cm.commit_seq) {
 		log_warnx("migration %s: COMMIT_ACK %llu for no COMMIT out "
 			  "(last %llu); ignored",
 			  log_id(s->m->id), (unsigned long long)a->seq,

@@ -226,9 +226,9 @@ named_export(uint64_t serial, const struct authz_caller *who,
 				    log_id(req->id));
 		return NULL;
 	}
-	if (s != NULL && m->deferred)
+	if (s != NULL && m->ph.deferred)
 		return s;
-	if (m->went)
+	if (m->ph.went)
 		control_reply_error(serial, ERR_BUSY,
 				    "%s: migration %s had its go already; "
 				    "nothing changed",
@@ -291,7 +291,7 @@ after_go(evutil_socket_t fd, short what, void *arg)
 	 * The watch takes its count anew: a run before it is found first
 	 * (after a COMMIT, one is looked at when its ACK comes).
 	 */
-	if (!s->m->committing && source_check_or_fail(s) < 0)
+	if (!s->m->ph.committing && source_check_or_fail(s) < 0)
 		return;
 	if (classify_some(s, 0, &code, err, sizeof(err)) < 0) {
 		source_thaw(&s->t, s->was_stopped);
@@ -397,7 +397,7 @@ release_request(uint64_t serial, const struct authz_caller *who,
 				    log_id(req->id));
 		return 1;
 	}
-	if (!m->went || m->impl == NULL) {
+	if (!m->ph.went || m->impl == NULL) {
 		control_reply_error(serial, ERR_INVALID,
 				    "go: migration %s has no bulk stream held "
 				    "at its go; nothing changed",
@@ -432,8 +432,8 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 				    err);
 		return;
 	}
-	s->m->deferred = 0;
-	s->m->went = 1;
+	s->m->ph.deferred = 0;
+	s->m->ph.went = 1;
 	if (req->hold_bulk)
 		hold_bulk(s);
 	rep.work_us = (now_ns() - t0) / 1000;

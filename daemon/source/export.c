@@ -177,7 +177,7 @@ source_new(struct procref *t, const struct region *regs, size_t nregs,
 
 	m->pid = t->pid;
 	m->start = t->start;
-	m->deferred = deferred;
+	m->ph.deferred = deferred;
 	procref_move(&s->t, t);
 	s->ps.nranges = nranges;
 	s->ps.ranges = xcalloc(nranges, sizeof(*s->ps.ranges));
@@ -436,7 +436,7 @@ source_export(uint64_t serial, const struct authz_caller *who,
 		return;
 	}
 	if (source_export_name_regions(s, req, err, sizeof(err)) < 0) {
-		if (!s->m->deferred)
+		if (!s->m->ph.deferred)
 			source_thaw(&s->t, s->was_stopped);
 		migration_free(s->m);
 		control_reply_error(serial, ERR_INVALID,
@@ -445,7 +445,7 @@ source_export(uint64_t serial, const struct authz_caller *who,
 		return;
 	}
 	s->keep_source = req->keep_source;
-	if (!s->pc && !s->m->deferred)
+	if (!s->pc && !s->m->ph.deferred)
 		source_watch_freeze(s);
 	/*
 	 * Without its state file a restart would forget the export and
@@ -466,8 +466,8 @@ source_export(uint64_t serial, const struct authz_caller *who,
 		 (int)req->pid, log_id(s->m->id), s->nregs,
 		 (unsigned long long)s->m->cnt.pages_total,
 		 s->pc ? "; pre-copy, the process runs until the switchover"
-		 : s->m->deferred ? "; deferred, the process runs until go"
-				  : "");
+		 : s->m->ph.deferred ? "; deferred, the process runs until go"
+				     : "");
 	rep.id = s->m->id;
 	control_reply(serial, FRAME_CTL_EXPORT_REPLY, &rep.base);
 }

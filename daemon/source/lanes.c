@@ -31,7 +31,7 @@
 static void
 note_attached(struct source *s)
 {
-	s->m->attached = s->demand && s->bulk && s->m->state == MIG_RUNNING;
+	s->m->ph.attached = s->demand && s->bulk && s->m->state == MIG_RUNNING;
 }
 
 /*
@@ -55,7 +55,7 @@ fail(struct source *s, uint32_t code, const char *why)
 				  "runs on",
 				  log_id(s->m->id), (int)s->m->pid);
 	}
-	if (s->m->deferred)
+	if (s->m->ph.deferred)
 		log_warnx("migration %s: ends before go; process %d was never "
 			  "touched",
 			  log_id(s->m->id), (int)s->m->pid);
@@ -121,7 +121,7 @@ exit_cb(evutil_socket_t fd, short ev, void *arg)
 	struct source *s = arg;
 
 	event_del(s->exit_ev);
-	if (s->m->committing) {
+	if (s->m->ph.committing) {
 		log_warnx("migration %s: source process %d exited after the "
 			  "COMMIT; waiting for its acknowledgement",
 			  log_id(s->m->id), (int)s->m->pid);
@@ -157,9 +157,9 @@ lanes_down(struct source *s, const char *why)
 	conn_free(s->bulk);
 	s->demand = s->bulk = NULL;
 	event_del(s->bulk_ev);
-	s->m->attached = 0;
+	s->m->ph.attached = 0;
 	/* Before go nothing was served: wait for a destination again. */
-	if (s->m->deferred && s->m->state == MIG_RUNNING) {
+	if (s->m->ph.deferred && s->m->state == MIG_RUNNING) {
 		log_warnx("migration %s: destination lost before go (%s); "
 			  "waiting for it again",
 			  log_id(s->m->id), why);
@@ -174,7 +174,7 @@ lanes_down(struct source *s, const char *why)
 		source_precopy_lost(s, why);
 		return;
 	}
-	if (s->m->state == MIG_RUNNING && s->m->committing) {
+	if (s->m->state == MIG_RUNNING && s->m->ph.committing) {
 		log_warnx("migration %s: destination lost (%s) after the "
 			  "COMMIT, before its acknowledgement; process %d "
 			  "stays stopped until the destination resumes",
@@ -280,7 +280,7 @@ accept_regions(struct source *s, const Uffdd__RegionTable *t)
 	 * answered anew.
 	 */
 	s->cm.completing = 0;
-	s->m->committing = 0;
+	s->m->ph.committing = 0;
 	if (s->resume_pending)
 		s->m->reconnects++;
 	s->resume_pending = 0;
@@ -376,7 +376,7 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 			log_warnx("%s: page request during a pre-copy",
 				  conn_name(c));
 			lanes_down(s, "protocol error");
-		} else if (s->m->deferred && s->m->state == MIG_RUNNING) {
+		} else if (s->m->ph.deferred && s->m->state == MIG_RUNNING) {
 			if (source_defer_request(
 				    s, (const Uffdd__PageRequest *)msg) < 0)
 				lanes_down(s, "too many page requests before "
@@ -390,7 +390,7 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		if (source_precopy_running(s))
 			source_fail(s, "destination completed before the "
 				       "pre-copy's switchover");
-		else if (s->m->deferred)
+		else if (s->m->ph.deferred)
 			source_fail(s, "destination completed before go "
 				       "(nothing was sent)");
 		else if (s->m->state == MIG_RUNNING)

@@ -39,7 +39,7 @@ save_more(struct state_out *o, const struct migration *m)
 	if (s->switches >= 0)
 		state_put_u64(o, "switches", (uint64_t)s->switches);
 	/* A COMMIT out, not acknowledged yet: for status after a restart. */
-	if (s->m->committing)
+	if (s->m->ph.committing)
 		state_put_u64(o, "commit_seq", s->cm.commit_seq);
 	/* A tombstone (source_persist_tombstone()): what a resume is told. */
 	if (s->m->state == MIG_FAILED) {
@@ -91,7 +91,7 @@ source_persist_now(struct source *s)
 	 * and a daemon that restarts forgets the export (its destination
 	 * is told the ID is unknown, and fails) and leaves it running.
 	 */
-	if (s->m->deferred)
+	if (s->m->ph.deferred)
 		return 0;
 	return state_write(s->m, save_more);
 }
@@ -481,7 +481,7 @@ source_restore(struct state_tbl *t)
 	if (sv.commit_seq) {
 		s->cm.commit_seq = sv.commit_seq;
 		s->cm.completing = 1;
-		s->m->committing = 1;
+		s->m->ph.committing = 1;
 	}
 	log_info("restored export %s of process %d (%s)", log_id(sv.id),
 		 (int)sv.pid, migration_state_name(s->m->state));

@@ -159,7 +159,7 @@ log_sync_round(struct source *s, int64_t dirty)
 	log_info("migration %s: pre-copy round %u (synchronous uffd-wp): "
 		 "%lld pages written, %llu write faults answered, process "
 		 "faults %lld minor %lld major",
-		 log_id(s->m->id), s->m->precopy_rounds,
+		 log_id(s->m->id), s->m->pre.rounds,
 		 (long long)(dirty / sysconf(_SC_PAGESIZE)),
 		 (unsigned long long)(s->wp.faults - pc->faults_at),
 		 mi >= 0 && pc->minflt_at >= 0 ? mi - pc->minflt_at : -1,
@@ -241,7 +241,7 @@ source_precopy_init(struct source *s, struct wptrack *wp,
 	s->pc->threshold =
 		req->threshold_bytes ? req->threshold_bytes : PRECOPY_THRESHOLD;
 	s->pc->best = UINT64_MAX;
-	s->m->precopy = 1;
+	s->m->pre.on = 1;
 }
 
 /* Whether s pre-copies and has not switched over yet. */
@@ -354,7 +354,7 @@ freeze_now(struct source *s)
 	s->switches = source_settled_switches(s->m->pid);
 	log_info("migration %s: process %d frozen after %u pre-copy rounds "
 		 "(in %.1f ms); %llu pages written since the last",
-		 log_id(s->m->id), (int)s->m->pid, s->m->precopy_rounds,
+		 log_id(s->m->id), (int)s->m->pid, s->m->pre.rounds,
 		 (double)(now_ns() - pc->t_freeze) / 1e6,
 		 (unsigned long long)pc->final_pages);
 	restart_sweep(s);
@@ -370,15 +370,14 @@ send_switchover(struct source *s)
 	struct precopy *pc = s->pc;
 	Uffdd__Switchover sw = UFFDD__SWITCHOVER__INIT;
 
-	sw.rounds = s->m->precopy_rounds;
-	sw.bytes = s->m->precopy_bytes;
+	sw.rounds = s->m->pre.rounds;
+	sw.bytes = s->m->pre.bytes;
 	sw.frozen_us = (now_ns() - pc->t_freeze) / 1000;
 	sw.final_pages = pc->final_pages;
 	sw.freeze_unix_ns = pc->wall_freeze;
-	sw.n_round_bytes = s->m->precopy_rounds < MIG_ROUNDS_KEPT
-				   ? s->m->precopy_rounds
-				   : MIG_ROUNDS_KEPT;
-	sw.round_bytes = s->m->round_bytes;
+	sw.n_round_bytes = s->m->pre.rounds < MIG_ROUNDS_KEPT ? s->m->pre.rounds
+							      : MIG_ROUNDS_KEPT;
+	sw.round_bytes = s->m->pre.round_bytes;
 	conn_send(s->bulk, FRAME_SWITCHOVER, &sw.base);
 }
 
@@ -397,13 +396,13 @@ switchover(struct source *s)
 	if (s->demand)
 		peer_set_user_timeout(s->demand, 0);
 	pc->phase = PC_DONE;
-	s->m->precopy = 0;
-	s->m->downtime_ns = now_ns() - pc->t_freeze;
+	s->m->pre.on = 0;
+	s->m->pre.downtime_ns = now_ns() - pc->t_freeze;
 	log_info("migration %s: switchover after %u rounds, %llu bytes; "
 		 "frozen %.1f ms for the last %llu pages",
-		 log_id(s->m->id), s->m->precopy_rounds,
-		 (unsigned long long)s->m->precopy_bytes,
-		 (double)s->m->downtime_ns / 1e6,
+		 log_id(s->m->id), s->m->pre.rounds,
+		 (unsigned long long)s->m->pre.bytes,
+		 (double)s->m->pre.downtime_ns / 1e6,
 		 (unsigned long long)pc->final_pages);
 	/* From here a restart takes the export up as any other. */
 	if (source_persist_now(s) < 0)
@@ -418,7 +417,7 @@ send_sync(struct source *s)
 {
 	Uffdd__Ping p = UFFDD__PING__INIT;
 
-	p.seq = s->m->precopy_rounds;
+	p.seq = s->m->pre.rounds;
 	s->pc->phase = PC_SYNC;
 	conn_send(s->bulk, FRAME_ROUND_SYNC, &p.base);
 }
@@ -462,7 +461,7 @@ source_precopy_round_end(struct source *s)
 	}
 	log_debug("migration %s: pre-copy round %u done; %lld bytes written "
 		  "meanwhile",
-		  log_id(s->m->id), s->m->precopy_rounds, (long long)dirty);
+		  log_id(s->m->id), s->m->pre.rounds, (long long)dirty);
 	log_sync_round(s, dirty);
 	if ((uint64_t)dirty < pc->best) {
 		pc->best = (uint64_t)dirty;
@@ -477,7 +476,7 @@ source_precopy_round_end(struct source *s)
 	 * the freeze is left only what the process writes meanwhile.
 	 */
 	if ((uint64_t)dirty <= pc->threshold ||
-	    s->m->precopy_rounds >= pc->max_rounds ||
+	    s->m->pre.rounds >= pc->max_rounds ||
 	    pc->since_best >= PRECOPY_STALL_ROUNDS)
 		pc->phase = PC_LAST;
 	restart_sweep(s);
@@ -495,7 +494,7 @@ source_precopy_synced(struct source *s, const Uffdd__Ping *p)
 {
 	if (!source_precopy_running(s))
 		return -1;
-	if (s->pc->phase == PC_SYNC && p->seq == s->m->precopy_rounds)
+	if (s->pc->phase == PC_SYNC && p->seq == s->m->pre.rounds)
 		freeze_now(s);
 	return 0;
 }

@@ -456,7 +456,7 @@ small_round(const struct source *s)
 static int
 bulk_holds(const struct source *s)
 {
-	return s->m->deferred || s->df.bulk_held || s->peer_held ||
+	return s->m->ph.deferred || s->df.bulk_held || s->peer_held ||
 	       s->df.unclassified || s->cm.completing;
 }
 
