@@ -617,6 +617,22 @@ ensure_daemon() {
 	start_daemon "$name" "$@"
 }
 
+# state_dir NAME: where daemon NAME's engine keeps its state files: its
+# --state-dir ($T/NAME.state unless its arguments name another), and
+# engine/ in that when the engine is confined (--engine-user).
+state_dir() {
+	local dir=$T/$1.state user=${UFFDD_TEST_ENGINE_USER:-} a prev=
+	for a in $(eval echo "\${${1}_ARGS:-}"); do
+		case $prev in
+		--state-dir) dir=$a ;;
+		--engine-user) user=$a ;;
+		esac
+		prev=$a
+	done
+	[ -z "$user" ] || dir=$dir/engine
+	echo "$dir"
+}
+
 # engine_pid NAME: the pid of daemon NAME's engine, the unprivileged
 # process that runs its migrations (docs/privsep.md); daemon_pids NAME:
 # both of its processes, the privileged part first.

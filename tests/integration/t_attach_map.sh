@@ -22,7 +22,7 @@ for kind in tmpfs anon; do
 	if [ -n "$NAME" ]; then
 		# The name outlives a restart of the source's daemon, and its
 		# state file's name records are checked like the rest of it.
-		F=$T/src.state/$ID.source.state
+		F=$(state_dir src)/$ID.source.state
 		kill_daemon src
 		grep -q '^name\.0=guest-ram0$' "$F" || fail "no name in the state file: $(cat "$F")"
 		cp -p "$F" "$T/pristine"

@@ -69,7 +69,7 @@ kill -0 "$dst_PID" || fail "destination daemon died"
 
 # Nothing was saved to take up: a destination daemon that restarts (after
 # a crash) restores nothing into any process.
-ls "$T/dst.state"/*.state 2>/dev/null && fail "refused attaches left state files"
+ls "$(state_dir dst)"/*.state 2>/dev/null && fail "refused attaches left state files"
 kill_daemon dst
 restart_daemon dst
 grep -i "restored\|malformed" "$T/dst.log" && fail "the restarted destination took something up"

@@ -148,10 +148,10 @@ whole "source's engine died"
 killed_source "source's engine started again"
 grep -q "destination resumes committed" "$T/src.log" || fail "no committed resume: $(tail -n 5 "$T/src.log")"
 for _ in $(seq 100); do
-	ls "$T/dst.state" | grep -q "^$ID.*\.state" || break
+	ls "$(state_dir dst)" | grep -q "^$ID.*\.state" || break
 	sleep 0.05
 done
-ls "$T/dst.state" | grep -q "^$ID.*\.state" && fail "the destination's state file stayed after the echo"
+ls "$(state_dir dst)" | grep -q "^$ID.*\.state" && fail "the destination's state file stayed after the echo"
 kill -9 "$WD"
 
 info "the destination's engine dies once it recorded the COMMIT"
@@ -181,12 +181,12 @@ info "the destination killed once complete: the restart still says so"
 small_migration 0x540000000000
 whole "before the kills"
 killed_source "before the kills"
-F=$T/dst.state/$ID.destination.ended
+F=$(state_dir dst)/$ID.destination.ended
 for _ in $(seq 200); do
 	[ -f "$F" ] && break
 	sleep 0.05
 done
-[ -f "$F" ] || fail "no record of the outcome: $(ls "$T/dst.state")"
+[ -f "$F" ] || fail "no record of the outcome: $(ls "$(state_dir dst)")"
 kill -9 "$(engine_pid dst)"
 for _ in $(seq 600); do
 	grep -q "${ID:0:8}.* is listed as complete" "$T/dst.log" && break
@@ -204,7 +204,7 @@ restart_daemon dst
 until_state "$dst_SOCK" "$ID" failed 10 || fail "a changed record was taken: $(state "$dst_SOCK" "$ID")"
 reason "$dst_SOCK" "$ID" | grep -q "state file refused at restart: .*\.ended" ||
 	fail "changed record: $(reason "$dst_SOCK" "$ID")"
-[ -f "$F.refused" ] && [ ! -e "$F" ] || fail "the changed record was not kept aside: $(ls "$T/dst.state")"
+[ -f "$F.refused" ] && [ ! -e "$F" ] || fail "the changed record was not kept aside: $(ls "$(state_dir dst)")"
 info "changed record: $(reason "$dst_SOCK" "$ID")"
 kill -9 "$WD"
 

@@ -154,7 +154,7 @@ id=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$RANGE")
 	--id "$id" --range "$RANGE" >"$T/attach.out" 2>&1 &
 held=""
 for _ in $(seq 2000); do
-	grep -qs '^held=1' "$T/dst.state/$id.destination.state" && held=1 && break
+	grep -qs '^held=1' "$(state_dir dst)/$id.destination.state" && held=1 && break
 	sleep 0.005
 done
 [ -n "$held" ] || fail "the destination never recorded that it holds the target"
@@ -163,5 +163,5 @@ restart_daemon dst
 grep -q "process $WD was let go before the pages it wrote in private file mappings arrived" "$T/dst.log" ||
 	fail "the restarted daemon did not say the target ran too early: $(tail -5 "$T/dst.log")"
 wait_stopped "$WD" "stopped after the restart"
-[ ! -e "$T/dst.state/$id.destination.state" ] || fail "the failed migration's state file is still there"
+[ ! -e "$(state_dir dst)/$id.destination.state" ] || fail "the failed migration's state file is still there"
 info "restart while held: target $WD stopped, migration reported failed"

@@ -206,7 +206,7 @@ grep -q "source process $WS ran while no daemon watched it.*export ${ID:0:8}.* n
 torn "$src_SOCK" "restart"
 echo "$SREASON" | grep -q "ran while no daemon watched it" || fail "restart: source reason: $SREASON"
 # Told: the tombstone goes.
-ls "$T/src.state" | grep -q "^$ID" && fail "the tombstone stayed after the destination was told"
+ls "$(state_dir src)" | grep -q "^$ID" && fail "the tombstone stayed after the destination was told"
 info "restart: $(grep 'ran while no daemon' "$T/src.log" | head -n 1)"
 kill -9 "$WS" "$WD"
 

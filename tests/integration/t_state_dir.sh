@@ -47,7 +47,7 @@ info "a missing directory made 0700, a listable one made 0711"
 
 start_workload WS source --size 16M --threads 1
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000)
-S=$T/sd/$ID.source.state
+S=$(state_dir src)/$ID.source.state
 # Saved again when a restarted daemon takes the export up: through the
 # link, an old daemon overwrote what it points to.
 echo precious >"$T/victim"
@@ -58,7 +58,7 @@ grep -q "restored export ${ID:0:8}" "$T/src.log" ||
 	fail "the export was not taken up again: $(tail -n 5 "$T/src.log")"
 [ "$(cat "$T/victim")" = precious ] || fail "a save wrote through the link in place of its temporary"
 [ -f "$S" ] && [ ! -L "$S" ] || fail "$S is not a regular file: $(ls -l "$S")"
-[ ! -e "$S.tmp" ] || fail "a temporary is left: $(ls -l "$T/sd")"
+[ ! -e "$S.tmp" ] || fail "a temporary is left: $(ls -l "$(state_dir src)")"
 [ "$(stat -c %a "$S")" = 600 ] || fail "state file mode $(stat -c %a "$S"), not 0600 (umask 022)"
 info "saved past a planted link, file mode 0600"
 
@@ -70,7 +70,7 @@ restart_daemon src
 grep -q "${ID:0:8}.*\.state: a symbolic link; state file refused and kept as .*\.state\.refused" "$T/src.log" ||
 	fail "the linked state file was not refused: $(tail -n 5 "$T/src.log")"
 [ "$(grep -c "restored export" "$T/src.log")" = 1 ] || fail "the export was restored through the link"
-[ -L "$S.refused" ] && [ ! -e "$S" ] || fail "the link was not moved aside: $(ls -l "$T/sd")"
+[ -L "$S.refused" ] && [ ! -e "$S" ] || fail "the link was not moved aside: $(ls -l "$(state_dir src)")"
 "$CLIENT" --control "$src_SOCK" status "$ID" --json >"$T/status.json"
 grep -q '"state":"failed"' "$T/status.json" || fail "status: $(cat "$T/status.json")"
 grep -q 'state file refused at restart:.*a symbolic link' "$T/status.json" ||

@@ -30,7 +30,7 @@ info "refused: $(cat "$T/out")"
 rm -f "$T/full/fill"
 ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range 500000000000-500001000000) ||
 	fail "export refused with room again"
-[ -f "$T/full/$ID.source.state" ] || fail "no state file for $ID"
+[ -f "$(state_dir src)/$ID.source.state" ] || fail "no state file for $ID"
 info "with room again: exported as $ID, state file written"
 
 # The destination side.
@@ -66,7 +66,7 @@ ID2=$("$CLIENT" --control "$srcr_SOCK" export "$WS2" --range 510000000000-510001
 	fail "second export refused"
 "$CLIENT" --control "$dst_SOCK" attach "$WD2" --from "127.0.0.1:$srcr_PORT" --id "$ID2" \
 	--range 510000000000-510001000000 >/dev/null || fail "second attach refused"
-[ -f "$T/full2/$ID2.destination.state" ] || fail "no state file for $ID2"
+[ -f "$(state_dir dst)/$ID2.destination.state" ] || fail "no state file for $ID2"
 dd if=/dev/zero of="$T/full2/fill" bs=4k count=1000 2>/dev/null || true
 kill -USR1 "$WD2"
 for _ in $(seq 100); do
@@ -75,7 +75,7 @@ for _ in $(seq 100); do
 done
 grep -q "migration ${ID2:0:8}.*state file could not be brought up to date and is removed" "$T/dst.log" ||
 	fail "no word of the stale state file: $(tail -n 5 "$T/dst.log")"
-[ -f "$T/full2/$ID2.destination.state" ] && fail "the stale state file of $ID2 is still there"
+[ -f "$(state_dir dst)/$ID2.destination.state" ] && fail "the stale state file of $ID2 is still there"
 rm -f "$T/full2/fill"
 "$CLIENT" --control "$dst_SOCK" wait "$ID2" --timeout 120 >/dev/null || fail "no completion after the failed write"
 wait_verified WD2 >/dev/null

@@ -18,7 +18,7 @@ src_hash H_SRC "$WS" "$BASE" "$END"
 "$CLIENT" --control "$one_SOCK" attach "$WD" --from "127.0.0.1:$one_PORT" \
 	--id "$ID" --range "$RANGE" >"$T/attach.out" 2>&1 || fail "attach: $(cat "$T/attach.out")"
 kill -USR1 "$WD"
-D=$T/one.state
+D=$(state_dir one)
 for _ in $(seq 100); do
 	[ -f "$D/$ID.source.state" ] && [ -f "$D/$ID.destination.state" ] && break
 	sleep 0.05

@@ -28,12 +28,12 @@ done
 ID=0123456789abcdef0123456789abcdef
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$(cat "$T/port")" \
 	--id "$ID" >"$T/out" 2>&1 || fail "attach: $(cat "$T/out")"
-F=$T/dst.state/$ID.destination.state
+F=$(state_dir dst)/$ID.destination.state
 for _ in $(seq 100); do
 	grep -qs '^state=running' "$F" && break
 	sleep 0.05
 done
-grep -qs '^state=running' "$F" || fail "no state file of the running migration: $(ls -l "$T/dst.state")"
+grep -qs '^state=running' "$F" || fail "no state file of the running migration: $(ls -l "$(state_dir dst)")"
 grep -c "^pid=" "$F" | grep -qx 1 || fail "the region name made a record of its own: $(cat "$F")"
 SAVED=$(grep '^region_name' "$F")
 info "saved as: $SAVED"

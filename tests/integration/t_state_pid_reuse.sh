@@ -30,8 +30,8 @@ for id in "$A" "$B"; do
 done
 kill_daemon dst
 kill -9 "$WD"
-FA=$T/dst.state/$A.destination.state
-FB=$T/dst.state/$B.destination.state
+FA=$(state_dir dst)/$A.destination.state
+FB=$(state_dir dst)/$B.destination.state
 vfd=$(sed -n 's/^target_fd=//p' "$FB")
 [ -n "$vfd" ] || fail "no target_fd in $FB"
 sed -i -e "s/^pid=.*/pid=$WV/" -e "s/^target_fd=.*/target_fd=$vfd/" "$FA"

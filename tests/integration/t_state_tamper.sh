@@ -18,7 +18,7 @@ sleep 1.5
 "$CLIENT" --control "$dst_SOCK" status "$ID" --json | grep -q '"state":"running"' ||
 	fail "migration not running when the destination daemon is killed"
 kill_daemon dst
-F=$T/dst.state/$ID.destination.state
+F=$(state_dir dst)/$ID.destination.state
 cp -p "$F" "$T/pristine"
 head -n 1 "$F" | grep -q '^uffdd-state 1$' || fail "no version line first: $(head -n 3 "$F")"
 tail -n 1 "$F" | grep -qE '^sha256 [0-9a-f]{64}$' || fail "no checksum line last: $(tail -n 1 "$F")"
@@ -40,7 +40,7 @@ tampered() {
 	for p in $(daemon_pids dst); do
 		ls -l "/proc/$p/fd" | grep -q userfaultfd && fail "$name: the daemon (pid $p) took a userfaultfd"
 	done
-	[ -f "$F.refused" ] && [ ! -e "$F" ] || fail "$name: the file was not kept aside: $(ls -l "$T/dst.state")"
+	[ -f "$F.refused" ] && [ ! -e "$F" ] || fail "$name: the file was not kept aside: $(ls -l "$(state_dir dst)")"
 	"$CLIENT" --control "$dst_SOCK" status "$ID" --json >"$T/status.json"
 	grep -q '"state":"failed"' "$T/status.json" || fail "$name: status: $(cat "$T/status.json")"
 	grep -qE "state file refused at restart: .*\.state:[0-9]+: $want" "$T/status.json" ||
