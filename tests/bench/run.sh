@@ -53,18 +53,27 @@ for p in "$FFLOOR" "$BFLOOR" "$CFLOOR"; do
 done
 : >"$OUT"
 
-# user+sys CPU seconds of a process so far.
+# A daemon's processes: its privileged part (PID) and its engine, the
+# child that does the migrations' work (docs/privsep.md).
+with_engine() { echo "$1" $(pgrep -P "$1"); }
+
+# user+sys CPU seconds so far of a daemon, both of its processes.
 cpu_s() {
-	sed -e 's/^.*) //' "/proc/$1/stat" |
-		awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($12 + $13) / hz}'
+	local p
+	for p in $(with_engine "$1"); do
+		sed -e 's/^.*) //' "/proc/$p/stat" 2>/dev/null
+	done | awk -v hz="$(getconf CLK_TCK)" '{t += $12 + $13} END {printf "%.3f", t / hz}'
 }
 
 json_field() { sed -n "s/.*\"$2\":\\([0-9.e+-]*\\).*/\\1/p" "$1"; }
 
-# Seconds the threads of a process have so far waited on a run queue,
+# Seconds the threads of a daemon have so far waited on a run queue,
 # runnable but not running (schedstat's second field, summed).
 rundelay_s() {
-	cat /proc/"$1"/task/*/schedstat 2>/dev/null |
+	local p
+	for p in $(with_engine "$1"); do
+		cat /proc/"$p"/task/*/schedstat 2>/dev/null
+	done |
 		awk '{d += $2} END {printf "%.3f", d / 1e9}'
 }
 
