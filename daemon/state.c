@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +32,8 @@
 /* An ended migration's outcome (state_end()). */
 #define ENDED_SUFFIX ".ended"
 #define ENDED_TMP_SUFFIX ".ended.tmp"
+/* A destination's record of the pages it installed (state_map()). */
+#define INSTALLED_SUFFIX ".installed"
 
 static int dirfd_state = -1;
 
@@ -365,11 +368,11 @@ out:
  * The descriptor, and its size in *size; or -1 with why filled.
  */
 static int
-open_checked(const char *file, const char *what, size_t *size, char *why,
-	     size_t whylen)
+open_checked(const char *file, const char *what, int mode, size_t *size,
+	     char *why, size_t whylen)
 {
 	int fd = openat(dirfd_state, file,
-			O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+			mode | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	struct stat st;
 
 	if (fd < 0) {
@@ -440,12 +443,89 @@ read_checked(const char *file, const char *what, char **buf, char *why,
 	size_t size;
 	int fd;
 
-	if ((fd = open_checked(file, what, &size, why, whylen)) >= 0) {
+	if ((fd = open_checked(file, what, O_RDONLY, &size, why, whylen)) >=
+	    0) {
 		if ((len = read_whole(fd, size, buf)) < 0)
 			snprintf(why, whylen, "%s: %s", what, strerror(errno));
 		close(fd);
 	}
 	return len;
+}
+
+/*
+ * A fresh file of size bytes, its blocks written (zeros): a mapping of a
+ * sparse file would take its blocks at the first store into each page,
+ * and a full file system would kill the daemon there (SIGBUS) instead of
+ * refusing here. The descriptor, or -1 with errno set.
+ */
+static int
+make_filled(const char *name, size_t size)
+{
+	static const char zeros[65536];
+	int fd, e;
+
+	if (unlinkat(dirfd_state, name, 0) < 0 && errno != ENOENT)
+		return -1;
+	fd = openat(dirfd_state, name,
+		    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	for (size_t at = 0; at < size; at += sizeof(zeros)) {
+		size_t n =
+			size - at < sizeof(zeros) ? size - at : sizeof(zeros);
+
+		if (write_all(fd, zeros, n) < 0) {
+			e = errno;
+			close(fd);
+			unlinkat(dirfd_state, name, 0);
+			errno = e;
+			return -1;
+		}
+	}
+	fsync(dirfd_state); /* the name, for a crash of the host */
+	return fd;
+}
+
+void *
+state_map(const struct migration *m, const char *suffix, size_t size,
+	  int create, char *why, size_t whylen)
+{
+	char name[MIG_ID_LEN + 32], what[256];
+	size_t have = size;
+	void *p = MAP_FAILED;
+	int fd = -1;
+
+	file_name(name, sizeof(name), m->id, (int)m->role, suffix);
+	shown(what, sizeof(what), name);
+	if (dirfd_state < 0 || size == 0 || size > STATE_FILE_MAX) {
+		snprintf(why, whylen, "%s: %zu bytes: %s", what, size,
+			 dirfd_state < 0 ? "no state directory"
+					 : "not a size it may have");
+		return NULL;
+	}
+	if (create && (fd = make_filled(name, size)) < 0)
+		snprintf(why, whylen, "%s: %s", what, strerror(errno));
+	else if (!create &&
+		 (fd = open_checked(name, what, O_RDWR, &have, why, whylen)) >=
+			 0 &&
+		 have != size)
+		snprintf(why, whylen,
+			 "%s: %zu bytes, where the migration's regions make "
+			 "it %zu",
+			 what, have, size);
+	if (fd >= 0 && have == size &&
+	    (p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+		    MAP_FAILED)
+		snprintf(why, whylen, "%s: mmap: %s", what, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+void
+state_map_remove(const struct migration *m, const char *suffix)
+{
+	remove_file(m, suffix);
 }
 
 /*
@@ -646,6 +726,22 @@ restore_ended_named(const char *file, const char *id, int role)
 		restore_ended(file, id, role);
 }
 
+/*
+ * A destination's record of installed pages that no migration taken up
+ * uses: its migration ended, was not taken up, or its state file was
+ * refused. The file goes.
+ */
+static void
+drop_unused_record(const char *file, const char *id, int role)
+{
+	struct migration *m =
+		role == ROLE_DEST ? migration_find(id, ROLE_DEST) : NULL;
+
+	if (m == NULL || m->impl == NULL ||
+	    (m->state != MIG_RUNNING && m->state != MIG_PAUSED))
+		unlinkat(dirfd_state, file, 0);
+}
+
 void
 state_restore_all(void)
 {
@@ -655,9 +751,13 @@ state_restore_all(void)
 	for (size_t i = 0; names && i < n; i++)
 		restore_named(names[i], TMP_SUFFIX, SUFFIX, restore_file);
 	/* After the state files: a live one of the same ID is newer. */
-	for (size_t i = 0; names && i < n; i++) {
+	for (size_t i = 0; names && i < n; i++)
 		restore_named(names[i], ENDED_TMP_SUFFIX, ENDED_SUFFIX,
 			      restore_ended_named);
+	/* Last: the state files that use one have mapped it. */
+	for (size_t i = 0; names && i < n; i++) {
+		restore_named(names[i], INSTALLED_SUFFIX ".tmp",
+			      INSTALLED_SUFFIX, drop_unused_record);
 		free(names[i]);
 	}
 	free(names);

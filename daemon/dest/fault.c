@@ -249,6 +249,7 @@ dest_zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
 
 	if (res == UFFD_OK || res == UFFD_EXISTS) {
 		pagestate_set(&dr->ps, page, PAGE_PRESENT);
+		dest_record_mark(dr, page, 1);
 		if (res == UFFD_EXISTS)
 			uffd_wake(d->uffd, addr, ps);
 		else

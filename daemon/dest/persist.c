@@ -18,7 +18,8 @@
  *   no fault or control work ready: once, however many changes that
  *   callback made (a read of 64 events used to write 64 times).
  * - dest_persist_remove() removes it when the migration ends (teardown)
- *   or its attach fails. A write still pending is dropped, and none is
+ *   or its attach fails, and the record of installed pages with it
+ *   (record.c). A write still pending is dropped, and none is
  *   done for an ended migration: its file never comes back.
  *
  * A write that fails after an earlier one succeeded removes the file
@@ -146,6 +147,9 @@ save_more(struct state_out *o, const struct migration *m)
 		state_put_u64(o, "target_fd", (uint64_t)d->target_fd);
 	if (d->gone)
 		state_put_u64(o, "gone", 1);
+	/* ID.destination.installed (record.c): a restart must find it. */
+	if (d->rec)
+		state_put_u64(o, "installed", 1);
 	/* A COMMIT acted on, its ACK not echoed yet (restore.c). */
 	if (d->cm.committed)
 		state_put_u64(o, "committed", d->cm.commit_seq);
@@ -295,6 +299,7 @@ dest_persist_remove(struct dest *d)
 {
 	unmark(d);
 	state_end(d->m);
+	dest_record_remove(d);
 }
 
 /*
