@@ -101,10 +101,13 @@ static char **saved_argv;
  * "remap" (mremap to moved_at; they must be found there) or "protect"
  * (mprotect read-only, from a page off the 64-page grid, which splits the
  * mapping where no bulk frame would end; they read as before) or "punch"
- * (memfd, tmpfs: fetched, then a hole punched in the file, which no uffd
- * event reports; they must then read as zeros). "grow" (anon) is not about
- * those pages: the region grows in place by EV_PAGES (mremap, no event),
- * and the new pages must read as zeros at once ("grown" is printed then).
+ * (memfd, tmpfs, shared: fetched, then a hole punched in the file, which
+ * no uffd event reports; they must then read as zeros); "punch-wait" as
+ * well, but then it prints "punched" and checks only once it gets SIGUSR2
+ * (so that a destination restart comes between the hole and the reads).
+ * "grow" (anon) is not about those pages: the region grows in place by
+ * EV_PAGES (mremap, no event), and the new pages must read as zeros at
+ * once ("grown" is printed then).
  * "fork" forks a child that checks every page too; "fork-remove" as well,
  * but the child first discards those pages (madvise, anon only), which
  * must then read as zeros in the child alone, and waits 4 s before it
@@ -556,7 +559,7 @@ check_page_guarded(uint64_t page)
 {
 	volatile uint64_t *p = (volatile uint64_t *)(mem + page * PS);
 	int removed = in_event(page) && (strcmp(event, "remove") == 0 ||
-					 strcmp(event, "punch") == 0 ||
+					 strncmp(event, "punch", 5) == 0 ||
 					 strcmp(event, "fork-remove") == 0);
 
 	if (in_event(page) && strcmp(event, "unmap") == 0) {
@@ -952,9 +955,19 @@ run_dest(void)
 							       : MADV_REMOVE);
 		else if (strcmp(event, "unmap") == 0)
 			rc = munmap(at, EV_PAGES * PS);
-		else if (strcmp(event, "punch") == 0) {
+		else if (strncmp(event, "punch", 5) == 0) {
 			for (uint64_t p = 0; p < EV_PAGES; p++)
 				(void)*(volatile uint64_t *)(at + p * PS);
+			if (map_fd < 0) {
+				/* Shared anonymous: its shmem file, by name. */
+				char mf[80];
+
+				snprintf(mf, sizeof(mf),
+					 "/proc/self/map_files/%" PRIx64
+					 "-%" PRIx64,
+					 base, base + size);
+				map_fd = open(mf, O_RDWR | O_CLOEXEC);
+			}
 			rc = fallocate(map_fd,
 				       FALLOC_FL_PUNCH_HOLE |
 					       FALLOC_FL_KEEP_SIZE,
@@ -992,6 +1005,15 @@ run_dest(void)
 		 */
 		if (strcmp(event, "protect") == 0)
 			sleep(4);
+		if (strcmp(event, "punch-wait") == 0) {
+			printf("punched\n");
+			fflush(stdout);
+			do {
+				sigwait(&set, &sig);
+				if (sig == SIGTERM)
+					return 2;
+			} while (sig != SIGUSR2);
+		}
 	}
 	if (touch_mode) {
 		if (touch_mode == 2)
@@ -1038,7 +1060,8 @@ usage(void)
 		"         [--ro-pages N]\n"
 		"         [--event "
 		"remove|unmap|remap|fork|fork-remove|fork-idle|fork-exit|\n"
-		"                  fork-exit-late|protect|punch|grow]\n"
+		"                  "
+		"fork-exit-late|protect|punch|punch-wait|grow]\n"
 		"         [--touch N] [--idle-child] [--stuck-thread]\n"
 		"         [--exec-on-usr2 PATH] [--try-uffd] [--sibling "
 		"vm|files|files-grab]\n"
@@ -1153,7 +1176,9 @@ main(int argc, char **argv)
 			    strcmp(event, "fork-exit") &&
 			    strcmp(event, "fork-exit-late") &&
 			    strcmp(event, "protect") &&
-			    strcmp(event, "punch") && strcmp(event, "grow"))
+			    strcmp(event, "punch") &&
+			    strcmp(event, "punch-wait") &&
+			    strcmp(event, "grow"))
 				usage();
 			break;
 		case 'F':
