@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +23,7 @@
 #include "daemon/migration.h"
 #include "daemon/role.h"
 #include "daemon/state.h"
+#include "daemon/state_dir.h"
 #include "daemon/statefmt.h"
 #include "daemon/stats.h"
 
@@ -32,10 +32,8 @@
 /* An ended migration's outcome (state_end()). */
 #define ENDED_SUFFIX ".ended"
 #define ENDED_TMP_SUFFIX ".ended.tmp"
-/* A destination's record of the pages it installed (state_map()). */
-#define INSTALLED_SUFFIX ".installed"
 
-static int dirfd_state = -1;
+int state_dirfd = -1;
 
 /* The directory's mode bits that let others plant or replace files. */
 #define DIR_UNSAFE (S_IWGRP | S_IWOTH)
@@ -107,18 +105,18 @@ state_dir_open(const char *dir, char *err, size_t errlen)
 		close(fd);
 		return -1;
 	}
-	if (dirfd_state >= 0)
-		close(dirfd_state);
-	dirfd_state = fd;
+	if (state_dirfd >= 0)
+		close(state_dirfd);
+	state_dirfd = fd;
 	return 0;
 }
 
 void
 state_dir_close(void)
 {
-	if (dirfd_state >= 0)
-		close(dirfd_state);
-	dirfd_state = -1;
+	if (state_dirfd >= 0)
+		close(state_dirfd);
+	state_dirfd = -1;
 }
 
 /*
@@ -126,8 +124,9 @@ state_dir_close(void)
  * daemon may hold both ends of a migration (on one host). A role of -1
  * gives the name daemons before this one wrote, ID.state, still read.
  */
-static void
-file_name(char *buf, size_t len, const char *id, int role, const char *suffix)
+void
+state_file_name(char *buf, size_t len, const char *id, int role,
+		const char *suffix)
 {
 	snprintf(buf, len, "%s%s%s%s", id, role < 0 ? "" : ".",
 		 role < 0	       ? ""
@@ -137,15 +136,15 @@ file_name(char *buf, size_t len, const char *id, int role, const char *suffix)
 }
 
 /* How logs name a file: the directory, and the ID in it cut short. */
-static void
-shown(char *buf, size_t len, const char *file)
+void
+state_shown(char *buf, size_t len, const char *file)
 {
 	snprintf(buf, len, "%s/%s%s", conf.state_dir, log_id(file),
 		 strlen(file) > MIG_ID_LEN ? file + MIG_ID_LEN : "");
 }
 
-static int
-write_all(int fd, const char *p, size_t n)
+int
+state_write_all(int fd, const char *p, size_t n)
 {
 	while (n > 0) {
 		ssize_t w = write(fd, p, n);
@@ -169,21 +168,21 @@ replace(const char *tmp, const char *name, const struct state_out *o)
 {
 	int fd, e;
 
-	if (unlinkat(dirfd_state, tmp, 0) < 0 && errno != ENOENT)
+	if (unlinkat(state_dirfd, tmp, 0) < 0 && errno != ENOENT)
 		return -1;
-	fd = openat(dirfd_state, tmp,
+	fd = openat(state_dirfd, tmp,
 		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
-	if (write_all(fd, o->buf, o->len) < 0 || fsync(fd) < 0) {
+	if (state_write_all(fd, o->buf, o->len) < 0 || fsync(fd) < 0) {
 		e = errno;
 		close(fd);
 		errno = e;
 		return -1;
 	}
-	if (close(fd) < 0 || renameat(dirfd_state, tmp, dirfd_state, name) < 0)
+	if (close(fd) < 0 || renameat(state_dirfd, tmp, state_dirfd, name) < 0)
 		return -1;
-	fsync(dirfd_state); /* the rename itself, for a crash of the host */
+	fsync(state_dirfd); /* the rename itself, for a crash of the host */
 	return 0;
 }
 
@@ -204,9 +203,9 @@ remove_file(const struct migration *m, const char *suffix)
 {
 	char name[MIG_ID_LEN + 32];
 
-	file_name(name, sizeof(name), m->id, (int)m->role, suffix);
-	if (dirfd_state >= 0)
-		unlinkat(dirfd_state, name, 0);
+	state_file_name(name, sizeof(name), m->id, (int)m->role, suffix);
+	if (state_dirfd >= 0)
+		unlinkat(state_dirfd, name, 0);
 }
 
 int
@@ -217,11 +216,11 @@ state_write(const struct migration *m,
 	struct state_out o;
 	int rc = -1, e;
 
-	file_name(name, sizeof(name), m->id, (int)m->role, SUFFIX);
-	file_name(tmp, sizeof(tmp), m->id, (int)m->role, TMP_SUFFIX);
+	state_file_name(name, sizeof(name), m->id, (int)m->role, SUFFIX);
+	state_file_name(tmp, sizeof(tmp), m->id, (int)m->role, TMP_SUFFIX);
 	state_out_begin(&o);
 	put_head(&o, m);
-	if (dirfd_state < 0)
+	if (state_dirfd < 0)
 		errno = EBADF; /* state_dir_open() first */
 	else if (more == NULL || more(&o, m) == 0) {
 		state_out_end(&o);
@@ -229,10 +228,10 @@ state_write(const struct migration *m,
 	}
 	if (rc < 0) {
 		e = errno;
-		shown(what, sizeof(what), name);
+		state_shown(what, sizeof(what), name);
 		log_warnx("state file %s: cannot write it: %s", what,
 			  strerror(e));
-		unlinkat(dirfd_state, tmp, 0);
+		unlinkat(state_dirfd, tmp, 0);
 		errno = e;
 	}
 	state_out_free(&o);
@@ -264,11 +263,12 @@ state_end(struct migration *m)
 	struct state_out o;
 
 	state_remove(m);
-	if (dirfd_state < 0 ||
+	if (state_dirfd < 0 ||
 	    (m->state != MIG_COMPLETE && m->state != MIG_FAILED))
 		return;
-	file_name(name, sizeof(name), m->id, (int)m->role, ENDED_SUFFIX);
-	file_name(tmp, sizeof(tmp), m->id, (int)m->role, ENDED_TMP_SUFFIX);
+	state_file_name(name, sizeof(name), m->id, (int)m->role, ENDED_SUFFIX);
+	state_file_name(tmp, sizeof(tmp), m->id, (int)m->role,
+			ENDED_TMP_SUFFIX);
 	state_out_begin(&o);
 	put_head(&o, m);
 	state_put_str(&o, "reason", m->reason);
@@ -282,11 +282,11 @@ state_end(struct migration *m)
 	if (replace(tmp, name, &o) == 0) {
 		m->forget = forget_ended;
 	} else {
-		shown(what, sizeof(what), name);
+		state_shown(what, sizeof(what), name);
 		log_warn("ended record %s: cannot write it (a restart will "
 			 "not know migration %s)",
 			 what, log_id(m->id));
-		unlinkat(dirfd_state, tmp, 0);
+		unlinkat(state_dirfd, tmp, 0);
 	}
 	state_out_free(&o);
 }
@@ -310,8 +310,8 @@ refuse(const char *name, const char *id, int role, const char *why)
 	struct migration *m;
 
 	snprintf(aside, sizeof(aside), "%s.refused", name);
-	if (renameat(dirfd_state, name, dirfd_state, aside) == 0) {
-		shown(what, sizeof(what), aside);
+	if (renameat(state_dirfd, name, state_dirfd, aside) == 0) {
+		state_shown(what, sizeof(what), aside);
 		log_warnx("%s; state file refused and kept as %s, migration "
 			  "%s reported failed",
 			  why, what, log_id(id));
@@ -319,7 +319,7 @@ refuse(const char *name, const char *id, int role, const char *why)
 		log_warn("%s; state file refused, and removed as it cannot be "
 			 "moved aside; migration %s reported failed",
 			 why, log_id(id));
-		unlinkat(dirfd_state, name, 0);
+		unlinkat(state_dirfd, name, 0);
 	}
 	m = migration_new(role == ROLE_SOURCE ? ROLE_SOURCE : ROLE_DEST, id);
 	migration_fail(m, "state file refused at restart: %s", why);
@@ -367,11 +367,11 @@ out:
  * Refused unread: a link, not a regular file, or others could write it.
  * The descriptor, and its size in *size; or -1 with why filled.
  */
-static int
-open_checked(const char *file, const char *what, int mode, size_t *size,
-	     char *why, size_t whylen)
+int
+state_open_checked(const char *file, const char *what, int mode, size_t *size,
+		   char *why, size_t whylen)
 {
-	int fd = openat(dirfd_state, file,
+	int fd = openat(state_dirfd, file,
 			mode | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	struct stat st;
 
@@ -425,14 +425,14 @@ rename_old(const char *file, const char *id, int role)
 {
 	char name[MIG_ID_LEN + 32];
 
-	file_name(name, sizeof(name), id, role, SUFFIX);
-	if (renameat2(dirfd_state, file, dirfd_state, name, RENAME_NOREPLACE) <
+	state_file_name(name, sizeof(name), id, role, SUFFIX);
+	if (renameat2(state_dirfd, file, state_dirfd, name, RENAME_NOREPLACE) <
 	    0)
-		unlinkat(dirfd_state, file, 0);
+		unlinkat(state_dirfd, file, 0);
 }
 
 /*
- * A state directory's file read whole, once open_checked() passed it: its
+ * A state directory's file read whole, once state_open_checked() passed it: its
  * length, or -1 with why said.
  */
 static ssize_t
@@ -443,89 +443,13 @@ read_checked(const char *file, const char *what, char **buf, char *why,
 	size_t size;
 	int fd;
 
-	if ((fd = open_checked(file, what, O_RDONLY, &size, why, whylen)) >=
-	    0) {
+	if ((fd = state_open_checked(file, what, O_RDONLY, &size, why,
+				     whylen)) >= 0) {
 		if ((len = read_whole(fd, size, buf)) < 0)
 			snprintf(why, whylen, "%s: %s", what, strerror(errno));
 		close(fd);
 	}
 	return len;
-}
-
-/*
- * A fresh file of size bytes, its blocks written (zeros): a mapping of a
- * sparse file would take its blocks at the first store into each page,
- * and a full file system would kill the daemon there (SIGBUS) instead of
- * refusing here. The descriptor, or -1 with errno set.
- */
-static int
-make_filled(const char *name, size_t size)
-{
-	static const char zeros[65536];
-	int fd, e;
-
-	if (unlinkat(dirfd_state, name, 0) < 0 && errno != ENOENT)
-		return -1;
-	fd = openat(dirfd_state, name,
-		    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -1;
-	for (size_t at = 0; at < size; at += sizeof(zeros)) {
-		size_t n =
-			size - at < sizeof(zeros) ? size - at : sizeof(zeros);
-
-		if (write_all(fd, zeros, n) < 0) {
-			e = errno;
-			close(fd);
-			unlinkat(dirfd_state, name, 0);
-			errno = e;
-			return -1;
-		}
-	}
-	fsync(dirfd_state); /* the name, for a crash of the host */
-	return fd;
-}
-
-void *
-state_map(const struct migration *m, const char *suffix, size_t size,
-	  int create, char *why, size_t whylen)
-{
-	char name[MIG_ID_LEN + 32], what[256];
-	size_t have = size;
-	void *p = MAP_FAILED;
-	int fd = -1;
-
-	file_name(name, sizeof(name), m->id, (int)m->role, suffix);
-	shown(what, sizeof(what), name);
-	if (dirfd_state < 0 || size == 0 || size > STATE_FILE_MAX) {
-		snprintf(why, whylen, "%s: %zu bytes: %s", what, size,
-			 dirfd_state < 0 ? "no state directory"
-					 : "not a size it may have");
-		return NULL;
-	}
-	if (create && (fd = make_filled(name, size)) < 0)
-		snprintf(why, whylen, "%s: %s", what, strerror(errno));
-	else if (!create &&
-		 (fd = open_checked(name, what, O_RDWR, &have, why, whylen)) >=
-			 0 &&
-		 have != size)
-		snprintf(why, whylen,
-			 "%s: %zu bytes, where the migration's regions make "
-			 "it %zu",
-			 what, have, size);
-	if (fd >= 0 && have == size &&
-	    (p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
-		    MAP_FAILED)
-		snprintf(why, whylen, "%s: mmap: %s", what, strerror(errno));
-	if (fd >= 0)
-		close(fd);
-	return p == MAP_FAILED ? NULL : p;
-}
-
-void
-state_map_remove(const struct migration *m, const char *suffix)
-{
-	remove_file(m, suffix);
 }
 
 /*
@@ -539,7 +463,7 @@ restore_file(const char *file, const char *id, int named)
 	int rc = -2, role = named;
 	ssize_t len = -1;
 
-	shown(what, sizeof(what), file);
+	state_shown(what, sizeof(what), file);
 	len = read_checked(file, what, &buf, why, sizeof(why));
 	if (len >= 0)
 		rc = state_restore_buf(what, id, buf, (size_t)len, why,
@@ -551,7 +475,7 @@ restore_file(const char *file, const char *id, int named)
 		log_warnx("state file %s: migration %s not taken up; file "
 			  "removed",
 			  what, log_id(id));
-		unlinkat(dirfd_state, file, 0);
+		unlinkat(state_dirfd, file, 0);
 	} else if (named < 0) {
 		rename_old(file, id, role);
 	}
@@ -608,10 +532,10 @@ restore_ended(const char *file, const char *id, int role)
 
 	if (migration_find(id, (enum mig_role)role)) {
 		/* A live file of the same migration was restored: newer. */
-		unlinkat(dirfd_state, file, 0);
+		unlinkat(state_dirfd, file, 0);
 		return;
 	}
-	shown(what, sizeof(what), file);
+	state_shown(what, sizeof(what), file);
 	len = read_checked(file, what, &buf, why, sizeof(why));
 	if (len >= 0) {
 		t = state_parse(what, buf, (size_t)len);
@@ -648,7 +572,7 @@ restore_ended(const char *file, const char *id, int role)
 static char **
 list_dir(size_t *n)
 {
-	int fd = dup(dirfd_state);
+	int fd = dup(state_dirfd);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 	char **names = NULL;
 	struct dirent *e;
@@ -713,7 +637,7 @@ restore_named(const char *f, const char *tmp, const char *suffix,
 	snprintf(id, sizeof(id), "%.*s", MIG_ID_LEN, f);
 	/* A crash between create and rename left it: never read. */
 	if (file_named(f, tmp, &role))
-		unlinkat(dirfd_state, f, 0);
+		unlinkat(state_dirfd, f, 0);
 	else if (file_named(f, suffix, &role))
 		restore(f, id, role);
 }
@@ -739,14 +663,14 @@ drop_unused_record(const char *file, const char *id, int role)
 
 	if (m == NULL || m->impl == NULL ||
 	    (m->state != MIG_RUNNING && m->state != MIG_PAUSED))
-		unlinkat(dirfd_state, file, 0);
+		unlinkat(state_dirfd, file, 0);
 }
 
 void
 state_restore_all(void)
 {
 	size_t n;
-	char **names = dirfd_state >= 0 ? list_dir(&n) : NULL;
+	char **names = state_dirfd >= 0 ? list_dir(&n) : NULL;
 
 	for (size_t i = 0; names && i < n; i++)
 		restore_named(names[i], TMP_SUFFIX, SUFFIX, restore_file);
@@ -756,8 +680,8 @@ state_restore_all(void)
 			      restore_ended_named);
 	/* Last: the state files that use one have mapped it. */
 	for (size_t i = 0; names && i < n; i++) {
-		restore_named(names[i], INSTALLED_SUFFIX ".tmp",
-			      INSTALLED_SUFFIX, drop_unused_record);
+		restore_named(names[i], STATE_INSTALLED_SUFFIX ".tmp",
+			      STATE_INSTALLED_SUFFIX, drop_unused_record);
 		free(names[i]);
 	}
 	free(names);

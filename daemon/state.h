@@ -37,10 +37,11 @@ void state_end(struct migration *);
  * state file is (no link, a regular file of ours that only we may write)
  * and exactly size bytes long. Stores into it outlive the daemon's death
  * (the page cache keeps them). The mapping, or NULL with why saying what
- * failed, the file named. Of these files only ID.destination.installed
- * exists (daemon/dest/record.c); a restart removes one that no migration
- * it took up uses.
+ * failed, the file named (statemap.c). Of these files only
+ * ID.destination.installed exists (daemon/dest/record.c); a restart
+ * removes one that no migration it took up uses.
  */
+#define STATE_INSTALLED_SUFFIX ".installed"
 void *state_map(const struct migration *, const char *suffix, size_t size,
 		int create, char *why, size_t whylen);
 /* The migration's file of that suffix goes. */

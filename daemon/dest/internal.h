@@ -239,15 +239,16 @@ struct dest_kin {
 };
 
 /* persist.c, in the root: its state file. */
-/* record.c: the record of installed pages, shared with forked children. */
+/* record.c: the record of installed pages. */
 struct dest_record;
 
 struct dest_persist {
 	int saved; /* the state file on disk is up to date */
 	/* m->pid's start time (proc.h), taken at the first save. */
 	unsigned long long start;
-	int dirty;	       /* changed since the file was written */
-	struct event *save_ev; /* writes it once the callback returns */
+	int dirty;		 /* changed since the file was written */
+	struct event *save_ev;	 /* writes it once the callback returns */
+	struct dest_record *rec; /* record.c; shared with forked children */
 };
 
 /*
@@ -316,7 +317,6 @@ struct dest {
 	struct dest_commit cm;
 	struct dest_kin kin;
 	struct dest_persist ps;
-	struct dest_record *rec;
 };
 
 /* lifecycle.c */
@@ -457,6 +457,7 @@ int dest_proc_gone(pid_t pid);
 /* persist.c */
 void dest_persist_dirty(struct dest *);
 int dest_persist_now(struct dest *);
+int dest_persist_first(struct dest *, char *err, size_t errlen);
 void dest_persist_remove(struct dest *);
 void dest_persist_free(struct dest *);
 

@@ -41,6 +41,8 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <string.h>
 
 #include <event2/event.h>
 
@@ -148,7 +150,7 @@ save_more(struct state_out *o, const struct migration *m)
 	if (d->gone)
 		state_put_u64(o, "gone", 1);
 	/* ID.destination.installed (record.c): a restart must find it. */
-	if (d->rec)
+	if (d->ps.rec)
 		state_put_u64(o, "installed", 1);
 	/* A COMMIT acted on, its ACK not echoed yet (restore.c). */
 	if (d->cm.committed)
@@ -288,6 +290,23 @@ dest_persist_now(struct dest *d)
 		d = d->root;
 	unmark(d);
 	return save(d);
+}
+
+/*
+ * The attach's first file with regions, before the target is touched:
+ * the record of installed pages made (record.c), then the state file
+ * that names it. 0, or -1 with err saying why.
+ */
+int
+dest_persist_first(struct dest *d, char *err, size_t errlen)
+{
+	if (dest_record_make(d, err, errlen) < 0)
+		return -1;
+	if (dest_persist_now(d) < 0) {
+		snprintf(err, errlen, "%s", strerror(errno));
+		return -1;
+	}
+	return 0;
 }
 
 /*

@@ -40,7 +40,7 @@
 #include "daemon/state.h"
 #include "daemon/statefmt.h"
 
-#define RECORD_SUFFIX ".installed"
+#define RECORD_SUFFIX STATE_INSTALLED_SUFFIX
 #define RECORD_MAGIC "uffdd-installed\n" /* 16 bytes, no NUL kept */
 #define RECORD_VERSION 1
 
@@ -122,7 +122,7 @@ point(struct dest *d)
 	for (size_t i = 0; i < d->nregs; i++)
 		d->regs[i].installed =
 			tracked(&d->regs[i])
-				? (uint64_t *)(d->rec->map +
+				? (uint64_t *)(d->ps.rec->map +
 					       bits_at(r, d->nregs, i))
 				: NULL;
 	free(r);
@@ -158,10 +158,10 @@ dest_record_make(struct dest *d, char *err, size_t errlen)
 		rr[i] = (struct record_region){d->regs[i].r.index,
 					       d->regs[i].npages,
 					       d->regs[i].r.page_size};
-	d->rec = xcalloc(1, sizeof(*d->rec));
-	d->rec->refs = 1;
-	d->rec->map = map;
-	d->rec->len = len;
+	d->ps.rec = xcalloc(1, sizeof(*d->ps.rec));
+	d->ps.rec->refs = 1;
+	d->ps.rec->map = map;
+	d->ps.rec->len = len;
 	point(d);
 	return 0;
 }
@@ -227,27 +227,27 @@ dest_record_take(struct dest *d, const struct region *regs, size_t nregs,
 		snprintf(err, errlen, "record of installed pages: %s", why);
 		return -1;
 	}
-	d->rec = xcalloc(1, sizeof(*d->rec));
-	d->rec->refs = 1;
-	d->rec->map = map;
-	d->rec->len = len;
+	d->ps.rec = xcalloc(1, sizeof(*d->ps.rec));
+	d->ps.rec->refs = 1;
+	d->ps.rec->map = map;
+	d->ps.rec->len = len;
 	return 0;
 }
 
 void
 dest_record_regions(struct dest *d)
 {
-	if (d->rec && d->root == NULL)
+	if (d->ps.rec && d->root == NULL)
 		point(d);
 }
 
 void
 dest_record_share(struct dest *k, struct dest *root)
 {
-	if (root->rec == NULL)
+	if (root->ps.rec == NULL)
 		return;
-	k->rec = root->rec;
-	k->rec->refs++;
+	k->ps.rec = root->ps.rec;
+	k->ps.rec->refs++;
 	for (size_t i = 0; i < k->nregs && i < root->nregs; i++)
 		if (region_kind_shmem(k->regs[i].r.kind))
 			k->regs[i].installed = root->regs[i].installed;
@@ -280,11 +280,11 @@ dest_record_apply(struct dst_region *dr)
 void
 dest_record_drop(struct dest *d)
 {
-	if (d->rec && --d->rec->refs == 0) {
-		munmap(d->rec->map, d->rec->len);
-		free(d->rec);
+	if (d->ps.rec && --d->ps.rec->refs == 0) {
+		munmap(d->ps.rec->map, d->ps.rec->len);
+		free(d->ps.rec);
 	}
-	d->rec = NULL;
+	d->ps.rec = NULL;
 	for (size_t i = 0; i < d->nregs; i++)
 		d->regs[i].installed = NULL;
 }
