@@ -66,19 +66,6 @@ struct dest_record {
 	size_t len;
 };
 
-/* Where region i's bits start in the file. */
-static size_t
-bits_at(const struct region *regs, size_t nregs, size_t i)
-{
-	size_t at = sizeof(struct record_head) +
-		    nregs * sizeof(struct record_region);
-
-	for (size_t k = 0; k < i; k++)
-		at += bit_words(regs[k].length / regs[k].page_size) *
-		      sizeof(uint64_t);
-	return at;
-}
-
 /*
  * The file's size for these regions (checked ones: a state file's, or a
  * table region_table_check() passed), or 0 past STATE_FILE_MAX.
@@ -113,19 +100,20 @@ tracked(const struct dst_region *dr)
 	return dr->r.kind != REGION_FILE_PRIVATE;
 }
 
-/* Each region of the root d points at its bits. */
+/* Each region of the root d points at its bits, in the file's order. */
 static void
 point(struct dest *d)
 {
-	struct region *r = regions_of(d);
+	size_t at = sizeof(struct record_head) +
+		    d->nregs * sizeof(struct record_region);
 
-	for (size_t i = 0; i < d->nregs; i++)
-		d->regs[i].installed =
-			tracked(&d->regs[i])
-				? (uint64_t *)(d->ps.rec->map +
-					       bits_at(r, d->nregs, i))
-				: NULL;
-	free(r);
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+
+		dr->installed =
+			tracked(dr) ? (uint64_t *)(d->ps.rec->map + at) : NULL;
+		at += bit_words(dr->npages) * sizeof(uint64_t);
+	}
 }
 
 int
