@@ -651,19 +651,26 @@ restore_ended_named(const char *file, const char *id, int role)
 }
 
 /*
- * A destination's record of installed pages that no migration taken up
- * uses: its migration ended, was not taken up, or its state file was
- * refused. The file goes.
+ * A destination's record of installed pages whose state file is gone
+ * (its migration ended, or was not taken up) goes. One beside a state
+ * file refused is kept with it, for a look (and a state file put back
+ * finds it).
  */
 static void
 drop_unused_record(const char *file, const char *id, int role)
 {
-	struct migration *m =
-		role == ROLE_DEST ? migration_find(id, ROLE_DEST) : NULL;
+	char name[MIG_ID_LEN + 48];
+	struct stat st;
 
-	if (m == NULL || m->impl == NULL ||
-	    (m->state != MIG_RUNNING && m->state != MIG_PAUSED))
-		unlinkat(state_dirfd, file, 0);
+	if (role != ROLE_DEST)
+		return; /* not a name this daemon writes */
+	state_file_name(name, sizeof(name), id, role, SUFFIX);
+	if (fstatat(state_dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return;
+	state_file_name(name, sizeof(name), id, role, SUFFIX ".refused");
+	if (fstatat(state_dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return;
+	unlinkat(state_dirfd, file, 0);
 }
 
 void

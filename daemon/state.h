@@ -39,7 +39,7 @@ void state_end(struct migration *);
  * (the page cache keeps them). The mapping, or NULL with why saying what
  * failed, the file named (statemap.c). Of these files only
  * ID.destination.installed exists (daemon/dest/record.c); a restart
- * removes one that no migration it took up uses.
+ * removes one whose state file is gone (but one refused).
  */
 #define STATE_INSTALLED_SUFFIX ".installed"
 void *state_map(const struct migration *, const char *suffix, size_t size,
