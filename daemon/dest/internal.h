@@ -476,6 +476,8 @@ void dest_record_regions(struct dest *);
 void dest_record_share(struct dest *k, struct dest *root);
 /* Pages [page, page+n) of dr went in: called after the install only. */
 void dest_record_mark(const struct dst_region *, uint64_t page, uint64_t n);
+/* Whether the record says page of dr went in (not a guess). */
+int dest_record_has(const struct dst_region *, uint64_t page);
 /* A restart's page map of dr (from the pagemap) and the record, merged. */
 void dest_record_apply(struct dst_region *);
 /* d lets go of the record (its memory goes); the file stays. */

@@ -241,6 +241,12 @@ dest_record_share(struct dest *k, struct dest *root)
 			k->regs[i].installed = root->regs[i].installed;
 }
 
+int
+dest_record_has(const struct dst_region *dr, uint64_t page)
+{
+	return dr->installed && bit_test(dr->installed, page);
+}
+
 void
 dest_record_mark(const struct dst_region *dr, uint64_t page, uint64_t n)
 {
