@@ -8,8 +8,9 @@
 # the source's bytes elsewhere: the restarted daemon knows from its
 # record of installed pages (ID.destination.installed, docs/state-files.md)
 # that those pages went in once, where the pagemap shows them never
-# installed. The target checks every word itself, and its memory is
-# hashed from outside, independent of the daemons. Then a record cut
+# installed. The same for a forked child that reads a hole its parent
+# punched, with no restart. The target checks every word itself, and its
+# memory is hashed from outside, independent of the daemons. Then a record cut
 # short is refused at the restart, with the reason, never trusted (and
 # kept for a look, as the state file is).
 . "$SRC/tests/lib.sh"
@@ -47,23 +48,25 @@ kill_engine() {
 	fail "no new engine for $1: $(tail -n 5 "$T/$1.log")"
 }
 
-# start KIND BASE: a paced migration of 32 MiB of KIND whose target
-# punched its hole and waits. Sets ID, LO, HI, H_LO, H_HI.
+# start KIND BASE [EVENT]: a paced migration of 32 MiB of KIND whose
+# target punched its hole and waits (EVENT punch-wait, the default), or
+# punched it and forked (fork-punch). Sets ID, LO, HI, H_LO, H_HI.
 start() {
-	local kind=$1 base=$2 end range
+	local kind=$1 base=$2 ev=${3:-punch-wait} end range
 	end=$((base + SIZE))
 	range=$(printf '%x-%x' "$base" "$end")
 	LO=$((base + HOLE))
 	HI=$((LO + HOLE_LEN))
 	start_workload WS source --kind "$kind" --size 32M --threads 2 --base "$base"
 	start_workload WD dest --kind "$kind" --size 32M --threads 4 --base "$base" \
-		--event punch-wait
+		--event "$ev"
 	ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --range "$range")
 	src_hash H_LO "$WS" "$base" "$LO"
 	src_hash H_HI "$WS" "$HI" "$end"
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "$src_ADDR:$src_PORT" \
 		--id "$ID" --range "$range" >/dev/null
 	kill -USR1 "$WD"
+	[ "$ev" = punch-wait ] || return 0
 	until_out WD punched
 	"$CLIENT" --control "$dst_SOCK" status "$ID" --json | grep -q '"state":"running"' ||
 		fail "$kind: migration not running once the hole is punched"
@@ -71,18 +74,11 @@ start() {
 		fail "$kind: no record of installed pages: $(ls "$T/dst.state")"
 }
 
-one() {
-	local kind=$1 base=$2 how=$3 end
+# finish KIND BASE: the migration completes; zeros in the hole, the
+# source's bytes elsewhere.
+finish() {
+	local kind=$1 base=$2 end
 	end=$((base + SIZE))
-	info "$kind: hole punched over installed pages, then the destination $how is killed"
-	start "$kind" "$base"
-	if [ "$how" = engine ]; then
-		kill_engine dst
-	else
-		kill_daemon dst
-		restart_daemon dst
-	fi
-	kill -USR2 "$WD"
 	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 120 >"$T/wait.out" ||
 		fail "$kind: wait: $(cat "$T/wait.out")"
 	wait_verified WD
@@ -96,6 +92,20 @@ one() {
 		fail "$kind: the source did not complete"
 	[ ! -e "$T/dst.state/$ID.destination.installed" ] ||
 		fail "$kind: the record of installed pages outlived its migration"
+}
+
+one() {
+	local kind=$1 base=$2 how=$3
+	info "$kind: hole punched over installed pages, then the destination $how is killed"
+	start "$kind" "$base"
+	if [ "$how" = engine ]; then
+		kill_engine dst
+	else
+		kill_daemon dst
+		restart_daemon dst
+	fi
+	kill -USR2 "$WD"
+	finish "$kind" "$base"
 	info "$kind ($how killed): complete; zeros in the hole, the source's bytes elsewhere"
 	kill "$WD"
 }
@@ -107,6 +117,22 @@ one tmpfs 0x510000000000 daemon
 one shared 0x520000000000 daemon
 one memfd 0x530000000000 engine
 grep -q "restored migration" "$T/dst.log" || fail "the destination restored nothing"
+
+# No restart: the hole is punched before a fork, and the child, whose
+# page map follows its parent's, reads it first. The record says those
+# pages went in: a zero page, not the source's bytes asked for again.
+info "memfd: a forked child reads the hole its parent punched"
+start memfd 0x550000000000 fork-punch
+wait_child_verified WD "forked child"
+finish memfd 0x550000000000
+# Asked for again and again (each answer found the page present in the
+# parent, and woke the child to fault again), the hole's 1 MiB came over
+# and over until the child was let go (44 MiB moved here, not 32).
+bytes=$("$CLIENT" --control "$dst_SOCK" status "$ID" --json | grep -o '"bytes":[0-9]*' | head -n 1 | cut -d: -f2)
+[ "${bytes:-0}" -gt 0 ] && [ "$bytes" -lt $((SIZE * 5 / 4)) ] ||
+	fail "fork-punch: $bytes bytes moved for $SIZE: the hole was asked for again and again"
+info "fork-punch: complete, $bytes bytes moved; zeros in the hole in the child and the parent"
+kill "$WD"
 
 info "a record of installed pages cut short is refused, not trusted"
 start memfd 0x540000000000
