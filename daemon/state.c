@@ -24,6 +24,7 @@
 #include "daemon/migration.h"
 #include "daemon/role.h"
 #include "daemon/state.h"
+#include "daemon/state_dir.h"
 #include "daemon/statedir.h"
 #include "daemon/statefmt.h"
 #include "daemon/stats.h"
@@ -39,8 +40,9 @@
  * daemon may hold both ends of a migration (on one host). A role of -1
  * gives the name daemons before this one wrote, ID.state, still read.
  */
-static void
-file_name(char *buf, size_t len, const char *id, int role, const char *suffix)
+void
+state_file_name(char *buf, size_t len, const char *id, int role,
+		const char *suffix)
 {
 	snprintf(buf, len, "%s%s%s%s", id, role < 0 ? "" : ".",
 		 role < 0	       ? ""
@@ -50,15 +52,15 @@ file_name(char *buf, size_t len, const char *id, int role, const char *suffix)
 }
 
 /* How logs name a file: the directory, and the ID in it cut short. */
-static void
-shown(char *buf, size_t len, const char *file)
+void
+state_shown(char *buf, size_t len, const char *file)
 {
 	snprintf(buf, len, "%s/%s%s", conf.state_dir, log_id(file),
 		 strlen(file) > MIG_ID_LEN ? file + MIG_ID_LEN : "");
 }
 
-static int
-write_all(int fd, const char *p, size_t n)
+int
+state_write_all(int fd, const char *p, size_t n)
 {
 	while (n > 0) {
 		ssize_t w = write(fd, p, n);
@@ -88,7 +90,7 @@ replace(const char *tmp, const char *name, const struct state_out *o)
 		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
-	if (write_all(fd, o->buf, o->len) < 0 || fsync(fd) < 0) {
+	if (state_write_all(fd, o->buf, o->len) < 0 || fsync(fd) < 0) {
 		e = errno;
 		close(fd);
 		errno = e;
@@ -117,7 +119,7 @@ remove_file(const struct migration *m, const char *suffix)
 {
 	char name[MIG_ID_LEN + 32];
 
-	file_name(name, sizeof(name), m->id, (int)m->role, suffix);
+	state_file_name(name, sizeof(name), m->id, (int)m->role, suffix);
 	if (state_dirfd >= 0)
 		unlinkat(state_dirfd, name, 0);
 }
@@ -130,8 +132,8 @@ state_write(const struct migration *m,
 	struct state_out o;
 	int rc = -1, e;
 
-	file_name(name, sizeof(name), m->id, (int)m->role, SUFFIX);
-	file_name(tmp, sizeof(tmp), m->id, (int)m->role, TMP_SUFFIX);
+	state_file_name(name, sizeof(name), m->id, (int)m->role, SUFFIX);
+	state_file_name(tmp, sizeof(tmp), m->id, (int)m->role, TMP_SUFFIX);
 	state_out_begin(&o);
 	put_head(&o, m);
 	if (state_dirfd < 0)
@@ -142,7 +144,7 @@ state_write(const struct migration *m,
 	}
 	if (rc < 0) {
 		e = errno;
-		shown(what, sizeof(what), name);
+		state_shown(what, sizeof(what), name);
 		log_warnx("state file %s: cannot write it: %s", what,
 			  strerror(e));
 		unlinkat(state_dirfd, tmp, 0);
@@ -180,8 +182,9 @@ state_end(struct migration *m)
 	if (state_dirfd < 0 ||
 	    (m->state != MIG_COMPLETE && m->state != MIG_FAILED))
 		return;
-	file_name(name, sizeof(name), m->id, (int)m->role, ENDED_SUFFIX);
-	file_name(tmp, sizeof(tmp), m->id, (int)m->role, ENDED_TMP_SUFFIX);
+	state_file_name(name, sizeof(name), m->id, (int)m->role, ENDED_SUFFIX);
+	state_file_name(tmp, sizeof(tmp), m->id, (int)m->role,
+			ENDED_TMP_SUFFIX);
 	state_out_begin(&o);
 	put_head(&o, m);
 	state_put_str(&o, "reason", m->reason);
@@ -195,7 +198,7 @@ state_end(struct migration *m)
 	if (replace(tmp, name, &o) == 0) {
 		m->forget = forget_ended;
 	} else {
-		shown(what, sizeof(what), name);
+		state_shown(what, sizeof(what), name);
 		log_warn("ended record %s: cannot write it (a restart will "
 			 "not know migration %s)",
 			 what, log_id(m->id));
@@ -224,7 +227,7 @@ refuse(const char *name, const char *id, int role, const char *why)
 
 	snprintf(aside, sizeof(aside), "%s.refused", name);
 	if (renameat(state_dirfd, name, state_dirfd, aside) == 0) {
-		shown(what, sizeof(what), aside);
+		state_shown(what, sizeof(what), aside);
 		log_warnx("%s; state file refused and kept as %s, migration "
 			  "%s reported failed",
 			  why, what, log_id(id));
@@ -280,12 +283,12 @@ out:
  * Refused unread: a link, not a regular file, or others could write it.
  * The descriptor, and its size in *size; or -1 with why filled.
  */
-static int
-open_checked(const char *file, const char *what, size_t *size, char *why,
-	     size_t whylen)
+int
+state_open_checked(const char *file, const char *what, int mode, size_t *size,
+		   char *why, size_t whylen)
 {
 	int fd = openat(state_dirfd, file,
-			O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+			mode | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	struct stat st;
 
 	if (fd < 0) {
@@ -338,14 +341,14 @@ rename_old(const char *file, const char *id, int role)
 {
 	char name[MIG_ID_LEN + 32];
 
-	file_name(name, sizeof(name), id, role, SUFFIX);
+	state_file_name(name, sizeof(name), id, role, SUFFIX);
 	if (renameat2(state_dirfd, file, state_dirfd, name, RENAME_NOREPLACE) <
 	    0)
 		unlinkat(state_dirfd, file, 0);
 }
 
 /*
- * A state directory's file read whole, once open_checked() passed it: its
+ * A state directory's file read whole, once state_open_checked() passed it: its
  * length, or -1 with why said.
  */
 static ssize_t
@@ -356,7 +359,8 @@ read_checked(const char *file, const char *what, char **buf, char *why,
 	size_t size;
 	int fd;
 
-	if ((fd = open_checked(file, what, &size, why, whylen)) >= 0) {
+	if ((fd = state_open_checked(file, what, O_RDONLY, &size, why,
+				     whylen)) >= 0) {
 		if ((len = read_whole(fd, size, buf)) < 0)
 			snprintf(why, whylen, "%s: %s", what, strerror(errno));
 		close(fd);
@@ -375,7 +379,7 @@ restore_file(const char *file, const char *id, int named)
 	int rc = -2, role = named;
 	ssize_t len = -1;
 
-	shown(what, sizeof(what), file);
+	state_shown(what, sizeof(what), file);
 	len = read_checked(file, what, &buf, why, sizeof(why));
 	if (len >= 0)
 		rc = state_restore_buf(what, id, buf, (size_t)len, why,
@@ -447,7 +451,7 @@ restore_ended(const char *file, const char *id, int role)
 		unlinkat(state_dirfd, file, 0);
 		return;
 	}
-	shown(what, sizeof(what), file);
+	state_shown(what, sizeof(what), file);
 	len = read_checked(file, what, &buf, why, sizeof(why));
 	if (len >= 0) {
 		t = state_parse(what, buf, (size_t)len);
@@ -562,6 +566,29 @@ restore_ended_named(const char *file, const char *id, int role)
 		restore_ended(file, id, role);
 }
 
+/*
+ * A destination's record of installed pages whose state file is gone
+ * (its migration ended, or was not taken up) goes. One beside a state
+ * file refused is kept with it, for a look (and a state file put back
+ * finds it).
+ */
+static void
+drop_unused_record(const char *file, const char *id, int role)
+{
+	char name[MIG_ID_LEN + 48];
+	struct stat st;
+
+	if (role != ROLE_DEST)
+		return; /* not a name this daemon writes */
+	state_file_name(name, sizeof(name), id, role, SUFFIX);
+	if (fstatat(state_dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return;
+	state_file_name(name, sizeof(name), id, role, SUFFIX ".refused");
+	if (fstatat(state_dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return;
+	unlinkat(state_dirfd, file, 0);
+}
+
 void
 state_restore_all(void)
 {
@@ -571,9 +598,13 @@ state_restore_all(void)
 	for (size_t i = 0; names && i < n; i++)
 		restore_named(names[i], TMP_SUFFIX, SUFFIX, restore_file);
 	/* After the state files: a live one of the same ID is newer. */
-	for (size_t i = 0; names && i < n; i++) {
+	for (size_t i = 0; names && i < n; i++)
 		restore_named(names[i], ENDED_TMP_SUFFIX, ENDED_SUFFIX,
 			      restore_ended_named);
+	/* Last: the state files that use one have mapped it. */
+	for (size_t i = 0; names && i < n; i++) {
+		restore_named(names[i], STATE_INSTALLED_SUFFIX ".tmp",
+			      STATE_INSTALLED_SUFFIX, drop_unused_record);
 		free(names[i]);
 	}
 	free(names);

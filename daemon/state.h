@@ -22,6 +22,23 @@ void state_remove(const struct migration *);
  * goes when the table drops the migration (MIG_KEEP_FINISHED).
  */
 void state_end(struct migration *);
+/*
+ * A file of the migration's beside its state file, ID.ROLE.SUFFIX,
+ * mapped shared and writable, size bytes (at most STATE_FILE_MAX): made
+ * afresh, zeros, when create (its blocks written, so that no store into
+ * it can find the file system full); else the one there, checked as a
+ * state file is (no link, a regular file of ours that only we may write)
+ * and exactly size bytes long. Stores into it outlive the daemon's death
+ * (the page cache keeps them). The mapping, or NULL with why saying what
+ * failed, the file named (statemap.c). Of these files only
+ * ID.destination.installed exists (daemon/dest/record.c); a restart
+ * removes one whose state file is gone (but one refused).
+ */
+#define STATE_INSTALLED_SUFFIX ".installed"
+void *state_map(const struct migration *, const char *suffix, size_t size,
+		int create, char *why, size_t whylen);
+/* The migration's file of that suffix goes. */
+void state_map_remove(const struct migration *, const char *suffix);
 /* Restores every migration found in the state directory. */
 void state_restore_all(void);
 /*

@@ -74,6 +74,7 @@
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <linux/userfaultfd.h>
 
 #ifndef MADV_PAGEOUT
@@ -101,10 +102,15 @@ static char **saved_argv;
  * "remap" (mremap to moved_at; they must be found there) or "protect"
  * (mprotect read-only, from a page off the 64-page grid, which splits the
  * mapping where no bulk frame would end; they read as before) or "punch"
- * (memfd, tmpfs: fetched, then a hole punched in the file, which no uffd
- * event reports; they must then read as zeros). "grow" (anon) is not about
- * those pages: the region grows in place by EV_PAGES (mremap, no event),
- * and the new pages must read as zeros at once ("grown" is printed then).
+ * (memfd, tmpfs, shared: fetched, then a hole punched in the file, which
+ * no uffd event reports; they must then read as zeros); "punch-wait" as
+ * well, but then it prints "punched" and checks only once it gets SIGUSR2
+ * (so that a destination restart comes between the hole and the reads).
+ * "fork-punch" punches that hole, then forks a child that checks every
+ * page (the hole first read there: the parent checks once it exited).
+ * "grow" (anon) is not about those pages: the region grows in place by
+ * EV_PAGES (mremap, no event), and the new pages must read as zeros at
+ * once ("grown" is printed then).
  * "fork" forks a child that checks every page too; "fork-remove" as well,
  * but the child first discards those pages (madvise, anon only), which
  * must then read as zeros in the child alone, and waits 4 s before it
@@ -541,9 +547,33 @@ check_page(uint64_t page)
 	bus_armed = 0;
 }
 
+/*
+ * --event punch: pages [ev0, ev0 + EV_PAGES) at `at` fetched, then a hole
+ * punched there in the file (no uffd event). 0, or -1 with errno set.
+ */
+static int
+punch_hole(uint8_t *at)
+{
+	for (uint64_t p = 0; p < EV_PAGES; p++)
+		(void)*(volatile uint64_t *)(at + p * PS);
+	if (map_fd < 0) {
+		/* Shared anonymous: its shmem file, by name. */
+		char mf[80];
+
+		snprintf(mf, sizeof(mf),
+			 "/proc/self/map_files/%" PRIx64 "-%" PRIx64, base,
+			 base + size);
+		map_fd = open(mf, O_RDWR | O_CLOEXEC);
+	}
+	return fallocate(map_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			 (off_t)(ev0 * PS), EV_PAGES * PS);
+}
+
 static int
 in_event(uint64_t page)
 {
+	if (event && strcmp(event, "fork-punch") == 0)
+		return page >= ev0 && page < ev0 + EV_PAGES;
 	if (event && strcmp(event, "fork-remove") == 0)
 		return in_child && page >= ev0 && page < ev0 + EV_PAGES;
 	return event && strncmp(event, "fork", 4) != 0 &&
@@ -556,7 +586,8 @@ check_page_guarded(uint64_t page)
 {
 	volatile uint64_t *p = (volatile uint64_t *)(mem + page * PS);
 	int removed = in_event(page) && (strcmp(event, "remove") == 0 ||
-					 strcmp(event, "punch") == 0 ||
+					 strncmp(event, "punch", 5) == 0 ||
+					 strcmp(event, "fork-punch") == 0 ||
 					 strcmp(event, "fork-remove") == 0);
 
 	if (in_event(page) && strcmp(event, "unmap") == 0) {
@@ -898,7 +929,14 @@ run_dest(void)
 		 * The child checks every page too, with its own threads, while
 		 * most are still missing in both processes.
 		 */
-		pid_t c = fork();
+		pid_t c;
+
+		if (strcmp(event, "fork-punch") == 0 &&
+		    punch_hole(mem + ev0 * PS) < 0) {
+			perror("workload: --event fork-punch");
+			return 1;
+		}
+		c = fork();
 
 		if (c < 0) {
 			perror("workload: fork");
@@ -942,6 +980,9 @@ run_dest(void)
 			while (sig != SIGUSR2 && sig != SIGTERM);
 		if (strncmp(event, "fork-exit", 9) == 0)
 			_exit(0);
+		/* The child reads the hole first, then the parent. */
+		if (strcmp(event, "fork-punch") == 0)
+			waitpid(c, NULL, 0);
 	} else if (event) {
 		uint8_t *at = mem + ev0 * PS;
 		int rc = 0;
@@ -952,14 +993,9 @@ run_dest(void)
 							       : MADV_REMOVE);
 		else if (strcmp(event, "unmap") == 0)
 			rc = munmap(at, EV_PAGES * PS);
-		else if (strcmp(event, "punch") == 0) {
-			for (uint64_t p = 0; p < EV_PAGES; p++)
-				(void)*(volatile uint64_t *)(at + p * PS);
-			rc = fallocate(map_fd,
-				       FALLOC_FL_PUNCH_HOLE |
-					       FALLOC_FL_KEEP_SIZE,
-				       (off_t)(ev0 * PS), EV_PAGES * PS);
-		} else if (strcmp(event, "grow") == 0) {
+		else if (strncmp(event, "punch", 5) == 0)
+			rc = punch_hole(at);
+		else if (strcmp(event, "grow") == 0) {
 			rc = mremap(mem, size, size + EV_PAGES * PS, 0) ==
 					     MAP_FAILED
 				     ? -1
@@ -992,6 +1028,15 @@ run_dest(void)
 		 */
 		if (strcmp(event, "protect") == 0)
 			sleep(4);
+		if (strcmp(event, "punch-wait") == 0) {
+			printf("punched\n");
+			fflush(stdout);
+			do {
+				sigwait(&set, &sig);
+				if (sig == SIGTERM)
+					return 2;
+			} while (sig != SIGUSR2);
+		}
 	}
 	if (touch_mode) {
 		if (touch_mode == 2)
@@ -1038,7 +1083,8 @@ usage(void)
 		"         [--ro-pages N]\n"
 		"         [--event "
 		"remove|unmap|remap|fork|fork-remove|fork-idle|fork-exit|\n"
-		"                  fork-exit-late|protect|punch|grow]\n"
+		"                  "
+		"fork-exit-late|protect|punch|punch-wait|fork-punch|grow]\n"
 		"         [--touch N] [--idle-child] [--stuck-thread]\n"
 		"         [--exec-on-usr2 PATH] [--try-uffd] [--sibling "
 		"vm|files|files-grab]\n"
@@ -1153,7 +1199,10 @@ main(int argc, char **argv)
 			    strcmp(event, "fork-exit") &&
 			    strcmp(event, "fork-exit-late") &&
 			    strcmp(event, "protect") &&
-			    strcmp(event, "punch") && strcmp(event, "grow"))
+			    strcmp(event, "punch") &&
+			    strcmp(event, "punch-wait") &&
+			    strcmp(event, "fork-punch") &&
+			    strcmp(event, "grow"))
 				usage();
 			break;
 		case 'F':

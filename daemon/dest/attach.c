@@ -401,16 +401,16 @@ dest_attach_regions(struct dest *d, const Uffdd__RegionTable *t)
 		goto out;
 	/*
 	 * Without a state file a restart would forget the target it holds
-	 * (its threads would wait for good): find out before touching it.
+	 * (its threads would wait for good), and without the record of
+	 * installed pages it would fetch the source's bytes into holes the
+	 * target punched (record.c): find out before touching it.
 	 */
-	if (dest_persist_now(d) < 0) {
-		int e = errno;
-
+	if (dest_persist_first(d, err, sizeof(err)) < 0) {
 		conn_send_error(d->demand, ERR_NO_MATCH, "attach failed");
 		dest_attach_fail(d, ERR_INVALID,
 				 "cannot save its state in %s: %s; process %d "
 				 "left as it was",
-				 conf.state_dir, strerror(e), (int)d->m->pid);
+				 conf.state_dir, err, (int)d->m->pid);
 		goto out;
 	}
 	if (dest_setup_target(d, err, sizeof(err), &code) < 0) {

@@ -60,6 +60,7 @@ dest_child_new(struct dest *root, const struct dest *parent, pid_t pid, int ufd)
 		}
 		m->cnt.pages_total += kr->npages;
 	}
+	dest_record_share(k, root);
 	return k;
 }
 

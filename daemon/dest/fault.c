@@ -249,6 +249,7 @@ dest_zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
 
 	if (res == UFFD_OK || res == UFFD_EXISTS) {
 		pagestate_set(&dr->ps, page, PAGE_PRESENT);
+		dest_record_mark(dr, page, 1);
 		if (res == UFFD_EXISTS)
 			uffd_wake(d->uffd, addr, ps);
 		else
@@ -336,9 +337,11 @@ fault(struct dest *d, uint64_t addr, pid_t tid)
 	case PAGE_PRESENT:
 		/*
 		 * Installed after the fault was queued. In a child the map
-		 * may be a parent's guess: ask, and an EEXIST will settle it.
+		 * may be a parent's guess: ask, and an EEXIST will settle it;
+		 * but not for shared memory the record says went in (one
+		 * page cache): gone again, as below.
 		 */
-		if (d->root) {
+		if (d->root && !dest_record_has(dr, page)) {
 			add_waiter(d, dr, page, tid, 1);
 			dest_request_page(d, dr, page);
 		} else {

@@ -148,6 +148,8 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 
 		done -= done % ps;
 		pagestate_set_present(&dr->ps, page + off / ps, done / ps);
+		/* After the install, never before (record.c). */
+		dest_record_mark(dr, page + off / ps, done / ps);
 		installed += (int64_t)(done / ps);
 		off += done;
 		switch (res) {
@@ -156,6 +158,7 @@ install_run(struct dest *d, struct dst_region *dr, uint64_t page, uint64_t n,
 		case UFFD_EXISTS:
 			/* Present already: keep it, wake whoever waits. */
 			pagestate_set_present(&dr->ps, page + off / ps, 1);
+			dest_record_mark(dr, page + off / ps, 1);
 			uffd_wake(d->uffd, addr + off, ps);
 			off += ps;
 			break;

@@ -10,7 +10,8 @@
  * the processes it forks, hold.c its private file pages, lifecycle.c
  * makes a destination and ends it; persist.c writes the state file,
  * saved.c reads it back and restore.c takes a migration up after a
- * restart. regions.c says where each page of a region is now.
+ * restart, record.c keeps which pages went in for it. regions.c says
+ * where each page of a region is now.
  */
 #ifndef UFFDD_DEST_INTERNAL_H
 #define UFFDD_DEST_INTERNAL_H
@@ -72,6 +73,11 @@ struct dst_region {
 	struct move *moves; /* later entries win */
 	size_t nmoves;
 	int shared; /* the target maps it MAP_SHARED (hugetlb: a page cache) */
+	/*
+	 * record.c: its bits in the record of installed pages, or NULL (a
+	 * private file's; a forked child's private memory).
+	 */
+	uint64_t *installed;
 };
 
 /*
@@ -233,12 +239,16 @@ struct dest_kin {
 };
 
 /* persist.c, in the root: its state file. */
+/* record.c: the record of installed pages. */
+struct dest_record;
+
 struct dest_persist {
 	int saved; /* the state file on disk is up to date */
 	/* m->pid's start time (proc.h), taken at the first save. */
 	unsigned long long start;
-	int dirty;	       /* changed since the file was written */
-	struct event *save_ev; /* writes it once the callback returns */
+	int dirty;		 /* changed since the file was written */
+	struct event *save_ev;	 /* writes it once the callback returns */
+	struct dest_record *rec; /* record.c; shared with forked children */
 };
 
 /*
@@ -447,8 +457,33 @@ int dest_proc_gone(pid_t pid);
 /* persist.c */
 void dest_persist_dirty(struct dest *);
 int dest_persist_now(struct dest *);
+int dest_persist_first(struct dest *, char *err, size_t errlen);
 void dest_persist_remove(struct dest *);
 void dest_persist_free(struct dest *);
+
+/* record.c */
+/*
+ * The root's record made afresh for its regions (attach, before any page
+ * goes in), or the one a restart finds checked against the state file's
+ * regions and mapped (then dest_record_regions() once d's regions are
+ * built). 0, or -1 with err saying why.
+ */
+int dest_record_make(struct dest *, char *err, size_t errlen);
+int dest_record_take(struct dest *, const struct region *regs, size_t nregs,
+		     char *err, size_t errlen);
+void dest_record_regions(struct dest *);
+/* A forked child uses its root's record for its shared memory. */
+void dest_record_share(struct dest *k, struct dest *root);
+/* Pages [page, page+n) of dr went in: called after the install only. */
+void dest_record_mark(const struct dst_region *, uint64_t page, uint64_t n);
+/* Whether the record says page of dr went in (not a guess). */
+int dest_record_has(const struct dst_region *, uint64_t page);
+/* A restart's page map of dr (from the pagemap) and the record, merged. */
+void dest_record_apply(struct dst_region *);
+/* d lets go of the record (its memory goes); the file stays. */
+void dest_record_drop(struct dest *);
+/* The migration ended: the root's file goes. */
+void dest_record_remove(struct dest *);
 
 /* saved.c: what a destination's state file says (persist.c writes it). */
 /* A saved run of discarded pages: the root's (pid 0) or a child's. */
@@ -480,6 +515,7 @@ struct saved {
 	int tfd; /* -1: the attach had not taken the uffd yet */
 	int held, gone;
 	int sole;	     /* the daemon held the only uffd (tracee.h) */
+	int installed;	     /* a record of installed pages goes with it */
 	uint64_t committed;  /* the COMMIT acted on (0: none) */
 	int released;	     /* the target let go after it */
 	struct region *regs; /* vma_start: the source's start */

@@ -66,6 +66,7 @@ dest_free(struct migration *m)
 	if (d->uffd >= 0)
 		close(d->uffd);
 	procref_close(&d->t);
+	dest_record_drop(d);
 	for (size_t i = 0; i < d->nregs; i++) {
 		pagestate_free(&d->regs[i].ps);
 		free(d->regs[i].moves);

@@ -18,7 +18,8 @@
  *   no fault or control work ready: once, however many changes that
  *   callback made (a read of 64 events used to write 64 times).
  * - dest_persist_remove() removes it when the migration ends (teardown)
- *   or its attach fails. A write still pending is dropped, and none is
+ *   or its attach fails, and the record of installed pages with it
+ *   (record.c). A write still pending is dropped, and none is
  *   done for an ended migration: its file never comes back.
  *
  * A write that fails after an earlier one succeeded removes the file
@@ -40,6 +41,8 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <string.h>
 
 #include <event2/event.h>
 
@@ -146,6 +149,9 @@ save_more(struct state_out *o, const struct migration *m)
 		state_put_u64(o, "target_fd", (uint64_t)d->target_fd);
 	if (d->gone)
 		state_put_u64(o, "gone", 1);
+	/* ID.destination.installed (record.c): a restart must find it. */
+	if (d->ps.rec)
+		state_put_u64(o, "installed", 1);
 	/* A COMMIT acted on, its ACK not echoed yet (restore.c). */
 	if (d->cm.committed)
 		state_put_u64(o, "committed", d->cm.commit_seq);
@@ -287,6 +293,23 @@ dest_persist_now(struct dest *d)
 }
 
 /*
+ * The attach's first file with regions, before the target is touched:
+ * the record of installed pages made (record.c), then the state file
+ * that names it. 0, or -1 with err saying why.
+ */
+int
+dest_persist_first(struct dest *d, char *err, size_t errlen)
+{
+	if (dest_record_make(d, err, errlen) < 0)
+		return -1;
+	if (dest_persist_now(d) < 0) {
+		snprintf(err, errlen, "%s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * The migration ended, or its attach failed: the file goes for good, an
  * ended record of the outcome in its place (state_end()).
  */
@@ -295,6 +318,7 @@ dest_persist_remove(struct dest *d)
 {
 	unmark(d);
 	state_end(d->m);
+	dest_record_remove(d);
 }
 
 /*

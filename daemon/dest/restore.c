@@ -219,9 +219,9 @@ stop_let_go(struct dest *d, const char *file)
 		  file, (int)d->m->pid, log_id(d->m->id));
 }
 
-/* The regions' page states: the target's pagemap, the saved discards. */
+/* The regions as the file names them, every page missing. */
 static int
-restore_regions(struct dest *d, struct saved *sv, const char *file)
+restore_layout(struct dest *d, struct saved *sv, const char *file)
 {
 	d->regs = xcalloc(sv->nregs, sizeof(*d->regs));
 	for (size_t i = 0; i < sv->nregs; i++) {
@@ -244,6 +244,23 @@ restore_regions(struct dest *d, struct saved *sv, const char *file)
 					      sv->moves[k].mv.p1,
 					      sv->moves[k].mv.base);
 		d->m->cnt.pages_total += dr->npages;
+	}
+	dest_record_regions(d);
+	return 0;
+}
+
+/*
+ * The regions' page states: the target's pagemap, the record of
+ * installed pages, the saved discards.
+ */
+static int
+restore_regions(struct dest *d, struct saved *sv, const char *file)
+{
+	if (restore_layout(d, sv, file) < 0)
+		return -1;
+	for (size_t i = 0; i < d->nregs; i++) {
+		struct dst_region *dr = &d->regs[i];
+
 		if (dr->r.kind == REGION_FILE_PRIVATE || d->gone) {
 			/*
 			 * Saved unheld: every page of it was written. Or no
@@ -256,6 +273,8 @@ restore_regions(struct dest *d, struct saved *sv, const char *file)
 			log_warn("%s: pagemap of %d", file, (int)d->m->pid);
 			return -1;
 		}
+		/* Installed once, a hole punched since: still installed. */
+		dest_record_apply(dr);
 		mark_gone(dr, i, sv->runs, sv->nruns, 0);
 	}
 	d->m->cnt.pages_present = dest_present_total(d);
@@ -334,6 +353,9 @@ restore_child(struct dest *root, const char *file, const struct saved_kid *sk,
 		else if (held_from_pagemap(sk->pid, kr) < 0)
 			log_warn("%s: pagemap of forked process %d", file,
 				 (int)sk->pid);
+		else
+			/* Shared memory: the root's record (record.c). */
+			dest_record_apply(kr);
 		if (!region_kind_shmem(kr->r.kind) &&
 		    kr->r.kind != REGION_FILE_PRIVATE)
 			mark_gone(kr, i, gone, ngone, sk->pid);
@@ -432,6 +454,7 @@ int
 dest_restore(struct state_tbl *t)
 {
 	const char *file = state_name(t);
+	char err[320];
 	struct saved sv;
 	struct dest *d;
 	int rc = -1;
@@ -445,6 +468,18 @@ dest_restore(struct state_tbl *t)
 	if (!saved_usable(file, &sv))
 		goto out;
 	d = restore_new(&sv);
+	/* Checked before any process is looked at, as the file itself. */
+	if (sv.installed &&
+	    dest_record_take(d, sv.regs, sv.nregs, err, sizeof(err)) < 0) {
+		state_bad(t, "installed", "%s", err);
+		migration_free(d->m);
+		goto out;
+	}
+	if (!sv.installed && !sv.gone)
+		log_warnx("%s: no record of installed pages (written by an "
+			  "older uffdd): a hole the target punched in shared "
+			  "memory would get the source's bytes",
+			  file);
 	if (restore_target(d, &sv, file) < 0)
 		goto fail;
 	if (sv.held && !d->gone) {

@@ -112,6 +112,7 @@ saved_head(struct state_tbl *t, struct saved *sv)
 	if (saved_flag(t, "held", &sv->held) < 0 ||
 	    saved_flag(t, "gone", &sv->gone) < 0 ||
 	    saved_flag(t, "sole", &sv->sole) < 0 ||
+	    saved_flag(t, "installed", &sv->installed) < 0 ||
 	    saved_flag(t, "released", &sv->released) < 0)
 		return -1;
 	if (state_has(t, "committed") &&
