@@ -80,6 +80,9 @@ engine_msg(struct imsg *m)
 	case CTL_STATUS:
 		if ((st = imsg_payload(m, sizeof(*st))) == NULL)
 			break;
+		/* It took up what it restores: the rest of the grants go. */
+		if (m->h.type == CTL_READY)
+			grant_drop_unclaimed();
 		snprintf(eng.status, sizeof(eng.status), "%.*s",
 			 (int)strnlen(st->line, sizeof(st->line)), st->line);
 		if (m->h.type == CTL_STATUS || eng.ready)
@@ -222,6 +225,8 @@ engine_ended(int st)
 	engine_close();
 	/* Its destinations' holds end as they would have with it. */
 	dsetup_engine_gone();
+	/* Its grants wait for the next engine (PRIVOP_CLAIM). */
+	grant_engine_gone();
 	if (eng.stopping) {
 		/* A stop that went wrong is the daemon's exit status too. */
 		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -521,6 +522,120 @@ test_refused(struct grant *ex, struct grant *at)
 	      EBADMSG);
 }
 
+static int
+claim(uint32_t role, const char *id, pid_t pid, uint64_t start, int *fd,
+      struct privop_child_reply *a)
+{
+	struct privop_claim r = {.role = role, .pid = pid, .start = start};
+	void *data = NULL;
+	size_t dlen = 0;
+	int err;
+
+	snprintf(r.id, sizeof(r.id), "%s", id);
+	err = ask(0, PRIVOP_CLAIM, &r, sizeof(r), fd, &data, &dlen);
+	if (err == 0) {
+		CHECK(dlen == sizeof(*a) && data != NULL);
+		if (data != NULL && dlen == sizeof(*a))
+			memcpy(a, data, sizeof(*a));
+	}
+	free(data);
+	return err;
+}
+
+static int
+retake(uint64_t grant, int target_fd, int *fd)
+{
+	struct privop_dest_retake r = {.target_fd = target_fd};
+
+	return ask(grant, PRIVOP_DEST_RETAKE, &r, sizeof(r), fd, NULL, NULL);
+}
+
+#define ID_A "0123456789abcdef0123456789abcdef"
+#define ID_B "fedcba9876543210fedcba9876543210"
+
+/*
+ * A new engine takes back a grant by the migration bound to it, once its
+ * engine died: only the role's, only at the pid and start the engine
+ * names, only for a caller who may still ptrace the process; then the
+ * target's copy of its uffd again, once, only a userfaultfd. A grant not
+ * claimed when the engine is ready is dropped.
+ */
+static void
+test_claim(pid_t pid, struct grant *ex)
+{
+	struct grant *at = grant_of(pid, FRAME_CTL_ATTACH), *lost;
+	struct grant *nobody = grant_by(pid, FRAME_CTL_ATTACH, 65534);
+	struct privop_child_reply a;
+	struct privop_claim r = {.role = ROLE_DEST, .pid = pid};
+	int fd = -1, ufd = -1, tfd;
+
+	CHECK((tfd = dest_setup(at->id, pid, &ufd)) >= 0);
+	CHECK(dest_end(at->id, PRIVOP_DEST_GO, 0) == 0);
+	grant_bind(at, ROLE_DEST, ID_A);
+	grant_bind(ex, ROLE_SOURCE, ID_B);
+	grant_bind(nobody, ROLE_DEST, ID_B);
+	/* The engine dies: its setups end, its grants wait. */
+	dsetup_engine_gone();
+	grant_engine_gone();
+	CHECK(at->unclaimed && ex->unclaimed);
+
+	snprintf(r.id, sizeof(r.id), "%s", ID_A);
+	r.start = at->t.start;
+	CHECK(ask(0, PRIVOP_CLAIM, &r, sizeof(r) - 1, &fd, NULL, NULL) ==
+	      EBADMSG);
+	CHECK(ask(at->id, PRIVOP_CLAIM, &r, sizeof(r), &fd, NULL, NULL) ==
+	      EBADMSG);			 /* it names a migration, not a grant */
+	memset(r.id, 'a', sizeof(r.id)); /* no nul */
+	CHECK(ask(0, PRIVOP_CLAIM, &r, sizeof(r), &fd, NULL, NULL) == EINVAL);
+	CHECK(claim(2, ID_A, pid, at->t.start, &fd, &a) == EINVAL);
+	/* Unknown migration; the wrong role's; not the process named. */
+	CHECK(claim(ROLE_SOURCE, ID_A, pid, at->t.start, &fd, &a) == ENOENT);
+	CHECK(claim(ROLE_DEST, "00000000000000000000000000000000", pid,
+		    at->t.start, &fd, &a) == ENOENT);
+	grant_bind(at, ROLE_SOURCE, ID_A); /* an attach's, not an export's */
+	CHECK(claim(ROLE_SOURCE, ID_A, pid, at->t.start, &fd, &a) == EPERM);
+	CHECK(claim(ROLE_DEST, ID_A, pid, at->t.start + 1, &fd, &a) == EINVAL);
+	CHECK(claim(ROLE_DEST, ID_A, pid + 1, at->t.start, &fd, &a) == EINVAL);
+	CHECK(fd < 0);
+	/* A caller who may not ptrace the process any more (or never). */
+	CHECK(claim(ROLE_DEST, ID_B, pid, at->t.start, &fd, &a) == EPERM);
+	CHECK(nobody->unclaimed);
+
+	CHECK(claim(ROLE_DEST, ID_A, pid, at->t.start, &fd, &a) == 0);
+	CHECK(fd >= 0 && a.grant == at->id && a.start == at->t.start &&
+	      a.probe == at->t.probe && !at->unclaimed);
+	if (fd >= 0)
+		close(fd);
+	CHECK(claim(ROLE_SOURCE, ID_B, pid, ex->t.start, &fd, &a) == 0);
+	CHECK(a.grant == ex->id && !ex->unclaimed);
+	if (fd >= 0)
+		close(fd);
+
+	/* The target's uffd again: an attach's, a userfaultfd, once. */
+	CHECK(retake(ex->id, tfd, &fd) == EPERM);
+	CHECK(retake(at->id, -1, &fd) == EINVAL);
+	CHECK(retake(at->id, 0, &fd) == EBADF); /* its stdin */
+	CHECK(retake(at->id, 999, &fd) == EBADF);
+	CHECK(fd < 0);
+	CHECK(retake(at->id, tfd, &fd) == 0);
+	CHECK(fd >= 0 && uffd_register(fd, 0, 0, 0, NULL) < 0 &&
+	      errno == EINVAL); /* a uffd: the ioctl is known */
+	if (fd >= 0)
+		close(fd);
+	CHECK(retake(at->id, tfd, &fd) == EALREADY);
+	/* Closed as a setup's copy. */
+	CHECK(ask(at->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) == 0);
+	CHECK(!has_fd(pid, tfd));
+
+	/* The new engine is ready: the unclaimed grant goes, not the rest. */
+	lost = nobody;
+	grant_drop_unclaimed();
+	CHECK(lost->dropped && !at->dropped && !ex->dropped);
+	CHECK(claim(ROLE_DEST, ID_B, pid, at->t.start, &fd, &a) == ENOENT);
+	if (ufd >= 0)
+		close(ufd);
+}
+
 int
 main(void)
 {
@@ -555,6 +670,7 @@ main(void)
 	test_refused(ex, at);
 	test_child(ex, at, grandkid);
 	test_child_uffd(child_grant(at->id, grandkid), at, grandkid, pfd);
+	test_claim(kid, ex);
 
 	/* Sharers: none for a plain child; the answer is well formed. */
 	CHECK(ask(ex->id, PRIVOP_SHARERS, &s, sizeof(s), NULL, (void **)&a,
