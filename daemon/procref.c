@@ -205,10 +205,9 @@ int
 procref_restore(struct procref *r, int role, const char *id, pid_t pid,
 		unsigned long long start, char *err, size_t errlen)
 {
+	unsigned long long now;
 	int e;
 
-	if (!privop_available())
-		return procref_open(r, pid, err, errlen);
 	if (procref_claim(r, role, id, pid, start) == 0)
 		return 0;
 	e = errno;
@@ -226,13 +225,20 @@ procref_restore(struct procref *r, int role, const char *id, pid_t pid,
 		return -1;
 	}
 	/*
-	 * No grant kept for it: the whole daemon restarted, and the
-	 * privileged part has none of the last one's (docs/privsep.md).
+	 * The engine acts on a process only by a grant (docs/privsep.md):
+	 * none kept, for a process gone, or for one whose record was lost
+	 * (or written by no daemon: one older than the records).
 	 */
-	log_info("migration %s: no grant kept for process %d (the daemon "
-		 "restarted); the engine opens it itself",
-		 log_id(id), (int)pid);
-	return procref_open(r, pid, err, errlen);
+	if (stat_fields(pid, (const int[]){22}, &now, 1) < 0 || now != start)
+		snprintf(err, errlen, "process %d is gone", (int)pid);
+	else
+		snprintf(err, errlen,
+			 "process %d: no grant is kept for migration %s (the "
+			 "privileged part has no record of it): not taken up",
+			 (int)pid, log_id(id));
+	r->pid = pid;
+	errno = ESRCH;
+	return -1;
 }
 
 void

@@ -73,9 +73,9 @@ int procref_child(struct procref *, uint64_t parent, pid_t pid);
 int procref_claim(struct procref *, int role, const char *id, pid_t pid,
 		  unsigned long long start);
 /*
- * The same, or, where no grant is kept for it (the whole daemon restarted,
- * or no privileged part), procref_open(): as procref_open() returns, with
- * err filled; a grant kept but refused is not opened here.
+ * The same, with err filled when it fails: -1 with errno EPERM (the
+ * grant's caller may not ptrace the process any more) or ESRCH (no grant
+ * kept, or its process is gone or not the one checked).
  */
 int procref_restore(struct procref *, int role, const char *id, pid_t pid,
 		    unsigned long long start, char *err, size_t errlen);

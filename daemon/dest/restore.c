@@ -162,9 +162,12 @@ restore_target(struct dest *d, const struct saved *sv, const char *file)
 	if (!d->gone && procref_restore(&d->t, ROLE_DEST, sv->id, pid,
 					sv->start, err, sizeof(err)) == 0)
 		now = d->t.start;
-	else if (!d->gone && errno == EPERM) {
-		log_warnx("%s: %s; not touched", file, err);
-		return -1;
+	else if (!d->gone) {
+		int e = errno;
+
+		log_warnx("%s: %s", file, err);
+		if (e == EPERM || sv->nkids == 0)
+			return -1;
 	}
 	if (!d->gone && now != 0 && now != sv->start) {
 		log_warnx("%s: pid %d now names another process (started at "

@@ -36,6 +36,8 @@ struct grant {
 	 * it restores, or it is dropped once that engine is ready.
 	 */
 	int unclaimed;
+	/* Its record's file name (record.h), or empty: none written. */
+	char record[MIG_ID_LEN + 24];
 };
 
 /* A new grant: t (may be PROCREF_NONE) is moved into it. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <event2/event.h>
@@ -29,6 +30,7 @@
 #include "daemon/privop.h"
 #include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
+#include "daemon/priv/record.h"
 #include "daemon/priv/serve.h"
 #include "daemon/tracee.h"
 #include "daemon/uffd.h"
@@ -552,6 +554,7 @@ retake(uint64_t grant, int target_fd, int *fd)
 
 #define ID_A "0123456789abcdef0123456789abcdef"
 #define ID_B "fedcba9876543210fedcba9876543210"
+#define ID_C "c0ffeec0ffeec0ffeec0ffeec0ffee00"
 
 /*
  * A new engine takes back a grant by the migration bound to it, once its
@@ -636,6 +639,122 @@ test_claim(pid_t pid, struct grant *ex)
 		close(ufd);
 }
 
+/* Writes text into the records directory as name, with mode and owner. */
+static void
+put_record(const char *dir, const char *name, const char *text, mode_t mode,
+	   uid_t uid)
+{
+	char path[512];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/grants/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0 &&
+	      write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	CHECK(fchmod(fd, mode) == 0 && fchown(fd, uid, uid) == 0);
+	close(fd);
+}
+
+static int
+exists(const char *dir, const char *name)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/grants/%s", dir, name);
+	return access(path, F_OK) == 0;
+}
+
+/*
+ * Grant records: a bound grant is written; a restarted privileged part
+ * opens it again if its process is the one recorded and its caller may
+ * ptrace it, and removes a record of a process gone or changed; a record
+ * that is not its own (owner, mode) or does not parse is ignored. Drops
+ * keep their records while the daemon stops.
+ */
+static void
+test_records(pid_t pid)
+{
+	char dir[] = "/tmp/test_privop_records.XXXXXX", text[512], path[600];
+	struct grant *g, *again = NULL, *o;
+	unsigned long long start;
+	struct stat st;
+	int n;
+
+	CHECK(mkdtemp(dir) != NULL);
+	g = grant_of(pid, FRAME_CTL_ATTACH);
+	start = g->t.start;
+	CHECK(record_dir_open(dir) == 0);
+	grant_bind(g, ROLE_DEST, ID_C);
+	CHECK(exists(dir, ID_C ".destination.grant"));
+	snprintf(path, sizeof(path), "%s/grants/%s", dir,
+		 ID_C ".destination.grant");
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+	/* The daemon dies: its grants go, the record stays. */
+	grant_free(g);
+	CHECK(exists(dir, ID_C ".destination.grant"));
+
+	/* Not ours, another process, no right, not parsing: not granted. */
+	snprintf(text, sizeof(text),
+		 "uffdd-grant 1\nrequest %u\ncaller 0 0 1 1\n"
+		 "process %d %llu\nbind 1 " ID_B "\n",
+		 (unsigned)FRAME_CTL_ATTACH, (int)pid, start);
+	put_record(dir, "b.grant", text, 0600, 65534); /* another's */
+	put_record(dir, "c.grant", text, 0644, 0);     /* others read it */
+	put_record(dir, "d.grant", "uffdd-grant 1\nrequest 1\n", 0600, 0);
+	put_record(dir, "e.grant", "bind 1 xyz\n", 0600, 0);
+	put_record(dir, "f.grant.tmp", text, 0600, 0); /* a write cut */
+	snprintf(text, sizeof(text),
+		 "uffdd-grant 1\nrequest %u\ncaller 0 0 1 1\n"
+		 "process %d %llu\nbind 1 " ID_B "\n",
+		 (unsigned)FRAME_CTL_ATTACH, (int)pid, start + 1);
+	put_record(dir, "g.grant", text, 0600, 0); /* started otherwise */
+	snprintf(text, sizeof(text),
+		 "uffdd-grant 1\nrequest %u\ncaller 65534 65534 1 0\n"
+		 "process %d %llu\nbind 1 " ID_B "\n",
+		 (unsigned)FRAME_CTL_ATTACH, (int)pid, start);
+	put_record(dir, "h.grant", text, 0600, 0); /* may not ptrace it */
+
+	record_dir_close();
+	CHECK(record_dir_open(dir) == 0);
+	n = record_restore_all();
+	CHECK(n == 1);
+	for (uint64_t id = 1; id < 1000; id++)
+		if ((o = grant_find(id)) != NULL && !o->dropped &&
+		    o->nbinds == 1 && strcmp(o->binds[0].id, ID_C) == 0)
+			again = o;
+	CHECK(again != NULL && again->unclaimed && again->t.pid == pid &&
+	      again->t.start == start &&
+	      again->frame_type == FRAME_CTL_ATTACH &&
+	      again->binds[0].role == ROLE_DEST && again->who.privileged);
+	CHECK(grant_bound(ROLE_DEST, ID_B) == NULL);
+	CHECK(exists(dir, "b.grant") && exists(dir, "c.grant") &&
+	      exists(dir, "d.grant") && exists(dir, "e.grant"));
+	CHECK(!exists(dir, "f.grant.tmp") && !exists(dir, "g.grant") &&
+	      !exists(dir, "h.grant"));
+
+	/* Stopping: a drop keeps the record; else it goes with the grant. */
+	if (again != NULL) {
+		record_keep_all();
+		grant_drop(again);
+		CHECK(exists(dir, ID_C ".destination.grant"));
+		record_dir_close();
+		CHECK(record_dir_open(dir) == 0);
+		CHECK(record_restore_all() == 1);
+		again = grant_bound(ROLE_DEST, ID_C);
+		CHECK(again != NULL);
+		if (again != NULL)
+			grant_drop(again);
+		CHECK(!exists(dir, ID_C ".destination.grant"));
+	}
+	record_dir_close();
+	/* A directory others may enter is not used. */
+	snprintf(path, sizeof(path), "%s/grants", dir);
+	CHECK(chmod(path, 0755) == 0);
+	CHECK(record_dir_open(dir) == -1);
+	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+	CHECK(system(path) == 0);
+}
+
 int
 main(void)
 {
@@ -671,6 +790,7 @@ main(void)
 	test_child(ex, at, grandkid);
 	test_child_uffd(child_grant(at->id, grandkid), at, grandkid, pfd);
 	test_claim(kid, ex);
+	test_records(kid);
 
 	/* Sharers: none for a plain child; the answer is well formed. */
 	CHECK(ask(ex->id, PRIVOP_SHARERS, &s, sizeof(s), NULL, (void **)&a,
