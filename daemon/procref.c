@@ -229,8 +229,16 @@ procref_restore(struct procref *r, int role, const char *id, pid_t pid,
 	 * none kept, for a process gone, or for one whose record was lost
 	 * (or written by no daemon: one older than the records).
 	 */
-	if (stat_fields(pid, (const int[]){22}, &now, 1) < 0 || now != start)
+	if (stat_fields(pid, (const int[]){22}, &now, 1) < 0)
 		snprintf(err, errlen, "process %d is gone", (int)pid);
+	else if (now != start)
+		snprintf(err, errlen,
+			 "pid %d now names another process (started at tick "
+			 "%llu, the %s at %llu): the %s exited and its pid was "
+			 "reused; process %d not touched",
+			 (int)pid, now,
+			 role /* ROLE_DEST */ ? "target" : "exported one",
+			 start, role ? "target" : "exported process", (int)pid);
 	else
 		snprintf(err, errlen,
 			 "process %d: no grant is kept for migration %s (the "

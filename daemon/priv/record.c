@@ -47,38 +47,47 @@ ours(const struct stat *st)
 int
 record_dir_open(const char *state_dir)
 {
-	char path[4096];
 	struct stat st;
-	int fd;
+	int dfd, fd = -1;
 
-	snprintf(path, sizeof(path), "%s/%s", state_dir, RECORD_DIR);
-	/* The engine makes the state directory too; the first one wins. */
-	if ((mkdir(state_dir, 0700) < 0 && errno != EEXIST) ||
-	    (mkdir(path, 0700) < 0 && errno != EEXIST)) {
-		log_warn("grant records: cannot make %s; no migration survives "
-			 "a restart of the daemon",
-			 path);
-		return -1;
-	}
-	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st) < 0 || !ours(&st)) {
-		if (fd >= 0)
-			log_warnx("grant records: %s is not this daemon's "
-				  "alone (owner uid %u, mode %04o): not used; "
-				  "no migration survives a restart of the "
-				  "daemon",
-				  path, (unsigned)st.st_uid,
-				  (unsigned)(st.st_mode & 07777));
-		else
-			log_warn("grant records: %s: not used", path);
-		if (fd >= 0)
-			close(fd);
+	/*
+	 * Through the state directory, if it is ours and no one else may
+	 * write it (the engine refuses any other, and the daemon with it):
+	 * nothing is made in a directory someone else controls.
+	 */
+	if (mkdir(state_dir, 0700) < 0 && errno != EEXIST)
+		goto fail;
+	dfd = open(state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		goto fail;
+	errno = 0;
+	if (fstat(dfd, &st) == 0 && st.st_uid == geteuid() &&
+	    !(st.st_mode & 022) &&
+	    (mkdirat(dfd, RECORD_DIR, 0700) == 0 || errno == EEXIST))
+		fd = openat(dfd, RECORD_DIR,
+			    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	close(dfd);
+	if (fd < 0)
+		goto fail;
+	if (fstat(fd, &st) < 0 || !ours(&st)) {
+		log_warnx("grant records: %s/%s is not this daemon's alone "
+			  "(owner uid %u, mode %04o): not used; no migration "
+			  "survives a restart of the daemon",
+			  state_dir, RECORD_DIR, (unsigned)st.st_uid,
+			  (unsigned)(st.st_mode & 07777));
+		close(fd);
 		return -1;
 	}
 	record_dir_close();
 	dirfd_rec = fd;
 	keeping = 0;
 	return 0;
+fail:
+	log_warnx("grant records: %s/%s cannot be used (%s); no migration "
+		  "survives a restart of the daemon",
+		  state_dir, RECORD_DIR,
+		  errno ? strerror(errno) : "the state directory is not ours");
+	return -1;
 }
 
 void
@@ -149,8 +158,12 @@ record_write(struct grant *g)
 	char text[RECORD_MAX];
 	int n;
 
-	/* Only a process's grant, and not a forked child's (its parent's). */
-	if (dirfd_rec < 0 || g->nbinds == 0 || g->t.pid <= 0 || g->parent)
+	/*
+	 * Only a live grant of a process, and not a forked child's (it is
+	 * opened again by its parent's).
+	 */
+	if (dirfd_rec < 0 || g->nbinds == 0 || g->t.pid <= 0 || g->parent ||
+	    g->dropped)
 		return;
 	if (g->record[0] == '\0')
 		snprintf(g->record, sizeof(g->record), "%s.%s%s",

@@ -16,8 +16,10 @@
 # them up by the grants the privileged part kept (traced from its fork:
 # it ptraces nothing, copies no descriptor out of a process, reads and
 # writes no process's memory with process_vm_*, opens no ptrace-checked
-# file), and each completes byte-exact; then the daemons serve a new
-# migration byte-exact.
+# file), and each completes byte-exact. So does a migration whose daemon
+# (either side) is killed whole and started again: the privileged part
+# opens the last one's grants from its records, and the new engine acts
+# by them alone. Then the daemons serve a new migration byte-exact.
 . "$SRC/tests/lib.sh"
 need_root
 command -v strace >/dev/null || skip "strace missing (Debian package strace)"
@@ -161,6 +163,50 @@ segv() {
 }
 segv dst
 segv src
+
+# whole VICTIM: both parts of VICTIM killed (SIGKILL, as a crash) while a
+# migration runs, and the daemon started again: its privileged part opens
+# the last one's grants again from its records, before it starts the
+# engine; that engine, traced from its fork (strace of this shell, which
+# starts the daemon), takes the migration up by them and acts on no
+# process itself; the migration completes byte-exact.
+whole() {
+	local victim=$1 st eng
+	paced_migration src dst 64M $BASE
+	sleep 1
+	"$CLIENT" --control "$dst_SOCK" status "$ID" --json | grep -q '"state":"running"' ||
+		fail "migration not running when the $victim daemon is killed"
+	kill_daemon "$victim"
+	strace -f -qq -e trace=execve,open,openat,process_vm_readv,process_vm_writev,ptrace,pidfd_getfd \
+		-o "$T/$victim.whole.strace" -p $$ &
+	st=$!
+	PIDS+=("$st")
+	for _ in $(seq 100); do
+		[ "$(awk '/^TracerPid:/ {print $2}' "/proc/$$/status")" != 0 ] && break
+		sleep 0.05
+	done
+	restart_daemon "$victim"
+	# Ready: it restored what it could first.
+	eng=$(engine_pid "$victim")
+	kill "$st"
+	wait "$st" 2>/dev/null || true
+	grep "^$eng " "$T/$victim.whole.strace" >"$T/$victim.whole.engine" || true
+	grep -qE "^$eng +execve\(" "$T/$victim.whole.engine" ||
+		fail "$victim: the new engine ($eng) was not traced from its start"
+	grep -E "ptrace\(|process_vm_(read|write)v\(|pidfd_getfd\(" "$T/$victim.whole.engine" >"$T/$victim.whole.bad" &&
+		fail "$victim: the restarted daemon's engine acted on a process itself: $(head -n 3 "$T/$victim.whole.bad")"
+	grep -E "\"/proc/[0-9]+/(maps|pagemap|mem|map_files/|task/[0-9]+/syscall)" \
+		"$T/$victim.whole.engine" | grep -v "\"/proc/$eng/" >"$T/$victim.whole.bad" &&
+		fail "$victim: the restarted daemon's engine opened by itself: $(head -n 3 "$T/$victim.whole.bad")"
+	grep -q "grant record .* granted again" "$T/$victim.log" ||
+		fail "$victim: no grant opened again from its record: $(tail -n 5 "$T/$victim.log")"
+	info "$victim: daemon killed and started again; its engine $eng took the migration up by grant"
+	paced_finish dst
+	kill -9 "$WD"
+	kill -9 "$WS" 2>/dev/null || true
+}
+whole dst
+whole src
 # The killed engines' sanitizer runtimes wrote nothing; their deaths are
 # no exit status of the daemons' (each part ends cleanly at SIGTERM).
 

@@ -674,7 +674,7 @@ exists(const char *dir, const char *name)
 static void
 test_records(pid_t pid)
 {
-	char dir[] = "/tmp/test_privop_records.XXXXXX", text[512], path[600];
+	char dir[] = "/tmp/test_privop_records.XXXXXX", text[700], path[600];
 	struct grant *g, *again = NULL, *o;
 	unsigned long long start;
 	struct stat st;
@@ -751,6 +751,11 @@ test_records(pid_t pid)
 	snprintf(path, sizeof(path), "%s/grants", dir);
 	CHECK(chmod(path, 0755) == 0);
 	CHECK(record_dir_open(dir) == -1);
+	/* Nor one in a state directory others may write: none made there. */
+	snprintf(text, sizeof(text), "rm -rf '%s'", path);
+	CHECK(system(text) == 0 && chmod(dir, 01777) == 0);
+	CHECK(record_dir_open(dir) == -1);
+	CHECK(access(path, F_OK) < 0);
 	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
 	CHECK(system(path) == 0);
 }
