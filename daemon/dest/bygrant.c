@@ -6,8 +6,8 @@
  * lets it go; later it closes the target's copy and releases a kept one.
  * A forked child with a grant of its own gets its copy from it too, and
  * a new engine gets a restored target's again by the grant it claimed.
- * A process without a grant (an orphan, a migration restored after the
- * whole daemon restarted) is injected into here, as before the split
+ * A process without a grant (an orphan, a restored forked child that is
+ * not the target's own) is injected into here, as before the split
  * (target.c).
  */
 #include "config.h"

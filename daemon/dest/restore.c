@@ -1,9 +1,11 @@
 /*
  * After a daemon restart: a destination migration taken up again from its
- * state file (saved.c reads it). The target's uffd is copied again from
- * the target (it kept its copy: docs/design.md), the page states are
- * rebuilt from its pagemap and the saved discards, the forked children the
- * file names are taken up likewise, and the lanes reconnect (a resume).
+ * state file (saved.c reads it), by the grant the privileged part kept for
+ * it (docs/privsep.md). The target's uffd is copied again from the target
+ * by the privileged part (it kept its copy: docs/design.md), the page
+ * states are rebuilt from its pagemap and the saved discards, the forked
+ * children the file names are taken up likewise, and the lanes reconnect
+ * (a resume).
  */
 #include "config.h"
 
@@ -20,6 +22,7 @@
 #include "daemon/log.h"
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
+#include "daemon/proc.h"
 #include "daemon/probe.h"
 #include "daemon/state.h"
 #include "daemon/stats.h"
@@ -166,7 +169,12 @@ restore_target(struct dest *d, const struct saved *sv, const char *file)
 		int e = errno;
 
 		log_warnx("%s: %s", file, err);
-		if (e == EPERM || sv->nkids == 0)
+		/*
+		 * Its forked children are taken up without it only if it is
+		 * gone, not for a target that lives on without its grant.
+		 */
+		if (e == EPERM || sv->nkids == 0 ||
+		    proc_start(pid) == sv->start)
 			return -1;
 	}
 	if (!d->gone && now != 0 && now != sv->start) {
