@@ -7,7 +7,6 @@
 
 #include "daemon/log.h"
 #include "daemon/priv/grant.h"
-#include "daemon/priv/record.h"
 
 static TAILQ_HEAD(, grant) grants = TAILQ_HEAD_INITIALIZER(grants);
 static uint64_t next_id = 1;
@@ -53,8 +52,6 @@ grant_bind(struct grant *g, uint32_t role, const char *id)
 	snprintf(g->binds[g->nbinds].id, sizeof(g->binds[g->nbinds].id), "%s",
 		 id);
 	g->nbinds++;
-	/* Bound to a migration: it survives a restart of the daemon. */
-	record_write(g);
 }
 
 /* Dropped grants kept for status, as the engine keeps finished records. */
@@ -68,7 +65,6 @@ grant_drop(struct grant *g)
 
 	procref_close(&g->t);
 	g->dropped = 1;
-	record_remove(g);
 	/*
 	 * Kept even with nothing bound yet: an image checked off the loop is
 	 * bound once the check is done, after its request let the grant go.
@@ -127,7 +123,7 @@ grant_engine_gone(void)
 }
 
 void
-grant_drop_unclaimed(void)
+grant_drop_unclaimed(void (*dropping)(struct grant *))
 {
 	struct grant *g, *next;
 
@@ -139,6 +135,8 @@ grant_drop_unclaimed(void)
 			 "engine; let go",
 			 (unsigned long long)g->id, (int)g->t.pid);
 		g->unclaimed = 0;
+		if (dropping != NULL)
+			dropping(g);
 		grant_drop(g);
 	}
 }

@@ -62,9 +62,10 @@ struct grant *grant_bound(uint32_t role, const char *id);
 void grant_engine_gone(void);
 /*
  * The new engine is ready (it restored what it could): a grant it did not
- * claim is of a migration it did not take up, and is dropped.
+ * claim is of a migration it did not take up, and is dropped, dropping(g)
+ * called first (when not NULL).
  */
-void grant_drop_unclaimed(void);
+void grant_drop_unclaimed(void (*dropping)(struct grant *));
 /*
  * The migrations who may see: those it made, and those of processes it
  * could ptrace (authz_may_see() of old). *all is set for a caller who may

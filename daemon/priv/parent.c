@@ -83,7 +83,7 @@ engine_msg(struct imsg *m)
 			break;
 		/* It took up what it restores: the rest of the grants go. */
 		if (m->h.type == CTL_READY)
-			grant_drop_unclaimed();
+			grant_drop_unclaimed(record_remove);
 		snprintf(eng.status, sizeof(eng.status), "%.*s",
 			 (int)strnlen(st->line, sizeof(st->line)), st->line);
 		if (m->h.type == CTL_STATUS || eng.ready)

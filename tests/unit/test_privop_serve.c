@@ -632,7 +632,7 @@ test_claim(pid_t pid, struct grant *ex)
 
 	/* The new engine is ready: the unclaimed grant goes, not the rest. */
 	lost = nobody;
-	grant_drop_unclaimed();
+	grant_drop_unclaimed(record_remove);
 	CHECK(lost->dropped && !at->dropped && !ex->dropped);
 	CHECK(claim(ROLE_DEST, ID_B, pid, at->t.start, &fd, &a) == ENOENT);
 	if (ufd >= 0)
@@ -685,6 +685,7 @@ test_records(pid_t pid)
 	start = g->t.start;
 	CHECK(record_dir_open(dir) == 0);
 	grant_bind(g, ROLE_DEST, ID_C);
+	record_write(g);
 	CHECK(exists(dir, ID_C ".destination.grant"));
 	snprintf(path, sizeof(path), "%s/grants/%s", dir,
 		 ID_C ".destination.grant");
@@ -735,6 +736,7 @@ test_records(pid_t pid)
 	/* Stopping: a drop keeps the record; else it goes with the grant. */
 	if (again != NULL) {
 		record_keep_all();
+		record_remove(again);
 		grant_drop(again);
 		CHECK(exists(dir, ID_C ".destination.grant"));
 		record_dir_close();
@@ -742,8 +744,10 @@ test_records(pid_t pid)
 		CHECK(record_restore_all() == 1);
 		again = grant_bound(ROLE_DEST, ID_C);
 		CHECK(again != NULL);
-		if (again != NULL)
+		if (again != NULL) {
+			record_remove(again);
 			grant_drop(again);
+		}
 		CHECK(!exists(dir, ID_C ".destination.grant"));
 	}
 	record_dir_close();
