@@ -39,6 +39,8 @@ enum privop_type {
 	 * The last two are the destination's; the target's copy of its uffd
 	 * is closed only as the setup made it, while held or by injection.
 	 */
+	PRIVOP_CLAIM = 13,	 /* privop_claim, grant 0: a kept grant back */
+	PRIVOP_DEST_RETAKE = 14, /* privop_dest_retake: the target's uffd */
 };
 
 struct privop_hdr {
@@ -166,6 +168,39 @@ struct privop_dest_end {
  * PRIVOP_DEST_END's PRIVOP_DEST_RELEASE. PRIVOP_DEST_CLOSE closes the
  * copy given, as a target's.
  */
+
+/*
+ * A new engine takes up a migration from its state file (docs/privsep.md,
+ * "An engine restarted"): it asks for the grant the privileged part kept
+ * for it, named by the migration it is bound to (the header's grant is
+ * 0). The grant's process must be the pid and start time the file says,
+ * still one the grant's caller could ptrace, and the grant one of the
+ * role's (a source's is an export's, a destination's an attach's). The
+ * answer: privop_child_reply, the process's pidfd and /proc/PID/mem
+ * (read-only), as a control request brings them. ENOENT: no grant is
+ * bound to that migration (none kept: the whole daemon restarted).
+ */
+#define PRIVOP_ID_LEN 32 /* MIG_ID_LEN */
+
+struct privop_claim {
+	uint32_t role; /* enum mig_role */
+	int32_t pid;
+	uint64_t start; /* the process's start time, clock ticks */
+	char id[PRIVOP_ID_LEN + 1];
+	char pad[7];
+};
+
+/*
+ * A destination's target (or forked child) taken up again: its copy of
+ * its userfaultfd, at target_fd (the engine's state file says where),
+ * copied out by the privileged part, which checks it is a userfaultfd and
+ * that the grant's caller may still ptrace the process, and from then on
+ * closes it as a setup's (PRIVOP_DEST_CLOSE). The answer: the uffd.
+ */
+struct privop_dest_retake {
+	int32_t target_fd;
+	uint32_t pad;
+};
 
 /* The engine's end of the rpc socket pair. */
 void privop_init(int sock);

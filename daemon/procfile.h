@@ -2,9 +2,9 @@
  * Files of other processes (/proc/PID/maps, pagemap, map_files, mem) as
  * the engine gets them: the privileged part opens them for the grant that
  * covers the process (docs/privsep.md), the engine only reads (or writes)
- * through the descriptor. Without a grant (a daemon's own process, a
- * migration restored from its state file, no privileged part) the file
- * is opened here, by path, as before the split.
+ * through the descriptor. Without a grant (an orphaned forked child, a
+ * restored one that is not the target's own) the file is opened here, by
+ * path, as before the split.
  */
 #ifndef UFFDD_PROCFILE_H
 #define UFFDD_PROCFILE_H

@@ -13,6 +13,7 @@
 
 #include "daemon/compat.h"
 #include "daemon/imsg.h"
+#include "daemon/log.h"
 #include "daemon/privop.h"
 #include "daemon/procfile.h"
 #include "daemon/procref.h"
@@ -144,17 +145,20 @@ procref_signal(const struct procref *r, int sig)
 	return (int)syscall(SYS_pidfd_send_signal, r->pidfd, sig, NULL, 0);
 }
 
-int
-procref_child(struct procref *r, uint64_t parent, pid_t pid)
+/*
+ * Asks for a process with a grant (PRIVOP_CHILD, PRIVOP_CLAIM): the answer
+ * is its grant, start and probe, its pidfd and memory file.
+ */
+static int
+granted(struct procref *r, uint32_t type, uint64_t grant, const void *req,
+	size_t len, pid_t pid)
 {
-	struct privop_child req = {.pid = pid};
 	const struct privop_child_reply *a;
 	struct imsg rep;
 	int e;
 
 	*r = (struct procref)PROCREF_NONE;
-	if (privop_call(PRIVOP_CHILD, parent, &req, sizeof(req), NULL, 0, &rep,
-			NULL) < 0) {
+	if (privop_call(type, grant, req, len, NULL, 0, &rep, NULL) < 0) {
 		e = errno;
 		imsg_clear(&rep);
 		errno = e;
@@ -173,9 +177,76 @@ procref_child(struct procref *r, uint64_t parent, pid_t pid)
 	r->probe = a->probe;
 	r->grant = a->grant;
 	imsg_clear(&rep);
-	/* The privileged part opens the child's files for it too. */
+	/* The privileged part opens the process's files for it too. */
 	procfile_bind(pid, r->grant);
 	return 0;
+}
+
+int
+procref_child(struct procref *r, uint64_t parent, pid_t pid)
+{
+	struct privop_child req = {.pid = pid};
+
+	return granted(r, PRIVOP_CHILD, parent, &req, sizeof(req), pid);
+}
+
+int
+procref_claim(struct procref *r, int role, const char *id, pid_t pid,
+	      unsigned long long start)
+{
+	struct privop_claim req = {
+		.role = (uint32_t)role, .pid = pid, .start = start};
+
+	snprintf(req.id, sizeof(req.id), "%s", id);
+	return granted(r, PRIVOP_CLAIM, 0, &req, sizeof(req), pid);
+}
+
+int
+procref_restore(struct procref *r, int role, const char *id, pid_t pid,
+		unsigned long long start, char *err, size_t errlen)
+{
+	unsigned long long now;
+	int e;
+
+	if (procref_claim(r, role, id, pid, start) == 0)
+		return 0;
+	e = errno;
+	if (e != ENOENT) {
+		snprintf(err, errlen,
+			 "process %d: the privileged part kept its grant but "
+			 "refused it (%s)",
+			 (int)pid,
+			 e == ESRCH ? "the process is not the one checked any "
+				      "more"
+			 : e == EPERM ? "its caller may not ptrace it any more"
+				      : strerror(e));
+		r->pid = pid;
+		errno = e == EPERM ? EPERM : ESRCH;
+		return -1;
+	}
+	/*
+	 * The engine acts on a process only by a grant (docs/privsep.md):
+	 * none kept, for a process gone, or for one whose record was lost
+	 * (or written by no daemon: one older than the records).
+	 */
+	if (stat_fields(pid, (const int[]){22}, &now, 1) < 0)
+		snprintf(err, errlen, "process %d is gone", (int)pid);
+	else if (now != start)
+		snprintf(err, errlen,
+			 "pid %d now names another process (started at tick "
+			 "%llu, the %s at %llu): the %s exited and its pid was "
+			 "reused; process %d not touched",
+			 (int)pid, now,
+			 role /* ROLE_DEST */ ? "target" : "exported one",
+			 start, role ? "target" : "exported process", (int)pid);
+	else
+		snprintf(err, errlen,
+			 "process %d: no grant is kept for migration %s (the "
+			 "privileged part has no record of it): not taken up",
+			 (int)pid, log_id(id));
+	r->pid = pid;
+	errno = ESRCH;
+	return -1;
 }
 
 void

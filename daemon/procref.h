@@ -64,6 +64,21 @@ int procref_signal(const struct procref *, int sig);
  * caller could ptrace). 0, or -1 with errno set.
  */
 int procref_child(struct procref *, uint64_t parent, pid_t pid);
+/*
+ * In a new engine: process pid (started at start) of migration (role, id)
+ * restored from its state file, by the grant the privileged part kept for
+ * that migration (privop.h, PRIVOP_CLAIM). 0, or -1 with errno set
+ * (ENOENT: no grant is kept for it).
+ */
+int procref_claim(struct procref *, int role, const char *id, pid_t pid,
+		  unsigned long long start);
+/*
+ * The same, with err filled when it fails: -1 with errno EPERM (the
+ * grant's caller may not ptrace the process any more) or ESRCH (no grant
+ * kept, or its process is gone or not the one checked).
+ */
+int procref_restore(struct procref *, int role, const char *id, pid_t pid,
+		    unsigned long long start, char *err, size_t errlen);
 /* Moves the reference out of src (which is left closed). */
 void procref_move(struct procref *dst, struct procref *src);
 void procref_close(struct procref *);

@@ -4,9 +4,11 @@
  * has it make its userfaultfd and hands ours over, empties each region
  * (we register it in between, every thread still stopped), then holds or
  * lets it go; later it closes the target's copy and releases a kept one.
- * A forked child with a grant of its own gets its copy from it too.
- * A process without a grant (a restored migration's) is injected into
- * here, as before the split (target.c).
+ * A forked child with a grant of its own gets its copy from it too, and
+ * a new engine gets a restored target's again by the grant it claimed.
+ * A process without a grant (an orphan, a restored forked child that is
+ * not the target's own) is injected into here, as before the split
+ * (target.c).
  */
 #include "config.h"
 
@@ -233,4 +235,24 @@ dest_grant_child(struct dest *k)
 		log_warnx("migration %s: forked process %d holds no copy of "
 			  "its uffd: %s",
 			  log_id(k->root->m->id), (int)k->m->pid, err);
+}
+
+int
+dest_grant_retake(uint64_t grant, int target_fd, char *err, size_t errlen)
+{
+	struct privop_dest_retake r = {.target_fd = target_fd};
+	struct imsg rep;
+	int fd = -1;
+
+	if (privop_call(PRIVOP_DEST_RETAKE, grant, &r, sizeof(r), NULL, 0, &rep,
+			NULL) < 0)
+		why(&rep, errno, err, errlen, "its userfaultfd");
+	else if (rep.nfd != 1)
+		snprintf(err, errlen,
+			 "its userfaultfd: an answer that does "
+			 "not hold together");
+	else
+		fd = imsg_take_fd(&rep, 0);
+	imsg_clear(&rep);
+	return fd;
 }

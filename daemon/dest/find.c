@@ -125,7 +125,12 @@ dest_child_open(struct dest *k, pid_t pid)
 	 */
 	if (parent != 0 && privop_available() &&
 	    !dest_proc_gone(k->kin.parent_pid)) {
-		if ((rc = procref_child(&k->t, parent, pid)) < 0)
+		rc = procref_child(&k->t, parent, pid);
+		/* Its parent exited meanwhile: an orphan after all. */
+		if (rc < 0 && (errno == ESRCH || errno == EPERM) &&
+		    dest_proc_gone(k->kin.parent_pid))
+			rc = procref_open(&k->t, pid, err, sizeof(err));
+		else if (rc < 0)
 			log_warnx("migration %s: forked process %d: %s",
 				  log_id(k->root->m->id), (int)pid,
 				  errno == EPERM ? "not its parent's child, or "

@@ -381,6 +381,12 @@ int dest_grant_discard(struct dest *, uint64_t start, uint64_t length, int shm,
 int dest_grant_end(struct dest *, uint32_t how, char *err, size_t errlen);
 void dest_grant_close(struct dest *);
 void dest_grant_child(struct dest *k);
+/*
+ * A restored target's (or forked child's) uffd, its copy at target_fd
+ * taken again by the privileged part for grant: the descriptor, or -1
+ * with err filled.
+ */
+int dest_grant_retake(uint64_t grant, int target_fd, char *err, size_t errlen);
 
 /* regions.c */
 uint64_t dest_present_total(const struct dest *);

@@ -1,12 +1,15 @@
 /*
  * After a daemon restart: a destination migration taken up again from its
- * state file (saved.c reads it). The target's uffd is copied again from
- * the target (it kept its copy: docs/design.md), the page states are
- * rebuilt from its pagemap and the saved discards, the forked children the
- * file names are taken up likewise, and the lanes reconnect (a resume).
+ * state file (saved.c reads it), by the grant the privileged part kept for
+ * it (docs/privsep.md). The target's uffd is copied again from the target
+ * by the privileged part (it kept its copy: docs/design.md), the page
+ * states are rebuilt from its pagemap and the saved discards, the forked
+ * children the file names are taken up likewise, and the lanes reconnect
+ * (a resume).
  */
 #include "config.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,7 @@
 #include "daemon/log.h"
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
+#include "daemon/proc.h"
 #include "daemon/probe.h"
 #include "daemon/state.h"
 #include "daemon/stats.h"
@@ -154,11 +158,25 @@ restore_target(struct dest *d, const struct saved *sv, const char *file)
 {
 	unsigned long long now = 0;
 	pid_t pid = sv->pid;
-	char err[128];
+	char err[256];
 
 	d->gone = sv->gone;
-	if (!d->gone && procref_open(&d->t, pid, err, sizeof(err)) == 0)
+	/* By the grant the privileged part kept, when it kept one. */
+	if (!d->gone && procref_restore(&d->t, ROLE_DEST, sv->id, pid,
+					sv->start, err, sizeof(err)) == 0)
 		now = d->t.start;
+	else if (!d->gone) {
+		int e = errno;
+
+		log_warnx("%s: %s", file, err);
+		/*
+		 * Its forked children are taken up without it only if it is
+		 * gone, not for a target that lives on without its grant.
+		 */
+		if (e == EPERM || sv->nkids == 0 ||
+		    proc_start(pid) == sv->start)
+			return -1;
+	}
 	if (!d->gone && now != 0 && now != sv->start) {
 		log_warnx("%s: pid %d now names another process (started at "
 			  "tick %llu, the target at %llu): the target exited "
@@ -176,8 +194,14 @@ restore_target(struct dest *d, const struct saved *sv, const char *file)
 			  file, (int)pid);
 		return -1;
 	}
-	if (now != 0)
+	if (now != 0 && dest_by_grant(d)) {
+		d->uffd = dest_grant_retake(d->t.grant, sv->tfd, err,
+					    sizeof(err));
+		if (d->uffd < 0)
+			log_warnx("%s: process %d: %s", file, (int)pid, err);
+	} else if (now != 0) {
 		d->uffd = take_uffd(d->t.pidfd, sv->tfd);
+	}
 	if (!d->gone && d->uffd < 0 && sv->nkids > 0 &&
 	    (now == 0 || dest_proc_gone(pid))) {
 		/* It exited while no daemon ran: as root_gone(). */
@@ -314,18 +338,31 @@ restore_child(struct dest *root, const char *file, const struct saved_kid *sk,
 {
 	struct procref t;
 	unsigned long long now = 0;
-	char err[128];
+	char err[256] = "";
 	struct dest *k;
-	int ufd = -1;
+	int ufd = -1, byg = 0;
 
-	if (procref_open(&t, sk->pid, err, sizeof(err)) == 0)
+	/*
+	 * The root's grant opens a child of its process as a grant of its
+	 * own; one that is not (a grandchild, an orphan) is opened here.
+	 */
+	if (dest_by_grant(root) &&
+	    procref_child(&t, root->t.grant, sk->pid) == 0) {
 		now = t.start;
+		byg = 1;
+	} else if (procref_open(&t, sk->pid, err, sizeof(err)) == 0) {
+		now = t.start;
+	}
 	if (now != 0 && now != sk->start)
 		log_warnx("%s: pid %d now names another process (started at "
 			  "tick %llu, the forked one at %llu); not restored, "
 			  "not touched",
 			  file, (int)sk->pid, now, sk->start);
-	else if (now != 0 && authz_allows(&root->owner, &t))
+	else if (now != 0 && byg &&
+		 (ufd = dest_grant_retake(t.grant, sk->tfd, err, sizeof(err))) <
+			 0)
+		log_warnx("%s: forked process %d: %s", file, (int)sk->pid, err);
+	else if (now != 0 && !byg && authz_allows(&root->owner, &t))
 		ufd = take_uffd(t.pidfd, sk->tfd);
 	if (ufd < 0) {
 		procref_close(&t);

@@ -5,8 +5,9 @@
  * registered, and it is let go (or held: tracee.h, hold.c). At the end its
  * own copy of the uffd is closed the same way. A root target held by
  * grant has all of this done by the privileged part (bygrant.c); the
- * injections here are for a process without one (a restored migration's)
- * and forked children.
+ * injections here are for a process without one: an orphaned forked
+ * child, or a restored one that is not the target's own (docs/privsep.md,
+ * stage 3).
  */
 #include "config.h"
 

@@ -25,6 +25,7 @@
 #include "daemon/imsg.h"
 #include "daemon/priv/ctlsock.h"
 #include "daemon/priv/grant.h"
+#include "daemon/priv/record.h"
 #include "daemon/conffile.h"
 #include "daemon/conn.h"
 #include "daemon/log.h"
@@ -378,12 +379,17 @@ ctlsock_engine_msg(struct imsg *m)
 	case CTL_BIND:
 		b = imsg_payload(m, sizeof(*b));
 		if (b != NULL && (g = grant_find(m->h.id)) != NULL &&
-		    b->role <= ROLE_DEST && memchr(b->id, 0, sizeof(b->id)))
+		    b->role <= ROLE_DEST && memchr(b->id, 0, sizeof(b->id))) {
 			grant_bind(g, b->role, b->id);
+			/* Bound: it survives a restart of the daemon. */
+			record_write(g);
+		}
 		break;
 	case CTL_DROP:
-		if ((g = grant_find(m->h.id)) != NULL)
+		if ((g = grant_find(m->h.id)) != NULL) {
+			record_remove(g);
 			grant_drop(g);
+		}
 		break;
 	default:
 		log_warnx("engine: unexpected control message %u",

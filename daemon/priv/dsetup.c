@@ -546,6 +546,47 @@ dsetup_child_hold(struct call *c)
 }
 
 /*
+ * A target, or a forked child, taken up by a new engine (privop.h,
+ * PRIVOP_DEST_RETAKE): its copy of its uffd copied out again, once a
+ * grant, and only a userfaultfd of a process still the one checked and
+ * one the grant's caller may ptrace. It is then closed as a setup's.
+ */
+int
+dsetup_retake(struct call *c)
+{
+	const struct privop_dest_retake *r = c->req;
+	int fd;
+
+	why[0] = '\0';
+	if (c->len != sizeof(*r) || r->pad != 0)
+		return EBADMSG;
+	if (r->target_fd < 0)
+		return EINVAL;
+	if (c->g->frame_type != FRAME_CTL_ATTACH)
+		return EPERM;
+	if (find(c->g->id) != NULL)
+		return EALREADY;
+	if (c->g->t.pid <= 0 || !procref_same(&c->g->t))
+		return ESRCH;
+	if (!authz_allows(&c->g->who, &c->g->t))
+		return EPERM;
+	fd = (int)syscall(SYS_pidfd_getfd, c->g->t.pidfd, r->target_fd, 0);
+	if (fd < 0)
+		return errno;
+	/* An exec in between closed it (O_CLOEXEC): not the same any more. */
+	if (!is_uffd(fd) || !procref_same(&c->g->t)) {
+		close(fd);
+		snprintf(why, sizeof(why),
+			 "fd %d of process %d is not its userfaultfd any more",
+			 r->target_fd, (int)c->g->t.pid);
+		return failed(c, EBADF);
+	}
+	new_setup(c->g)->target_fd = r->target_fd;
+	c->fd = fd;
+	return 0;
+}
+
+/*
  * What s holds ends. kill: as the kernel would have killed it when the
  * tracer died (PTRACE_O_EXITKILL): a sole target, a pre-copy's.
  */

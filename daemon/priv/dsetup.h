@@ -18,6 +18,7 @@ int dsetup_end(struct call *);
 int dsetup_close(struct call *);
 int dsetup_child_uffd(struct call *);
 int dsetup_child_hold(struct call *);
+int dsetup_retake(struct call *);
 
 /*
  * Ends what a grant that is gone or dropped left open: its threads let

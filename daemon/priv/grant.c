@@ -96,6 +96,51 @@ grant_free_all(void)
 		grant_free(g);
 }
 
+struct grant *
+grant_bound(uint32_t role, const char *id)
+{
+	struct grant *g;
+
+	TAILQ_FOREACH (g, &grants, link) {
+		if (g->dropped)
+			continue;
+		for (size_t i = 0; i < g->nbinds; i++)
+			if (g->binds[i].role == role &&
+			    strcmp(g->binds[i].id, id) == 0)
+				return g;
+	}
+	return NULL;
+}
+
+void
+grant_engine_gone(void)
+{
+	struct grant *g;
+
+	TAILQ_FOREACH (g, &grants, link)
+		if (!g->dropped)
+			g->unclaimed = 1;
+}
+
+void
+grant_drop_unclaimed(void (*dropping)(struct grant *))
+{
+	struct grant *g, *next;
+
+	for (g = TAILQ_FIRST(&grants); g != NULL; g = next) {
+		next = TAILQ_NEXT(g, link);
+		if (g->dropped || !g->unclaimed)
+			continue;
+		log_info("grant %llu (process %d): not taken up by the new "
+			 "engine; let go",
+			 (unsigned long long)g->id, (int)g->t.pid);
+		g->unclaimed = 0;
+		if (dropping != NULL)
+			dropping(g);
+		grant_drop(g);
+	}
+}
+
 /*
  * Whether who may see grant g's migrations: it made them, or it could
  * ptrace the process (still the one checked when the grant was made).

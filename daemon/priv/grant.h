@@ -31,6 +31,13 @@ struct grant {
 	size_t nbinds;
 	int dropped;	 /* the engine holds nothing of it: kept for status */
 	uint64_t parent; /* a forked child's (PRIVOP_CHILD): its parent's */
+	/*
+	 * Its engine died: the new one takes it back (PRIVOP_CLAIM) while
+	 * it restores, or it is dropped once that engine is ready.
+	 */
+	int unclaimed;
+	/* Its record's file name (record.h), or empty: none written. */
+	char record[MIG_ID_LEN + 24];
 };
 
 /* A new grant: t (may be PROCREF_NONE) is moved into it. */
@@ -46,6 +53,19 @@ void grant_free(struct grant *);
  */
 void grant_drop(struct grant *);
 void grant_free_all(void);
+/*
+ * The live grant bound to migration (role, id), or NULL: the one a new
+ * engine takes back for a migration it restores.
+ */
+struct grant *grant_bound(uint32_t role, const char *id);
+/* The engine died: every live grant waits to be claimed by the next. */
+void grant_engine_gone(void);
+/*
+ * The new engine is ready (it restored what it could): a grant it did not
+ * claim is of a migration it did not take up, and is dropped, dropping(g)
+ * called first (when not NULL).
+ */
+void grant_drop_unclaimed(void (*dropping)(struct grant *));
 /*
  * The migrations who may see: those it made, and those of processes it
  * could ptrace (authz_may_see() of old). *all is set for a caller who may

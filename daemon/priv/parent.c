@@ -35,6 +35,7 @@
 #include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
 #include "daemon/priv/parent.h"
+#include "daemon/priv/record.h"
 #include "daemon/priv/serve.h"
 #include "daemon/tls.h"
 #include "daemon/tracee.h"
@@ -80,6 +81,9 @@ engine_msg(struct imsg *m)
 	case CTL_STATUS:
 		if ((st = imsg_payload(m, sizeof(*st))) == NULL)
 			break;
+		/* It took up what it restores: the rest of the grants go. */
+		if (m->h.type == CTL_READY)
+			grant_drop_unclaimed(record_remove);
 		snprintf(eng.status, sizeof(eng.status), "%.*s",
 			 (int)strnlen(st->line, sizeof(st->line)), st->line);
 		if (m->h.type == CTL_STATUS || eng.ready)
@@ -222,6 +226,8 @@ engine_ended(int st)
 	engine_close();
 	/* Its destinations' holds end as they would have with it. */
 	dsetup_engine_gone();
+	/* Its grants wait for the next engine (PRIVOP_CLAIM). */
+	grant_engine_gone();
 	if (eng.stopping) {
 		/* A stop that went wrong is the daemon's exit status too. */
 		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -296,6 +302,8 @@ on_term(evutil_socket_t sig, short ev, void *arg)
 	notify_send("STOPPING=1");
 	log_info("signal %d: shutting down", (int)sig);
 	eng.stopping = 1;
+	/* The engine saves its migrations: their grants are kept for them. */
+	record_keep_all();
 	if (eng.pid < 0) {
 		event_base_loopexit(base, NULL);
 		return;
@@ -412,6 +420,13 @@ parent_main(int argc, char **argv)
 	}
 	eng.restart_ev = event_new(base, -1, 0, restart_cb, NULL);
 	eng.stop_ev = evtimer_new(base, stop_late, NULL);
+	/*
+	 * The last daemon's grants, before the engine restores its
+	 * migrations: it takes each up by its grant, as after its own death.
+	 */
+	if (record_dir_open(conf.state_dir) == 0 && record_restore_all() > 0)
+		log_info("grants of the last daemon opened again; the engine "
+			 "takes their migrations up");
 	if (engine_start() < 0)
 		fatal("starting the engine");
 	notify_watchdog_start(base, status_line);
@@ -423,6 +438,7 @@ parent_main(int argc, char **argv)
 	engine_close();
 	ctlsock_close();
 	grant_free_all();
+	record_dir_close();
 	conn_free_finishing();
 	for (int i = 0; signos[i]; i++)
 		event_free(sigs[i]);

@@ -22,6 +22,7 @@
 #include "daemon/imsg.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+#include "daemon/migration.h"
 #include "daemon/inject.h"
 #include "daemon/privop.h"
 #include "daemon/proc.h"
@@ -235,6 +236,49 @@ do_child(struct call *c)
 	return 0;
 }
 
+/*
+ * A new engine takes back the grant of a migration it restores from its
+ * state file (privop.h, PRIVOP_CLAIM): only a live grant of the role's
+ * request, bound to that migration, whose process is still the one
+ * checked, at the pid and start time the engine names, and one its caller
+ * may still ptrace (it may have run a setuid program while no engine
+ * watched). The engine gets the pidfd and memory file again.
+ */
+static int
+do_claim(struct call *c)
+{
+	const struct privop_claim *r = c->req;
+	static struct privop_child_reply a;
+	struct grant *g;
+
+	if (c->len != sizeof(*r) || c->h->grant != 0)
+		return EBADMSG;
+	if (r->role > ROLE_DEST || memchr(r->id, 0, sizeof(r->id)) == NULL ||
+	    r->pid <= 1)
+		return EINVAL;
+	if ((g = grant_bound(r->role, r->id)) == NULL)
+		return ENOENT;
+	if (g->frame_type !=
+	    (r->role == ROLE_SOURCE ? FRAME_CTL_EXPORT : FRAME_CTL_ATTACH))
+		return EPERM;
+	if (g->t.pid != r->pid || g->t.start != r->start)
+		return EINVAL;
+	if (!procref_same(&g->t))
+		return ESRCH;
+	if (!authz_allows(&g->who, &g->t))
+		return EPERM;
+	c->fd = dup(g->t.pidfd);
+	c->fd2 = dup(g->t.memfd);
+	if (c->fd < 0 || c->fd2 < 0)
+		return EMFILE; /* the descriptors closed by serve_one() */
+	g->unclaimed = 0;
+	a = (struct privop_child_reply){
+		.grant = g->id, .start = g->t.start, .probe = g->t.probe};
+	c->out = &a;
+	c->outlen = sizeof(a);
+	return 0;
+}
+
 /* The operations, by type: each answers an errno value (0: done). */
 static int (*const ops[])(struct call *) = {
 	[PRIVOP_SIGNAL] = do_signal,
@@ -249,6 +293,8 @@ static int (*const ops[])(struct call *) = {
 	[PRIVOP_DEST_CLOSE] = dsetup_close,
 	[PRIVOP_CHILD_UFFD] = dsetup_child_uffd,
 	[PRIVOP_CHILD_HOLD] = dsetup_child_hold,
+	[PRIVOP_CLAIM] = do_claim,
+	[PRIVOP_DEST_RETAKE] = dsetup_retake,
 };
 
 static void
@@ -267,6 +313,8 @@ serve_one(int sock, struct imsg *m)
 		if (c.h->type >= sizeof(ops) / sizeof(ops[0]) ||
 		    ops[c.h->type] == NULL)
 			err = EOPNOTSUPP;
+		else if (c.h->type == PRIVOP_CLAIM)
+			err = do_claim(&c); /* a migration's, by its ID */
 		else if ((c.g = grant_find(c.h->grant)) == NULL || c.g->dropped)
 			err = ESRCH;
 		else

@@ -449,12 +449,20 @@ source_restore(struct state_tbl *t)
 	}
 	if (!same_process(file, &sv))
 		goto out;
-	/* Opened now, and still the process that started then. */
-	if (procref_open(&p, sv.pid, err, sizeof(err)) < 0 ||
+	/*
+	 * Opened now, and still the process that started then: by the grant
+	 * the privileged part kept (a restarted engine acts on it only so).
+	 */
+	if (procref_restore(&p, ROLE_SOURCE, sv.id, sv.pid, sv.start, err,
+			    sizeof(err)) < 0 ||
 	    p.start != sv.start) {
-		log_warnx("%s: source process %d is gone; export %s not taken "
-			  "up",
-			  file, (int)sv.pid, log_id(sv.id));
+		if (p.pidfd >= 0)
+			snprintf(err, sizeof(err),
+				 "pid %d names another "
+				 "process now",
+				 (int)sv.pid);
+		log_warnx("%s: export %s not taken up: %s", file, log_id(sv.id),
+			  err);
 		procref_close(&p);
 		goto out;
 	}

@@ -26,6 +26,10 @@ for kind in tmpfs anon; do
 		kill_daemon src
 		grep -q '^name\.0=guest-ram0$' "$F" || fail "no name in the state file: $(cat "$F")"
 		cp -p "$F" "$T/pristine"
+		# The privileged part's record of the export's grant, put back
+		# with the file: a refused file's grant is dropped with it.
+		cp -p "$T/src.state/grants/$ID.source.grant" "$T/pristine.grant" ||
+			fail "no record of the export's grant"
 		sed -i 's/^name\.0=.*/name.0=guest%1Bram0/' "$F"
 		state_resum "$F"
 		restart_daemon src
@@ -35,6 +39,7 @@ for kind in tmpfs anon; do
 		kill_daemon src
 		rm -f "$F.refused"
 		cp -p "$T/pristine" "$F"
+		cp -p "$T/pristine.grant" "$T/src.state/grants/"
 		sed -i "s/^name_at\.0=.*/name_at.0=$((A + 4096))/" "$F"
 		state_resum "$F"
 		restart_daemon src
@@ -42,6 +47,7 @@ for kind in tmpfs anon; do
 			fail "a name for no region was taken: $(tail -n 3 "$T/src.log")"
 		kill_daemon src
 		cp -p "$T/pristine" "$F"
+		cp -p "$T/pristine.grant" "$T/src.state/grants/"
 		restart_daemon src
 		grep -q "restored export ${ID:0:8}" "$T/src.log" ||
 			fail "the export was not restored: $(cat "$T/src.log")"

@@ -185,5 +185,8 @@ n=$(grep -c "unknown migration ID ${NID:0:8}" "$T/src.log")
 CID=$(src export "$WC" --deferred)
 stop_daemon src
 [ "$(proc_state "$WC")" != T ] || fail "a stopped daemon left the deferred export's process stopped"
-ls "$(state_dir src)" 2>/dev/null | grep -q . && fail "state files of a deferred export: $(ls "$(state_dir src)")"
+# (grants/ is the privileged part's: a record of the grant stays, which
+# the next daemon drops when its engine takes nothing up by it.)
+ls "$(state_dir src)" 2>/dev/null | grep -v '^grants$' | grep -q . &&
+	fail "state files of a deferred export: $(ls "$(state_dir src)")"
 info "daemon stopped with a deferred export: process runs, no state file"

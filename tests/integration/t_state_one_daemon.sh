@@ -47,8 +47,10 @@ H_DST=$(dst_hash H_SRC "$WD" "$BASE" "$END")
 [ "$H_SRC" = "$H_DST" ] || fail "destination differs from the source after the restart"
 info "both ends restored by one daemon; $(grep '^verified' "$T/WD.out")"
 # The outcome stays, as ID.destination.ended (docs/state-files.md).
-[ -z "$(ls "$D" | grep -v "^$ID\.destination\.ended$")" ] ||
+[ -z "$(ls "$D" | grep -v -e "^$ID\.destination\.ended$" -e '^grants$')" ] ||
 	fail "state files left after completion: $(ls "$D")"
+# The privileged part's records of both ends' grants go with them.
+[ -z "$(ls "$D/grants")" ] || fail "grant records left after completion: $(ls "$D/grants")"
 kill "$WD"
 
 # A file named for one role that holds the other is refused, unread.

@@ -20,6 +20,10 @@ sleep 1.5
 kill_daemon dst
 F=$(state_dir dst)/$ID.destination.state
 cp -p "$F" "$T/pristine"
+# The privileged part's record of the attach's grant: a refused file's
+# grant is dropped with it, so the untouched file comes back with it.
+G=$T/dst.state/grants/$ID.destination.grant
+cp -p "$G" "$T/pristine.grant" || fail "no record of the attach's grant"
 head -n 1 "$F" | grep -q '^uffdd-state 1$' || fail "no version line first: $(head -n 3 "$F")"
 tail -n 1 "$F" | grep -qE '^sha256 [0-9a-f]{64}$' || fail "no checksum line last: $(tail -n 1 "$F")"
 
@@ -64,6 +68,7 @@ tampered "an unknown key" "unknown record target_pid" \
 	'/^target_fd=/ s/^target_fd=/target_pid=/' resum
 
 cp -p "$T/pristine" "$F"
+cp -p "$T/pristine.grant" "$G"
 restart_daemon dst
 grep -q "restored migration ${ID:0:8}.* into process $WD" "$T/dst.log" ||
 	fail "the untouched file was not restored: $(tail -n 5 "$T/dst.log")"

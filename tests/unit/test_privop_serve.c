@@ -11,11 +11,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <event2/event.h>
@@ -28,6 +30,7 @@
 #include "daemon/privop.h"
 #include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
+#include "daemon/priv/record.h"
 #include "daemon/priv/serve.h"
 #include "daemon/tracee.h"
 #include "daemon/uffd.h"
@@ -521,6 +524,246 @@ test_refused(struct grant *ex, struct grant *at)
 	      EBADMSG);
 }
 
+static int
+claim(uint32_t role, const char *id, pid_t pid, uint64_t start, int *fd,
+      struct privop_child_reply *a)
+{
+	struct privop_claim r = {.role = role, .pid = pid, .start = start};
+	void *data = NULL;
+	size_t dlen = 0;
+	int err;
+
+	snprintf(r.id, sizeof(r.id), "%s", id);
+	err = ask(0, PRIVOP_CLAIM, &r, sizeof(r), fd, &data, &dlen);
+	if (err == 0) {
+		CHECK(dlen == sizeof(*a) && data != NULL);
+		if (data != NULL && dlen == sizeof(*a))
+			memcpy(a, data, sizeof(*a));
+	}
+	free(data);
+	return err;
+}
+
+static int
+retake(uint64_t grant, int target_fd, int *fd)
+{
+	struct privop_dest_retake r = {.target_fd = target_fd};
+
+	return ask(grant, PRIVOP_DEST_RETAKE, &r, sizeof(r), fd, NULL, NULL);
+}
+
+#define ID_A "0123456789abcdef0123456789abcdef"
+#define ID_B "fedcba9876543210fedcba9876543210"
+#define ID_C "c0ffeec0ffeec0ffeec0ffeec0ffee00"
+
+/*
+ * A new engine takes back a grant by the migration bound to it, once its
+ * engine died: only the role's, only at the pid and start the engine
+ * names, only for a caller who may still ptrace the process; then the
+ * target's copy of its uffd again, once, only a userfaultfd. A grant not
+ * claimed when the engine is ready is dropped.
+ */
+static void
+test_claim(pid_t pid, struct grant *ex)
+{
+	struct grant *at = grant_of(pid, FRAME_CTL_ATTACH), *lost;
+	struct grant *nobody = grant_by(pid, FRAME_CTL_ATTACH, 65534);
+	struct privop_child_reply a;
+	struct privop_claim r = {.role = ROLE_DEST, .pid = pid};
+	int fd = -1, ufd = -1, tfd;
+
+	CHECK((tfd = dest_setup(at->id, pid, &ufd)) >= 0);
+	CHECK(dest_end(at->id, PRIVOP_DEST_GO, 0) == 0);
+	grant_bind(at, ROLE_DEST, ID_A);
+	grant_bind(ex, ROLE_SOURCE, ID_B);
+	grant_bind(nobody, ROLE_DEST, ID_B);
+	/* The engine dies: its setups end, its grants wait. */
+	dsetup_engine_gone();
+	grant_engine_gone();
+	CHECK(at->unclaimed && ex->unclaimed);
+
+	snprintf(r.id, sizeof(r.id), "%s", ID_A);
+	r.start = at->t.start;
+	CHECK(ask(0, PRIVOP_CLAIM, &r, sizeof(r) - 1, &fd, NULL, NULL) ==
+	      EBADMSG);
+	CHECK(ask(at->id, PRIVOP_CLAIM, &r, sizeof(r), &fd, NULL, NULL) ==
+	      EBADMSG);			 /* it names a migration, not a grant */
+	memset(r.id, 'a', sizeof(r.id)); /* no nul */
+	CHECK(ask(0, PRIVOP_CLAIM, &r, sizeof(r), &fd, NULL, NULL) == EINVAL);
+	CHECK(claim(2, ID_A, pid, at->t.start, &fd, &a) == EINVAL);
+	/* Unknown migration; the wrong role's; not the process named. */
+	CHECK(claim(ROLE_SOURCE, ID_A, pid, at->t.start, &fd, &a) == ENOENT);
+	CHECK(claim(ROLE_DEST, "00000000000000000000000000000000", pid,
+		    at->t.start, &fd, &a) == ENOENT);
+	grant_bind(at, ROLE_SOURCE, ID_A); /* an attach's, not an export's */
+	CHECK(claim(ROLE_SOURCE, ID_A, pid, at->t.start, &fd, &a) == EPERM);
+	CHECK(claim(ROLE_DEST, ID_A, pid, at->t.start + 1, &fd, &a) == EINVAL);
+	CHECK(claim(ROLE_DEST, ID_A, pid + 1, at->t.start, &fd, &a) == EINVAL);
+	CHECK(fd < 0);
+	/* A caller who may not ptrace the process any more (or never). */
+	CHECK(claim(ROLE_DEST, ID_B, pid, at->t.start, &fd, &a) == EPERM);
+	CHECK(nobody->unclaimed);
+
+	CHECK(claim(ROLE_DEST, ID_A, pid, at->t.start, &fd, &a) == 0);
+	CHECK(fd >= 0 && a.grant == at->id && a.start == at->t.start &&
+	      a.probe == at->t.probe && !at->unclaimed);
+	if (fd >= 0)
+		close(fd);
+	CHECK(claim(ROLE_SOURCE, ID_B, pid, ex->t.start, &fd, &a) == 0);
+	CHECK(a.grant == ex->id && !ex->unclaimed);
+	if (fd >= 0)
+		close(fd);
+
+	/* The target's uffd again: an attach's, a userfaultfd, once. */
+	CHECK(retake(ex->id, tfd, &fd) == EPERM);
+	CHECK(retake(at->id, -1, &fd) == EINVAL);
+	CHECK(retake(at->id, 0, &fd) == EBADF); /* its stdin */
+	CHECK(retake(at->id, 999, &fd) == EBADF);
+	CHECK(fd < 0);
+	CHECK(retake(at->id, tfd, &fd) == 0);
+	CHECK(fd >= 0 && uffd_register(fd, 0, 0, 0, NULL) < 0 &&
+	      errno == EINVAL); /* a uffd: the ioctl is known */
+	if (fd >= 0)
+		close(fd);
+	CHECK(retake(at->id, tfd, &fd) == EALREADY);
+	/* Closed as a setup's copy. */
+	CHECK(ask(at->id, PRIVOP_DEST_CLOSE, NULL, 0, NULL, NULL, NULL) == 0);
+	CHECK(!has_fd(pid, tfd));
+
+	/* The new engine is ready: the unclaimed grant goes, not the rest. */
+	lost = nobody;
+	grant_drop_unclaimed(record_remove);
+	CHECK(lost->dropped && !at->dropped && !ex->dropped);
+	CHECK(claim(ROLE_DEST, ID_B, pid, at->t.start, &fd, &a) == ENOENT);
+	if (ufd >= 0)
+		close(ufd);
+}
+
+/* Writes text into the records directory as name, with mode and owner. */
+static void
+put_record(const char *dir, const char *name, const char *text, mode_t mode,
+	   uid_t uid)
+{
+	char path[512];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/grants/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0 &&
+	      write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	CHECK(fchmod(fd, mode) == 0 && fchown(fd, uid, uid) == 0);
+	close(fd);
+}
+
+static int
+exists(const char *dir, const char *name)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/grants/%s", dir, name);
+	return access(path, F_OK) == 0;
+}
+
+/*
+ * Grant records: a bound grant is written; a restarted privileged part
+ * opens it again if its process is the one recorded and its caller may
+ * ptrace it, and removes a record of a process gone or changed; a record
+ * that is not its own (owner, mode) or does not parse is ignored. Drops
+ * keep their records while the daemon stops.
+ */
+static void
+test_records(pid_t pid)
+{
+	char dir[] = "/tmp/test_privop_records.XXXXXX", text[700], path[600];
+	struct grant *g, *again = NULL, *o;
+	unsigned long long start;
+	struct stat st;
+	int n;
+
+	CHECK(mkdtemp(dir) != NULL);
+	g = grant_of(pid, FRAME_CTL_ATTACH);
+	start = g->t.start;
+	CHECK(record_dir_open(dir) == 0);
+	grant_bind(g, ROLE_DEST, ID_C);
+	record_write(g);
+	CHECK(exists(dir, ID_C ".destination.grant"));
+	snprintf(path, sizeof(path), "%s/grants/%s", dir,
+		 ID_C ".destination.grant");
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+	/* The daemon dies: its grants go, the record stays. */
+	grant_free(g);
+	CHECK(exists(dir, ID_C ".destination.grant"));
+
+	/* Not ours, another process, no right, not parsing: not granted. */
+	snprintf(text, sizeof(text),
+		 "uffdd-grant 1\nrequest %u\ncaller 0 0 1 1\n"
+		 "process %d %llu\nbind 1 " ID_B "\n",
+		 (unsigned)FRAME_CTL_ATTACH, (int)pid, start);
+	put_record(dir, "b.grant", text, 0600, 65534); /* another's */
+	put_record(dir, "c.grant", text, 0644, 0);     /* others read it */
+	put_record(dir, "d.grant", "uffdd-grant 1\nrequest 1\n", 0600, 0);
+	put_record(dir, "e.grant", "bind 1 xyz\n", 0600, 0);
+	put_record(dir, "f.grant.tmp", text, 0600, 0); /* a write cut */
+	snprintf(text, sizeof(text),
+		 "uffdd-grant 1\nrequest %u\ncaller 0 0 1 1\n"
+		 "process %d %llu\nbind 1 " ID_B "\n",
+		 (unsigned)FRAME_CTL_ATTACH, (int)pid, start + 1);
+	put_record(dir, "g.grant", text, 0600, 0); /* started otherwise */
+	snprintf(text, sizeof(text),
+		 "uffdd-grant 1\nrequest %u\ncaller 65534 65534 1 0\n"
+		 "process %d %llu\nbind 1 " ID_B "\n",
+		 (unsigned)FRAME_CTL_ATTACH, (int)pid, start);
+	put_record(dir, "h.grant", text, 0600, 0); /* may not ptrace it */
+
+	record_dir_close();
+	CHECK(record_dir_open(dir) == 0);
+	n = record_restore_all();
+	CHECK(n == 1);
+	for (uint64_t id = 1; id < 1000; id++)
+		if ((o = grant_find(id)) != NULL && !o->dropped &&
+		    o->nbinds == 1 && strcmp(o->binds[0].id, ID_C) == 0)
+			again = o;
+	CHECK(again != NULL && again->unclaimed && again->t.pid == pid &&
+	      again->t.start == start &&
+	      again->frame_type == FRAME_CTL_ATTACH &&
+	      again->binds[0].role == ROLE_DEST && again->who.privileged);
+	CHECK(grant_bound(ROLE_DEST, ID_B) == NULL);
+	CHECK(exists(dir, "b.grant") && exists(dir, "c.grant") &&
+	      exists(dir, "d.grant") && exists(dir, "e.grant"));
+	CHECK(!exists(dir, "f.grant.tmp") && !exists(dir, "g.grant") &&
+	      !exists(dir, "h.grant"));
+
+	/* Stopping: a drop keeps the record; else it goes with the grant. */
+	if (again != NULL) {
+		record_keep_all();
+		record_remove(again);
+		grant_drop(again);
+		CHECK(exists(dir, ID_C ".destination.grant"));
+		record_dir_close();
+		CHECK(record_dir_open(dir) == 0);
+		CHECK(record_restore_all() == 1);
+		again = grant_bound(ROLE_DEST, ID_C);
+		CHECK(again != NULL);
+		if (again != NULL) {
+			record_remove(again);
+			grant_drop(again);
+		}
+		CHECK(!exists(dir, ID_C ".destination.grant"));
+	}
+	record_dir_close();
+	/* A directory others may enter is not used. */
+	snprintf(path, sizeof(path), "%s/grants", dir);
+	CHECK(chmod(path, 0755) == 0);
+	CHECK(record_dir_open(dir) == -1);
+	/* Nor one in a state directory others may write: none made there. */
+	snprintf(text, sizeof(text), "rm -rf '%s'", path);
+	CHECK(system(text) == 0 && chmod(dir, 01777) == 0);
+	CHECK(record_dir_open(dir) == -1);
+	CHECK(access(path, F_OK) < 0);
+	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+	CHECK(system(path) == 0);
+}
+
 int
 main(void)
 {
@@ -555,6 +798,8 @@ main(void)
 	test_refused(ex, at);
 	test_child(ex, at, grandkid);
 	test_child_uffd(child_grant(at->id, grandkid), at, grandkid, pfd);
+	test_claim(kid, ex);
+	test_records(kid);
 
 	/* Sharers: none for a plain child; the answer is well formed. */
 	CHECK(ask(ex->id, PRIVOP_SHARERS, &s, sizeof(s), NULL, (void **)&a,
