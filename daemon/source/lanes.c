@@ -6,7 +6,6 @@
 #include "config.h"
 
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,38 +62,30 @@ fail(struct source *s, uint32_t code, const char *why)
 	migration_fail(s->m, "%s", why);
 	if (s->demand)
 		conn_send_error(s->demand, code, "%s", s->m->reason);
-	source_teardown(s);
+	source_lanes_teardown(s);
 }
 
 /*
  * The source's pages can no longer be had: fail, and tell the destination,
- * which poisons what it lacks.
+ * which poisons what it lacks (source_fail(), owner.c, from the parts
+ * below).
  */
 void
-source_fail(struct source *s, const char *fmt, ...)
+source_lanes_fail(struct source *s, const char *why)
 {
-	va_list ap;
-	char why[512];
-
 	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
 		return;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
 	fail(s, ERR_SOURCE, why);
 }
 
+/* source_fail_ran() (internal.h), from the parts below. */
 void
-source_fail_ran(struct source *s, const char *fmt, ...)
+source_lanes_fail_ran(struct source *s, const char *why)
 {
-	va_list ap;
-	char why[400], full[512];
+	char full[512];
 
 	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
 		return;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
 	/* It holds the newest bytes: stopped, neither killed nor thawed. */
 	if (s->img == NULL)
 		procref_signal(&s->t, SIGSTOP);
@@ -191,7 +182,7 @@ lanes_down(struct source *s, const char *why)
 		/* The attach --image it was made for gave up. */
 		migration_fail(s->m, "the attach from this image failed (%s)",
 			       why);
-		source_teardown(s);
+		source_lanes_teardown(s);
 	} else if (s->m->state == MIG_WAITING) {
 		for (size_t i = 0; i < s->nregs; i++)
 			s->regs[i].accepted = 0;
@@ -203,7 +194,7 @@ lanes_down(struct source *s, const char *why)
  * run of the process nobody was told of), then the role's memory.
  */
 void
-source_teardown(struct source *s)
+source_lanes_teardown(struct source *s)
 {
 	int told = s->demand != NULL;
 
@@ -356,7 +347,7 @@ dest_error(struct source *s, const Uffdd__Error *e)
 			       "destination: %.400s; source process %d left "
 			       "stopped",
 			       e->message, (int)s->m->pid);
-	source_teardown(s);
+	source_lanes_teardown(s);
 }
 
 /* A frame on the demand lane, by its type. */
