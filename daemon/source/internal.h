@@ -11,13 +11,15 @@
  * returns or through a callback its owner gave it (owner.c; struct
  * precopy's sent_all).
  *
- *   export.c   the role's entry: an export request, its events, its end
+ *   export.c   the role's entry: an export request, its events started,
+ *              its memory freed
  *   owner.c    the calls up, through the callbacks export.c installs
  *   make.c     an export's record and regions made, its pages classified
  *   freeze.c   the frozen process: stop it, check it, notice a run of it
  *   export_check.c  an export request checked before the process is touched
  *   serve.c    pages out: demand answers and the bulk stream
- *   lanes.c    the destination's lanes, and how a migration ends
+ *   lanes.c    the destination's lanes, and how a migration ends (every
+ *              end: fail, teardown, complete after the COMMIT_ACK)
  *   commit.c   the freeze check on a timer, and completion as a commit:
  *              COMPLETE answered with COMMIT, COMMIT_ACK, the process
  *              killed (or kept)
@@ -418,8 +420,9 @@ void source_check_report(const struct source *);
 int source_check(struct source *, char *why, size_t len);
 int source_check_or_fail(struct source *);
 void source_complete_requested(struct source *);
-void source_commit_ack(struct source *, const Uffdd__Commit *);
-int source_commit_resume(struct source *, struct conn *, const Uffdd__Hello *);
+int source_commit_ack(struct source *, const Uffdd__Commit *);
+void source_commit_resume(struct source *, struct conn *,
+			  const Uffdd__Hello *);
 void source_commit_echo(struct conn *, const struct migration *,
 			const Uffdd__Hello *);
 

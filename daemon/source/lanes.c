@@ -1,7 +1,9 @@
 /*
  * The destination's two lanes (demand and bulk): its HELLO, the frames it
- * sends, a lane lost; and how a migration ends: failure and teardown
- * (completion: commit.c).
+ * sends, a lane lost; and every end of a migration: failure, a run of
+ * the process, teardown, and completion once commit.c says the COMMIT was
+ * acted on. The parts below end a migration only through source_fail()
+ * and the others (owner.c), which export.c points here.
  */
 #include "config.h"
 
@@ -388,8 +390,9 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 			source_complete_requested(s);
 		break;
 	case FRAME_COMMIT_ACK:
-		if (s->m->state == MIG_RUNNING)
-			source_commit_ack(s, (const Uffdd__Commit *)msg);
+		if (s->m->state == MIG_RUNNING &&
+		    source_commit_ack(s, (const Uffdd__Commit *)msg) == 1)
+			source_lanes_teardown(s);
 		break;
 	case FRAME_HAVE:
 		if (have_pages(s, (const Uffdd__PageBitmap *)msg) < 0) {
@@ -608,8 +611,11 @@ demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 		s->demand = s->bulk = NULL;
 		event_del(s->bulk_ev);
 	}
-	if (hello->lane == UFFDD__LANE__LANE_DEMAND && hello->committed)
-		return source_commit_resume(s, c, hello);
+	if (hello->lane == UFFDD__LANE__LANE_DEMAND && hello->committed) {
+		source_commit_resume(s, c, hello);
+		source_lanes_teardown(s);
+		return -1;
+	}
 	if (hello->lane != UFFDD__LANE__LANE_DEMAND || s->demand) {
 		conn_send_error(c, ERR_BUSY,
 				s->demand
