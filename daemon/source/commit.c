@@ -292,8 +292,11 @@ send_echo(struct conn *c, uint64_t seq)
 	conn_send(c, FRAME_COMMIT_ACK, &a.base);
 }
 
-/* COMMIT_ACK: the destination acted on our COMMIT. A stale one is dropped. */
-void
+/*
+ * COMMIT_ACK: the destination acted on our COMMIT. A stale one is dropped.
+ * 1: the migration is complete, for the caller to end (lanes.c); else 0.
+ */
+int
 source_commit_ack(struct source *s, const Uffdd__Commit *a)
 {
 	if (!s->m->ph.committing || a->seq != s->cm.commit_seq) {
@@ -301,21 +304,22 @@ source_commit_ack(struct source *s, const Uffdd__Commit *a)
 			  "(last %llu); ignored",
 			  log_id(s->m->id), (unsigned long long)a->seq,
 			  (unsigned long long)s->cm.commit_seq);
-		return;
+		return 0;
 	}
 	knob_exit_at_commit();
 	finish(s);
 	send_echo(s->demand, a->seq);
-	source_teardown(s);
+	return 1;
 }
 
 /*
  * A destination resumes saying it acted on a COMMIT (Hello.committed):
  * its ACK was lost with the lanes, or this daemon restarted in between.
- * It is taken as the ACK: HELLO, the echo, and the end. Only a
- * destination that persisted a COMMIT says it.
+ * It is taken as the ACK: HELLO and the echo; the caller (lanes.c) ends
+ * the migration, complete. Only a destination that persisted a COMMIT
+ * says it.
  */
-int
+void
 source_commit_resume(struct source *s, struct conn *c, const Uffdd__Hello *h)
 {
 	Uffdd__Hello me = UFFDD__HELLO__INIT;
@@ -338,8 +342,6 @@ source_commit_resume(struct source *s, struct conn *c, const Uffdd__Hello *h)
 	conn_send(c, FRAME_HELLO, &me.base);
 	send_echo(c, h->commit_seq);
 	conn_finish(c);
-	source_teardown(s);
-	return -1;
 }
 
 /*

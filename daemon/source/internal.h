@@ -4,11 +4,22 @@
  * outside daemon/source/ includes it; the rest of the daemon has
  * daemon/source.h.
  *
+ * They call one way, down (docs/design.md, "The code's layers"): export.c
+ * and lanes.c at the top, then defer.c and precopy.c, commit.c,
+ * persist.c, serve.c, image.c, snapshot.c, and at the bottom make.c,
+ * owner.c, freeze.c, export_check.c. A part reports up only by what it
+ * returns or through a callback its owner gave it (owner.c; struct
+ * precopy's sent_all).
+ *
+ *   export.c   the role's entry: an export request, its events started,
+ *              its memory freed
+ *   owner.c    the calls up, through the callbacks export.c installs
+ *   make.c     an export's record and regions made, its pages classified
  *   freeze.c   the frozen process: stop it, check it, notice a run of it
- *   export.c   an export: regions, classification, its record and events
  *   export_check.c  an export request checked before the process is touched
  *   serve.c    pages out: demand answers and the bulk stream
- *   lanes.c    the destination's lanes, and how a migration ends
+ *   lanes.c    the destination's lanes, and how a migration ends (every
+ *              end: fail, teardown, complete after the COMMIT_ACK)
  *   commit.c   the freeze check on a timer, and completion as a commit:
  *              COMPLETE answered with COMMIT, COMMIT_ACK, the process
  *              killed (or kept)
@@ -40,6 +51,7 @@ struct authz_caller;
 struct conn;
 struct event;
 struct migration;
+struct source;
 
 /* An idle lane is pinged this often so the destination sees it alive. */
 #define PING_SECS 1
@@ -94,6 +106,12 @@ struct precopy {
 	long long minflt_at, majflt_at; /* the process's, the same */
 	struct event *pause_ev; /* the destination's time to come back */
 	int again; /* resumed after the switchover: send it again */
+	/*
+	 * The bulk stream (serve.c) sent every page: a round is over, or
+	 * after the switchover, nothing is left. Set by precopy.c, which
+	 * drives the stream, so that serve.c reports up without calling up.
+	 */
+	void (*sent_all)(struct source *);
 };
 
 struct src_region {
@@ -258,9 +276,37 @@ int source_continued(const struct source *, char *why, size_t len);
 long long source_watch(const struct procref *t, const struct src_region *regs,
 		       size_t n, struct wptrack *wp, const char *what);
 
-/* export.c */
-struct source *source_new_bare(const char *id);
+/*
+ * owner.c: what a part calls up with, through the callbacks of the role's
+ * top (export.c), set once at registration before any export is made.
+ * start: the events of a live export; free: the export's memory (its
+ * record's impl_free); fail, fail_ran, teardown: the ends of a migration
+ * (lanes.c), why already formatted.
+ */
+struct source_owner {
+	void (*start)(struct source *);
+	void (*free)(struct migration *);
+	void (*fail)(struct source *, const char *why);
+	void (*fail_ran)(struct source *, const char *why);
+	void (*teardown)(struct source *);
+};
+void source_owner_set(const struct source_owner *);
 void source_start(struct source *);
+void source_free(struct migration *);
+void source_fail(struct source *, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/*
+ * The process ran after pages were read from it: the migration fails
+ * with ERR_SOURCE_RAN, the process is left stopped (it holds the newest
+ * bytes), and a destination that comes later, even after a restart of
+ * this daemon, is told the same.
+ */
+void source_fail_ran(struct source *, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void source_teardown(struct source *);
+
+/* make.c */
+struct source *source_new_bare(const char *id);
 struct source *source_create(struct procref *t, const struct authz_caller *who,
 			     const struct range *ranges, size_t nranges,
 			     int keep, const char *id, uint32_t *code,
@@ -269,6 +315,16 @@ int source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 			 struct region **regs, uint32_t *code, char *err,
 			 size_t errlen);
 int64_t source_classify(pid_t pid, struct src_region *sr);
+int64_t source_mark_dropped(struct source *);
+/*
+ * The export's record and its regions (taken over: regs is not kept);
+ * classified unless deferred (then every page counts as data until go).
+ * Takes t over; NULL with *code and err set, t given back.
+ */
+struct source *source_new(struct procref *t, const struct region *regs,
+			  size_t nregs, const struct range *ranges,
+			  size_t nranges, const char *id, int deferred,
+			  uint32_t *code, char *err, size_t errlen);
 
 /*
  * export_check.c: 0, or -1 with err (and *code) set. id: MIG_ID_LEN + 1
@@ -281,17 +337,6 @@ int source_exported_already(pid_t pid, uint32_t *code, char *err,
 int source_export_name_regions(struct source *s,
 			       const Uffdd__ExportRequest *req, char *err,
 			       size_t errlen);
-
-int64_t source_mark_dropped(struct source *);
-/*
- * The export's record and its regions (taken over: regs is not kept);
- * classified unless deferred (then every page counts as data until go).
- * Takes t over; NULL with *code and err set, t given back.
- */
-struct source *source_new(struct procref *t, const struct region *regs,
-			  size_t nregs, const struct range *ranges,
-			  size_t nranges, const char *id, int deferred,
-			  uint32_t *code, char *err, size_t errlen);
 
 /* defer.c */
 struct source *source_create_deferred(struct procref *t,
@@ -343,36 +388,31 @@ void source_bulk_produce(struct source *);
 void source_bulk_drain_at(struct source *, int empty);
 
 /* precopy.c */
+/* Whether s pre-copies and has not switched over yet. */
+static inline int
+source_precopy_running(const struct source *s)
+{
+	return s->pc != NULL && s->pc->phase != PC_DONE;
+}
 int source_precopy_arm(const struct procref *t, const struct region *regs,
 		       size_t n, struct wptrack *wp, uint32_t *code, char *err,
 		       size_t errlen);
 void source_precopy_init(struct source *, struct wptrack *,
 			 const Uffdd__ExportRequest *);
-int source_precopy_running(const struct source *);
-void source_precopy_round_end(struct source *);
 int source_precopy_synced(struct source *, const Uffdd__Ping *);
 int source_precopy_hello(struct source *, struct conn *, const Uffdd__Hello *);
 void source_precopy_lost(struct source *, const char *why);
 void source_precopy_resumed(struct source *);
-void source_precopy_swept(struct source *);
 int source_precopy_vouched(const struct source *, const struct src_region *,
 			   uint64_t page);
 void source_precopy_untrack(struct source *);
 void source_precopy_free(struct source *);
 
-/* lanes.c */
+/* lanes.c; the ends are the owner's (source_fail() and the others) */
 void source_lanes_start(struct source *);
-void source_fail(struct source *, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-/*
- * The process ran after pages were read from it: the migration fails
- * with ERR_SOURCE_RAN, the process is left stopped (it holds the newest
- * bytes), and a destination that comes later, even after a restart of
- * this daemon, is told the same.
- */
-void source_fail_ran(struct source *, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-void source_teardown(struct source *);
+void source_lanes_fail(struct source *, const char *why);
+void source_lanes_fail_ran(struct source *, const char *why);
+void source_lanes_teardown(struct source *);
 
 /* commit.c */
 void source_check_start(struct source *);
@@ -380,8 +420,9 @@ void source_check_report(const struct source *);
 int source_check(struct source *, char *why, size_t len);
 int source_check_or_fail(struct source *);
 void source_complete_requested(struct source *);
-void source_commit_ack(struct source *, const Uffdd__Commit *);
-int source_commit_resume(struct source *, struct conn *, const Uffdd__Hello *);
+int source_commit_ack(struct source *, const Uffdd__Commit *);
+void source_commit_resume(struct source *, struct conn *,
+			  const Uffdd__Hello *);
 void source_commit_echo(struct conn *, const struct migration *,
 			const Uffdd__Hello *);
 

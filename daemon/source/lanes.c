@@ -1,12 +1,13 @@
 /*
  * The destination's two lanes (demand and bulk): its HELLO, the frames it
- * sends, a lane lost; and how a migration ends: failure and teardown
- * (completion: commit.c).
+ * sends, a lane lost; and every end of a migration: failure, a run of
+ * the process, teardown, and completion once commit.c says the COMMIT was
+ * acted on. The parts below end a migration only through source_fail()
+ * and the others (owner.c), which export.c points here.
  */
 #include "config.h"
 
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,38 +64,30 @@ fail(struct source *s, uint32_t code, const char *why)
 	migration_fail(s->m, "%s", why);
 	if (s->demand)
 		conn_send_error(s->demand, code, "%s", s->m->reason);
-	source_teardown(s);
+	source_lanes_teardown(s);
 }
 
 /*
  * The source's pages can no longer be had: fail, and tell the destination,
- * which poisons what it lacks.
+ * which poisons what it lacks (source_fail(), owner.c, from the parts
+ * below).
  */
 void
-source_fail(struct source *s, const char *fmt, ...)
+source_lanes_fail(struct source *s, const char *why)
 {
-	va_list ap;
-	char why[512];
-
 	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
 		return;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
 	fail(s, ERR_SOURCE, why);
 }
 
+/* source_fail_ran() (internal.h), from the parts below. */
 void
-source_fail_ran(struct source *s, const char *fmt, ...)
+source_lanes_fail_ran(struct source *s, const char *why)
 {
-	va_list ap;
-	char why[400], full[512];
+	char full[512];
 
 	if (s->m->state == MIG_COMPLETE || s->m->state == MIG_FAILED)
 		return;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
 	/* It holds the newest bytes: stopped, neither killed nor thawed. */
 	if (s->img == NULL)
 		procref_signal(&s->t, SIGSTOP);
@@ -191,7 +184,7 @@ lanes_down(struct source *s, const char *why)
 		/* The attach --image it was made for gave up. */
 		migration_fail(s->m, "the attach from this image failed (%s)",
 			       why);
-		source_teardown(s);
+		source_lanes_teardown(s);
 	} else if (s->m->state == MIG_WAITING) {
 		for (size_t i = 0; i < s->nregs; i++)
 			s->regs[i].accepted = 0;
@@ -203,7 +196,7 @@ lanes_down(struct source *s, const char *why)
  * run of the process nobody was told of), then the role's memory.
  */
 void
-source_teardown(struct source *s)
+source_lanes_teardown(struct source *s)
 {
 	int told = s->demand != NULL;
 
@@ -356,7 +349,7 @@ dest_error(struct source *s, const Uffdd__Error *e)
 			       "destination: %.400s; source process %d left "
 			       "stopped",
 			       e->message, (int)s->m->pid);
-	source_teardown(s);
+	source_lanes_teardown(s);
 }
 
 /* A frame on the demand lane, by its type. */
@@ -397,8 +390,9 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 			source_complete_requested(s);
 		break;
 	case FRAME_COMMIT_ACK:
-		if (s->m->state == MIG_RUNNING)
-			source_commit_ack(s, (const Uffdd__Commit *)msg);
+		if (s->m->state == MIG_RUNNING &&
+		    source_commit_ack(s, (const Uffdd__Commit *)msg) == 1)
+			source_lanes_teardown(s);
 		break;
 	case FRAME_HAVE:
 		if (have_pages(s, (const Uffdd__PageBitmap *)msg) < 0) {
@@ -617,8 +611,11 @@ demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 		s->demand = s->bulk = NULL;
 		event_del(s->bulk_ev);
 	}
-	if (hello->lane == UFFDD__LANE__LANE_DEMAND && hello->committed)
-		return source_commit_resume(s, c, hello);
+	if (hello->lane == UFFDD__LANE__LANE_DEMAND && hello->committed) {
+		source_commit_resume(s, c, hello);
+		source_lanes_teardown(s);
+		return -1;
+	}
 	if (hello->lane != UFFDD__LANE__LANE_DEMAND || s->demand) {
 		conn_send_error(c, ERR_BUSY,
 				s->demand

@@ -213,6 +213,8 @@ source_precopy_free(struct source *s)
 	s->pc = NULL;
 }
 
+static void sent_all(struct source *);
+
 /* The export s pre-copies, its writes tracked by wp (taken over). */
 void
 source_precopy_init(struct source *s, struct wptrack *wp,
@@ -221,6 +223,7 @@ source_precopy_init(struct source *s, struct wptrack *wp,
 	s->wp = *wp;
 	*wp = (struct wptrack)WPTRACK_NONE;
 	s->pc = xcalloc(1, sizeof(*s->pc));
+	s->pc->sent_all = sent_all;
 	if (s->wp.sync) {
 		s->pc->wp_ev = event_new(base, s->wp.uffd, EV_READ | EV_PERSIST,
 					 wp_fault_cb, s);
@@ -242,13 +245,6 @@ source_precopy_init(struct source *s, struct wptrack *wp,
 		req->threshold_bytes ? req->threshold_bytes : PRECOPY_THRESHOLD;
 	s->pc->best = UINT64_MAX;
 	s->m->pre.on = 1;
-}
-
-/* Whether s pre-copies and has not switched over yet. */
-int
-source_precopy_running(const struct source *s)
-{
-	return s->pc != NULL && s->pc->phase != PC_DONE;
 }
 
 /*
@@ -426,8 +422,8 @@ send_sync(struct source *s)
  * The bulk stream has sent every page marked (source_bulk_produce()): the
  * round is over. Another one, the freeze, or (frozen) the switchover.
  */
-void
-source_precopy_round_end(struct source *s)
+static void
+round_end(struct source *s)
 {
 	struct precopy *pc = s->pc;
 	int64_t dirty;
@@ -651,8 +647,8 @@ source_precopy_vouched(const struct source *s, const struct src_region *sr,
 }
 
 /* The bulk stream found nothing left to send (outside the rounds). */
-void
-source_precopy_swept(struct source *s)
+static void
+swept(struct source *s)
 {
 	if (s->pc == NULL || !s->pc->again || s->bulk == NULL)
 		return;
@@ -662,4 +658,14 @@ source_precopy_swept(struct source *s)
 	send_switchover(s);
 	log_info("migration %s: SWITCHOVER sent again after the resume",
 		 log_id(s->m->id));
+}
+
+/* s->pc->sent_all: the bulk stream sent every page (struct precopy). */
+static void
+sent_all(struct source *s)
+{
+	if (source_precopy_running(s))
+		round_end(s);
+	else
+		swept(s);
 }

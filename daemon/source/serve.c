@@ -502,10 +502,8 @@ bulk_send_next(struct source *s, uint64_t frame)
 		return got;
 	if (!next_unsent(s, &ri, &page, &max)) {
 		/* Everything sent; a pre-copy round is over. */
-		if (source_precopy_running(s))
-			source_precopy_round_end(s);
-		else
-			source_precopy_swept(s);
+		if (s->pc != NULL)
+			s->pc->sent_all(s);
 		return -1;
 	}
 	zero = !bit_test(s->regs[ri].data, page);
