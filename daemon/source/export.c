@@ -55,8 +55,8 @@ source_create_precopy(struct procref *t, const struct range *ranges,
 	struct wptrack wp = WPTRACK_NONE;
 	struct region *regs = NULL;
 	struct source *s = NULL;
-	int n = source_build_regions(t->pid, ranges, nranges, &regs, code,
-				     err, errlen);
+	int n = source_build_regions(t->pid, ranges, nranges, &regs, code, err,
+				     errlen);
 
 	if (n > 0 &&
 	    source_precopy_arm(t, regs, (size_t)n, &wp, code, err, errlen) == 0)

@@ -421,8 +421,7 @@ int source_check(struct source *, char *why, size_t len);
 int source_check_or_fail(struct source *);
 void source_complete_requested(struct source *);
 int source_commit_ack(struct source *, const Uffdd__Commit *);
-void source_commit_resume(struct source *, struct conn *,
-			  const Uffdd__Hello *);
+void source_commit_resume(struct source *, struct conn *, const Uffdd__Hello *);
 void source_commit_echo(struct conn *, const struct migration *,
 			const Uffdd__Hello *);
 

@@ -254,7 +254,6 @@ out:
 	return s;
 }
 
-
 /*
  * For a snapshot (snapshot.c): the regions an export would take, checked
  * the same way, and each region's pages classified as an export does.
