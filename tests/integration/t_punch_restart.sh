@@ -70,8 +70,8 @@ start() {
 	until_out WD punched
 	"$CLIENT" --control "$dst_SOCK" status "$ID" --json | grep -q '"state":"running"' ||
 		fail "$kind: migration not running once the hole is punched"
-	[ -f "$T/dst.state/$ID.destination.installed" ] ||
-		fail "$kind: no record of installed pages: $(ls "$T/dst.state")"
+	[ -f "$(state_dir dst)/$ID.destination.installed" ] ||
+		fail "$kind: no record of installed pages: $(ls "$(state_dir dst)")"
 }
 
 # finish KIND BASE: the migration completes; zeros in the hole, the
@@ -90,7 +90,7 @@ finish() {
 		fail "$kind: the punched hole does not read as zeros"
 	"$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 >/dev/null ||
 		fail "$kind: the source did not complete"
-	[ ! -e "$T/dst.state/$ID.destination.installed" ] ||
+	[ ! -e "$(state_dir dst)/$ID.destination.installed" ] ||
 		fail "$kind: the record of installed pages outlived its migration"
 }
 
@@ -137,7 +137,7 @@ kill "$WD"
 info "a record of installed pages cut short is refused, not trusted"
 start memfd 0x540000000000
 kill_daemon dst
-truncate -s 100 "$T/dst.state/$ID.destination.installed"
+truncate -s 100 "$(state_dir dst)/$ID.destination.installed"
 restart_daemon dst
 for _ in $(seq 100); do
 	"$CLIENT" --control "$dst_SOCK" status "$ID" --json 2>/dev/null |
@@ -147,9 +147,9 @@ done
 "$CLIENT" --control "$dst_SOCK" status "$ID" --json >"$T/st.json" 2>&1
 grep -q "record of installed pages" "$T/st.json" ||
 	fail "the cut record was not refused with its reason: $(cat "$T/st.json")"
-[ -f "$T/dst.state/$ID.destination.state.refused" ] ||
-	fail "the state file was not kept aside: $(ls "$T/dst.state")"
-[ -f "$T/dst.state/$ID.destination.installed" ] ||
+[ -f "$(state_dir dst)/$ID.destination.state.refused" ] ||
+	fail "the state file was not kept aside: $(ls "$(state_dir dst)")"
+[ -f "$(state_dir dst)/$ID.destination.installed" ] ||
 	fail "the refused record was not kept beside the refused state file"
 info "cut record: $(grep -o 'record of installed pages[^"]*' "$T/st.json" | head -n 1)"
 kill -9 "$WD"
