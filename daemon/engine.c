@@ -264,6 +264,7 @@ engine_main(int ctl, int rpc)
 	status_cb(-1, 0, NULL);
 
 	run_loop();
+	loop_hold_stop_signals();
 
 	/* First: their ends answer clients and free what the jobs made. */
 	worker_stop_all();

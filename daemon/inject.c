@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 
 #include "daemon/inject.h"
+#include "daemon/privop.h"
 #include "daemon/procref.h"
 #include "daemon/region.h"
 
@@ -238,6 +239,19 @@ inject_begin_draining(struct inject *inj, pid_t pid, int all_threads,
 {
 	memset(inj, 0, sizeof(*inj));
 	inj->pid = pid;
+	/*
+	 * Only the privileged part injects: the engine acts on a process
+	 * by its grant (privop.h). Refused here, what asked fails loudly,
+	 * where the engine's system call filter would have killed it.
+	 */
+	if (privop_available()) {
+		snprintf(inj->err, sizeof(inj->err),
+			 "process %d: the engine injects into no process "
+			 "itself",
+			 (int)pid);
+		errno = EPERM;
+		return -1;
+	}
 	inj->drain_fd = drain ? drain_fd : -1;
 	inj->drain = drain;
 	inj->drain_arg = drain_arg;

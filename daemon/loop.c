@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/resource.h>
 
@@ -149,4 +150,15 @@ run_loop(void)
 		    event_base_got_break(base))
 			break;
 	}
+}
+
+void
+loop_hold_stop_signals(void)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigprocmask(SIG_BLOCK, &set, NULL);
 }

@@ -30,5 +30,11 @@ int loop_demand_recent(void);
 void loop_bulk(void);
 /* Runs the event loop until it is told to exit. */
 void run_loop(void);
+/*
+ * Once a part's loop has ended, SIGTERM and SIGINT are held: a second
+ * stop (an impatient operator, a test's clean-up) waits for the first
+ * one to finish instead of killing the part half way through it.
+ */
+void loop_hold_stop_signals(void);
 
 #endif

@@ -41,6 +41,7 @@ enum privop_type {
 	 */
 	PRIVOP_CLAIM = 13,	 /* privop_claim, grant 0: a kept grant back */
 	PRIVOP_DEST_RETAKE = 14, /* privop_dest_retake: the target's uffd */
+	PRIVOP_ORPHAN = 15,	 /* privop_orphan: an orphan's grant (kin.c) */
 };
 
 struct privop_hdr {
@@ -115,6 +116,34 @@ struct privop_child {
 struct privop_child_reply {
 	uint64_t grant;
 	uint64_t start, probe; /* as struct procref */
+	int32_t pid;
+	uint32_t pad;
+};
+
+/*
+ * A destination's forked process that no parent vouches for: one whose
+ * parent exited before the engine found it (init or a subreaper is its
+ * parent now), or one the engine restores that is not its root target's
+ * own child. By the grant of the migration's target (alive or not), the
+ * privileged part looks for it itself, as root: a process started at tick
+ * not_before or later, of no grant yet, whose mapping at addr is
+ * registered with a userfaultfd, and that the grant's caller could
+ * ptrace. pid 0 asks for the earliest such; a pid asks whether that one,
+ * started at start, is one. A target that exited has no grant the engine
+ * holds (its claim is refused): grant 0 and the migration's ID name the
+ * one kept for it. The answer: privop_child_reply, with the pidfd and
+ * /proc/PID/mem; ESRCH: there is none.
+ */
+#define PRIVOP_ID_LEN 32 /* MIG_ID_LEN */
+
+struct privop_orphan {
+	int32_t pid;
+	uint32_t pad;
+	uint64_t start;
+	uint64_t not_before;
+	uint64_t addr;
+	char id[PRIVOP_ID_LEN + 1]; /* grant 0: the migration's */
+	char pad2[7];
 };
 
 /*
@@ -178,10 +207,9 @@ struct privop_dest_end {
  * role's (a source's is an export's, a destination's an attach's). The
  * answer: privop_child_reply, the process's pidfd and /proc/PID/mem
  * (read-only), as a control request brings them. ENOENT: no grant is
- * bound to that migration (none kept: the whole daemon restarted).
+ * bound to that migration (none kept: the whole daemon restarted), or
+ * the one kept has no process (its target exited: PRIVOP_ORPHAN's).
  */
-#define PRIVOP_ID_LEN 32 /* MIG_ID_LEN */
-
 struct privop_claim {
 	uint32_t role; /* enum mig_role */
 	int32_t pid;

@@ -101,3 +101,26 @@ proc_ppid(pid_t pid)
 	fclose(f);
 	return (pid_t)ppid;
 }
+
+int
+proc_uffd_mapped(pid_t pid, unsigned long long addr)
+{
+	char path[64], line[512];
+	unsigned long long s, e;
+	int in = 0, yes = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%llx-%llx ", &s, &e) == 2) {
+			in = addr >= s && addr < e;
+		} else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+			yes = strstr(line, " um") != NULL;
+			break;
+		}
+	}
+	fclose(f);
+	return yes;
+}

@@ -24,5 +24,11 @@ void proc_off_cpu(pid_t pid);
 void proc_off_cpu_here(pid_t pid);
 /* The parent of process pid (field 4 of /proc/PID/stat), 0 when unknown. */
 pid_t proc_ppid(pid_t pid);
+/*
+ * Whether process pid's mapping at addr is registered with a userfaultfd
+ * (its VmFlags in /proc/PID/smaps say "um"): read by the privileged part,
+ * as smaps is another user's to read only with the right to ptrace.
+ */
+int proc_uffd_mapped(pid_t pid, unsigned long long addr);
 
 #endif

@@ -66,6 +66,13 @@ procref_open(struct procref *r, pid_t pid, char *err, size_t errlen)
 		errno = ESRCH;
 		goto fail;
 	}
+	if (privop_available()) {
+		errno = EPERM; /* the engine: by grant only (procref.h) */
+		snprintf(err, errlen,
+			 "process %d: the engine opens no process itself",
+			 (int)pid);
+		return -1;
+	}
 	r->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (r->pidfd < 0)
 		goto fail;
@@ -165,12 +172,13 @@ granted(struct procref *r, uint32_t type, uint64_t grant, const void *req,
 		return -1;
 	}
 	a = (const void *)rep.data;
-	if (rep.h.len != sizeof(*a) || rep.nfd != 2 || a->grant == 0) {
+	if (rep.h.len != sizeof(*a) || rep.nfd != 2 || a->grant == 0 ||
+	    (pid != 0 && a->pid != pid) || a->pid <= 0) {
 		imsg_clear(&rep);
 		errno = EPROTO;
 		return -1;
 	}
-	r->pid = pid;
+	r->pid = pid = a->pid;
 	r->pidfd = imsg_take_fd(&rep, 0);
 	r->memfd = imsg_take_fd(&rep, 1);
 	r->start = a->start;
@@ -188,6 +196,21 @@ procref_child(struct procref *r, uint64_t parent, pid_t pid)
 	struct privop_child req = {.pid = pid};
 
 	return granted(r, PRIVOP_CHILD, parent, &req, sizeof(req), pid);
+}
+
+int
+procref_orphan(struct procref *r, uint64_t root, const char *id, pid_t pid,
+	       unsigned long long start, unsigned long long not_before,
+	       uint64_t addr)
+{
+	struct privop_orphan req = {.pid = pid,
+				    .start = start,
+				    .not_before = not_before,
+				    .addr = addr};
+
+	if (root == 0)
+		snprintf(req.id, sizeof(req.id), "%s", id);
+	return granted(r, PRIVOP_ORPHAN, root, &req, sizeof(req), pid);
 }
 
 int

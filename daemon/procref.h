@@ -46,6 +46,9 @@ extern void (*procref_drop_hook)(uint64_t grant);
 /*
  * Opens a reference to process pid. Returns 0, or -1 with errno set
  * (ESRCH: no such process; EPERM/EACCES: not ours to open) and err filled.
+ * Only the privileged part opens processes: in the engine it refuses
+ * (EPERM), which fails what asked before the engine's system call filter
+ * would have killed it; the engine takes processes by grant (below).
  */
 int procref_open(struct procref *, pid_t pid, char *err, size_t errlen);
 /*
@@ -64,6 +67,17 @@ int procref_signal(const struct procref *, int sig);
  * caller could ptrace). 0, or -1 with errno set.
  */
 int procref_child(struct procref *, uint64_t parent, pid_t pid);
+/*
+ * In the engine: a forked process of the target of grant root (0: of
+ * migration id's target, gone) that no parent vouches for (privop.h,
+ * PRIVOP_ORPHAN), looked for by the
+ * privileged part: pid 0 for the earliest one started at or after tick
+ * not_before with its mapping at addr registered, or that pid, started at
+ * start. 0 (r->pid says which), or -1 with errno set (ESRCH: none).
+ */
+int procref_orphan(struct procref *, uint64_t root, const char *id, pid_t pid,
+		   unsigned long long start, unsigned long long not_before,
+		   uint64_t addr);
 /*
  * In a new engine: process pid (started at start) of migration (role, id)
  * restored from its state file, by the grant the privileged part kept for

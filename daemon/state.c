@@ -75,20 +75,22 @@ state_write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-/*
- * tmp gets buf, then takes name's place. A temporary left by a crash (or
- * planted: a link) is removed first; the new one is created, never opened.
- */
+int
+state_create(const char *name, int flags)
+{
+	if (unlinkat(state_dirfd, name, 0) < 0 && errno != ENOENT)
+		return -1;
+	return openat(state_dirfd, name,
+		      flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+}
+
+/* tmp (state_create()) gets buf, then takes name's place. */
 static int
 replace(const char *tmp, const char *name, const struct state_out *o)
 {
 	int fd, e;
 
-	if (unlinkat(state_dirfd, tmp, 0) < 0 && errno != ENOENT)
-		return -1;
-	fd = openat(state_dirfd, tmp,
-		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
+	if ((fd = state_create(tmp, O_WRONLY)) < 0)
 		return -1;
 	if (state_write_all(fd, o->buf, o->len) < 0 || fsync(fd) < 0) {
 		e = errno;

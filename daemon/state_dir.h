@@ -22,6 +22,13 @@ void state_shown(char *buf, size_t len, const char *file);
 /* Writes all n bytes: 0, or -1 with errno set. */
 int state_write_all(int fd, const char *p, size_t n);
 /*
+ * A new file name in the state directory, mode 0600, opened with flags
+ * (O_RDWR or O_WRONLY): whatever had the name (left by a crash, or
+ * planted: a link) is removed first, and the file is created, never
+ * opened. Its descriptor, or -1 with errno set.
+ */
+int state_create(const char *name, int flags);
+/*
  * A file of the directory opened with mode (O_RDONLY, O_RDWR), refused
  * unread if it is a link, not a regular file, not ours, writable by
  * others, or over STATE_FILE_MAX. The descriptor and its size in *size;

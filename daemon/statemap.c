@@ -30,11 +30,7 @@ make_filled(const char *name, size_t size)
 	static const char zeros[65536];
 	int fd, e;
 
-	if (unlinkat(state_dirfd, name, 0) < 0 && errno != ENOENT)
-		return -1;
-	fd = openat(state_dirfd, name,
-		    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
+	if ((fd = state_create(name, O_RDWR)) < 0)
 		return -1;
 	for (size_t at = 0; at < size; at += sizeof(zeros)) {
 		size_t n =

@@ -640,6 +640,17 @@ state_dir() {
 engine_pid() { { pgrep -P "$(eval echo "\$${1}_PID")" || true; } | head -n 1; }
 daemon_pids() { echo "$(eval echo "\$${1}_PID") $(engine_pid "$1")"; }
 
+# engine_holds_peers NAME PORT: daemon NAME's engine, not its privileged
+# part, holds the established peer connections of port PORT.
+engine_holds_peers() {
+	local eng priv
+	eng=$(engine_pid "$1")
+	priv=$(eval echo "\$${1}_PID")
+	ss -tnp state established "( sport = :$2 or dport = :$2 )" >"$T/$1.ss"
+	grep -q "pid=$eng," "$T/$1.ss" || fail "$1: the engine ($eng) holds no peer connection: $(cat "$T/$1.ss")"
+	! grep -q "pid=$priv," "$T/$1.ss" || fail "$1: the privileged part holds a peer connection: $(cat "$T/$1.ss")"
+}
+
 # kill_daemon NAME: SIGKILL, as a crash would. Its exit status is not
 # checked at the end, its log is.
 kill_daemon() {

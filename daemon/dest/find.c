@@ -104,42 +104,49 @@ dest_claim_child(pid_t parent, struct dest *root, int mark)
 }
 
 /*
+ * The address a forked process's registration is looked for at: the
+ * first page of the first region a fork keeps registered (a private file
+ * mapping's pages all come with it), or 0: none.
+ */
+uint64_t
+dest_orphan_addr(const struct dest *k)
+{
+	for (size_t i = 0; i < k->nregs; i++)
+		if (k->regs[i].r.kind != REGION_FILE_PRIVATE)
+			return dest_page_addr(&k->regs[i], 0);
+	return 0;
+}
+
+/*
  * A child found by pid is the process claimed only if its start time says
  * so (dest_claim_child(), dest_claim_orphan() marked it seen): the pid may
  * have gone to another process since. Else k has no process to act on.
+ * The privileged part opens it (procref.h): as its parent's child, or, its
+ * parent gone (an orphan), by the root target's grant.
  */
 void
 dest_child_open(struct dest *k, pid_t pid)
 {
 	uint64_t parent =
 		k->kin.parent_pid > 0 ? procfile_grant(k->kin.parent_pid) : 0;
-	char err[128];
-	int rc;
+	int rc = -1;
 
-	if (pid <= 0)
+	if (pid <= 0 || k->t.pidfd >= 0)
 		return;
-	/*
-	 * The privileged part decides whether a child of a granted process
-	 * becomes a grant. An orphan (its parent gone, dest_claim_orphan())
-	 * has no parent to vouch for it: still opened here.
-	 */
-	if (parent != 0 && privop_available() &&
-	    !dest_proc_gone(k->kin.parent_pid)) {
+	if (parent != 0 && !dest_proc_gone(k->kin.parent_pid))
 		rc = procref_child(&k->t, parent, pid);
-		/* Its parent exited meanwhile: an orphan after all. */
-		if (rc < 0 && (errno == ESRCH || errno == EPERM) &&
-		    dest_proc_gone(k->kin.parent_pid))
-			rc = procref_open(&k->t, pid, err, sizeof(err));
-		else if (rc < 0)
-			log_warnx("migration %s: forked process %d: %s",
-				  log_id(k->root->m->id), (int)pid,
-				  errno == EPERM ? "not its parent's child, or "
-						   "not one its caller could "
-						   "ptrace"
-						 : strerror(errno));
-	} else {
-		rc = procref_open(&k->t, pid, err, sizeof(err));
-	}
+	/* Its parent exited meanwhile, or was never granted: an orphan. */
+	if (rc < 0 && dest_proc_gone(k->kin.parent_pid))
+		rc = procref_orphan(&k->t, k->root->t.grant, k->root->m->id,
+				    pid, proc_start(pid), 0,
+				    dest_orphan_addr(k));
+	if (rc < 0)
+		log_warnx("migration %s: forked process %d: %s",
+			  log_id(k->root->m->id), (int)pid,
+			  errno == EPERM || errno == ESRCH
+				  ? "not its parent's child, or not one its "
+				    "caller could ptrace"
+				  : strerror(errno));
 	if (rc == 0 && !seen_has(k->root, pid, k->t.start))
 		procref_close(&k->t);
 }
@@ -174,103 +181,29 @@ dest_proc_gone(pid_t pid)
 	return gone;
 }
 
-/* Whether one of our destination migrations knows the process already. */
-static int
-proc_known(pid_t pid, unsigned long long start)
-{
-	struct migration *m;
-
-	TAILQ_FOREACH (m, &migrations, link) {
-		const struct dest *d = m->impl;
-
-		if (m->role != ROLE_DEST || d == NULL)
-			continue;
-		if (m->pid == pid ||
-		    (d->root == NULL && seen_has(d, pid, start)))
-			return 1;
-	}
-	return 0;
-}
-
-/* Whether the mapping at addr in process pid is registered with a uffd. */
-static int
-uffd_mapped(pid_t pid, uint64_t addr)
-{
-	char path[64], line[512];
-	unsigned long long s, e;
-	int in = 0, yes = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
-	if ((f = fopen(path, "re")) == NULL)
-		return 0;
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%llx-%llx ", &s, &e) == 2) {
-			in = addr >= s && addr < e;
-		} else if (in && strncmp(line, "VmFlags:", 8) == 0) {
-			yes = strstr(line, " um") != NULL;
-			break;
-		}
-	}
-	fclose(f);
-	return yes;
-}
-
-/*
- * Only a process the attach's caller could ptrace may be taken for its
- * target's child: /proc holds every user's processes, and one of them may
- * have a uffd at the same address.
- */
-static int
-may_claim(const struct dest *root, pid_t pid, unsigned long long start)
-{
-	struct procref t;
-	char err[128];
-	int ok;
-
-	if (procref_open(&t, pid, err, sizeof(err)) < 0)
-		return 0;
-	ok = t.start == start && authz_allows(&root->owner, &t);
-	procref_close(&t);
-	return ok;
-}
-
 /*
  * The child of a parent that exited before the child was found (a daemon
  * that detaches forks and exits at once): it went to another parent, so
- * it is looked for by what it has. A process started since the fork event
- * that none of our migrations knows, whose mapping of the first region is
- * registered with a userfaultfd; the earliest such.
+ * the privileged part looks for it by what it holds (procref_orphan()): a
+ * process started since the fork event, of no grant yet, whose mapping of
+ * the first region is registered with a userfaultfd; the earliest such.
+ * Found, it is k's process (k->t) and seen.
  */
 pid_t
 dest_claim_orphan(struct dest *k)
 {
-	unsigned long long best_start = 0,
-			   hz = (unsigned long long)sysconf(_SC_CLK_TCK);
-	const struct dst_region *dr = NULL;
-	struct dirent *e;
-	pid_t best = 0;
-	DIR *dir;
+	unsigned long long hz = (unsigned long long)sysconf(_SC_CLK_TCK),
+			   since = k->kin.fork_ticks > hz
+					   ? k->kin.fork_ticks - hz
+					   : 0;
+	uint64_t addr = dest_orphan_addr(k);
+	struct procref t;
 
-	for (size_t i = 0; dr == NULL && i < k->nregs; i++)
-		if (k->regs[i].r.kind != REGION_FILE_PRIVATE)
-			dr = &k->regs[i];
-	if (dr == NULL || (dir = opendir("/proc")) == NULL)
+	if (addr == 0 || k->t.pidfd >= 0 ||
+	    procref_orphan(&t, k->root->t.grant, k->root->m->id, 0, 0, since,
+			   addr) < 0)
 		return 0;
-	while ((e = readdir(dir)) != NULL) {
-		pid_t pid = (pid_t)atoi(e->d_name);
-		unsigned long long st = pid > 1 ? proc_start(pid) : 0;
-
-		if (st == 0 || st + hz < k->kin.fork_ticks ||
-		    proc_known(pid, st) || (best && st >= best_start) ||
-		    !uffd_mapped(pid, dest_page_addr(dr, 0)) ||
-		    !may_claim(k->root, pid, st))
-			continue;
-		best = pid;
-		best_start = st;
-	}
-	closedir(dir);
-	if (best > 0)
-		seen_add(k->root, best, best_start);
-	return best;
+	seen_add(k->root, t.pid, t.start);
+	procref_move(&k->t, &t);
+	return k->t.pid;
 }

@@ -457,6 +457,7 @@ void dest_fork_child(struct dest *parent, int ufd);
 pid_t dest_claim_child(pid_t parent, struct dest *root, int mark);
 pid_t dest_claim_orphan(struct dest *k);
 void dest_child_open(struct dest *k, pid_t pid);
+uint64_t dest_orphan_addr(const struct dest *k);
 unsigned long long dest_boot_ticks(void);
 int dest_proc_gone(pid_t pid);
 

@@ -29,29 +29,6 @@
 #include "daemon/statefmt.h"
 
 /*
- * The userfaultfd at fd tfd of a process (pidfd), copied here, or -1: a
- * descriptor of any other kind there is never used.
- */
-static int
-take_uffd(int pidfd, int tfd)
-{
-	char path[64], link[64];
-	ssize_t ll;
-	int fd;
-
-	if (tfd < 0 || (fd = (int)syscall(SYS_pidfd_getfd, pidfd, tfd, 0)) < 0)
-		return -1;
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	ll = readlink(path, link, sizeof(link) - 1);
-	if (ll < 0 ||
-	    (link[ll] = '\0', strcmp(link, "anon_inode:[userfaultfd]") != 0)) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-/*
  * A restarted daemon's page map of a region: a page is there exactly when
  * the target's pagemap says so (attach discarded everything first).
  */
@@ -194,13 +171,12 @@ restore_target(struct dest *d, const struct saved *sv, const char *file)
 			  file, (int)pid);
 		return -1;
 	}
+	/* A process of its own is the engine's by its grant only. */
 	if (now != 0 && dest_by_grant(d)) {
 		d->uffd = dest_grant_retake(d->t.grant, sv->tfd, err,
 					    sizeof(err));
 		if (d->uffd < 0)
 			log_warnx("%s: process %d: %s", file, (int)pid, err);
-	} else if (now != 0) {
-		d->uffd = take_uffd(d->t.pidfd, sv->tfd);
 	}
 	if (!d->gone && d->uffd < 0 && sv->nkids > 0 &&
 	    (now == 0 || dest_proc_gone(pid))) {
@@ -336,34 +312,32 @@ static void
 restore_child(struct dest *root, const char *file, const struct saved_kid *sk,
 	      const struct gone *gone, size_t ngone)
 {
-	struct procref t;
-	unsigned long long now = 0;
+	struct procref t = PROCREF_NONE;
+	unsigned long long now;
 	char err[256] = "";
 	struct dest *k;
-	int ufd = -1, byg = 0;
+	int ufd = -1;
 
 	/*
 	 * The root's grant opens a child of its process as a grant of its
-	 * own; one that is not (a grandchild, an orphan) is opened here.
+	 * own; one that is not (a grandchild, an orphan) the privileged part
+	 * finds by its registration (procref_orphan()).
 	 */
-	if (dest_by_grant(root) &&
-	    procref_child(&t, root->t.grant, sk->pid) == 0) {
+	if ((dest_by_grant(root) &&
+	     procref_child(&t, root->t.grant, sk->pid) == 0) ||
+	    procref_orphan(&t, root->t.grant, root->m->id, sk->pid, sk->start,
+			   0, dest_orphan_addr(root)) == 0)
 		now = t.start;
-		byg = 1;
-	} else if (procref_open(&t, sk->pid, err, sizeof(err)) == 0) {
-		now = t.start;
-	}
+	else
+		now = proc_start(sk->pid);
 	if (now != 0 && now != sk->start)
 		log_warnx("%s: pid %d now names another process (started at "
 			  "tick %llu, the forked one at %llu); not restored, "
 			  "not touched",
 			  file, (int)sk->pid, now, sk->start);
-	else if (now != 0 && byg &&
-		 (ufd = dest_grant_retake(t.grant, sk->tfd, err, sizeof(err))) <
-			 0)
+	if (now == sk->start && t.grant != 0 &&
+	    (ufd = dest_grant_retake(t.grant, sk->tfd, err, sizeof(err))) < 0)
 		log_warnx("%s: forked process %d: %s", file, (int)sk->pid, err);
-	else if (now != 0 && !byg && authz_allows(&root->owner, &t))
-		ufd = take_uffd(t.pidfd, sk->tfd);
 	if (ufd < 0) {
 		procref_close(&t);
 		if (now == 0 || now == sk->start)

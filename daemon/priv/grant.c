@@ -36,6 +36,29 @@ grant_find(uint64_t id)
 	return NULL;
 }
 
+struct grant *
+grant_holding(pid_t pid, unsigned long long start)
+{
+	struct grant *g;
+
+	TAILQ_FOREACH (g, &grants, link)
+		if (!g->dropped && g->t.pid == pid && g->t.start == start)
+			return g;
+	return NULL;
+}
+
+struct grant *
+grant_root(struct grant *g)
+{
+	struct grant *p;
+
+	/* Bounded: a parent is always made before its children. */
+	while (g->parent != 0 && (p = grant_find(g->parent)) != NULL &&
+	       p->id < g->id)
+		g = p;
+	return g;
+}
+
 void
 grant_bind(struct grant *g, uint32_t role, const char *id)
 {

@@ -44,6 +44,10 @@ struct grant {
 struct grant *grant_new(uint16_t frame_type, const struct authz_caller *,
 			struct procref *t);
 struct grant *grant_find(uint64_t id);
+/* The live grant that holds the process (pid, start), or NULL. */
+struct grant *grant_holding(pid_t pid, unsigned long long start);
+/* The grant g descends from (PRIVOP_CHILD's parents), g itself at the top. */
+struct grant *grant_root(struct grant *g);
 /* The engine made migration (role, id) of grant g. */
 void grant_bind(struct grant *, uint32_t role, const char *id);
 void grant_free(struct grant *);

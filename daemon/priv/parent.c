@@ -432,6 +432,7 @@ parent_main(int argc, char **argv)
 	notify_watchdog_start(base, status_line);
 
 	event_base_dispatch(base);
+	loop_hold_stop_signals();
 
 	eng.stopping = 1;
 	engine_reap();

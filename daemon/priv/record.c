@@ -325,15 +325,27 @@ restore_one(const char *name)
 		return 0;
 	if (procref_open(&t, r.pid, err, sizeof(err)) < 0 ||
 	    t.start != r.start) {
-		log_warnx("grant record %s: process %d is gone (%s): removed",
-			  name, (int)r.pid,
-			  t.pidfd >= 0 ? "its pid names another process now"
-				       : err);
+		/*
+		 * A destination's target that exited may have left processes
+		 * it forked migrating: the grant, with no process, is what
+		 * takes them up (PRIVOP_ORPHAN). Unclaimed, it goes once the
+		 * engine is ready.
+		 */
+		log_info("grant record %s: process %d is gone (%s)%s", name,
+			 (int)r.pid,
+			 t.pidfd >= 0 ? "its pid names another process now"
+				      : err,
+			 r.frame_type == FRAME_CTL_ATTACH
+				 ? "; kept for the processes it forked"
+				 : ": removed");
 		procref_close(&t);
-		unlinkat(dirfd_rec, name, 0);
-		return 0;
-	}
-	if (!authz_allows(&r.who, &t)) {
+		if (r.frame_type != FRAME_CTL_ATTACH) {
+			unlinkat(dirfd_rec, name, 0);
+			return 0;
+		}
+		t.pid = r.pid;
+		t.start = r.start;
+	} else if (!authz_allows(&r.who, &t)) {
 		log_warnx("grant record %s: uid %u may not ptrace process %d "
 			  "any more (it changed credentials or program): "
 			  "removed",

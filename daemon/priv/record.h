@@ -29,9 +29,10 @@ void record_keep_all(void);
 /*
  * Each record read and its grant opened again, if its process is still
  * the one recorded and its caller could still ptrace it; a record of a
- * process gone is removed, one that is not ours (owner, mode, kind) or
- * does not parse is ignored; each said. The grants wait for the engine's
- * claim (grant.h). Returns how many were opened.
+ * process gone is removed (a destination's is kept as a grant with no
+ * process, for the processes its target forked), one that is not ours
+ * (owner, mode, kind) or does not parse is ignored; each said. The grants
+ * wait for the engine's claim (grant.h). Returns how many were opened.
  */
 int record_restore_all(void);
 

@@ -29,6 +29,7 @@
 #include "daemon/priv/call.h"
 #include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
+#include "daemon/priv/kin.h"
 #include "daemon/priv/serve.h"
 #include "daemon/wptrack.h"
 
@@ -192,51 +193,6 @@ do_wp_uffd(struct call *c)
 }
 
 /*
- * A destination target's forked child, as a grant of its own: opened here,
- * then checked to be the grant's process's child (a pid reused before the
- * open would be another process's, and is refused) that the grant's
- * caller could ptrace. The engine gets its pidfd and memory file.
- */
-static int
-do_child(struct call *c)
-{
-	const struct privop_child *r = c->req;
-	static struct privop_child_reply a;
-	struct procref k;
-	struct grant *kg;
-	char err[128];
-
-	if (c->len != sizeof(*r))
-		return EBADMSG;
-	if (c->g->frame_type != FRAME_CTL_ATTACH)
-		return EPERM;
-	if (r->pid <= 1 || r->pid == c->g->t.pid)
-		return EINVAL;
-	if (!procref_same(&c->g->t))
-		return ESRCH;
-	if (procref_open(&k, r->pid, err, sizeof(err)) < 0)
-		return errno;
-	if (proc_ppid(r->pid) != c->g->t.pid || !procref_same(&k) ||
-	    !authz_allows(&c->g->who, &k)) {
-		procref_close(&k);
-		return EPERM;
-	}
-	c->fd = dup(k.pidfd);
-	c->fd2 = dup(k.memfd);
-	if (c->fd < 0 || c->fd2 < 0) {
-		procref_close(&k);
-		return EMFILE; /* the descriptors closed by serve_one() */
-	}
-	a = (struct privop_child_reply){.start = k.start, .probe = k.probe};
-	kg = grant_new(FRAME_CTL_ATTACH, &c->g->who, &k);
-	kg->parent = c->g->id;
-	a.grant = kg->id;
-	c->out = &a;
-	c->outlen = sizeof(a);
-	return 0;
-}
-
-/*
  * A new engine takes back the grant of a migration it restores from its
  * state file (privop.h, PRIVOP_CLAIM): only a live grant of the role's
  * request, bound to that migration, whose process is still the one
@@ -256,7 +212,8 @@ do_claim(struct call *c)
 	if (r->role > ROLE_DEST || memchr(r->id, 0, sizeof(r->id)) == NULL ||
 	    r->pid <= 1)
 		return EINVAL;
-	if ((g = grant_bound(r->role, r->id)) == NULL)
+	/* One kept with no process (record.h) holds none to claim. */
+	if ((g = grant_bound(r->role, r->id)) == NULL || g->t.pidfd < 0)
 		return ENOENT;
 	if (g->frame_type !=
 	    (r->role == ROLE_SOURCE ? FRAME_CTL_EXPORT : FRAME_CTL_ATTACH))
@@ -272,8 +229,10 @@ do_claim(struct call *c)
 	if (c->fd < 0 || c->fd2 < 0)
 		return EMFILE; /* the descriptors closed by serve_one() */
 	g->unclaimed = 0;
-	a = (struct privop_child_reply){
-		.grant = g->id, .start = g->t.start, .probe = g->t.probe};
+	a = (struct privop_child_reply){.grant = g->id,
+					.start = g->t.start,
+					.probe = g->t.probe,
+					.pid = g->t.pid};
 	c->out = &a;
 	c->outlen = sizeof(a);
 	return 0;
@@ -286,7 +245,7 @@ static int (*const ops[])(struct call *) = {
 	[PRIVOP_SHARERS] = do_sharers,
 	[PRIVOP_OFF_CPU] = do_off_cpu,
 	[PRIVOP_WP_UFFD] = do_wp_uffd,
-	[PRIVOP_CHILD] = do_child,
+	[PRIVOP_CHILD] = kin_child,
 	[PRIVOP_DEST_UFFD] = dsetup_uffd,
 	[PRIVOP_DEST_DISCARD] = dsetup_discard,
 	[PRIVOP_DEST_END] = dsetup_end,
@@ -295,6 +254,7 @@ static int (*const ops[])(struct call *) = {
 	[PRIVOP_CHILD_HOLD] = dsetup_child_hold,
 	[PRIVOP_CLAIM] = do_claim,
 	[PRIVOP_DEST_RETAKE] = dsetup_retake,
+	[PRIVOP_ORPHAN] = kin_orphan,
 };
 
 static void
@@ -315,6 +275,8 @@ serve_one(int sock, struct imsg *m)
 			err = EOPNOTSUPP;
 		else if (c.h->type == PRIVOP_CLAIM)
 			err = do_claim(&c); /* a migration's, by its ID */
+		else if (c.h->type == PRIVOP_ORPHAN && c.h->grant == 0)
+			err = kin_orphan(&c); /* its grant by the ID */
 		else if ((c.g = grant_find(c.h->grant)) == NULL || c.g->dropped)
 			err = ESRCH;
 		else

@@ -52,9 +52,7 @@ sleep 0.5
 	fail "the migration is not running: $("$CLIENT" --control "$dst_SOCK" status "$ID")"
 for n in src dst; do
 	confined $n
-	eng=$(engine_pid $n)
-	ss -tnp state established "( sport = :$src_PORT or dport = :$src_PORT )" >"$T/$n.ss"
-	grep -q "pid=$eng," "$T/$n.ss" || fail "$n: the engine ($eng) holds no peer connection: $(cat "$T/$n.ss")"
+	engine_holds_peers $n "$src_PORT"
 	# Its state files: in engine/, the engine's.
 	[ "$(stat -c %U "$T/$n.state/engine")" = uffdd ] ||
 		fail "$n: $T/$n.state/engine is not the engine user's: $(stat -c '%U %a' "$T/$n.state/engine")"

@@ -185,7 +185,9 @@ broken_restore() {
 		grep -q '^attached' "$T/broken.out" && break
 		sleep 0.05
 	done
-	grep -q '^attached' "$T/broken.out" || fail "$name: attach: $(cat "$T/broken.out")"
+	# Not attached in 30 s: what the client and the daemon were doing.
+	grep -q '^attached' "$T/broken.out" ||
+		fail "$name: attach: '$(cat "$T/broken.out")'; client $(proc_state "$apid" 2>/dev/null || echo gone); status: $("$CLIENT" --control "$f_SOCK" status 2>&1 | tail -3); daemon f: $(tail -8 "$T/f.log")"
 	eval "$how"
 	kill -USR1 "$WD1"
 	if wait "$apid"; then

@@ -64,11 +64,7 @@ H_SRC=$("$MEMHASH" "$WS" $BASE "$END")
 kill -USR1 "$WD"
 sleep 0.5
 for n in src dst; do
-	eng=$(engine_pid $n)
-	priv=$(eval echo "\$${n}_PID")
-	ss -tnp state established "( sport = :$src_PORT or dport = :$src_PORT )" >"$T/$n.ss"
-	grep -q "pid=$eng," "$T/$n.ss" || fail "$n: the engine ($eng) holds no peer connection: $(cat "$T/$n.ss")"
-	! grep -q "pid=$priv," "$T/$n.ss" || fail "$n: the privileged part holds a peer connection: $(cat "$T/$n.ss")"
+	engine_holds_peers $n "$src_PORT"
 done
 "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" || fail "wait: $(cat "$T/wait.out")"
 wait_verified WD

@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,6 +30,7 @@
 #include "daemon/inject.h"
 #include "daemon/loop.h"
 #include "daemon/privop.h"
+#include "daemon/proc.h"
 #include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
 #include "daemon/priv/record.h"
@@ -204,6 +207,107 @@ test_child(struct grant *ex, struct grant *at, pid_t grandkid)
 		close(fd);
 	}
 	free(a);
+}
+
+/*
+ * A process (a child of ours) whose page at the address it writes to
+ * pipefd is registered with a userfaultfd, as a target's forked process
+ * is; it sleeps until killed.
+ */
+static pid_t
+registered(int pipefd)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		struct uffdio_api api = {.api = UFFD_API};
+		void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		struct uffdio_register reg = {
+			.range = {.start = (uint64_t)(uintptr_t)p, .len = 4096},
+			.mode = UFFDIO_REGISTER_MODE_MISSING};
+		int ufd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+
+		if (p == MAP_FAILED || ufd < 0 ||
+		    ioctl(ufd, UFFDIO_API, &api) < 0 ||
+		    ioctl(ufd, UFFDIO_REGISTER, &reg) < 0)
+			p = NULL;
+		if (write(pipefd, &p, sizeof(p)) < 0)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	return pid;
+}
+
+/* PRIVOP_ORPHAN's answer: its grant (0: refused, *err why) and pid. */
+static uint64_t
+orphan(uint64_t g, struct privop_orphan *r, pid_t *pid, int *err)
+{
+	struct privop_child_reply *a = NULL;
+	size_t alen = 0;
+	uint64_t kg = 0;
+	int fd = -1;
+
+	*err = ask(g, PRIVOP_ORPHAN, r, sizeof(*r), &fd, (void **)&a, &alen);
+	if (*err == 0 && a != NULL && alen == sizeof(*a)) {
+		kg = a->grant;
+		*pid = a->pid;
+	}
+	if (fd >= 0)
+		close(fd);
+	free(a);
+	return kg;
+}
+
+/*
+ * An orphan (PRIVOP_ORPHAN): found by its registration, started since,
+ * its caller's to ptrace, by a destination's own grant; a process of a
+ * grant already is not found again, nor one not registered there.
+ */
+static void
+test_orphan(struct grant *ex, struct grant *at, int pfd[2])
+{
+	pid_t orph = registered(pfd[1]), got = 0;
+	struct privop_orphan r = {0};
+	unsigned long long st;
+	uint64_t kg;
+	void *p;
+	int err, s;
+
+	CHECK(read(pfd[0], &p, sizeof(p)) == sizeof(p) && p != NULL);
+	st = proc_start(orph);
+	r.addr = (uint64_t)(uintptr_t)p;
+	r.not_before = st;
+	CHECK(orphan(ex->id, &r, &got, &err) == 0 && err == EPERM);
+	r.pid = orph;
+	CHECK(orphan(at->id, &r, &got, &err) == 0 && err == EINVAL);
+	r.start = st + 1; /* another process at that pid */
+	CHECK(orphan(at->id, &r, &got, &err) == 0 && err == ESRCH);
+	r.start = st;
+	r.addr += 4096; /* not registered there */
+	CHECK(orphan(at->id, &r, &got, &err) == 0 && err == ESRCH);
+	r.addr -= 4096;
+	r.not_before = st + 1; /* started before the fork looked for */
+	CHECK(orphan(at->id, &r, &got, &err) == 0 && err == ESRCH);
+	r.not_before = st;
+	/* Nobody (uid 65534) may not ptrace root's process. */
+	CHECK(orphan(grant_by(at->t.pid, FRAME_CTL_ATTACH, 65534)->id, &r, &got,
+		     &err) == 0 &&
+	      err == ESRCH);
+	/* Looked for: found, as a grant of its own, the attach's child. */
+	r.pid = 0;
+	r.start = 0;
+	kg = orphan(at->id, &r, &got, &err);
+	CHECK(err == 0 && kg != 0 && got == orph);
+	CHECK(kg != 0 && grant_find(kg)->parent == at->id);
+	/* Of a grant now: neither found again nor given twice. */
+	CHECK(orphan(at->id, &r, &got, &err) == 0 && err == ESRCH);
+	r.pid = orph;
+	r.start = st;
+	CHECK(orphan(at->id, &r, &got, &err) == 0 && err == EPERM);
+	kill(orph, SIGKILL);
+	waitpid(orph, &s, 0);
 }
 
 /* /proc/PID/status's TracerPid: who holds pid's threads stopped. */
@@ -718,7 +822,7 @@ test_records(pid_t pid)
 	record_dir_close();
 	CHECK(record_dir_open(dir) == 0);
 	n = record_restore_all();
-	CHECK(n == 1);
+	CHECK(n == 2); /* ID_C's, and g.grant's with no process (below) */
 	for (uint64_t id = 1; id < 1000; id++)
 		if ((o = grant_find(id)) != NULL && !o->dropped &&
 		    o->nbinds == 1 && strcmp(o->binds[0].id, ID_C) == 0)
@@ -727,11 +831,22 @@ test_records(pid_t pid)
 	      again->t.start == start &&
 	      again->frame_type == FRAME_CTL_ATTACH &&
 	      again->binds[0].role == ROLE_DEST && again->who.privileged);
-	CHECK(grant_bound(ROLE_DEST, ID_B) == NULL);
+	/*
+	 * A destination's process gone (g.grant): kept with no process, for
+	 * the processes it forked, until the engine leaves it unclaimed.
+	 */
+	o = grant_bound(ROLE_DEST, ID_B);
+	CHECK(o != NULL && o->unclaimed && o->t.pidfd < 0 &&
+	      o->t.start == start + 1);
 	CHECK(exists(dir, "b.grant") && exists(dir, "c.grant") &&
-	      exists(dir, "d.grant") && exists(dir, "e.grant"));
-	CHECK(!exists(dir, "f.grant.tmp") && !exists(dir, "g.grant") &&
-	      !exists(dir, "h.grant"));
+	      exists(dir, "d.grant") && exists(dir, "e.grant") &&
+	      exists(dir, "g.grant"));
+	CHECK(!exists(dir, "f.grant.tmp") && !exists(dir, "h.grant"));
+	if (o != NULL) {
+		record_remove(o);
+		grant_drop(o);
+	}
+	CHECK(!exists(dir, "g.grant"));
 
 	/* Stopping: a drop keeps the record; else it goes with the grant. */
 	if (again != NULL) {
@@ -797,6 +912,7 @@ main(void)
 	test_dest_refused(ex, pfd);
 	test_refused(ex, at);
 	test_child(ex, at, grandkid);
+	test_orphan(ex, at, pfd);
 	test_child_uffd(child_grant(at->id, grandkid), at, grandkid, pfd);
 	test_claim(kid, ex);
 	test_records(kid);

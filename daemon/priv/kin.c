@@ -1,0 +1,195 @@
+/*
+ * A destination target's forked processes as grants (kin.h). The engine
+ * says which process it means; what it is allowed rests on what is
+ * checked here: the process is the one opened (its start time), the
+ * grant's caller could ptrace it (authz.h, as for the attach itself), and
+ * it is the target's kin by what the kernel shows, its parent or its
+ * registered mapping. So a grant never reaches a process its caller could
+ * not have attached to directly.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proto/frame.h"
+
+#include "daemon/authz.h"
+#include "daemon/imsg.h"
+#include "daemon/privop.h"
+#include "daemon/proc.h"
+#include "daemon/procref.h"
+#include "daemon/priv/call.h"
+#include "daemon/priv/grant.h"
+#include "daemon/priv/kin.h"
+
+/* k, checked, becomes a grant of c's (its child's); the answer made. */
+static int
+kin_grant(struct call *c, struct procref *k)
+{
+	static struct privop_child_reply a;
+	struct grant *kg;
+
+	c->fd = dup(k->pidfd);
+	c->fd2 = dup(k->memfd);
+	if (c->fd < 0 || c->fd2 < 0) {
+		procref_close(k);
+		return EMFILE; /* the descriptors closed by serve_one() */
+	}
+	a = (struct privop_child_reply){
+		.start = k->start, .probe = k->probe, .pid = k->pid};
+	kg = grant_new(FRAME_CTL_ATTACH, &c->g->who, k);
+	kg->parent = c->g->id;
+	a.grant = kg->id;
+	c->out = &a;
+	c->outlen = sizeof(a);
+	return 0;
+}
+
+/*
+ * A destination target's forked child: opened here, then checked to be
+ * the grant's process's child (a pid reused before the open would be
+ * another process's, and is refused) that the grant's caller could ptrace.
+ */
+int
+kin_child(struct call *c)
+{
+	const struct privop_child *r = c->req;
+	struct procref k;
+	char err[128];
+
+	if (c->len != sizeof(*r))
+		return EBADMSG;
+	if (c->g->frame_type != FRAME_CTL_ATTACH)
+		return EPERM;
+	if (r->pid <= 1 || r->pid == c->g->t.pid)
+		return EINVAL;
+	if (!procref_same(&c->g->t))
+		return ESRCH;
+	if (procref_open(&k, r->pid, err, sizeof(err)) < 0)
+		return errno;
+	if (proc_ppid(r->pid) != c->g->t.pid || !procref_same(&k) ||
+	    !authz_allows(&c->g->who, &k)) {
+		procref_close(&k);
+		return EPERM;
+	}
+	return kin_grant(c, &k);
+}
+
+/*
+ * Whether pid (started at start) is an orphan r asks for: started late
+ * enough, of no grant, registered at r->addr, opened as itself, its
+ * caller's to ptrace. 1 with *k open, else 0.
+ */
+static int
+orphan_is(struct call *c, const struct privop_orphan *r, pid_t pid,
+	  unsigned long long start, struct procref *k)
+{
+	char err[128];
+
+	if (pid <= 1 || start == 0 || start < r->not_before ||
+	    start < c->g->t.start || grant_holding(pid, start) != NULL ||
+	    !proc_uffd_mapped(pid, r->addr))
+		return 0;
+	if (procref_open(k, pid, err, sizeof(err)) < 0)
+		return 0;
+	if (k->start == start && authz_allows(&c->g->who, k))
+		return 1;
+	procref_close(k);
+	return 0;
+}
+
+/* The earliest orphan r asks for, opened in *k: its pid, or 0. */
+static pid_t
+orphan_find(struct call *c, const struct privop_orphan *r, struct procref *k)
+{
+	unsigned long long best_start = 0;
+	pid_t best = 0;
+	struct dirent *e;
+	DIR *dir;
+
+	if ((dir = opendir("/proc")) == NULL)
+		return 0;
+	while ((e = readdir(dir)) != NULL) {
+		pid_t pid = (pid_t)atoi(e->d_name);
+		unsigned long long st = pid > 1 ? proc_start(pid) : 0;
+		struct procref t;
+
+		if (st == 0 || (best && st >= best_start) ||
+		    !orphan_is(c, r, pid, st, &t))
+			continue;
+		if (best)
+			procref_close(k);
+		procref_move(k, &t);
+		best = pid;
+		best_start = st;
+	}
+	closedir(dir);
+	return best;
+}
+
+/*
+ * A restarted engine restores a forked process the last engine had a
+ * grant for (kept, unclaimed, for the next): that grant, claimed, if it
+ * descends from the migration's and its caller may still ptrace it.
+ */
+static int
+kin_reclaim(struct call *c, struct grant *kg)
+{
+	static struct privop_child_reply a;
+
+	if (!kg->unclaimed || grant_root(kg) != c->g)
+		return EPERM;
+	if (!procref_same(&kg->t))
+		return ESRCH;
+	if (!authz_allows(&kg->who, &kg->t))
+		return EPERM;
+	c->fd = dup(kg->t.pidfd);
+	c->fd2 = dup(kg->t.memfd);
+	if (c->fd < 0 || c->fd2 < 0)
+		return EMFILE; /* the descriptors closed by serve_one() */
+	kg->unclaimed = 0;
+	a = (struct privop_child_reply){.grant = kg->id,
+					.start = kg->t.start,
+					.probe = kg->t.probe,
+					.pid = kg->t.pid};
+	c->out = &a;
+	c->outlen = sizeof(a);
+	return 0;
+}
+
+int
+kin_orphan(struct call *c)
+{
+	const struct privop_orphan *r = c->req;
+	struct procref k = PROCREF_NONE;
+	struct grant *kg;
+
+	if (c->len != sizeof(*r))
+		return EBADMSG;
+	/*
+	 * A target gone (a restarted engine holds no grant of it): the grant
+	 * kept for its migration, while the engine restores (it is dropped,
+	 * unclaimed, once the engine is ready).
+	 */
+	if (c->g == NULL) {
+		if (memchr(r->id, 0, sizeof(r->id)) == NULL)
+			return EINVAL;
+		if ((c->g = grant_bound(ROLE_DEST, r->id)) == NULL ||
+		    c->g->dropped)
+			return ESRCH;
+	}
+	if (c->g->frame_type != FRAME_CTL_ATTACH || c->g->parent != 0)
+		return EPERM; /* by the migration's own target's grant */
+	if (r->pid < 0 || (r->pid > 0 && r->start == 0))
+		return EINVAL;
+	if (r->pid > 0 && (kg = grant_holding(r->pid, r->start)) != NULL)
+		return kin_reclaim(c, kg);
+	if (r->pid > 0 ? !orphan_is(c, r, r->pid, r->start, &k)
+		       : orphan_find(c, r, &k) == 0)
+		return ESRCH;
+	return kin_grant(c, &k);
+}
