@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/conffile.h"
 #include "daemon/log.h"
@@ -437,21 +438,15 @@ split_line(char *p, char **key, char **value, char *err, size_t errlen)
 	return 0;
 }
 
-int
-conffile_load(const char *path, int must_exist, struct uffdd_conf *c, char *err,
-	      size_t errlen)
+/* The lines of f (named path), each set in c; f closed. */
+static int
+load_stream(FILE *f, const char *path, struct uffdd_conf *c, char *err,
+	    size_t errlen)
 {
 	char line[CONF_LINE_MAX], why[256];
 	unsigned lineno = 0;
 	int rc = 0;
-	FILE *f;
 
-	if ((f = fopen(path, "re")) == NULL) {
-		if (errno == ENOENT && !must_exist)
-			return 0;
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -1;
-	}
 	while (fgets(line, sizeof(line), f) != NULL) {
 		size_t len = strlen(line);
 		const struct key *k;
@@ -485,6 +480,39 @@ bad:
 	snprintf(err, errlen, "%s:%u: %s", path, lineno, why);
 	fclose(f);
 	return -1;
+}
+
+int
+conffile_load(const char *path, int must_exist, struct uffdd_conf *c, char *err,
+	      size_t errlen)
+{
+	FILE *f;
+
+	if ((f = fopen(path, "re")) == NULL) {
+		if (errno == ENOENT && !must_exist)
+			return 0;
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	return load_stream(f, path, c, err, errlen);
+}
+
+int
+conffile_load_fd(int fd, const char *path, struct uffdd_conf *c, char *err,
+		 size_t errlen)
+{
+	int own = dup(fd);
+	FILE *f;
+
+	if (own < 0 || lseek(own, 0, SEEK_SET) < 0 ||
+	    (f = fdopen(own, "r")) == NULL) {
+		snprintf(err, errlen, "%s (handed over): %s", path,
+			 strerror(errno));
+		if (own >= 0)
+			close(own);
+		return -1;
+	}
+	return load_stream(f, path, c, err, errlen);
 }
 
 int

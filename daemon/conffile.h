@@ -76,6 +76,9 @@ int conffile_set(struct uffdd_conf *c, const char *key, const char *value,
  */
 int conffile_load(const char *path, int must_exist, struct uffdd_conf *c,
 		  char *err, size_t errlen);
+/* The same from a descriptor of the file (path names it in err). */
+int conffile_load_fd(int fd, const char *path, struct uffdd_conf *c, char *err,
+		     size_t errlen);
 /* Whether key was set in c (by a flag or a line). */
 int conffile_is_set(const struct uffdd_conf *c, const char *key);
 /* Forgets that key was set in c: a merge from c then leaves it alone. */

@@ -35,15 +35,19 @@ conf_set_path(const char *path)
  * Builds the effective configuration: defaults, the file, then the flags.
  * Returns -1 with err filled if the file is unreadable or invalid.
  */
-int
-conf_build(struct uffdd_conf *c, char *err, size_t errlen)
+static int
+build(struct uffdd_conf *c, int fd, char *err, size_t errlen)
 {
 	static const char *const tls_keys[] = {"ca", "cert", "key", "pin"};
 	struct uffdd_conf file = {.control_gid = (gid_t)-1,
 				  .admin_gid = (gid_t)-1};
+	int rc;
 
 	conffile_defaults(c);
-	if (conffile_load(conf_path, conf_path_given, &file, err, errlen) < 0) {
+	rc = fd >= 0 ? conffile_load_fd(fd, conf_path, &file, err, errlen)
+		     : conffile_load(conf_path, conf_path_given, &file, err,
+				     errlen);
+	if (rc < 0) {
 		conffile_clear(&file);
 		conffile_clear(c);
 		return -1;
@@ -79,12 +83,18 @@ conf_build(struct uffdd_conf *c, char *err, size_t errlen)
 }
 
 int
-conf_reload(struct uffdd_conf *next)
+conf_build(struct uffdd_conf *c, char *err, size_t errlen)
+{
+	return build(c, -1, err, errlen);
+}
+
+int
+conf_reload(struct uffdd_conf *next, int fd)
 {
 	const char *k;
 	char err[512];
 
-	if (conf_build(next, err, sizeof(err)) < 0) {
+	if (build(next, fd, err, sizeof(err)) < 0) {
 		log_warnx("reload: %s; keeping the running configuration", err);
 		return -1;
 	}

@@ -39,7 +39,8 @@ struct client {
 static TAILQ_HEAD(, client) clients = TAILQ_HEAD_INITIALIZER(clients);
 static int sock = -1;
 static struct event *ev;
-static void (*on_stop)(void), (*on_reload)(void);
+static void (*on_stop)(void);
+static void (*on_reload)(int fds[RELOAD_FILES]);
 /* While a request is dispatched: the migrations its caller may see. */
 static const struct ctl_seen *seen;
 static size_t nseen;
@@ -325,6 +326,20 @@ request(struct imsg *m)
 	protobuf_c_message_free_unpacked(msg, NULL);
 }
 
+/* CTL_RELOAD: its descriptors, each to its file (ctlmsg.h), to reload. */
+static void
+reload_files(struct imsg *m)
+{
+	const struct ctl_reload *r = imsg_payload(m, sizeof(*r));
+	int fds[RELOAD_FILES];
+
+	for (int i = 0; i < RELOAD_FILES; i++)
+		fds[i] = r != NULL && r->at[i] >= 0 && r->at[i] < m->nfd
+				 ? imsg_take_fd(m, r->at[i])
+				 : -1;
+	on_reload(fds);
+}
+
 static void
 ctl_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -357,7 +372,7 @@ ctl_cb(evutil_socket_t fd, short what, void *arg)
 			on_stop();
 			break;
 		case CTL_RELOAD:
-			on_reload();
+			reload_files(&m);
 			break;
 		case CTL_REFUSED:
 			count_refusal((uint32_t)m.h.err);
@@ -371,7 +386,7 @@ ctl_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 void
-control_init(int fd, void (*stop)(void), void (*reload)(void))
+control_init(int fd, void (*stop)(void), void (*reload)(int *))
 {
 	sock = fd;
 	on_stop = stop;

@@ -17,7 +17,12 @@
  * Serves the requests that come on socket fd (the ctl socket pair's end);
  * stop and reload are called when the privileged part says so.
  */
-void control_init(int fd, void (*stop)(void), void (*reload)(void));
+/*
+ * The privileged part's messages on fd: stop at CTL_STOP; reload at
+ * CTL_RELOAD, with the descriptors of the files it opened (ctlmsg.h,
+ * RELOAD_*; -1: none), which reload closes.
+ */
+void control_init(int fd, void (*stop)(void), void (*reload)(int *fds));
 void control_close(void);
 /* Tells the privileged part CTL_READY or CTL_STATUS with line. */
 void control_say(int type, const char *line);

@@ -23,7 +23,7 @@ enum ctlmsg_type {
 	CTL_CLIENT_GONE, /* id: client serial */
 	CTL_BYTE,	 /* id: serial; ctl_byte; the descriptor, if one came */
 	CTL_STOP,	 /* shut down as at SIGTERM */
-	CTL_RELOAD,	 /* reload the configuration (SIGHUP) */
+	CTL_RELOAD,	 /* SIGHUP: reload; ctl_reload and the files */
 	CTL_REFUSED,	 /* err: a request refused here, its code (metrics) */
 	/* engine -> privileged part */
 	CTL_REPLY = 100, /* id: serial; ctl_reply + the packed message */
@@ -98,6 +98,17 @@ struct ctl_byte {
 	int32_t status;
 	uint8_t byte;
 	char why[123];
+};
+
+/*
+ * CTL_RELOAD: the files the engine reads again, opened by the privileged
+ * part (the engine may not read a root-only key): each the index of its
+ * descriptor in the message, or -1 (none: a file that does not exist, or
+ * plaintext).
+ */
+enum { RELOAD_CONF, RELOAD_CA, RELOAD_CERT, RELOAD_KEY, RELOAD_FILES };
+struct ctl_reload {
+	int32_t at[RELOAD_FILES];
 };
 
 struct ctl_bind {

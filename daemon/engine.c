@@ -171,23 +171,38 @@ apply_limits(void)
 }
 
 /*
- * Rereads the file (the privileged part says when: SIGHUP reaches it).
+ * Rereads the file and the TLS files (the privileged part says when:
+ * SIGHUP reaches it), from the descriptors it opened for us where it
+ * handed them over (ctlmsg.h): a confined engine may not read them.
  * Anything invalid keeps the running configuration whole.
  */
 static void
-reload(void)
+reload(int fds[RELOAD_FILES])
 {
 	struct uffdd_conf next;
+	struct tls_files f = {.ca_fd = fds[RELOAD_CA],
+			      .cert_fd = fds[RELOAD_CERT],
+			      .key_fd = fds[RELOAD_KEY]};
+	int rc = conf_reload(&next, fds[RELOAD_CONF]);
 
-	if (conf_reload(&next) < 0)
-		return;
-	if (!next.insecure &&
-	    tls_init(next.ca, next.cert, next.key, next.pin) < 0) {
-		log_warnx("reload: TLS settings refused; keeping the running "
-			  "configuration");
-		conffile_clear(&next);
-		return;
+	if (fds[RELOAD_CONF] >= 0)
+		close(fds[RELOAD_CONF]);
+	if (rc == 0 && !next.insecure) {
+		f.ca = next.ca;
+		f.cert = next.cert;
+		f.key = next.key;
+		rc = f.ca_fd >= 0 && f.cert_fd >= 0 && f.key_fd >= 0
+			     ? tls_init_fds(&f, next.pin)
+			     : tls_init(next.ca, next.cert, next.key, next.pin);
+		if (rc < 0) {
+			log_warnx("reload: TLS settings refused; keeping the "
+				  "running configuration");
+			conffile_clear(&next);
+		}
 	}
+	tls_files_close(&f);
+	if (rc < 0)
+		return;
 	conffile_clear(&conf);
 	conf = next;
 	log_init(conf.foreground, conf.verbose);

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 
 #include <openssl/err.h>
@@ -24,6 +26,7 @@
 
 #include "daemon/log.h"
 #include "daemon/tls.h"
+#include "daemon/tls_files.h"
 
 /*
  * Not BEV_OPT_DEFER_CALLBACKS: deferred callbacks would all run at one
@@ -269,15 +272,44 @@ ctx_fail(SSL_CTX *c, const char *what)
 int
 tls_init(const char *ca, const char *cert, const char *key, const char *p)
 {
-	STACK_OF(X509_NAME) * names;
-	unsigned char newpin[32];
-	SSL_CTX *c;
+	struct tls_files f = {ca, cert, key, -1, -1, -1};
+	int rc = -1;
 
 	if (ca == NULL || cert == NULL || key == NULL) {
 		log_warnx("TLS needs --ca, --cert and --key (or --insecure "
 			  "for plaintext on loopback)");
 		return -1;
 	}
+	if ((f.ca_fd = open(ca, O_RDONLY | O_CLOEXEC)) < 0)
+		log_warnx("TLS: %s: %s", ca, strerror(errno));
+	else if ((f.cert_fd = open(cert, O_RDONLY | O_CLOEXEC)) < 0)
+		log_warnx("TLS: %s: %s", cert, strerror(errno));
+	else if ((f.key_fd = open(key, O_RDONLY | O_CLOEXEC)) < 0)
+		log_warnx("TLS: %s: %s", key, strerror(errno));
+	else
+		rc = tls_init_fds(&f, p);
+	tls_files_close(&f);
+	return rc;
+}
+
+void
+tls_files_close(struct tls_files *f)
+{
+	int *fds[3] = {&f->ca_fd, &f->cert_fd, &f->key_fd};
+
+	for (int i = 0; i < 3; i++)
+		if (*fds[i] >= 0) {
+			close(*fds[i]);
+			*fds[i] = -1;
+		}
+}
+
+int
+tls_init_fds(const struct tls_files *f, const char *p)
+{
+	unsigned char newpin[32];
+	SSL_CTX *c;
+
 	if (p != NULL && tls_parse_pin(p, newpin) < 0) {
 		log_warnx("--pin %s: want the 64 hex digits of a SHA-256 "
 			  "fingerprint",
@@ -295,15 +327,10 @@ tls_init(const char *ca, const char *cert, const char *key, const char *p)
 	/* Nothing older than TLS 1.3: no downgrade, no legacy ciphers. */
 	if (!SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION))
 		return ctx_fail(c, "TLS 1.3 minimum");
-	if (!SSL_CTX_load_verify_locations(c, ca, NULL))
-		return ctx_fail(c, ca);
-	if ((names = SSL_load_client_CA_file(ca)) == NULL)
-		return ctx_fail(c, ca);
-	SSL_CTX_set_client_CA_list(c, names);
-	if (!SSL_CTX_use_certificate_chain_file(c, cert))
-		return ctx_fail(c, cert);
-	if (!SSL_CTX_use_PrivateKey_file(c, key, SSL_FILETYPE_PEM))
-		return ctx_fail(c, key);
+	if (tls_files_load(c, f) < 0) {
+		SSL_CTX_free(c);
+		return -1;
+	}
 	if (!SSL_CTX_check_private_key(c))
 		return ctx_fail(c, "key does not match certificate");
 	/*

@@ -11,6 +11,8 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "daemon/tls_files.h"
+
 /*
  * Loads the CA, our certificate and key. pin, if not NULL, is the SHA-256
  * fingerprint (hex, colons allowed) a source's certificate must have, in
@@ -19,6 +21,14 @@
  */
 int tls_init(const char *ca, const char *cert, const char *key,
 	     const char *pin);
+/*
+ * The same from descriptors of the three files (named for the log), as
+ * the privileged part hands them to a confined engine at a reload: the
+ * engine may not open a key only root may read.
+ */
+int tls_init_fds(const struct tls_files *f, const char *pin);
+/* Closes those of f's descriptors that are open. */
+void tls_files_close(struct tls_files *f);
 int tls_enabled(void);
 void tls_free(void);
 /* A bufferevent for an accepted socket: we are the server. */

@@ -640,6 +640,15 @@ state_dir() {
 engine_pid() { { pgrep -P "$(eval echo "\$${1}_PID")" || true; } | head -n 1; }
 daemon_pids() { echo "$(eval echo "\$${1}_PID") $(engine_pid "$1")"; }
 
+# wait_log NAME PATTERN COUNT: until NAME's log has COUNT lines matching.
+wait_log() {
+	for _ in $(seq 200); do
+		[ "$(grep -c -- "$2" "$T/$1.log")" -ge "$3" ] && return
+		sleep 0.05
+	done
+	fail "$1 never logged '$2' $3 times: $(tail -n 5 "$T/$1.log")"
+}
+
 # engine_holds_peers NAME PORT: daemon NAME's engine, not its privileged
 # part, holds the established peer connections of port PORT.
 engine_holds_peers() {

@@ -26,27 +26,40 @@
 #include "daemon/priv/grant.h"
 #include "daemon/priv/kin.h"
 
+int
+kin_answer(struct call *c, struct grant *g)
+{
+	static struct privop_child_reply a;
+
+	if (!procref_same(&g->t))
+		return ESRCH;
+	if (!authz_allows(&g->who, &g->t))
+		return EPERM;
+	c->fd = dup(g->t.pidfd);
+	c->fd2 = dup(g->t.memfd);
+	if (c->fd < 0 || c->fd2 < 0)
+		return EMFILE; /* the descriptors closed by serve_one() */
+	g->unclaimed = 0;
+	a = (struct privop_child_reply){.grant = g->id,
+					.start = g->t.start,
+					.probe = g->t.probe,
+					.pid = g->t.pid};
+	c->out = &a;
+	c->outlen = sizeof(a);
+	return 0;
+}
+
 /* k, checked, becomes a grant of c's (its child's); the answer made. */
 static int
 kin_grant(struct call *c, struct procref *k)
 {
-	static struct privop_child_reply a;
-	struct grant *kg;
+	struct grant *kg = grant_new(FRAME_CTL_ATTACH, &c->g->who, k);
+	int err;
 
-	c->fd = dup(k->pidfd);
-	c->fd2 = dup(k->memfd);
-	if (c->fd < 0 || c->fd2 < 0) {
-		procref_close(k);
-		return EMFILE; /* the descriptors closed by serve_one() */
-	}
-	a = (struct privop_child_reply){
-		.start = k->start, .probe = k->probe, .pid = k->pid};
-	kg = grant_new(FRAME_CTL_ATTACH, &c->g->who, k);
 	kg->parent = c->g->id;
-	a.grant = kg->id;
-	c->out = &a;
-	c->outlen = sizeof(a);
-	return 0;
+	if ((err = kin_answer(c, kg)) != 0)
+		grant_free(kg);
+	return err;
 }
 
 /*
@@ -139,26 +152,9 @@ orphan_find(struct call *c, const struct privop_orphan *r, struct procref *k)
 static int
 kin_reclaim(struct call *c, struct grant *kg)
 {
-	static struct privop_child_reply a;
-
 	if (!kg->unclaimed || grant_root(kg) != c->g)
 		return EPERM;
-	if (!procref_same(&kg->t))
-		return ESRCH;
-	if (!authz_allows(&kg->who, &kg->t))
-		return EPERM;
-	c->fd = dup(kg->t.pidfd);
-	c->fd2 = dup(kg->t.memfd);
-	if (c->fd < 0 || c->fd2 < 0)
-		return EMFILE; /* the descriptors closed by serve_one() */
-	kg->unclaimed = 0;
-	a = (struct privop_child_reply){.grant = kg->id,
-					.start = kg->t.start,
-					.probe = kg->t.probe,
-					.pid = kg->t.pid};
-	c->out = &a;
-	c->outlen = sizeof(a);
-	return 0;
+	return kin_answer(c, kg);
 }
 
 int

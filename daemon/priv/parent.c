@@ -321,7 +321,7 @@ on_term(evutil_socket_t sig, short ev, void *arg)
 static int
 reload_checked(struct uffdd_conf *next)
 {
-	if (conf_reload(next) < 0)
+	if (conf_reload(next, -1) < 0)
 		return -1;
 	if (!next->insecure &&
 	    tls_init(next->ca, next->cert, next->key, next->pin) < 0) {
@@ -331,6 +331,38 @@ reload_checked(struct uffdd_conf *next)
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * The engine told to reload, with the files it reads again opened here
+ * (ctlmsg.h, CTL_RELOAD): a confined engine may not open a key only root
+ * may read, nor any file outside what it was given.
+ */
+static void
+reload_engine(void)
+{
+	const char *paths[RELOAD_FILES] = {conf_file_path(), conf.ca, conf.cert,
+					   conf.key};
+	struct ctl_reload r;
+	int fds[RELOAD_FILES];
+	size_t n = 0;
+
+	if (eng.ctl < 0)
+		return;
+	for (int i = 0; i < RELOAD_FILES; i++) {
+		int fd =
+			paths[i] != NULL && (i == RELOAD_CONF || !conf.insecure)
+				? open(paths[i],
+				       O_RDONLY | O_CLOEXEC | O_NOCTTY)
+				: -1;
+
+		r.at[i] = fd >= 0 ? (int32_t)n : -1;
+		if (fd >= 0)
+			fds[n++] = fd;
+	}
+	imsg_send(eng.ctl, CTL_RELOAD, 0, 0, &r, sizeof(r), n ? fds : NULL, n);
+	for (size_t i = 0; i < n; i++)
+		close(fds[i]);
 }
 
 /*
@@ -348,8 +380,7 @@ on_hup(evutil_socket_t sig, short ev, void *arg)
 		conf = next;
 		log_init(conf.foreground, conf.verbose);
 		ctlsock_apply_mode();
-		if (eng.ctl >= 0)
-			imsg_send(eng.ctl, CTL_RELOAD, 0, 0, NULL, 0, NULL, 0);
+		reload_engine();
 	}
 	notify_send("READY=1");
 }

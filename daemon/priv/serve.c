@@ -204,7 +204,6 @@ static int
 do_claim(struct call *c)
 {
 	const struct privop_claim *r = c->req;
-	static struct privop_child_reply a;
 	struct grant *g;
 
 	if (c->len != sizeof(*r) || c->h->grant != 0)
@@ -220,22 +219,7 @@ do_claim(struct call *c)
 		return EPERM;
 	if (g->t.pid != r->pid || g->t.start != r->start)
 		return EINVAL;
-	if (!procref_same(&g->t))
-		return ESRCH;
-	if (!authz_allows(&g->who, &g->t))
-		return EPERM;
-	c->fd = dup(g->t.pidfd);
-	c->fd2 = dup(g->t.memfd);
-	if (c->fd < 0 || c->fd2 < 0)
-		return EMFILE; /* the descriptors closed by serve_one() */
-	g->unclaimed = 0;
-	a = (struct privop_child_reply){.grant = g->id,
-					.start = g->t.start,
-					.probe = g->t.probe,
-					.pid = g->t.pid};
-	c->out = &a;
-	c->outlen = sizeof(a);
-	return 0;
+	return kin_answer(c, g);
 }
 
 /* The operations, by type: each answers an errno value (0: done). */

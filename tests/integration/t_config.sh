@@ -109,14 +109,6 @@ start_daemon d --config "$T/run.conf"
 start_daemon e --config "$T/run.conf" --control-mode 0640
 [ "$(stat -c %a "$e_SOCK")" = 640 ] || fail "flag did not override the file"
 
-# wait_log NAME PATTERN COUNT: until NAME's log has COUNT lines matching.
-wait_log() {
-	for _ in $(seq 200); do
-		[ "$(grep -c -- "$2" "$T/$1.log")" -ge "$3" ] && return
-		sleep 0.05
-	done
-	fail "$1 never logged '$2' $3 times: $(tail -n 5 "$T/$1.log")"
-}
 # SIGHUP applies a good file.
 echo "control-mode 0666" >"$T/run.conf"
 kill -HUP "$d_PID" "$e_PID"

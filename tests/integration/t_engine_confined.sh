@@ -5,8 +5,9 @@
 # no effective capability, NoNewPrivs and a seccomp filter
 # (/proc/PID/status), holds the peer connections, and the migration
 # completes byte-exact, the child's too. Its state files are in the state
-# directory's engine/, of that user. A second migration with the same
-# engines completes byte-exact too.
+# directory's engine/, of that user. A reload reads a key only root may
+# read (the privileged part hands the files over), and a second migration
+# with the same engines completes byte-exact too.
 . "$SRC/tests/lib.sh"
 need_root
 need_engine_user
@@ -67,5 +68,15 @@ wait_child_verified WD "the target's forked child"
 kill -9 "$WD"
 info "complete, byte-exact, the child's memory too"
 
+# A reload reads files the engine may not: the key root's alone, in a
+# directory only root may enter. The privileged part opens them for it.
+chmod 0600 "$PKI/node.key" "$T/empty.conf"
+chmod 0700 "$PKI"
+kill -HUP "$dst_PID"
+wait_log dst "reloaded" 1
+! grep -q "TLS settings refused\|keeping the running" "$T/dst.log" ||
+	fail "the confined engine's reload was refused: $(grep -m1 "refused\|keeping" "$T/dst.log")"
+info "reload with a key only root may read: reloaded"
+
 migrate 32M 2 2 >/dev/null
-info "a second migration with the same engines: byte-exact"
+info "a second migration with the same engines, TLS as reloaded: byte-exact"

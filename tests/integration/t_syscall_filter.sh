@@ -8,7 +8,8 @@
 # a snapshot and a restore from it, its image read through io_uring),
 # status queries and a restart of the destination daemon, and every system
 # call name strace saw must be in the set systemd-analyze expands the
-# unit's filter to. A call outside it would kill or fail the daemon under
+# unit's filter to; the engine runs as the packaged configuration says
+# (engine-user), and one is started under the trace. A call outside it would kill or fail the daemon under
 # systemd. On the plain build, as a packaged daemon runs (AddressSanitizer
 # makes calls of its own).
 . "$SRC/tests/lib.sh"
@@ -65,12 +66,30 @@ trace() {
 	fail "strace did not attach to the $name daemon: $(cat "$T/$name.strace.err")"
 }
 
+# As the packaged configuration runs them: the engine as its own user.
+eu=$(sed -n 's/^engine-user //p' "$SRC/systemd/uffdd.conf")
+if [ -n "$eu" ]; then
+	need_engine_user
+	export UFFDD_TEST_ENGINE_USER=$eu
+fi
 # migrate() keeps a daemon only when its arguments stay the same.
 export SRC_DAEMON_ARGS="--bulk-rate 16M"
 start_daemon src $SRC_DAEMON_ARGS
 start_daemon dst
 trace src
 trace dst
+# An engine started under the trace (the first one was before it): the
+# calls with which it confines itself are seen too.
+old=$(engine_pid dst)
+kill -KILL "$old"
+for _ in $(seq 200); do
+	new=$(engine_pid dst)
+	[ -n "$new" ] && [ "$new" != "$old" ] &&
+		"$CLIENT" --control "$dst_SOCK" status >/dev/null 2>&1 && break
+	sleep 0.05
+done
+[ -n "$new" ] && [ "$new" != "$old" ] || fail "no new engine after SIGKILL of $old"
+[ -z "$eu" ] || wait_log dst "engine confined" 2
 
 migrate 16M 2 4
 kill "$WD"

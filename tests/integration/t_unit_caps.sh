@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Both daemons run with only the capabilities systemd/uffdd.service leaves
 # them (its CapabilityBoundingSet=, read from the unit, and
-# NoNewPrivileges=): root, but nothing else. Every memory kind migrates
+# NoNewPrivileges=): root, but nothing else; the engine as the user
+# systemd/uffdd.conf names. Every memory kind migrates
 # byte-exact that way: private anonymous, shared anonymous, memfd, a tmpfs
 # file (QEMU's /dev/shm guest RAM), a private file mapping on disk.
 # Before the unit named CAP_CHECKPOINT_RESTORE, the kinds found through
@@ -36,6 +37,13 @@ EOF
 	UFFDD=$T/uffdd-$1
 }
 wrap unit "$bounding"
+# As the packaged configuration runs it: the engine as its own user.
+eu=$(sed -n 's/^engine-user //p' "$SRC/systemd/uffdd.conf")
+if [ -n "$eu" ]; then
+	need_engine_user
+	export UFFDD_TEST_ENGINE_USER=$eu
+	info "the engine runs as $eu, as systemd/uffdd.conf says"
+fi
 
 DIR=/var/tmp/uffdd-unit-caps-$$
 mkdir -p "$DIR"
