@@ -11,6 +11,10 @@
  * Every call must return what the call returns, every inject_begin must
  * succeed (a thread left traced would refuse the next PTRACE_SEIZE), and
  * at the end the child runs untraced with no descriptor beyond its own.
+ *
+ * In the engine (a privileged part to ask: privop_init()), neither an
+ * injection nor the opening of a process is done at all: both refuse with
+ * EPERM and say why, and the child is not traced.
  */
 #include "config.h"
 
@@ -21,11 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 
 #include "daemon/inject.h"
+#include "daemon/privop.h"
+#include "daemon/procref.h"
 #include "tests/unit/unit.h"
 
 #define ROUNDS 3000
@@ -72,6 +79,28 @@ tracer_of(pid_t pid)
 			break;
 	fclose(f);
 	return tracer;
+}
+
+/* As the engine: no injection into child, no opening of it. */
+static void
+engine_refuses(pid_t child)
+{
+	struct inject inj;
+	struct procref r;
+	char err[128];
+	int sv[2];
+
+	CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0);
+	privop_init(sv[0]);
+	errno = 0;
+	CHECK(inject_begin(&inj, child, 0) < 0 && errno == EPERM &&
+	      strstr(inj.err, "engine") != NULL);
+	CHECK(tracer_of(child) == 0);
+	errno = 0;
+	CHECK(procref_open(&r, child, err, sizeof(err)) < 0 && errno == EPERM &&
+	      r.pidfd < 0 && strstr(err, "engine") != NULL);
+	privop_close();
+	close(sv[1]);
 }
 
 int
@@ -135,6 +164,7 @@ main(void)
 	CHECK(ok_calls == 2 * ROUNDS);
 	CHECK(fd_count(child) == fds);
 	CHECK(tracer_of(child) == 0);
+	engine_refuses(child);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	return UNIT_DONE();
