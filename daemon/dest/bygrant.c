@@ -6,9 +6,9 @@
  * lets it go; later it closes the target's copy and releases a kept one.
  * A forked child with a grant of its own gets its copy from it too, and
  * a new engine gets a restored target's again by the grant it claimed.
- * A process without a grant (an orphan, a restored forked child that is
- * not the target's own) is injected into here, as before the split
- * (target.c).
+ * Every process the engine acts on has a grant (an orphan, or a restored
+ * forked child that is not the target's own, by PRIVOP_ORPHAN): one
+ * without is not acted on at all.
  */
 #include "config.h"
 
@@ -161,10 +161,10 @@ dest_grant_setup(struct dest *d, char *err, size_t errlen, uint32_t *code)
 		return -1;
 	*code = ERR_KERNEL;
 	for (reg = 0; reg < d->nregs; reg++)
-		if (dest_take_region(d, NULL, reg, err, errlen) < 0)
+		if (dest_take_region(d, reg, err, errlen) < 0)
 			goto undo;
 	if (dest_private_missing(d) > 0 || d->held.precopy) {
-		if (dest_hold_target(d, NULL, err, errlen) == 0)
+		if (dest_hold_target(d, err, errlen) == 0)
 			return 0;
 		goto undo;
 	}

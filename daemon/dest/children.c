@@ -17,12 +17,10 @@
 #include "daemon/authz.h"
 #include "daemon/compat.h"
 #include "daemon/dest/internal.h"
-#include "daemon/inject.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
-#include "daemon/tracee.h"
 
 /*
  * A forked child of root's target (pid, its uffd ufd): regions copied from
@@ -144,52 +142,20 @@ dest_child_done(struct dest *k)
 /*
  * Only we hold a child's uffd. Should the daemon die, the kernel would
  * unregister the child's ranges and its missing pages would read as zeros:
- * give the child a copy, as every target has (and a restart takes it up).
- * A child with a grant of its own gets it from the privileged part
- * (bygrant.c); one without (an orphan) by our injection.
+ * give the child a copy, as every target has (and a restart takes it up),
+ * or, where its parent held none, have it held: by its grant (bygrant.c).
  */
 static void
 give_uffd(struct dest *k)
 {
-	struct inject inj = {.err = "no such process"};
-	pid_t pid = k->m->pid;
-	uint32_t code;
-
 	if (dest_by_grant(k)) {
 		dest_grant_child(k);
 		return;
 	}
-	/* Its parent held no copy: neither does it; held instead. */
-	if (k->sole) {
-		if (!procref_same(&k->t) ||
-		    !authz_allows(&k->root->owner, &k->t) ||
-		    tracee_seize(pid) < 0)
-			log_warnx("migration %s: forked process %d cannot be "
-				  "held: should the daemon die, its missing "
-				  "pages would read as zeros",
-				  log_id(k->root->m->id), (int)pid);
-		return;
-	}
-
-	if (procref_same(&k->t) &&
-	    inject_begin_draining(&inj, pid, 1, k->uffd, dest_drain_uffd, k) ==
-		    0) {
-		/*
-		 * Stopped, it can change no more: only a process the caller
-		 * of the attach could ptrace gets anything from us (a child
-		 * that ran a setuid program since the fork does not).
-		 */
-		if (authz_may_ptrace(&k->root->owner, &k->t, &code, inj.err,
-				     sizeof(inj.err)) == 0)
-			k->target_fd = inject_pass_fd(&inj, k->uffd);
-		inject_end(&inj);
-	} else {
-		dest_reap_later();
-	}
-	if (k->target_fd < 0)
-		log_warnx("migration %s: forked process %d holds no copy of "
-			  "its uffd: %s",
-			  log_id(k->root->m->id), (int)pid, inj.err);
+	log_warnx("migration %s: forked process %d has no grant: it holds no "
+		  "copy of its uffd, and would not survive a restart of the "
+		  "daemon",
+		  log_id(k->root->m->id), (int)k->m->pid);
 }
 
 /*

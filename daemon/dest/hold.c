@@ -1,7 +1,6 @@
 /*
  * Private file mappings: userfaultfd cannot watch them, so the target is
- * held (every thread in ptrace-stop, the attach's injection kept open)
- * until each page the source had written there is written through
+ * held (every thread stopped, by the privileged part) until each page the source had written there is written through
  * /proc/PID/mem. Then it is let go; if they never come, it is stopped.
  */
 #include "config.h"
@@ -13,12 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/ptrace.h>
 #include <sys/syscall.h>
 
 #include "daemon/conn.h"
 #include "daemon/dest/internal.h"
-#include "daemon/inject.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/migration.h"
@@ -80,32 +77,13 @@ dest_request_private(struct dest *d)
 		conn_flush(d->demand);
 }
 
-/* The injection kept open, every thread in an event stop. */
-static int
-hold_here(struct dest *d, struct inject *inj, char *err, size_t errlen)
-{
-	if (inject_restore(inj) < 0) {
-		snprintf(err, errlen, "holding process %d: %s", (int)d->m->pid,
-			 strerror(errno));
-		close(d->held.memfd);
-		return -1;
-	}
-	for (size_t i = 0; d->held.precopy && i < inj->ntids; i++)
-		if (ptrace(PTRACE_SETOPTIONS, inj->tids[i], 0,
-			   PTRACE_O_EXITKILL) < 0)
-			log_warn("migration %s: PTRACE_O_EXITKILL on %d",
-				 log_id(d->m->id), (int)inj->tids[i]);
-	d->held.hold = xmalloc(sizeof(*d->held.hold));
-	*d->held.hold = *inj;
-	return 0;
-}
-
 /*
- * Every thread stays in ptrace-stop until the pages the target wrote in
- * private file mappings are in (struct dest): the injection is kept open.
+ * Every thread stays stopped until the pages the target wrote in private
+ * file mappings are in (struct dest), or a pre-copy's switchover: the
+ * privileged part holds it (PRIVOP_DEST_HOLD).
  */
 int
-dest_hold_target(struct dest *d, struct inject *inj, char *err, size_t errlen)
+dest_hold_target(struct dest *d, char *err, size_t errlen)
 {
 	if ((d->held.memfd = procfile_mem_rw(d->m->pid)) < 0) {
 		snprintf(err, errlen, "/proc/%d/mem: %s", (int)d->m->pid,
@@ -113,20 +91,15 @@ dest_hold_target(struct dest *d, struct inject *inj, char *err, size_t errlen)
 		return -1;
 	}
 	/*
-	 * A pre-copy's target dies with the daemon (the kernel kills it when
-	 * its tracer exits): its source still runs, or is let go, so nothing
-	 * is lost, and no target runs on pages of several moments. Held by
-	 * the privileged part, d->hold only says it is (no threads of ours).
+	 * A pre-copy's target dies with the daemon: its source still runs,
+	 * or is let go, so nothing is lost, and no target runs on pages of
+	 * several moments.
 	 */
-	if (inj == NULL) {
-		if (dest_grant_end(d, PRIVOP_DEST_HOLD, err, errlen) < 0) {
-			close(d->held.memfd);
-			return -1;
-		}
-		d->held.hold = xcalloc(1, sizeof(*d->held.hold));
-	} else if (hold_here(d, inj, err, errlen) < 0) {
+	if (dest_grant_end(d, PRIVOP_DEST_HOLD, err, errlen) < 0) {
+		close(d->held.memfd);
 		return -1;
 	}
+	d->held.on = 1;
 	log_info("process %d held until %s", (int)d->m->pid,
 		 d->held.precopy
 			 ? "the pre-copy's switchover"
@@ -145,7 +118,7 @@ dest_release_held(struct dest *d)
 {
 	uint64_t missing;
 
-	if (d->held.hold == NULL)
+	if (!d->held.on)
 		return;
 	missing = dest_private_missing(d);
 	if (missing > 0 && procref_signal(&d->t, SIGSTOP) == 0)
@@ -155,38 +128,20 @@ dest_release_held(struct dest *d)
 			  (unsigned long long)missing);
 	/*
 	 * Its pre-copied pages are of several moments: never to run. Its
-	 * copy of the uffd goes while it is held (a stopped process gets no
-	 * injection), so that nothing of the migration stays in it.
+	 * copy of the uffd goes while it is held (the privileged part closes
+	 * it through the hold), so that nothing of the migration stays in it.
 	 */
-	if (d->held.precopy && d->target_fd >= 0 && dest_by_grant(d)) {
-		dest_grant_close(d); /* through the hold, as below */
-	} else if (d->held.precopy && d->target_fd >= 0) {
-		long rc = -EINTR;
-
-		/*
-		 * A signal that came while it was held is delivered first
-		 * (EINTR): once it is, the close goes through. The target
-		 * is stopped for good after this anyway.
-		 */
-		for (int i = 0; i < 3 && rc == -EINTR; i++)
-			rc = inject_syscall(d->held.hold, SYS_close,
-					    (unsigned long)d->target_fd, 0, 0,
-					    0, 0, 0);
-		if (rc < 0)
-			log_warnx("migration %s: close(%d) in process %d: %s",
-				  log_id(d->m->id), d->target_fd,
-				  (int)d->m->pid, strerror((int)-rc));
-		d->target_fd = -1;
-	}
+	if (d->held.precopy && d->target_fd >= 0)
+		dest_close_target_fd(d); /* through the hold */
 	if (d->held.precopy && procref_signal(&d->t, SIGSTOP) == 0) {
 		log_warnx("migration %s: process %d left stopped: the "
 			  "pre-copy ended before its switchover",
 			  log_id(d->m->id), (int)d->m->pid);
 		missing = 1;
 	}
-	dest_let_go(d, d->held.hold);
-	free(d->held.hold);
-	d->held.hold = NULL;
+	if (dest_by_grant(d))
+		dest_grant_end(d, PRIVOP_DEST_GO, NULL, 0);
+	d->held.on = 0;
 	close(d->held.memfd);
 	d->held.memfd = -1;
 	if (missing == 0) {
@@ -222,7 +177,7 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 		if (!pd->zero) {
 			dest_frame_pages(d, v, nv, (p - pd->page) * ps, ps, 1,
 					 &src);
-			if (d->held.hold == NULL ||
+			if (!d->held.on ||
 			    pwrite(d->held.memfd, src, ps,
 				   (off_t)dest_page_addr(dr, p)) !=
 				    (ssize_t)ps) {
@@ -232,8 +187,8 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 					  (unsigned long long)dest_page_addr(dr,
 									     p),
 					  (int)d->m->pid,
-					  d->held.hold ? strerror(errno)
-						       : "target not held");
+					  d->held.on ? strerror(errno)
+						     : "target not held");
 				return -1;
 			}
 			if (pd->demand)
@@ -245,7 +200,7 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 		}
 		pagestate_set(&dr->ps, p, PAGE_PRESENT);
 	}
-	if (d->held.hold && dest_private_missing(d) == 0 && !d->held.precopy)
+	if (d->held.on && dest_private_missing(d) == 0 && !d->held.precopy)
 		dest_release_held(d);
 	d->m->cnt.pages_present = dest_present_total(d);
 	return 0;

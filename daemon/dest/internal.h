@@ -32,7 +32,6 @@ struct conn;
 struct event;
 struct evbuffer_iovec;
 struct frame_hdr;
-struct inject;
 struct migration;
 struct uffd_msg;
 
@@ -199,12 +198,12 @@ struct dest_bulk_hold {
  * hold.c: private file mappings cannot be registered (userfaultfd has no
  * MISSING mode for a regular file mapped privately), so nothing would stop
  * a thread from reading the file's stale page where the source had written
- * its own. Every thread stays in ptrace-stop (the attach injection is kept
- * open) until each such page is written through /proc/PID/mem (memfd);
+ * its own. Every thread stays stopped (held by the privileged part, on)
+ * until each such page is written through /proc/PID/mem (memfd);
  * dest_release_held() lets them go.
  */
 struct dest_held {
-	struct inject *hold;
+	int on;
 	int memfd;
 	/*
 	 * precopy.c: the source pre-copies (its HELLO said so). The target
@@ -359,14 +358,11 @@ void dest_attach_regions(struct dest *, const Uffdd__RegionTable *);
 
 /* target.c */
 int dest_setup_target(struct dest *, char *err, size_t errlen, uint32_t *code);
-void dest_reap_later(void);
 void dest_close_target_fd(struct dest *);
-void dest_let_go(struct dest *, struct inject *);
 int dest_poison_usable(void);
 uint64_t dest_uffd_features(void);
-/* inj NULL: the discard is asked of the privileged part (bygrant.c). */
-int dest_take_region(struct dest *, struct inject *inj, size_t reg, char *err,
-		     size_t errlen);
+/* The discard is asked of the privileged part (bygrant.c). */
+int dest_take_region(struct dest *, size_t reg, char *err, size_t errlen);
 
 /*
  * bygrant.c: the same asked of the privileged part, for a target held by
@@ -429,8 +425,8 @@ void dest_schedule_retry(struct dest *);
 /* hold.c */
 uint64_t dest_private_missing(const struct dest *);
 void dest_request_private(struct dest *);
-/* inj NULL: the privileged part holds it (bygrant.c). */
-int dest_hold_target(struct dest *, struct inject *, char *err, size_t errlen);
+/* The privileged part holds it (bygrant.c). */
+int dest_hold_target(struct dest *, char *err, size_t errlen);
 void dest_release_held(struct dest *);
 void dest_run_hold_fault(struct dest *);
 void dest_run_hold_hello(struct dest *, const Uffdd__Hello *);

@@ -23,7 +23,6 @@
 #include "daemon/loop.h"
 #include "daemon/migration.h"
 #include "daemon/privop.h"
-#include "daemon/tracee.h"
 
 /* The events of every part, those that were made. */
 static void
@@ -156,8 +155,6 @@ dest_drop_target(struct dest *d, int kill)
 		procref_signal(&d->t, SIGKILL);
 	if (d->sole && dest_by_grant(d))
 		dest_grant_end(d, PRIVOP_DEST_RELEASE, NULL, 0);
-	else if (d->sole)
-		tracee_release(d->m->pid);
 	unwatch(d);
 }
 
@@ -346,7 +343,7 @@ dest_fail(struct dest *d, const char *fmt, ...)
 	va_end(ap);
 	poisoned = poison_missing(d) == 0;
 	dest_fail_kids(d, why);
-	if (d->held.hold && (dest_private_missing(d) > 0 || d->held.precopy)) {
+	if (d->held.on && (dest_private_missing(d) > 0 || d->held.precopy)) {
 		/*
 		 * dest_release_held() (in teardown) stops it, poisoned or
 		 * not; it keeps its uffd, as a stopped target does (no

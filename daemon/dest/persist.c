@@ -157,7 +157,7 @@ save_more(struct state_out *o, const struct migration *m)
 		state_put_u64(o, "committed", d->cm.commit_seq);
 	if (d->cm.released)
 		state_put_u64(o, "released", 1);
-	if (d->held.hold)
+	if (d->held.on)
 		state_put_u64(o, "held", 1);
 	for (size_t i = 0; i < d->kin.nkids; i++)
 		if (saved_kid(d->kin.kids[i]))

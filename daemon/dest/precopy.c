@@ -100,7 +100,7 @@ dest_precopy_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	struct evbuffer_iovec v = {d->in.buf, h->data_len};
 
 	/* Rounds come on the bulk lane; nothing is asked for meanwhile. */
-	if (c != d->bulk || pd->demand || d->held.hold == NULL ||
+	if (c != d->bulk || pd->demand || !d->held.on ||
 	    dr->r.kind == REGION_FILE_PRIVATE) {
 		dest_lanes_down(d, "PAGE_DATA off the bulk stream during a "
 				   "pre-copy");
@@ -191,8 +191,7 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 		return;
 	}
 	if (!d->held.precopy || c != d->bulk || d->m->state != MIG_RUNNING ||
-	    d->held.hold == NULL || sw->rounds == 0 ||
-	    sw->n_round_bytes != kept) {
+	    !d->held.on || sw->rounds == 0 || sw->n_round_bytes != kept) {
 		dest_lanes_down(d, "unexpected or malformed SWITCHOVER");
 		return;
 	}
