@@ -263,6 +263,7 @@ dsetup_uffd(struct call *c)
 		err = EIO;
 	}
 	if (err == 0) {
+		grant_keep_uffd(c->g, c->fd);
 		a = (struct privop_dest_uffd_reply){.target_fd = s->target_fd,
 						    .sole = (uint32_t)s->sole};
 		c->out = &a;
@@ -509,6 +510,8 @@ dsetup_child_uffd(struct call *c)
 			snprintf(why, sizeof(why), "%s", inj.err);
 		inject_end(&inj);
 	}
+	if (err == 0)
+		grant_keep_uffd(c->g, ufd);
 	close(ufd);
 	if (err != 0)
 		return failed(c, err);
@@ -582,6 +585,7 @@ dsetup_retake(struct call *c)
 		return failed(c, EBADF);
 	}
 	new_setup(c->g)->target_fd = r->target_fd;
+	grant_keep_uffd(c->g, fd);
 	c->fd = fd;
 	return 0;
 }

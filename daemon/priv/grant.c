@@ -1,9 +1,11 @@
 /* Grants: what the privileged part allowed (grant.h). */
 #include "config.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/log.h"
 #include "daemon/priv/grant.h"
@@ -18,6 +20,7 @@ grant_new(uint16_t frame_type, const struct authz_caller *who,
 	struct grant *g = xcalloc(1, sizeof(*g));
 
 	g->id = next_id++;
+	g->uffd = -1;
 	g->frame_type = frame_type;
 	g->who = *who;
 	procref_move(&g->t, t);
@@ -32,6 +35,17 @@ grant_find(uint64_t id)
 
 	TAILQ_FOREACH (g, &grants, link)
 		if (g->id == id)
+			return g;
+	return NULL;
+}
+
+struct grant *
+grant_next(uint64_t id)
+{
+	struct grant *g;
+
+	TAILQ_FOREACH (g, &grants, link)
+		if (g->id > id)
 			return g;
 	return NULL;
 }
@@ -87,6 +101,9 @@ grant_drop(struct grant *g)
 	size_t kept = 0;
 
 	procref_close(&g->t);
+	if (g->uffd >= 0)
+		close(g->uffd);
+	g->uffd = -1;
 	g->dropped = 1;
 	/*
 	 * Kept even with nothing bound yet: an image checked off the loop is
@@ -107,7 +124,17 @@ grant_free(struct grant *g)
 {
 	TAILQ_REMOVE(&grants, g, link);
 	procref_close(&g->t);
+	if (g->uffd >= 0)
+		close(g->uffd);
 	free(g);
+}
+
+void
+grant_keep_uffd(struct grant *g, int uffd)
+{
+	if (g->uffd >= 0)
+		close(g->uffd);
+	g->uffd = fcntl(uffd, F_DUPFD_CLOEXEC, 0);
 }
 
 void

@@ -32,6 +32,11 @@ struct grant {
 	int dropped;	 /* the engine holds nothing of it: kept for status */
 	uint64_t parent; /* a forked child's (PRIVOP_CHILD): its parent's */
 	/*
+	 * A duplicate of the userfaultfd its setup handed the engine (or -1):
+	 * a process that holds that very file is of this migration (kin.c).
+	 */
+	int uffd;
+	/*
 	 * Its engine died: the new one takes it back (PRIVOP_CLAIM) while
 	 * it restores, or it is dropped once that engine is ready.
 	 */
@@ -44,6 +49,8 @@ struct grant {
 struct grant *grant_new(uint16_t frame_type, const struct authz_caller *,
 			struct procref *t);
 struct grant *grant_find(uint64_t id);
+/* The grant made after grant id (0: the first), or NULL. */
+struct grant *grant_next(uint64_t id);
 /* The live grant that holds the process (pid, start), or NULL. */
 struct grant *grant_holding(pid_t pid, unsigned long long start);
 /* The grant g descends from (PRIVOP_CHILD's parents), g itself at the top. */
@@ -51,6 +58,8 @@ struct grant *grant_root(struct grant *g);
 /* The engine made migration (role, id) of grant g. */
 void grant_bind(struct grant *, uint32_t role, const char *id);
 void grant_free(struct grant *);
+/* g keeps a duplicate of uffd, the one its process's setup made. */
+void grant_keep_uffd(struct grant *g, int uffd);
 /*
  * The engine holds nothing of grant g any more: its process is let go;
  * what it made stays seen by its caller, for a while (GRANTS_KEPT).

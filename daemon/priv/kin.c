@@ -11,9 +11,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/syscall.h>
+#include <linux/kcmp.h>
 
 #include "proto/frame.h"
 
@@ -93,8 +96,54 @@ kin_child(struct call *c)
 }
 
 /*
+ * Whether process pid holds a descriptor of the same file as one the
+ * grants of c's migration keep (grant.h, uffd): a copy of the migration's
+ * userfaultfd, which a fork copies with the descriptor table. -1: the
+ * grants keep none (a record's, its target gone: nothing to compare).
+ */
+static int
+holds_family_uffd(struct call *c, pid_t pid)
+{
+	int fams[16], nf = 0, yes = 0;
+	char path[64], link[64];
+	struct dirent *e;
+	struct grant *g;
+	DIR *dir;
+
+	for (uint64_t id = c->g->id; nf < 16 && (g = grant_next(id));
+	     id = g->id)
+		if (g->uffd >= 0 && grant_root(g) == c->g)
+			fams[nf++] = g->uffd;
+	if (c->g->uffd >= 0 && nf < 16)
+		fams[nf++] = c->g->uffd;
+	if (nf == 0)
+		return c->g->t.pidfd < 0 ? -1 : 0;
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	if ((dir = opendir(path)) == NULL)
+		return 0;
+	while (!yes && (e = readdir(dir)) != NULL) {
+		int fd = atoi(e->d_name);
+		ssize_t ll;
+
+		if (e->d_name[0] == '.' ||
+		    (ll = readlinkat(dirfd(dir), e->d_name, link,
+				     sizeof(link) - 1)) < 0)
+			continue;
+		link[ll] = '\0';
+		if (strcmp(link, "anon_inode:[userfaultfd]") != 0)
+			continue;
+		for (int i = 0; !yes && i < nf; i++)
+			yes = syscall(SYS_kcmp, getpid(), pid, KCMP_FILE,
+				      fams[i], fd) == 0;
+	}
+	closedir(dir);
+	return yes;
+}
+
+/*
  * Whether pid (started at start) is an orphan r asks for: started late
- * enough, of no grant, registered at r->addr, opened as itself, its
+ * enough, of no grant, registered at r->addr, holding the migration's
+ * userfaultfd (where a grant keeps one to compare), opened as itself, its
  * caller's to ptrace. 1 with *k open, else 0.
  */
 static int
@@ -105,7 +154,7 @@ orphan_is(struct call *c, const struct privop_orphan *r, pid_t pid,
 
 	if (pid <= 1 || start == 0 || start < r->not_before ||
 	    start < c->g->t.start || grant_holding(pid, start) != NULL ||
-	    !proc_uffd_mapped(pid, r->addr))
+	    !proc_uffd_mapped(pid, r->addr) || holds_family_uffd(c, pid) == 0)
 		return 0;
 	if (procref_open(k, pid, err, sizeof(err)) < 0)
 		return 0;

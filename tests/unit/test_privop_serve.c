@@ -261,24 +261,34 @@ orphan(uint64_t g, struct privop_orphan *r, pid_t *pid, int *err)
 }
 
 /*
- * An orphan (PRIVOP_ORPHAN): found by its registration, started since,
- * its caller's to ptrace, by a destination's own grant; a process of a
- * grant already is not found again, nor one not registered there.
+ * An orphan (PRIVOP_ORPHAN): found by its registration and the copy of the
+ * migration's uffd it holds (none kept, or another: not found), started
+ * since, its caller's to ptrace, by a destination's own grant; a process
+ * of a grant already is not found again, nor one not registered there.
  */
 static void
 test_orphan(struct grant *ex, struct grant *at, int pfd[2])
 {
+	/* The migration's uffd, which the orphan holds as a fork copies it. */
+	int fam = (int)syscall(SYS_userfaultfd, O_CLOEXEC), other, err, s;
 	pid_t orph = registered(pfd[1]), got = 0;
 	struct privop_orphan r = {0};
 	unsigned long long st;
 	uint64_t kg;
 	void *p;
-	int err, s;
 
+	/* Made after the fork: the orphan holds no copy of this one. */
+	other = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	CHECK(fam >= 0 && other >= 0);
 	CHECK(read(pfd[0], &p, sizeof(p)) == sizeof(p) && p != NULL);
 	st = proc_start(orph);
 	r.addr = (uint64_t)(uintptr_t)p;
 	r.not_before = st;
+	/* No copy of the migration's uffd kept: nothing proves it is kin. */
+	CHECK(orphan(at->id, &r, &got, &err) == 0 && err == ESRCH);
+	grant_keep_uffd(at, other); /* one it does not hold */
+	CHECK(orphan(at->id, &r, &got, &err) == 0 && err == ESRCH);
+	grant_keep_uffd(at, fam);
 	CHECK(orphan(ex->id, &r, &got, &err) == 0 && err == EPERM);
 	r.pid = orph;
 	CHECK(orphan(at->id, &r, &got, &err) == 0 && err == EINVAL);
@@ -308,6 +318,8 @@ test_orphan(struct grant *ex, struct grant *at, int pfd[2])
 	CHECK(orphan(at->id, &r, &got, &err) == 0 && err == EPERM);
 	kill(orph, SIGKILL);
 	waitpid(orph, &s, 0);
+	close(fam);
+	close(other);
 }
 
 /* /proc/PID/status's TracerPid: who holds pid's threads stopped. */
