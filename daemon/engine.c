@@ -36,7 +36,6 @@
 #include "daemon/state.h"
 #include "daemon/statedir.h"
 #include "daemon/tls.h"
-#include "daemon/tracee.h"
 #include "daemon/worker.h"
 
 /* What the engine is doing now, for systemd's STATUS= line. */
@@ -58,11 +57,6 @@ status_line(char *buf, size_t len)
 static void
 stop(void)
 {
-	if (tracee_count() > 0)
-		log_warnx("%zu targets that hold no copy of their userfaultfd "
-			  "are killed with the daemon (their missing pages "
-			  "could only read as zeros)",
-			  tracee_count());
 	event_base_loopexit(base, NULL);
 }
 
@@ -70,13 +64,6 @@ static void
 on_signal(evutil_socket_t sig, short ev, void *arg)
 {
 	stop();
-}
-
-/* A held target stopped for a signal (tracee.h): pass it on. */
-static void
-on_chld(evutil_socket_t sig, short ev, void *arg)
-{
-	tracee_reap();
 }
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -223,7 +210,7 @@ status_cb(evutil_socket_t fd, short what, void *arg)
 int
 engine_main(int ctl, int rpc)
 {
-	struct event *sigterm, *sigint, *sigchld, *status_ev;
+	struct event *sigterm, *sigint, *status_ev;
 	struct timeval tv = {1, 0};
 	char err[512], line[256];
 
@@ -261,11 +248,9 @@ engine_main(int ctl, int rpc)
 		return 1;
 	sigterm = evsignal_new(base, SIGTERM, on_signal, NULL);
 	sigint = evsignal_new(base, SIGINT, on_signal, NULL);
-	sigchld = evsignal_new(base, SIGCHLD, on_chld, NULL);
 	status_ev = event_new(base, -1, EV_PERSIST, status_cb, NULL);
 	evsignal_add(sigterm, NULL);
 	evsignal_add(sigint, NULL);
-	evsignal_add(sigchld, NULL);
 	event_add(status_ev, &tv);
 	control_init(ctl, stop, reload);
 	privop_init(rpc);
@@ -292,7 +277,6 @@ engine_main(int ctl, int rpc)
 	privop_close();
 	event_free(sigterm);
 	event_free(sigint);
-	event_free(sigchld);
 	event_free(status_ev);
 	event_base_free(base);
 	tls_free();

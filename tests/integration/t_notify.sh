@@ -49,7 +49,9 @@ info "SIGTERM: STOPPING=1"
 # watchdog its own, is the clock: once that one has fed its watchdog
 # three times (its loop ran 0.4 s and more), so would this one have;
 # then it is stopped, and nothing may come before its STOPPING=1 (a
-# datagram socket keeps one sender's order).
+# datagram socket keeps one sender's order). d first gone: after its
+# STOPPING=1 it still feeds its own watchdog until its engine has stopped.
+stop_daemon d
 : >"$T/notify.out"
 python3 "$SRC/tests/notify-listen.py" "$T/clock-notify.sock" "$T/clock.out" >"$T/clock-listener.out" 2>&1 &
 PIDS+=($!)
