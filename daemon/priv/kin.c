@@ -143,8 +143,9 @@ holds_family_uffd(struct call *c, pid_t pid)
 /*
  * Whether pid (started at start) is an orphan r asks for: started late
  * enough, of no grant, registered at r->addr, holding the migration's
- * userfaultfd (where a grant keeps one to compare), opened as itself, its
- * caller's to ptrace. 1 with *k open, else 0.
+ * userfaultfd (where a grant keeps one to compare), its caller's to
+ * ptrace. Opened first, and the same process still after the /proc reads,
+ * so that what they read is its own. 1 with *k open, else 0.
  */
 static int
 orphan_is(struct call *c, const struct privop_orphan *r, pid_t pid,
@@ -154,11 +155,11 @@ orphan_is(struct call *c, const struct privop_orphan *r, pid_t pid,
 
 	if (pid <= 1 || start == 0 || start < r->not_before ||
 	    start < c->g->t.start || grant_holding(pid, start) != NULL ||
-	    !proc_uffd_mapped(pid, r->addr) || holds_family_uffd(c, pid) == 0)
+	    procref_open(k, pid, err, sizeof(err)) < 0)
 		return 0;
-	if (procref_open(k, pid, err, sizeof(err)) < 0)
-		return 0;
-	if (k->start == start && authz_allows(&c->g->who, k))
+	if (k->start == start && proc_uffd_mapped(pid, r->addr) &&
+	    holds_family_uffd(c, pid) != 0 && authz_allows(&c->g->who, k) &&
+	    procref_same(k))
 		return 1;
 	procref_close(k);
 	return 0;
