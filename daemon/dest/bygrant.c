@@ -1,9 +1,8 @@
 /*
- * The target's side of an attach asked of the privileged part, for a
- * target the engine holds by grant (docs/privsep.md): it stops the target,
- * has it make its userfaultfd and hands ours over, empties each region
- * (we register it in between, every thread still stopped), then holds or
- * lets it go; later it closes the target's copy and releases a kept one.
+ * What the engine asks of the privileged part about a target it holds by
+ * grant (docs/privsep.md): stop the target, have it make its userfaultfd
+ * and hand ours over, empty a region, hold it or let it go (target.c puts
+ * these together); later close the target's copy and release a kept one.
  * A forked child with a grant of its own gets its copy from it too, and
  * a new engine gets a restored target's again by the grant it claimed.
  * Every process the engine acts on has a grant (an orphan, or a restored
@@ -17,12 +16,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/compat.h"
 #include "daemon/dest/internal.h"
 #include "daemon/imsg.h"
 #include "daemon/log.h"
 #include "daemon/migration.h"
 #include "daemon/privop.h"
 #include "daemon/probe.h"
+#include "daemon/uffd.h"
 
 int
 dest_by_grant(const struct dest *d)
@@ -99,14 +100,31 @@ dest_grant_end(struct dest *d, uint32_t how, char *err, size_t errlen)
 }
 
 /*
+ * What the migration uses on this kernel. Shared memory needs its feature
+ * bit. The event features make the kernel tell us when the target itself
+ * discards or moves migrating memory, so that no stale source page lands
+ * there later. THREAD_ID names the faulting thread, for blocktime.
+ */
+static uint64_t
+uffd_features(void)
+{
+	return (kfeat.uffd_features &
+		(UFFD_FEATURE_MISSING_SHMEM | UFFD_FEATURE_MISSING_HUGETLBFS |
+		 UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
+		 UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_FORK |
+		 UFFD_FEATURE_THREAD_ID)) |
+	       (kfeat.access_likely ? UFFD_FEATURE_ACCESS_HINTS : 0);
+}
+
+/*
  * The target made its uffd; ours comes back negotiated, and the answer
  * must hold together: one descriptor, a sole target with no copy of its
  * own, any other with one.
  */
-static int
-take_uffd(struct dest *d, char *err, size_t errlen, uint32_t *code)
+int
+dest_grant_uffd(struct dest *d, char *err, size_t errlen, uint32_t *code)
 {
-	struct privop_dest_uffd r = {.features = dest_uffd_features()};
+	struct privop_dest_uffd r = {.features = uffd_features()};
 	const struct privop_dest_uffd_reply *a;
 	struct imsg rep;
 	int e;
@@ -139,7 +157,7 @@ take_uffd(struct dest *d, char *err, size_t errlen, uint32_t *code)
 	return 0;
 }
 
-/* Region reg emptied in the stopped target (dest_take_region()). */
+/* A region emptied in the stopped target (target.c). */
 int
 dest_grant_discard(struct dest *d, uint64_t start, uint64_t length, int shm,
 		   char *err, size_t errlen)
@@ -150,36 +168,18 @@ dest_grant_discard(struct dest *d, uint64_t start, uint64_t length, int shm,
 	return ask(d, PRIVOP_DEST_DISCARD, &r, sizeof(r), err, errlen, 0);
 }
 
-int
-dest_grant_setup(struct dest *d, char *err, size_t errlen, uint32_t *code)
+/*
+ * Closes the target's own copy of the uffd, by its grant. One without a
+ * grant has none the engine gave it.
+ */
+void
+dest_close_target_fd(struct dest *d)
 {
-	size_t reg = 0;
-
-	*code = ERR_KERNEL;
-	err[0] = '\0';
-	if (take_uffd(d, err, errlen, code) < 0)
-		return -1;
-	*code = ERR_KERNEL;
-	for (reg = 0; reg < d->nregs; reg++)
-		if (dest_take_region(d, reg, err, errlen) < 0)
-			goto undo;
-	if (dest_private_missing(d) > 0 || d->held.precopy) {
-		if (dest_hold_target(d, err, errlen) == 0)
-			return 0;
-		goto undo;
-	}
-	dest_grant_end(d, PRIVOP_DEST_GO, NULL, 0);
-	return 0;
-undo:
-	while (reg-- > 0)
-		uffd_unregister(d->uffd, d->regs[reg].r.start,
-				d->regs[reg].r.length);
-	dest_grant_end(d, PRIVOP_DEST_UNDO, NULL, 0);
+	if (d->target_fd < 0)
+		return;
+	if (dest_by_grant(d))
+		dest_grant_close(d);
 	d->target_fd = -1;
-	d->sole = 0;
-	close(d->uffd);
-	d->uffd = -1;
-	return -1;
 }
 
 /*

@@ -120,15 +120,14 @@ send_ack(struct dest *d)
  * act on it is on disk first (a restart then delivers the ACK), then the
  * ACK goes, the migration is complete and the target let go: registration
  * and both copies of the uffd. The demand lane stays for the echo.
+ * NULL, or why the lanes must go down.
  */
-void
+const char *
 dest_commit(struct dest *d, const Uffdd__Commit *c)
 {
 	if (!d->cm.complete_sent || d->held.precopy ||
-	    d->m->state != MIG_RUNNING) {
-		dest_lanes_down(d, "COMMIT before COMPLETE");
-		return;
-	}
+	    d->m->state != MIG_RUNNING)
+		return "COMMIT before COMPLETE";
 	d->cm.committed = 1;
 	d->cm.commit_seq = c->seq;
 	d->ln.t_pause = 0; /* the echo's own deadline, from its lanes' loss */
@@ -152,6 +151,7 @@ dest_commit(struct dest *d, const Uffdd__Commit *c)
 		 "source); target %d let go",
 		 log_id(d->m->id), (unsigned long long)c->seq,
 		 c->checked_by[0] ? c->checked_by : "?", (int)d->m->pid);
+	return NULL;
 }
 
 /*

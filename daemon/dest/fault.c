@@ -396,52 +396,6 @@ handle_msg(struct dest *d, const struct uffd_msg *msg)
 }
 
 /*
- * A failed read of the uffd other than "nothing pending" is worth a line,
- * once: a fork event needs a descriptor, and without one (EMFILE) the
- * kernel keeps it, and the forking thread, waiting.
- */
-static void
-uffd_read_failed(struct dest *d)
-{
-	if (errno == EAGAIN || d->fr.read_err)
-		return;
-	d->fr.read_err = 1;
-	log_warn("migration %s: reading the userfaultfd", log_id(d->m->id));
-}
-
-/*
- * An injection into d's target waits for a thread that waits for one of
- * d's uffd events to be read: read them now, handle them once d is built
- * (dest_child_start(), find_cb(); at teardown they are dropped).
- */
-void
-dest_drain_uffd(void *arg)
-{
-	struct dest *d = arg;
-	struct uffd_msg msgs[64];
-	ssize_t r;
-
-	while ((r = read(d->uffd, msgs, sizeof(msgs))) > 0 ||
-	       (r < 0 && errno == EINTR)) {
-		size_t n;
-
-		if (r < 0)
-			continue; /* EINTR */
-		n = (size_t)r / sizeof(msgs[0]);
-		d->fr.backlog =
-			realloc(d->fr.backlog,
-				(d->fr.nbacklog + n) * sizeof(*d->fr.backlog));
-		if (d->fr.backlog == NULL)
-			fatal("uffd messages");
-		memcpy(d->fr.backlog + d->fr.nbacklog, msgs,
-		       n * sizeof(msgs[0]));
-		d->fr.nbacklog += n;
-	}
-	if (r < 0)
-		uffd_read_failed(d);
-}
-
-/*
  * Reads every pending uffd message: page faults become requests, and the
  * target's own changes to its memory (docs/design.md, non-cooperative
  * events) update the page map before any page is installed again.
@@ -470,7 +424,7 @@ dest_read_faults(struct dest *d)
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
-			uffd_read_failed(d);
+			dest_uffd_read_failed(d);
 		if (r <= 0)
 			break;
 		for (size_t i = 0; i < (size_t)r / sizeof(msgs[0]); i++)

@@ -4,9 +4,11 @@
  * the calls one part makes into another. The rest of the daemon sees
  * only daemon/dest.h.
  *
- * Where to start reading: attach.c takes a target, target.c injects into
- * it, fault.c reads its faults and events, install.c puts the source's
- * frames in, lanes.c talks to the source; children.c and find.c follow
+ * Where to start reading: attach.c takes a target, table.c matches the
+ * source's regions to it, target.c sets it up by its grant (bygrant.c
+ * asks the privileged part), fault.c reads its faults and events,
+ * lanes.c talks to the source and hands its frames to pagedata.c, which
+ * feeds them (feed.c) to the installer (install.c); children.c and find.c follow
  * the processes it forks, hold.c its private file pages, lifecycle.c
  * makes a destination and ends it; persist.c writes the state file,
  * saved.c reads it back and restore.c takes a migration up after a
@@ -163,7 +165,7 @@ struct dest_lanes {
 	struct event *bulk_delay; /* UFFDD_BENCH_BULK_DELAY_MS */
 };
 
-/* install.c: a frame's bytes, and a bulk frame installed in pieces. */
+/* pagedata.c: a frame's bytes, and a bulk frame installed in pieces. */
 struct dest_install {
 	uint8_t *buf;
 	/*
@@ -342,40 +344,40 @@ void dest_fail_stop(struct dest *, const char *fmt, ...)
 void dest_fail_kids(struct dest *, const char *why);
 void dest_target_exited(struct dest *);
 void dest_gone_reason(struct dest *);
+/* An attach failed before its target was touched: answered, forgotten. */
+void dest_attach_fail(struct dest *, uint32_t code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* commit.c */
 void dest_maybe_complete(struct dest *);
-void dest_commit(struct dest *, const Uffdd__Commit *);
+const char *dest_commit(struct dest *, const Uffdd__Commit *);
 void dest_committed_frame(struct dest *, const struct frame_hdr *,
 			  ProtobufCMessage *);
 void dest_kid_waits(struct dest *root, struct dest *k);
 void dest_done_kids_end(struct dest *, const char *stopped_why);
 
-/* attach.c */
-void dest_attach_fail(struct dest *, uint32_t code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-void dest_attach_regions(struct dest *, const Uffdd__RegionTable *);
+/* table.c */
+int dest_attach_regions(struct dest *, const Uffdd__RegionTable *);
 
 /* target.c */
 int dest_setup_target(struct dest *, char *err, size_t errlen, uint32_t *code);
-void dest_close_target_fd(struct dest *);
 int dest_poison_usable(void);
-uint64_t dest_uffd_features(void);
-/* The discard is asked of the privileged part (bygrant.c). */
-int dest_take_region(struct dest *, size_t reg, char *err, size_t errlen);
 
 /*
- * bygrant.c: the same asked of the privileged part, for a target held by
- * grant (dest_by_grant(): a root, or a forked child with a grant of its
- * own); how: enum privop_dest_how. Failures
- * of dest_grant_end() are logged when err is NULL.
+ * bygrant.c: what the engine asks of the privileged part about a target
+ * held by grant (dest_by_grant(): a root, or a forked child with a grant
+ * of its own); how: enum privop_dest_how. Failures of dest_grant_end()
+ * are logged when err is NULL.
  */
 int dest_by_grant(const struct dest *);
-int dest_grant_setup(struct dest *, char *err, size_t errlen, uint32_t *code);
+/* The target makes its uffd; ours comes back (d->uffd, d->target_fd). */
+int dest_grant_uffd(struct dest *, char *err, size_t errlen, uint32_t *code);
 int dest_grant_discard(struct dest *, uint64_t start, uint64_t length, int shm,
 		       char *err, size_t errlen);
 int dest_grant_end(struct dest *, uint32_t how, char *err, size_t errlen);
 void dest_grant_close(struct dest *);
+/* The target's own copy of the uffd closed, by its grant (or none kept). */
+void dest_close_target_fd(struct dest *);
 void dest_grant_child(struct dest *k);
 /*
  * A restored target's (or forked child's) uffd, its copy at target_fd
@@ -391,28 +393,54 @@ uint64_t dest_addr_run(const struct dst_region *, uint64_t page, uint64_t max);
 struct dst_region *dest_region_by_index(struct dest *, uint32_t idx);
 void dest_add_move(struct dst_region *, uint64_t p0, uint64_t p1, uint64_t at);
 
+/* uffdread.c */
+void dest_uffd_read_failed(struct dest *);
+void dest_drain_uffd(void *dest);
+
 /* fault.c */
 void dest_fault_watch(struct dest *);
 void dest_read_faults(struct dest *);
-void dest_drain_uffd(void *dest);
 void dest_request_page(struct dest *, struct dst_region *, uint64_t page);
 /* Counts the waits no install will end, and forgets them (fault.c). */
 void dest_waiters_drop(struct dest *);
 void dest_settle(struct dest *, uint32_t idx, uint64_t page, uint64_t n);
 void dest_zero_discarded(struct dest *, struct dst_region *, uint64_t page);
 
-/* install.c */
+/* install.c: what an install of a frame's pages came to. */
+enum install_res {
+	INSTALL_DONE,	/* every page the target lacked is in */
+	INSTALL_EVENTS, /* an event is pending: read it, then again */
+	INSTALL_GONE,	/* the target is gone */
+	INSTALL_FAILED, /* refused for good: why in struct install_try */
+};
+/* Kept by the caller across its calls for one frame. */
+struct install_try {
+	int retries;	/* EAGAIN with nothing installed, in a row */
+	uint64_t stuck; /* since when nothing went in */
+	char why[160];	/* INSTALL_FAILED: why */
+};
 enum uffd_res dest_install_zero(struct dest *, const struct dst_region *,
 				uint64_t addr, uint64_t len, uint64_t mode,
 				uint64_t *done);
 uint64_t dest_frame_pages(struct dest *, const struct evbuffer_iovec *, int nv,
 			  uint64_t off, uint64_t ps, uint64_t max,
 			  const uint8_t **src);
-void dest_page_data(struct dest *, struct conn *, const struct frame_hdr *,
-		    const Uffdd__PageData *);
-int dest_install_missing(struct dest *t, struct dest *root, struct dst_region *,
-			 const Uffdd__PageData *, const struct evbuffer_iovec *,
-			 int nv);
+enum install_res dest_install_missing(struct dest *t, struct dest *root,
+				      struct dst_region *,
+				      const Uffdd__PageData *,
+				      const struct evbuffer_iovec *, int nv,
+				      struct install_try *);
+
+/* feed.c: -1 when t can take no more (gone, or failed: told). */
+int dest_install_pages(struct dest *t, struct dest *root, struct dst_region *,
+		       const Uffdd__PageData *, const struct evbuffer_iovec *,
+		       int nv);
+
+/* pagedata.c: NULL, or why the lanes must go down. */
+const char *dest_page_data(struct dest *, struct conn *,
+			   const struct frame_hdr *, const Uffdd__PageData *);
+
+/* pace.c */
 void dest_bulk_hold(struct dest *);
 void dest_ws_watch(struct dest *);
 
@@ -437,10 +465,13 @@ int dest_write_private(struct dest *, struct dst_region *,
 
 /* precopy.c */
 void dest_precopy_hello(struct dest *, const Uffdd__Hello *);
-void dest_precopy_data(struct dest *, struct conn *, const struct frame_hdr *,
-		       const Uffdd__PageData *, struct dst_region *);
-void dest_precopy_sync(struct dest *, struct conn *, const Uffdd__Ping *);
-void dest_switchover(struct dest *, struct conn *, const Uffdd__Switchover *);
+const char *dest_precopy_data(struct dest *, struct conn *,
+			      const struct frame_hdr *, const Uffdd__PageData *,
+			      struct dst_region *);
+const char *dest_precopy_sync(struct dest *, struct conn *,
+			      const Uffdd__Ping *);
+const char *dest_switchover(struct dest *, struct conn *,
+			    const Uffdd__Switchover *);
 
 /* children.c */
 struct dest *dest_child_new(struct dest *root, const struct dest *parent,

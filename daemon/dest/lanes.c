@@ -270,6 +270,18 @@ dest_lanes_down(struct dest *d, const char *why)
 }
 
 /*
+ * What a frame's handler returned: NULL, or why the lanes go down. The
+ * handlers (install, pre-copy, commit) never take the lanes down
+ * themselves: the lanes drive them, not the other way round.
+ */
+static void
+down_if(struct dest *d, const char *why)
+{
+	if (why != NULL)
+		dest_lanes_down(d, why);
+}
+
+/*
  * attach --wait-export: the source does not know the ID (yet). Within the
  * time given from the attach, the demand lane goes and is opened again
  * after EXPORT_POLL_MS: 1. Else 0, and the attach fails as without it.
@@ -300,6 +312,7 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	   void *arg)
 {
 	struct dest *d = arg;
+	const char *why = NULL;
 
 	/*
 	 * The daemon takes the reading over at a record's end, which may be
@@ -313,11 +326,12 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	}
 	if (h->type == FRAME_PAGE_DATA) {
 		if (d->m->state == MIG_RUNNING)
-			dest_page_data(d, c, h, (const Uffdd__PageData *)msg);
+			why = dest_page_data(d, c, h,
+					     (const Uffdd__PageData *)msg);
 	} else if (h->type == FRAME_SWITCHOVER) {
-		dest_switchover(d, c, (const Uffdd__Switchover *)msg);
+		why = dest_switchover(d, c, (const Uffdd__Switchover *)msg);
 	} else if (h->type == FRAME_ROUND_SYNC) {
-		dest_precopy_sync(d, c, (const Uffdd__Ping *)msg);
+		why = dest_precopy_sync(d, c, (const Uffdd__Ping *)msg);
 	} else if (h->type == FRAME_ERROR) {
 		dest_lanes_down(d, ((const Uffdd__Error *)msg)->message);
 	} else if (h->type == FRAME_HELLO) {
@@ -329,8 +343,9 @@ bulk_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		conn_read_direct(c);
 		d->ln.bulk_opened = 0;
 	} else if (h->type != FRAME_PING) {
-		dest_lanes_down(d, "unexpected frame on the bulk lane");
+		why = "unexpected frame on the bulk lane";
 	}
+	down_if(d, why);
 }
 
 /*
@@ -558,21 +573,26 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		other_version(d, ((const Uffdd__Hello *)msg)->version);
 		break;
 	case FRAME_REGIONS:
-		if (d->m->state == MIG_CONNECTING)
-			dest_attach_regions(d, (const Uffdd__RegionTable *)msg);
-		else if (d->ln.resuming)
+		if (d->m->state == MIG_CONNECTING) {
+			if (dest_attach_regions(
+				    d, (const Uffdd__RegionTable *)msg) &&
+			    dest_open_bulk(d) < 0)
+				dest_lanes_down(d, "bulk lane unreachable");
+		} else if (d->ln.resuming)
 			resume(d, (const Uffdd__RegionTable *)msg);
 		else
 			dest_lanes_down(d, "second region table");
 		break;
 	case FRAME_PAGE_DATA:
 		if (d->m->state == MIG_RUNNING)
-			dest_page_data(d, c, h, (const Uffdd__PageData *)msg);
+			down_if(d,
+				dest_page_data(d, c, h,
+					       (const Uffdd__PageData *)msg));
 		break;
 	case FRAME_PING:
 		break;
 	case FRAME_COMMIT:
-		dest_commit(d, (const Uffdd__Commit *)msg);
+		down_if(d, dest_commit(d, (const Uffdd__Commit *)msg));
 		break;
 	case FRAME_ERROR:
 		source_error(d, (const Uffdd__Error *)msg);

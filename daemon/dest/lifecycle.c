@@ -17,6 +17,7 @@
 
 #include "daemon/compat.h"
 #include "daemon/conn.h"
+#include "daemon/control.h"
 #include "daemon/dest.h"
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
@@ -101,6 +102,26 @@ dest_new(const char *id, pid_t pid, const char *from, const char *pin)
 	snprintf(d->pin, sizeof(d->pin), "%s", pin);
 	d->fr.waiters = xcalloc(INFLIGHT_MAX, sizeof(*d->fr.waiters));
 	return d;
+}
+
+/* Attach failed before the target was touched: answer and forget. */
+void
+dest_attach_fail(struct dest *d, uint32_t code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_warnx("attach %d: %s", (int)d->m->pid, msg);
+	control_reply_error(d->req.serial, code, "attach: %s", msg);
+	if (d->demand) {
+		conn_finish(d->demand); /* what it queued still goes out */
+		d->demand = NULL;
+	}
+	dest_persist_remove(d);
+	migration_free(d->m);
 }
 
 /* What a failed migration does with a target it cannot poison. */

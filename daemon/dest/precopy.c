@@ -93,7 +93,7 @@ replace_present(struct dest *d, struct dst_region *dr,
  * pages present already are replaced, the others installed; a ZERO marker
  * leaves a missing page none (discarded, as the bulk stream does).
  */
-void
+const char *
 dest_precopy_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		  const Uffdd__PageData *pd, struct dst_region *dr)
 {
@@ -101,19 +101,14 @@ dest_precopy_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 
 	/* Rounds come on the bulk lane; nothing is asked for meanwhile. */
 	if (c != d->bulk || pd->demand || !d->held.on ||
-	    dr->r.kind == REGION_FILE_PRIVATE) {
-		dest_lanes_down(d, "PAGE_DATA off the bulk stream during a "
-				   "pre-copy");
-		return;
-	}
-	if (h->data_len && conn_take_data(c, d->in.buf, h->data_len) < 0) {
-		dest_lanes_down(d, "short PAGE_DATA");
-		return;
-	}
+	    dr->r.kind == REGION_FILE_PRIVATE)
+		return "PAGE_DATA off the bulk stream during a pre-copy";
+	if (h->data_len && conn_take_data(c, d->in.buf, h->data_len) < 0)
+		return "short PAGE_DATA";
 	d->m->cnt.bytes += h->data_len;
 	loop_bulk();
 	if (replace_present(d, dr, pd) < 0)
-		return;
+		return NULL;
 	for (uint64_t p = pd->page; p < pd->page + pd->npages; p++) {
 		enum page_state st = pagestate_get(&dr->ps, p);
 
@@ -122,9 +117,10 @@ dest_precopy_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		else if (!pd->zero && st == PAGE_DISCARDED)
 			pagestate_set(&dr->ps, p, PAGE_MISSING);
 	}
-	if (!pd->zero && dest_install_missing(d, d, dr, pd, &v, 1) < 0)
-		return;
+	if (!pd->zero && dest_install_pages(d, d, dr, pd, &v, 1) < 0)
+		return NULL;
 	d->m->cnt.pages_present = dest_present_total(d);
+	return NULL;
 }
 
 /*
@@ -132,16 +128,15 @@ dest_precopy_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
  * it is installed (pre-copy frames are, as they come). Echoed on the
  * demand lane: the source freezes its process then.
  */
-void
+const char *
 dest_precopy_sync(struct dest *d, struct conn *c, const Uffdd__Ping *p)
 {
 	if (!d->held.precopy || c != d->bulk || d->demand == NULL ||
-	    d->m->state != MIG_RUNNING) {
-		dest_lanes_down(d, "unexpected ROUND_SYNC");
-		return;
-	}
+	    d->m->state != MIG_RUNNING)
+		return "unexpected ROUND_SYNC";
 	conn_send(d->demand, FRAME_ROUND_SYNC, &p->base);
 	conn_flush(d->demand);
+	return NULL;
 }
 
 /*
@@ -174,7 +169,7 @@ downtime(const Uffdd__Switchover *sw, uint64_t t0)
  * The source is frozen and has sent every page as it is now (the frames
  * before this one on the same lane): the target runs.
  */
-void
+const char *
 dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 {
 	uint64_t t0 = now_ns();
@@ -188,13 +183,11 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 	if (!d->held.precopy && d->m->pre.rounds && c == d->bulk) {
 		log_debug("migration %s: SWITCHOVER again, ignored",
 			  log_id(d->m->id));
-		return;
+		return NULL;
 	}
 	if (!d->held.precopy || c != d->bulk || d->m->state != MIG_RUNNING ||
-	    !d->held.on || sw->rounds == 0 || sw->n_round_bytes != kept) {
-		dest_lanes_down(d, "unexpected or malformed SWITCHOVER");
-		return;
-	}
+	    !d->held.on || sw->rounds == 0 || sw->n_round_bytes != kept)
+		return "unexpected or malformed SWITCHOVER";
 	d->held.precopy = 0;
 	d->m->pre.on = 0;
 	d->m->pre.rounds = sw->rounds;
@@ -212,4 +205,5 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 	dest_persist_dirty(d);
 	d->m->cnt.pages_present = dest_present_total(d);
 	dest_maybe_complete(d);
+	return NULL;
 }

@@ -2,8 +2,8 @@
  * The target's side of an attach: a target is set up only by its grant
  * (bygrant.c asks the privileged part to make its userfaultfd, empty its
  * regions, hold it and let it go; the engine injects into no process).
- * Here: what the setup asks of the kernel, the regions' registration, and
- * the target's own copy of the uffd closed at the end.
+ * Here: the setup's steps in order, the regions' registration, and the
+ * setup undone when a step fails.
  */
 #include "config.h"
 
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/compat.h"
 #include "daemon/dest/internal.h"
@@ -18,20 +19,6 @@
 #include "daemon/migration.h"
 #include "daemon/privop.h"
 #include "daemon/probe.h"
-
-/*
- * Closes the target's own copy of the uffd, by its grant. One without a
- * grant has none the engine gave it.
- */
-void
-dest_close_target_fd(struct dest *d)
-{
-	if (d->target_fd < 0)
-		return;
-	if (dest_by_grant(d))
-		dest_grant_close(d);
-	d->target_fd = -1;
-}
 
 /*
  * Test knob (tests/integration): behave as on a kernel without
@@ -47,23 +34,6 @@ dest_poison_usable(void)
 }
 
 /*
- * What the migration uses on this kernel. Shared memory needs its feature
- * bit. The event features make the kernel tell us when the target itself
- * discards or moves migrating memory, so that no stale source page lands
- * there later. THREAD_ID names the faulting thread, for blocktime.
- */
-uint64_t
-dest_uffd_features(void)
-{
-	return (kfeat.uffd_features &
-		(UFFD_FEATURE_MISSING_SHMEM | UFFD_FEATURE_MISSING_HUGETLBFS |
-		 UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
-		 UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_FORK |
-		 UFFD_FEATURE_THREAD_ID)) |
-	       (kfeat.access_likely ? UFFD_FEATURE_ACCESS_HINTS : 0);
-}
-
-/*
  * Discards what is resident in region reg and registers it. For shared
  * memory MADV_DONTNEED would only drop the mapping: the page cache keeps
  * the data and no MISSING fault would ever fire. Punch a hole instead;
@@ -71,8 +41,8 @@ dest_uffd_features(void)
  * file mapping is only discarded (back to the file's pages); the source's
  * copies are written while the target is held (struct dest).
  */
-int
-dest_take_region(struct dest *d, size_t reg, char *err, size_t errlen)
+static int
+take_region(struct dest *d, size_t reg, char *err, size_t errlen)
 {
 	struct region *r = &d->regs[reg].r;
 	int shm = region_kind_shmem(r->kind) ||
@@ -106,21 +76,56 @@ dest_take_region(struct dest *d, size_t reg, char *err, size_t errlen)
 	return 0;
 }
 
+/* The setup undone: regions unregistered, the target let go as it was. */
+static void
+undo(struct dest *d, size_t nreg)
+{
+	while (nreg-- > 0)
+		uffd_unregister(d->uffd, d->regs[nreg].r.start,
+				d->regs[nreg].r.length);
+	dest_grant_end(d, PRIVOP_DEST_UNDO, NULL, 0);
+	d->target_fd = -1;
+	d->sole = 0;
+	close(d->uffd);
+	d->uffd = -1;
+}
+
 /*
  * Makes the target create a userfaultfd, copies it out, discards what is
  * resident in the matched regions and registers them, all while every
  * thread of the target is stopped, so no thread can touch a page in
- * between: by its grant (bygrant.c), or not at all.
+ * between: by its grant (bygrant.c), or not at all. Then the target is
+ * held (hold.c: private file pages to write, or a pre-copy) or let go.
  */
 int
 dest_setup_target(struct dest *d, char *err, size_t errlen, uint32_t *code)
 {
-	if (dest_by_grant(d))
-		return dest_grant_setup(d, err, errlen, code);
-	*code = ERR_PERMISSION;
-	snprintf(err, errlen,
-		 "process %d: no grant for it (the engine sets up no "
-		 "process itself)",
-		 (int)d->m->pid);
-	return -1;
+	size_t reg;
+
+	if (!dest_by_grant(d)) {
+		*code = ERR_PERMISSION;
+		snprintf(err, errlen,
+			 "process %d: no grant for it (the engine sets up no "
+			 "process itself)",
+			 (int)d->m->pid);
+		return -1;
+	}
+	*code = ERR_KERNEL;
+	err[0] = '\0';
+	if (dest_grant_uffd(d, err, errlen, code) < 0)
+		return -1;
+	*code = ERR_KERNEL;
+	for (reg = 0; reg < d->nregs; reg++)
+		if (take_region(d, reg, err, errlen) < 0) {
+			undo(d, reg);
+			return -1;
+		}
+	if (dest_private_missing(d) > 0 || d->held.precopy) {
+		if (dest_hold_target(d, err, errlen) == 0)
+			return 0;
+		undo(d, d->nregs);
+		return -1;
+	}
+	dest_grant_end(d, PRIVOP_DEST_GO, NULL, 0);
+	return 0;
 }
