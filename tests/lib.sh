@@ -637,8 +637,18 @@ state_dir() {
 # process that runs its migrations (docs/privsep.md); daemon_pids NAME:
 # both of its processes, the privileged part first.
 # (A daemon with no engine, such as tests/sanfake, has none: "".)
+# procs_of PID: the same for a daemon's pid. A renice, a CPU placement or
+# a CPU count takes in both (an engine forked later inherits the first
+# two from the privileged part); cpu_s PID: their user+sys CPU seconds.
 engine_pid() { { pgrep -P "$(eval echo "\$${1}_PID")" || true; } | head -n 1; }
-daemon_pids() { echo "$(eval echo "\$${1}_PID") $(engine_pid "$1")"; }
+daemon_pids() { procs_of "$(eval echo "\$${1}_PID")"; }
+procs_of() { echo "$1" $({ pgrep -P "$1" || true; } | head -n 1); }
+cpu_s() {
+	local p
+	for p in $(procs_of "$1"); do
+		sed -e 's/^.*) //' "/proc/$p/stat" 2>/dev/null
+	done | awk -v hz="$(getconf CLK_TCK)" '{t += $12 + $13} END {printf "%.3f", t / hz}'
+}
 
 # wait_log NAME PATTERN COUNT: until NAME's log has COUNT lines matching.
 wait_log() {
@@ -747,11 +757,13 @@ unit_nice() {
 	n=$(sed -n 's/^Nice=//p' "$SRC/systemd/uffdd.service")
 	echo "${n:-0}"
 }
+# as_nice N NAME...: NAME's processes (daemon_pids: a daemon's engine
+# too) at nice N, as the unit's Nice= puts the whole service.
 as_nice() {
 	local d n=$1
 	shift
 	for d in "$@"; do
-		renice -n "$n" -p "$(eval echo "\$${d}_PID")" >/dev/null
+		renice -n "$n" -p $(daemon_pids "$d") >/dev/null
 	done
 }
 as_unit() { as_nice "$(unit_nice)" "$@"; }

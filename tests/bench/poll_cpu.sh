@@ -14,13 +14,6 @@ export SRC
 . "$SRC/tests/lib.sh"
 need_root
 ROUNDS=${1:-3}
-# CPU seconds so far of a daemon: its privileged part and its engine.
-cpu_s() {
-	local p
-	for p in "$1" $(pgrep -P "$1"); do
-		sed -e 's/^.*) //' "/proc/$p/stat" 2>/dev/null
-	done | awk -v hz="$(getconf CLK_TCK)" '{t += $12 + $13} END {printf "%.3f", t / hz}'
-}
 n=0
 # one POLL_US: a pair of daemons with that setting, one round.
 one() {

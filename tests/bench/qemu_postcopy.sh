@@ -49,14 +49,7 @@ print(v)' "$1" "$2"
 }
 # daemon_cpu NAME: user+system CPU seconds so far of daemon NAME, both
 # its parts (the privileged part and the engine).
-daemon_cpu() {
-	local p t=0
-	for p in $(daemon_pids "$1"); do
-		t=$(sed -e 's/^.*) //' "/proc/$p/stat" |
-			awk -v t="$t" -v hz="$(getconf CLK_TCK)" '{printf "%.3f", t + ($12 + $13) / hz}')
-	done
-	echo "$t"
-}
+daemon_cpu() { cpu_s "$(eval echo "\$${1}_PID")"; }
 # max_stall NAME: the longest per-pass stall memcheck reported on NAME.
 max_stall() {
 	sed -n 's/.*pass-stall-ms \([0-9]*\).*/\1/p' "$T/$1.serial" | sort -n | tail -n1

@@ -53,17 +53,6 @@ for p in "$FFLOOR" "$BFLOOR" "$CFLOOR"; do
 done
 : >"$OUT"
 
-# A daemon's processes: its privileged part (PID) and its engine, the
-# child that does the migrations' work (docs/privsep.md).
-with_engine() { echo "$1" $(pgrep -P "$1"); }
-
-# user+sys CPU seconds so far of a daemon, both of its processes.
-cpu_s() {
-	local p
-	for p in $(with_engine "$1"); do
-		sed -e 's/^.*) //' "/proc/$p/stat" 2>/dev/null
-	done | awk -v hz="$(getconf CLK_TCK)" '{t += $12 + $13} END {printf "%.3f", t / hz}'
-}
 
 json_field() { sed -n "s/.*\"$2\":\\([0-9.e+-]*\\).*/\\1/p" "$1"; }
 
@@ -71,7 +60,7 @@ json_field() { sed -n "s/.*\"$2\":\\([0-9.e+-]*\\).*/\\1/p" "$1"; }
 # runnable but not running (schedstat's second field, summed).
 rundelay_s() {
 	local p
-	for p in $(with_engine "$1"); do
+	for p in $(procs_of "$1"); do
 		cat /proc/"$p"/task/*/schedstat 2>/dev/null
 	done |
 		awk '{d += $2} END {printf "%.3f", d / 1e9}'
@@ -99,8 +88,8 @@ migrate_once() {
 	[ "$touch" = demo ] && wargs=(--threads 8 --untouched-every 0)
 	start_workload WD dest --size "$size" "${wargs[@]}"
 	if [ -n "$PLACE_S" ]; then
-		taskset -a -p -c "$PLACE_S" "$WS" >/dev/null
-		taskset -a -p -c "$PLACE_D" "$WD" >/dev/null
+		pin_procs "$PLACE_S" "$WS"
+		pin_procs "$PLACE_D" "$WD"
 	fi
 	id=$("$CLIENT" --control "$s_sock" export "$WS" --range "$range")
 	# Warm memory for the target's pages, as the bulk floor has it
@@ -226,6 +215,14 @@ export BENCH_WARM=$WARM
 # "Fault during bulk: two placements"). "one" puts them all on CPU $PIN.
 # "free" gives them every CPU back.
 PLACE_S='' PLACE_D=''
+# pin_procs CPUS PID...: every thread of each process on CPUS.
+pin_procs() {
+	local c=$1 p
+	shift
+	for p in "$@"; do
+		taskset -a -p -c "$c" "$p" >/dev/null
+	done
+}
 place() {
 	local all=0-$(($(nproc) - 1))
 	case $1 in
@@ -233,8 +230,8 @@ place() {
 	one) PLACE_S=$PIN PLACE_D=$PIN ;;
 	*) PLACE_S=$all PLACE_D=$all ;;
 	esac
-	taskset -a -p -c "$PLACE_S" "$(eval echo "\$${2}_PID")" >/dev/null
-	taskset -a -p -c "$PLACE_D" "$(eval echo "\$${3}_PID")" >/dev/null
+	pin_procs "$PLACE_S" $(procs_of "$(eval echo "\$${2}_PID")")
+	pin_procs "$PLACE_D" $(procs_of "$(eval echo "\$${3}_PID")")
 	[ "$1" = free ] && PLACE_S='' PLACE_D=''
 	return 0
 }
