@@ -34,11 +34,11 @@ fi
 info "man pages cover uffdd --help, the configuration keys and uffd-client --help"
 
 # The docs stand alone: every path of the repository they name exists (a
-# program as its .c source, kernel/ paths also relative to kernel/, build
+# program as its .c source, daemon/uffdd as daemon/main/uffdd.c, kernel/ paths also relative to kernel/, build
 # output excepted), and none names a file outside the repository.
 cd "$SRC"
 python3 - README.md docs/*.md man/*.[158] kernel/README.md <<'PY' >"$T/paths" ||
-import os, re, sys
+import glob, os, re, sys
 pat = re.compile(r'(?<![\w/.-])((?:daemon|client|proto|tests|kernel|systemd|docs|man|\.ci)/[A-Za-z0-9_./*{},-]*[A-Za-z0-9_*}])')
 bad = 0
 for f in sys.argv[1:]:
@@ -48,7 +48,9 @@ for f in sys.argv[1:]:
         if any(c in p for c in '*{'):
             continue  # a pattern: client/cmd-*.c
         if p.startswith('kernel/build') or any(os.path.exists(c) for c in
-                (p, p + '.c', os.path.join('kernel', p))):
+                (p, p + '.c', os.path.join('kernel', p))) or glob.glob(
+                os.path.join(os.path.dirname(p), '*',
+                             os.path.basename(p) + '.c')):
             continue
         print(f'{f}: {p} does not exist'); bad = 1
     for out in ('DESIGN.md', 'FACTS.md', 'STYLE.md', '../shared'):
