@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Who calls whom among the daemon's object files, read from the objects.
 
-usage: callgraph.py BUILDDIR circles LAYERS  the call circles, one a line,
-                                            then the calls against LAYERS
-       callgraph.py BUILDDIR dot LAYERS      the layers' graph (docs/design.md)
-       callgraph.py BUILDDIR edges A B       the symbols file A takes from B
+usage: callgraph.py BUILDDIR circles LAYERS   the call circles, one a line,
+                                             then the calls against LAYERS
+       callgraph.py BUILDDIR dot LAYERS       the layers' graph (docs/design.md)
+       callgraph.py BUILDDIR dot LAYERS ROLE  one role's parts (dest, source)
+       callgraph.py BUILDDIR edges A B        the symbols file A takes from B
 
 A file is a node (daemon/dest/install.c is "dest/install"); it calls file
 B when its object leaves a symbol undefined that B's object defines
@@ -13,7 +14,9 @@ connected component of two or more) each of which reaches every other
 through calls; the folders (".", dest, priv, source) are the same at the
 level of folders. LAYERS (tests/layers) declares the direction: each
 file belongs to the first layer whose pattern matches it, and may call
-only into its own layer or one of a higher rank number. The layering
+only into its own layer or one of a higher rank number. A layer named
+ROLE.PART is a part of a role (dest.lanes): a part calls no part of
+another role, and the graph of the whole shows a role as one node. The layering
 test (t_layering) compares the circles with tests/layering-circles and
 the picture with docs/design.md's.
 """
@@ -119,31 +122,47 @@ def layer_of(layers, name):
     sys.exit(f'{name}: in no layer of the declaration')
 
 
+def role(lname):
+    """The role a layer is a part of (dest.lanes: dest), or None."""
+    return lname.split('.', 1)[0] if '.' in lname else None
+
+
 def against(edges, layers):
-    """Calls into another layer of the same or a lower rank number."""
+    """Calls into another layer of the same or a lower rank number, and
+    calls from one role's parts into the other's."""
     bad = []
     for n in sorted(edges):
         rn, ln = layer_of(layers, n)
         for d in sorted(edges[n]):
             rd, ld = layer_of(layers, d)
-            if ld != ln and rd <= rn:
+            if ld == ln:
+                continue
+            if rd <= rn or (role(ln) and role(ld) and role(ln) != role(ld)):
                 bad.append(f'{n} ({ln}) -> {d} ({ld})')
     return bad
 
 
-def dot(edges, layers):
-    sizes, le = {}, set()
+def dot(edges, layers, of=None):
+    """The graph of the layers, a role one node; or, of a role, its parts
+    (nodes in the declaration's order)."""
+    def node(lname):
+        return role(lname) or lname if of is None else lname
+    used, le = set(), set()
     for n in edges:
-        ln = layer_of(layers, n)[1]
-        sizes[ln] = sizes.get(ln, 0) + 1
+        ln = node(layer_of(layers, n)[1])
+        if of is not None and role(ln) != of:
+            continue
+        used.add(ln)
         for d in edges[n]:
-            ld = layer_of(layers, d)[1]
-            if ld != ln:
+            ld = node(layer_of(layers, d)[1])
+            if ld != ln and (of is None or role(ld) == of):
                 le.add((ln, ld))
-    lines = ['digraph daemon_layers {']
-    for rank, ln, _ in layers:
-        if ln in sizes:
-            lines.append(f'\t"{ln}";')
+    name = 'daemon_layers' if of is None else f'{of}_parts'
+    lines = [f'digraph {name} {{']
+    for _, lname, _ in layers:
+        if node(lname) in used:
+            lines.append(f'\t"{node(lname)}";')
+            used.discard(node(lname))
     for a, b in sorted(le):
         lines.append(f'\t"{a}" -> "{b}";')
     lines.append('}')
@@ -165,8 +184,9 @@ def main():
             print('folders: ' + ' '.join(c))
         for b in against(edges, read_layers(sys.argv[3])):
             print('against the layers: ' + b)
-    elif what == 'dot' and len(sys.argv) == 4:
-        print(dot(edges, read_layers(sys.argv[3])))
+    elif what == 'dot' and len(sys.argv) in (4, 5):
+        print(dot(edges, read_layers(sys.argv[3]),
+                  sys.argv[4] if len(sys.argv) == 5 else None))
     elif what == 'edges' and len(sys.argv) == 5:
         a, b = sys.argv[3], sys.argv[4]
         print(' '.join(sorted(s for s in undefs.get(a, ())

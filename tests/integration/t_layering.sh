@@ -59,4 +59,14 @@ sed -n '/^<!-- layers: /,/^<!-- end of layers -->/p' "$SRC/docs/design.md" |
 	sed '1,2d;$d' | sed '$d' >"$T/doc.dot"
 diff -u "$T/doc.dot" "$T/layers.dot" >"$T/dot.diff" ||
 	fail "docs/design.md's layer picture is not the code's: $(cat "$T/dot.diff")"
-info "calls: no call against the layers; $(wc -l <"$T/circles") circles, as listed; the picture is the code's"
+# And each role's parts, drawn the same way.
+for role in dest source; do
+	python3 "$SRC/tests/callgraph.py" "$B" dot "$SRC/tests/layers" "$role" \
+		>"$T/$role.dot"
+	sed -n "/^<!-- layers of $role: /,/^<!-- end of layers of $role -->/p" \
+		"$SRC/docs/design.md" | sed '1,2d;$d' | sed '$d' >"$T/doc-$role.dot"
+	[ -s "$T/doc-$role.dot" ] || fail "docs/design.md draws no parts of $role"
+	diff -u "$T/doc-$role.dot" "$T/$role.dot" >"$T/$role.diff" ||
+		fail "docs/design.md's picture of $role's parts is not the code's: $(cat "$T/$role.diff")"
+done
+info "calls: no call against the layers; $(wc -l <"$T/circles") circles, as listed; the pictures are the code's"
