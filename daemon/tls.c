@@ -272,36 +272,14 @@ ctx_fail(SSL_CTX *c, const char *what)
 int
 tls_init(const char *ca, const char *cert, const char *key, const char *p)
 {
-	struct tls_files f = {ca, cert, key, -1, -1, -1};
-	int rc = -1;
+	struct tls_files f;
+	int rc;
 
-	if (ca == NULL || cert == NULL || key == NULL) {
-		log_warnx("TLS needs --ca, --cert and --key (or --insecure "
-			  "for plaintext on loopback)");
+	if (tls_files_open(&f, ca, cert, key) < 0)
 		return -1;
-	}
-	if ((f.ca_fd = open(ca, O_RDONLY | O_CLOEXEC)) < 0)
-		log_warnx("TLS: %s: %s", ca, strerror(errno));
-	else if ((f.cert_fd = open(cert, O_RDONLY | O_CLOEXEC)) < 0)
-		log_warnx("TLS: %s: %s", cert, strerror(errno));
-	else if ((f.key_fd = open(key, O_RDONLY | O_CLOEXEC)) < 0)
-		log_warnx("TLS: %s: %s", key, strerror(errno));
-	else
-		rc = tls_init_fds(&f, p);
+	rc = tls_init_fds(&f, p);
 	tls_files_close(&f);
 	return rc;
-}
-
-void
-tls_files_close(struct tls_files *f)
-{
-	int *fds[3] = {&f->ca_fd, &f->cert_fd, &f->key_fd};
-
-	for (int i = 0; i < 3; i++)
-		if (*fds[i] >= 0) {
-			close(*fds[i]);
-			*fds[i] = -1;
-		}
 }
 
 int

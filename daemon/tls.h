@@ -27,8 +27,6 @@ int tls_init(const char *ca, const char *cert, const char *key,
  * engine may not open a key only root may read.
  */
 int tls_init_fds(const struct tls_files *f, const char *pin);
-/* Closes those of f's descriptors that are open. */
-void tls_files_close(struct tls_files *f);
 int tls_enabled(void);
 void tls_free(void);
 /* A bufferevent for an accepted socket: we are the server. */

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -169,4 +170,39 @@ tls_files_load(SSL_CTX *c, const struct tls_files *f)
 			return -1;
 	}
 	return 0;
+}
+
+int
+tls_files_open(struct tls_files *f, const char *ca, const char *cert,
+	       const char *key)
+{
+	const char *paths[3] = {ca, cert, key};
+	int *fds[3] = {&f->ca_fd, &f->cert_fd, &f->key_fd};
+
+	*f = (struct tls_files){ca, cert, key, -1, -1, -1};
+	if (ca == NULL || cert == NULL || key == NULL) {
+		log_warnx("TLS needs --ca, --cert and --key (or --insecure "
+			  "for plaintext on loopback)");
+		return -1;
+	}
+	for (int i = 0; i < 3; i++)
+		if ((*fds[i] = open(paths[i],
+				    O_RDONLY | O_CLOEXEC | O_NOCTTY)) < 0) {
+			log_warnx("TLS: %s: %s", paths[i], strerror(errno));
+			tls_files_close(f);
+			return -1;
+		}
+	return 0;
+}
+
+void
+tls_files_close(struct tls_files *f)
+{
+	int *fds[3] = {&f->ca_fd, &f->cert_fd, &f->key_fd};
+
+	for (int i = 0; i < 3; i++)
+		if (*fds[i] >= 0) {
+			close(*fds[i]);
+			*fds[i] = -1;
+		}
 }

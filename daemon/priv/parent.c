@@ -315,34 +315,59 @@ on_term(evutil_socket_t sig, short ev, void *arg)
 }
 
 /*
- * The file read again, with its TLS files: -1 (said) when the running
- * configuration stays, so that neither part takes a half of it.
+ * What a reload reads, each file opened once: the configuration and its
+ * TLS files. Checked here from these descriptors and handed to the engine
+ * the same (reload_engine()), so that the engine reads what was checked,
+ * not what the path names a moment later; and a confined engine may not
+ * open a key only root may read, nor any file outside what it is given.
+ */
+struct reload_files {
+	int conf_fd; /* -1: none (a default path with no file there) */
+	struct tls_files tls;
+};
+
+static void
+reload_files_close(struct reload_files *rf)
+{
+	if (rf->conf_fd >= 0)
+		close(rf->conf_fd);
+	rf->conf_fd = -1;
+	tls_files_close(&rf->tls);
+}
+
+/*
+ * The file read again, with its TLS files (rf: opened here): -1 (said)
+ * when the running configuration stays, so that neither part takes a
+ * half of it.
  */
 static int
-reload_checked(struct uffdd_conf *next)
+reload_checked(struct uffdd_conf *next, struct reload_files *rf)
 {
-	if (conf_reload(next, -1) < 0)
+	rf->conf_fd = open(conf_file_path(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	rf->tls = (struct tls_files){.ca_fd = -1, .cert_fd = -1, .key_fd = -1};
+	/* No descriptor: conf_reload() says why, or takes the defaults. */
+	if (conf_reload(next, rf->conf_fd) < 0) {
+		reload_files_close(rf);
 		return -1;
+	}
 	if (!next->insecure &&
-	    tls_init(next->ca, next->cert, next->key, next->pin) < 0) {
+	    (tls_files_open(&rf->tls, next->ca, next->cert, next->key) < 0 ||
+	     tls_init_fds(&rf->tls, next->pin) < 0)) {
 		log_warnx("reload: TLS settings refused; keeping the running "
 			  "configuration");
 		conffile_clear(next);
+		reload_files_close(rf);
 		return -1;
 	}
 	return 0;
 }
 
-/*
- * The engine told to reload, with the files it reads again opened here
- * (ctlmsg.h, CTL_RELOAD): a confined engine may not open a key only root
- * may read, nor any file outside what it was given.
- */
+/* The engine told to reload, with the files rf holds (CTL_RELOAD). */
 static void
-reload_engine(void)
+reload_engine(const struct reload_files *rf)
 {
-	const char *paths[RELOAD_FILES] = {conf_file_path(), conf.ca, conf.cert,
-					   conf.key};
+	const int have[RELOAD_FILES] = {rf->conf_fd, rf->tls.ca_fd,
+					rf->tls.cert_fd, rf->tls.key_fd};
 	struct ctl_reload r;
 	int fds[RELOAD_FILES];
 	size_t n = 0;
@@ -350,37 +375,32 @@ reload_engine(void)
 	if (eng.ctl < 0)
 		return;
 	for (int i = 0; i < RELOAD_FILES; i++) {
-		int fd =
-			paths[i] != NULL && (i == RELOAD_CONF || !conf.insecure)
-				? open(paths[i],
-				       O_RDONLY | O_CLOEXEC | O_NOCTTY)
-				: -1;
-
-		r.at[i] = fd >= 0 ? (int32_t)n : -1;
-		if (fd >= 0)
-			fds[n++] = fd;
+		r.at[i] = have[i] >= 0 ? (int32_t)n : -1;
+		if (have[i] >= 0)
+			fds[n++] = have[i];
 	}
 	imsg_send(eng.ctl, CTL_RELOAD, 0, 0, &r, sizeof(r), n ? fds : NULL, n);
-	for (size_t i = 0; i < n; i++)
-		close(fds[i]);
 }
 
 /*
  * SIGHUP: the control socket's mode and group and the admin group here,
- * the rest in the engine, which reads the same file once this one took it.
+ * the rest in the engine, which reads the same files once this one
+ * checked them.
  */
 static void
 on_hup(evutil_socket_t sig, short ev, void *arg)
 {
+	struct reload_files rf;
 	struct uffdd_conf next;
 
 	notify_send("RELOADING=1");
-	if (reload_checked(&next) == 0) {
+	if (reload_checked(&next, &rf) == 0) {
 		conffile_clear(&conf);
 		conf = next;
 		log_init(conf.foreground, conf.verbose);
 		ctlsock_apply_mode();
-		reload_engine();
+		reload_engine(&rf);
+		reload_files_close(&rf);
 	}
 	notify_send("READY=1");
 }
