@@ -158,12 +158,13 @@ dest_release_held(struct dest *d)
  * target. A write through /proc/PID/mem makes the anonymous copy the source
  * had (and goes through read-only protection, as RELRO needs); a ZERO
  * marker is the file's own page, which the target already maps: nothing to
- * do. Returns -1 when the migration failed.
+ * do. Returns -1 with err filled when a page cannot be written: the
+ * caller fails the migration.
  */
 int
 dest_write_private(struct dest *d, struct dst_region *dr,
 		   const Uffdd__PageData *pd, const struct evbuffer_iovec *v,
-		   int nv)
+		   int nv, char *err, size_t errlen)
 {
 	uint64_t ps = dr->r.page_size;
 
@@ -181,14 +182,14 @@ dest_write_private(struct dest *d, struct dst_region *dr,
 			    pwrite(d->held.memfd, src, ps,
 				   (off_t)dest_page_addr(dr, p)) !=
 				    (ssize_t)ps) {
-				dest_fail(d,
-					  "writing the private file page at "
-					  "0x%llx of process %d: %s",
-					  (unsigned long long)dest_page_addr(dr,
-									     p),
-					  (int)d->m->pid,
-					  d->held.on ? strerror(errno)
-						     : "target not held");
+				snprintf(err, errlen,
+					 "writing the private file page at "
+					 "0x%llx of process %d: %s",
+					 (unsigned long long)dest_page_addr(dr,
+									    p),
+					 (int)d->m->pid,
+					 d->held.on ? strerror(errno)
+						    : "target not held");
 				return -1;
 			}
 			if (pd->demand)

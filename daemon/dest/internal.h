@@ -461,7 +461,7 @@ void dest_run_hold_hello(struct dest *, const Uffdd__Hello *);
 void dest_runhold_register(void);
 int dest_write_private(struct dest *, struct dst_region *,
 		       const Uffdd__PageData *, const struct evbuffer_iovec *,
-		       int nv);
+		       int nv, char *err, size_t errlen);
 
 /* precopy.c */
 void dest_precopy_hello(struct dest *, const Uffdd__Hello *);

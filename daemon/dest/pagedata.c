@@ -92,6 +92,19 @@ follow_root(struct dest *t, struct dest *root, struct dst_region *dr,
 	}
 }
 
+/* A frame's private file pages written into t, or the migration fails. */
+static int
+write_private(struct dest *t, struct dst_region *dr, const Uffdd__PageData *pd,
+	      const struct evbuffer_iovec *v, int nv)
+{
+	char err[256];
+
+	if (dest_write_private(t, dr, pd, v, nv, err, sizeof(err)) == 0)
+		return 0;
+	dest_fail(t, "%s", err);
+	return -1;
+}
+
 /*
  * Installs what one PAGE_DATA frame brings into target t (the root or one
  * of its forked children): every page t does not have yet. The data is
@@ -107,7 +120,7 @@ install_frame(struct dest *t, struct dest *root, const Uffdd__PageData *pd,
 		return 0;
 	if (dr->r.kind == REGION_FILE_PRIVATE)
 		/* A child inherited these at its fork, after the release. */
-		return t->root ? 0 : dest_write_private(t, dr, pd, v, nv);
+		return t->root ? 0 : write_private(t, dr, pd, v, nv);
 	if (pd->zero && !pd->demand && !zero_run_installed(dr))
 		zero_run_none(t, dr, pd);
 	if (t->root && !root->gone && region_kind_shmem(dr->r.kind))
