@@ -6,7 +6,8 @@
  * that it acted on it, acknowledges (COMMIT_ACK), is complete, and lets
  * the target go; the source kills (or keeps) its process then and echoes
  * the ACK. A COMMIT_ACK lost with the lanes, or to a restart of either
- * daemon, is delivered by a resume that says Hello.committed.
+ * daemon, is delivered by a resume that says Hello.committed. Here the
+ * COMMIT and what follows it; the COMPLETE is complete.c's.
  */
 #include "config.h"
 
@@ -21,71 +22,6 @@
 #include "daemon/log.h"
 #include "daemon/migration.h"
 #include "daemon/stats.h"
-
-/*
- * Every page of the root and of every forked child is in: COMPLETE, and
- * the bulk lane goes (it has nothing more to bring, and is not opened
- * again). Not before a pre-copy's switchover: every page is present
- * after its first round, and later ones still replace them.
- */
-void
-dest_maybe_complete(struct dest *d)
-{
-	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
-
-	if (d->root || d->held.precopy || d->cm.complete_sent ||
-	    d->demand == NULL || d->m->state != MIG_RUNNING ||
-	    d->kin.nkids > 0 || dest_present_total(d) != d->m->cnt.pages_total)
-		return;
-	c.pages = dest_present_total(d);
-	conn_send(d->demand, FRAME_COMPLETE, &c.base);
-	d->cm.complete_sent = 1;
-	d->m->ph.committing = 1;
-	if (d->bulk)
-		conn_finish(d->bulk);
-	d->bulk = NULL;
-	log_info("migration %s: every page in (%llu); COMPLETE sent, waiting "
-		 "for the source's COMMIT",
-		 log_id(d->m->id), (unsigned long long)c.pages);
-}
-
-/* A forked child holds every page: it waits for the root's COMMIT. */
-void
-dest_kid_waits(struct dest *root, struct dest *k)
-{
-	root->cm.done_kids = realloc(root->cm.done_kids,
-				     (root->cm.ndone_kids + 1) *
-					     sizeof(*root->cm.done_kids));
-	if (root->cm.done_kids == NULL)
-		fatal("children");
-	root->cm.done_kids[root->cm.ndone_kids++] = k;
-	k->m->ph.committing = 1;
-}
-
-/*
- * The children that waited for the root end with it: whole (complete),
- * or, when stopped_why is set, stopped and failed with it (their pages
- * are of the same moments as the root's).
- */
-void
-dest_done_kids_end(struct dest *d, const char *stopped_why)
-{
-	for (size_t i = 0; i < d->cm.ndone_kids; i++) {
-		struct dest *k = d->cm.done_kids[i];
-
-		k->m->ph.committing = 0;
-		if (stopped_why != NULL) {
-			procref_signal(&k->t, SIGSTOP);
-			migration_fail(k->m,
-				       "%.400s; forked process %d stopped",
-				       stopped_why, (int)k->m->pid);
-		} else {
-			migration_set_state(k->m, MIG_COMPLETE);
-		}
-		migration_release(k->m);
-	}
-	d->cm.ndone_kids = 0;
-}
 
 /*
  * Test knob (tests/integration/t_commit.sh), never set in production:

@@ -348,13 +348,15 @@ void dest_gone_reason(struct dest *);
 void dest_attach_fail(struct dest *, uint32_t code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* commit.c */
+/* complete.c */
 void dest_maybe_complete(struct dest *);
+void dest_kid_waits(struct dest *root, struct dest *k);
+void dest_done_kids_end(struct dest *, const char *stopped_why);
+
+/* commit.c */
 const char *dest_commit(struct dest *, const Uffdd__Commit *);
 void dest_committed_frame(struct dest *, const struct frame_hdr *,
 			  ProtobufCMessage *);
-void dest_kid_waits(struct dest *root, struct dest *k);
-void dest_done_kids_end(struct dest *, const char *stopped_why);
 
 /* table.c */
 int dest_attach_regions(struct dest *, const Uffdd__RegionTable *);
