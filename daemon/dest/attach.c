@@ -292,9 +292,16 @@ static const struct role_ops dest_ops = {
 };
 
 /* At start-up: the daemon serves attaches and restores destinations. */
+/* What the fault reader calls up through (owner.c). */
+static const struct dest_owner owner = {
+	.forked = dest_fork_child,
+	.exited = dest_target_exited,
+};
+
 void
 dest_register(void)
 {
+	dest_owner_set(&owner);
 	role_register(&dest_ops);
 	dest_runhold_register();
 }

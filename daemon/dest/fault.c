@@ -255,7 +255,7 @@ dest_zero_discarded(struct dest *d, struct dst_region *dr, uint64_t page)
 		else
 			d->m->cnt.zero_pages++;
 	} else if (res == UFFD_GONE) {
-		dest_target_exited(d);
+		dest_exited(d);
 	} else if (res == UFFD_RETRY) {
 		zero_later(d, addr);
 	} else {
@@ -281,7 +281,7 @@ zero_outside(struct dest *d, uint64_t addr)
 	else if (res == UFFD_RETRY)
 		zero_later(d, addr);
 	else if (res == UFFD_GONE)
-		dest_target_exited(d);
+		dest_exited(d);
 	else if (res != UFFD_OK)
 		log_warn("migration %s: zero page at 0x%llx outside every "
 			 "region",
@@ -387,7 +387,7 @@ handle_msg(struct dest *d, const struct uffd_msg *msg)
 		dest_persist_dirty(d);
 		break;
 	case UFFD_EVENT_FORK:
-		dest_fork_child(d, (int)msg->arg.fork.ufd);
+		dest_forked(d, (int)msg->arg.fork.ufd);
 		break;
 	default:
 		log_debug("uffd event %u ignored", msg->event);

@@ -343,6 +343,8 @@ void dest_fail_stop(struct dest *, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void dest_fail_kids(struct dest *, const char *why);
 void dest_target_exited(struct dest *);
+/* A forked child finished or dead: off its root's list, let go. */
+void dest_child_done(struct dest *k);
 void dest_gone_reason(struct dest *);
 /* An attach failed before its target was touched: answered, forgotten. */
 void dest_attach_fail(struct dest *, uint32_t code, const char *fmt, ...)
@@ -394,6 +396,18 @@ uint64_t dest_page_addr(const struct dst_region *, uint64_t page);
 uint64_t dest_addr_run(const struct dst_region *, uint64_t page, uint64_t max);
 struct dst_region *dest_region_by_index(struct dest *, uint32_t idx);
 void dest_add_move(struct dst_region *, uint64_t p0, uint64_t p1, uint64_t at);
+
+/*
+ * owner.c: what the fault reader calls up through, installed by the
+ * role's top: the target forked (its child's uffd), the target is gone.
+ */
+struct dest_owner {
+	void (*forked)(struct dest *parent, int ufd);
+	void (*exited)(struct dest *);
+};
+void dest_owner_set(const struct dest_owner *);
+void dest_forked(struct dest *parent, int ufd);
+void dest_exited(struct dest *);
 
 /* uffdread.c */
 void dest_uffd_read_failed(struct dest *);
@@ -479,7 +493,6 @@ const char *dest_switchover(struct dest *, struct conn *,
 struct dest *dest_child_new(struct dest *root, const struct dest *parent,
 			    pid_t pid, int ufd);
 void dest_child_start(struct dest *root, struct dest *k);
-void dest_child_done(struct dest *k);
 void dest_fork_child(struct dest *parent, int ufd);
 
 /* find.c */

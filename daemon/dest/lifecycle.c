@@ -493,6 +493,51 @@ root_gone(struct dest *d)
 }
 
 /*
+ * Takes a finished or dead child off its root's list and lets it go; one
+ * that holds every page waits for the root's COMMIT (commit.c).
+ */
+void
+dest_child_done(struct dest *k)
+{
+	struct dest *root = k->root;
+	int waits = 0;
+
+	for (size_t i = 0; i < root->kin.nkids; i++) {
+		if (root->kin.kids[i] == k) {
+			root->kin.kids[i] = root->kin.kids[--root->kin.nkids];
+			break;
+		}
+	}
+	if (k->m->state != MIG_FAILED) {
+		if (dest_present_total(k) == k->m->cnt.pages_total) {
+			waits = 1; /* complete with the root's COMMIT */
+		} else {
+			migration_fail(
+				k->m,
+				"forked process %d gone with "
+				"%llu pages still missing",
+				(int)k->m->pid,
+				(unsigned long long)(k->m->cnt.pages_total -
+						     dest_present_total(k)));
+		}
+	}
+	/* Its ranges unregister when both copies of its uffd are closed. */
+	if (k->target_fd >= 0 && procref_alive(&k->t) &&
+	    dest_present_total(k) == k->m->cnt.pages_total)
+		dest_close_target_fd(k);
+	/* Held with no copy: as teardown() does with its root. */
+	dest_drop_target(k, k->m->state == MIG_FAILED && !k->have_poison);
+	if (k->kin.find_ev)
+		event_del(k->kin.find_ev);
+	if (waits)
+		dest_kid_waits(root, k);
+	else
+		migration_release(k->m);
+	dest_persist_dirty(root); /* without the child */
+	dest_maybe_complete(root);
+}
+
+/*
  * The target exited, or an install found its memory gone: a child is
  * done, a root with children goes on for them (root_gone()), any other
  * migration fails.

@@ -51,7 +51,7 @@ command -v nm >/dev/null || skip "nm missing (binutils)"
 python3 "$SRC/tests/callgraph.py" "$B" circles "$SRC/tests/layers" >"$T/circles" ||
 	fail "callgraph: $(cat "$T/circles")"
 grep '^against the layers' "$T/circles" && fail "calls against the declared layers (above)"
-grep -v '^#' "$SRC/tests/layering-circles" >"$T/listed"
+{ grep -v '^#' "$SRC/tests/layering-circles" || true; } >"$T/listed"
 diff -u "$T/listed" "$T/circles" >"$T/circles.diff" ||
 	fail "call circles differ from tests/layering-circles (+ new or changed, - gone: update the list): $(cat "$T/circles.diff")"
 python3 "$SRC/tests/callgraph.py" "$B" dot "$SRC/tests/layers" >"$T/layers.dot"
