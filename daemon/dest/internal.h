@@ -4,16 +4,19 @@
  * the calls one part makes into another. The rest of the daemon sees
  * only daemon/dest.h.
  *
- * Where to start reading: attach.c takes a target, table.c matches the
- * source's regions to it, target.c sets it up by its grant (bygrant.c
- * asks the privileged part), fault.c reads its faults and events,
- * lanes.c talks to the source and hands its frames to pagedata.c, which
- * feeds them (feed.c) to the installer (install.c); children.c and find.c follow
- * the processes it forks, hold.c its private file pages, lifecycle.c
- * makes a destination and ends it; persist.c writes the state file,
- * saved.c reads it back and restore.c takes a migration up after a
- * restart, record.c keeps which pages went in for it. regions.c says
- * where each page of a region is now.
+ * Where to start reading (top down: a file calls only files below it,
+ * tests/layers): attach.c takes a target and restore.c takes one up after
+ * a restart; lanes.c talks to the source and hands its frames to
+ * table.c (the region table), pagedata.c, precopy.c and commit.c;
+ * target.c sets the target up by its grant (bygrant.c asks the
+ * privileged part), children.c follows the processes it forks (find.c
+ * finds them), feed.c feeds a frame's pages to the installer
+ * (install.c); lifecycle.c makes a destination and ends it; fault.c reads
+ * the target's faults and events, and reports a fork or an exit up
+ * through owner.c; hold.c writes its private file pages, complete.c says
+ * COMPLETE; persist.c writes the state file, saved.c reads it back,
+ * record.c keeps which pages went in; regions.c says where each page of a
+ * region is now.
  */
 #ifndef UFFDD_DEST_INTERNAL_H
 #define UFFDD_DEST_INTERNAL_H
