@@ -256,7 +256,8 @@ dest_install_missing(struct dest *t, struct dest *root, struct dst_region *dr,
 		     const Uffdd__PageData *pd, const struct evbuffer_iovec *v,
 		     int nv, struct install_try *it)
 {
-	uint64_t p = pd->page, end = pd->page + pd->npages;
+	uint64_t p = it->at > pd->page ? it->at : pd->page;
+	uint64_t end = pd->page + pd->npages;
 	enum install_res res = INSTALL_DONE;
 	const uint8_t *src = NULL;
 
@@ -289,6 +290,7 @@ dest_install_missing(struct dest *t, struct dest *root, struct dst_region *dr,
 		}
 		count(t, dr, pd, got);
 		/* The page map is looked at again from p: see install_run. */
+		it->at = p;
 	}
 	return res;
 }

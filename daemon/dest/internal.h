@@ -436,6 +436,7 @@ enum install_res {
 struct install_try {
 	int retries;	/* EAGAIN with nothing installed, in a row */
 	uint64_t stuck; /* since when nothing went in */
+	uint64_t at;	/* the page the next call goes on from (0: the first) */
 	char why[160];	/* INSTALL_FAILED: why */
 };
 enum uffd_res dest_install_zero(struct dest *, const struct dst_region *,
