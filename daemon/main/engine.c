@@ -159,8 +159,9 @@ apply_limits(void)
 
 /*
  * Rereads the file and the TLS files (the privileged part says when:
- * SIGHUP reaches it), from the descriptors it opened for us where it
- * handed them over (ctlmsg.h): a confined engine may not read them.
+ * SIGHUP reaches it), from the descriptors it opened, checked and handed
+ * over (ctlmsg.h), never by path: a confined engine may not read them,
+ * and a path read now could name another file than the one checked.
  * Anything invalid keeps the running configuration whole.
  */
 static void
@@ -178,9 +179,16 @@ reload(int fds[RELOAD_FILES])
 		f.ca = next.ca;
 		f.cert = next.cert;
 		f.key = next.key;
+		/*
+		 * Only what the privileged part checked and handed over: a
+		 * file opened here by path could be another than it checked.
+		 */
+		if (f.ca_fd < 0 || f.cert_fd < 0 || f.key_fd < 0)
+			log_warnx("reload: the privileged part handed no TLS "
+				  "files");
 		rc = f.ca_fd >= 0 && f.cert_fd >= 0 && f.key_fd >= 0
 			     ? tls_init_fds(&f, next.pin)
-			     : tls_init(next.ca, next.cert, next.key, next.pin);
+			     : -1;
 		if (rc < 0) {
 			log_warnx("reload: TLS settings refused; keeping the "
 				  "running configuration");
