@@ -276,6 +276,11 @@ scan_pair() {
 	[ $((ROUND % 2)) = 1 ] && order=(0 scan)
 	for t in "${order[@]}"; do
 		migrate_once "$BIG" dst "$t"
+		[ "$t" = scan ] || t=none
+		rec "scan_${t}_dcpu" "$M_DCPU"
+		rec "scan_${t}_scpu" "$M_SCPU"
+		rec "scan_${t}_dwait" "$M_DWAIT"
+		rec "scan_${t}_swait" "$M_SWAIT"
 		if [ "$t" = scan ]; then
 			rec scan_s "$M_SECS"
 			rec scan_faults "$M_FAULTS"
@@ -508,6 +513,10 @@ fig med 3 "$BIG resident, TLS, demo v untouched (s)" tls_demo_s tls_none_s 2
 fig med 3 "$BIG resident, scanning v untouched (s)" scan_s scan_none_s 1.2
 fig med 0 "  scanner's reads that waited (floor: none)" scan_faults scan_faults -
 fig med 0 "  demand faults, status (floor: none)" scan_requests scan_requests -
+fig med 3 "  dest daemon CPU (s), scanning v untouched" scan_scan_dcpu scan_none_dcpu -
+fig med 3 "  src daemon CPU (s), scanning v untouched" scan_scan_scpu scan_none_scpu -
+fig med 3 "  dest daemon run-queue wait (s), the same" scan_scan_dwait scan_none_dwait -
+fig med 3 "  src daemon run-queue wait (s), the same" scan_scan_swait scan_none_swait -
 fig med 3 "  dest daemon CPU (s), demo v untouched" tls_demo_dcpu tls_none_dcpu -
 fig med 3 "  src daemon CPU (s), demo v untouched" tls_demo_scpu tls_none_scpu -
 fig med 3 "  dest daemon run-queue wait (s)" tls_demo_dwait tls_none_dwait -
