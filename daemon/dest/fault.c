@@ -153,9 +153,12 @@ add_waiter(struct dest *d, const struct dst_region *dr, uint64_t page,
 	   pid_t tid, int first)
 {
 	if (d->fr.nwaiters < INFLIGHT_MAX) {
+		int front = first && dest_at_bulk_front(d, dr, page);
+
 		d->fr.waiters[d->fr.nwaiters++] = (struct waiter){
-			dr->r.index, page, now_ns(), tid, first};
+			dr->r.index, page, now_ns(), tid, first, front};
 		d->fr.nrequests += first != 0;
+		d->fr.nfront += front != 0;
 	} else {
 		metrics_fault(ROLE_DEST, 0);
 	}
@@ -169,7 +172,7 @@ dest_waiters_drop(struct dest *d)
 
 	for (size_t i = 0; i < d->fr.nwaiters; i++)
 		metrics_fault(ROLE_DEST, t - d->fr.waiters[i].t0);
-	d->fr.nwaiters = d->fr.nrequests = 0;
+	d->fr.nwaiters = d->fr.nrequests = d->fr.nfront = 0;
 }
 
 /*
@@ -190,6 +193,7 @@ dest_settle(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 			if (w->first) {
 				hist_add(&d->m->latency, t - w->t0);
 				d->fr.nrequests--;
+				d->fr.nfront -= w->front != 0;
 			}
 			*w = d->fr.waiters[--d->fr.nwaiters];
 			continue;
@@ -218,7 +222,7 @@ dest_request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	dest_run_hold_fault(d);
 	dest_bulk_hold(d);
 	/* The answer is due in microseconds; for one, nothing else moves. */
-	if (d->fr.nrequests == 1)
+	if (dest_bulk_waits(d))
 		loop_poll_now();
 	else
 		loop_poll();

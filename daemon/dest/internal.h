@@ -94,6 +94,7 @@ struct waiter {
 	uint64_t t0;
 	pid_t tid;
 	int first;
+	int front; /* first, and its page at the bulk front (pace.c) */
 };
 
 /*
@@ -115,6 +116,7 @@ struct dest_faults {
 	struct waiter *waiters;
 	size_t nwaiters;
 	size_t nrequests; /* waiters that sent their page's request */
+	size_t nfront;	  /* of them, for a page at the bulk front */
 	/*
 	 * Faults answered with a zero page that the kernel refused (EAGAIN:
 	 * an event was pending): the fault is read, so nothing else would
@@ -181,6 +183,10 @@ struct dest_install {
 	int pending;
 	uint8_t *pbuf;
 	struct event *piece_ev;
+	/* Past the last bulk frame taken: where the stream goes on. */
+	uint32_t front_reg;
+	uint64_t front_page;
+	int front_set;
 };
 
 /*
@@ -462,6 +468,9 @@ const char *dest_page_data(struct dest *, struct conn *,
 
 /* pace.c */
 void dest_bulk_hold(struct dest *);
+int dest_bulk_waits(const struct dest *);
+int dest_at_bulk_front(const struct dest *, const struct dst_region *,
+		       uint64_t page);
 void dest_ws_watch(struct dest *);
 
 /* lanes.c */

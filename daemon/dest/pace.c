@@ -14,12 +14,48 @@
 #include "daemon/migration.h"
 
 /*
- * While one thread waits for a demand answer, the bulk lane waits: on a
- * busy machine the daemons share CPUs, and installing bulk frames kept the
+ * Pages the source keeps in flight on the bulk lane past what we took:
+ * its socket is kept up to 4 MiB full (source/serve.c, BULK_HIGH).
+ */
+#define FRONT_BYTES (4u << 20)
+
+/*
+ * Whether page is where the bulk stream is about to install: in the frame
+ * being installed, or within FRONT_BYTES past the last one taken, in its
+ * region. A target that reads in order and has caught up with the stream
+ * faults there, on pages already on their way.
+ */
+int
+dest_at_bulk_front(const struct dest *d, const struct dst_region *dr,
+		   uint64_t page)
+{
+	const Uffdd__PageData *p = &d->in.pend;
+	uint64_t span = FRONT_BYTES / dr->r.page_size;
+
+	if (d->in.pending && p->region == dr->r.index && page >= p->page &&
+	    page < p->page + p->npages)
+		return 1;
+	return d->in.front_set && d->in.front_reg == dr->r.index &&
+	       page >= d->in.front_page && page - d->in.front_page < span;
+}
+
+/*
+ * Whether one thread waits for a demand answer, for a page the bulk
+ * stream is not about to bring. Then the bulk lane waits: on a busy
+ * machine the daemons share CPUs, and installing bulk frames kept the
  * source from running to answer. Only for one: with several requests in
  * flight (threads faulting back to back) holding the lane starved it, and
- * every page came on demand at half the speed.
+ * every page came on demand at half the speed. Nor for a page at the bulk
+ * front: the stream brings it as soon as the answer would, and holding it
+ * made a reader that keeps up with the stream wait for a round trip at
+ * every frame.
  */
+int
+dest_bulk_waits(const struct dest *d)
+{
+	return d->fr.nrequests == 1 && d->fr.nfront == 0;
+}
+
 void
 dest_bulk_hold(struct dest *d)
 {
@@ -27,8 +63,8 @@ dest_bulk_hold(struct dest *d)
 		  d->bh.run_hold == 1;
 
 	if (d->bulk)
-		conn_pause(d->bulk, d->fr.nrequests == 1 || rec);
-	if (d->in.pending && d->fr.nrequests != 1)
+		conn_pause(d->bulk, dest_bulk_waits(d) || rec);
+	if (d->in.pending && !dest_bulk_waits(d))
 		event_active(d->in.piece_ev, EV_TIMEOUT, 0);
 }
 

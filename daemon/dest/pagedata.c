@@ -205,7 +205,7 @@ bulk_pieces(struct dest *d)
 			pieces_stop(d); /* send_holdings() will say */
 			return;
 		}
-		if (d->fr.nrequests == 1)
+		if (dest_bulk_waits(d))
 			return; /* dest_bulk_hold() lets it go on */
 		ps = dr->r.page_size;
 		/*
@@ -238,7 +238,7 @@ bulk_pieces(struct dest *d)
 			return;
 		}
 		dest_read_faults(d);
-		if (d->fr.nrequests > 0 && d->fr.nrequests != 1) {
+		if (d->fr.nrequests > 0 && !dest_bulk_waits(d)) {
 			/* Several wait: their answers first, then on. */
 			event_active(d->in.piece_ev, EV_TIMEOUT, 0);
 			return;
@@ -326,6 +326,9 @@ bulk_take(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	d->in.pend.npages = pd->npages;
 	d->in.pdone = 0;
 	d->in.pending = 1;
+	d->in.front_reg = pd->region;
+	d->in.front_page = pd->page + pd->npages;
+	d->in.front_set = 1;
 	conn_stall(c, 1);
 	bulk_pieces(d);
 	return NULL;

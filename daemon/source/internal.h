@@ -255,9 +255,11 @@ struct source {
 	uint64_t win_start, win_bytes; /* --bulk-rate accounting */
 	uint32_t cur_reg;
 	uint64_t cur_page;
+	/* After a fault: where the bulk stream goes first (serve.c). */
 	uint32_t hint_reg;
 	uint64_t hint_page, hint_left;
-	uint8_t *scratch;   /* SCRATCH_LEN bytes */
+	uint64_t hint_from, hint_win; /* the window the last fault opened */
+	uint8_t *scratch;	      /* SCRATCH_LEN bytes */
 	struct precopy *pc; /* export --precopy (precopy.c); else NULL */
 };
 

@@ -267,6 +267,7 @@ accept_regions(struct source *s, const Uffdd__RegionTable *t)
 	s->cur_reg = 0;
 	s->cur_page = 0;
 	s->hint_left = 0;
+	s->hint_win = 0;
 	/*
 	 * A destination that resumes without having acted on a COMMIT sent
 	 * (Hello.committed) never got it: its next COMPLETE is checked and

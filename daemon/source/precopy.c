@@ -290,6 +290,7 @@ restart_sweep(struct source *s)
 	s->cur_reg = 0;
 	s->cur_page = 0;
 	s->hint_left = 0;
+	s->hint_win = 0;
 	event_active(s->bulk_ev, EV_TIMEOUT, 0);
 }
 

@@ -33,8 +33,12 @@
 #define BULK_ROUND_BYTES (256u << 10)
 #define BULK_HIGH (4u << 20)
 #define BULK_LOW (1u << 20)
-/* After a fault the bulk lane sends this many pages around it first. */
+/*
+ * After a fault the bulk lane sends this many pages past it first; after
+ * faults in order, up to LOCALITY_MAX_BYTES (locality_after()).
+ */
 #define LOCALITY_PAGES 256
+#define LOCALITY_MAX_BYTES (64u << 20)
 /* The --bulk-rate budget is counted over windows this long. */
 #define RATE_WINDOW_NS 100000000ULL
 
@@ -271,6 +275,33 @@ page_is_zero(const uint8_t *p, uint64_t len)
 }
 
 /*
+ * Spatial locality: after a fault the bulk lane goes on from just past it,
+ * LOCALITY_PAGES first. A fault in the window the one before opened (or
+ * just past it) is a target that reads in order and outran the stream:
+ * the window doubles, up to LOCALITY_MAX_BYTES, so that the stream gets
+ * ahead of the reader and its next pages are there when it comes (as
+ * CRIU's lazy pages stream on from a fault in growing chunks). Any other
+ * fault starts small again.
+ */
+static void
+locality_after(struct source *s, uint32_t ri, uint64_t page, uint64_t end)
+{
+	uint64_t win = LOCALITY_PAGES,
+		 max = LOCALITY_MAX_BYTES / s->regs[ri].r.page_size;
+
+	if (s->hint_win && ri == s->hint_reg && page >= s->hint_from &&
+	    page < s->hint_from + s->hint_win + LOCALITY_PAGES)
+		win = s->hint_win * 2;
+	if (win > max)
+		win = max > LOCALITY_PAGES ? max : LOCALITY_PAGES;
+	s->hint_reg = ri;
+	s->hint_from = end;
+	s->hint_win = win;
+	s->hint_page = end;
+	s->hint_left = win;
+}
+
+/*
  * A destination's page request, answered at once on the demand lane; the
  * bulk lane then goes on from just past it. A request out of bounds drops
  * the lane.
@@ -328,10 +359,7 @@ source_demand_request(struct source *s, const Uffdd__PageRequest *pr)
 	s->m->cnt.demand_faults++;
 	metrics_fault(ROLE_SOURCE, now_ns() - t0);
 	s->m->cnt.demand_pages += pr->npages;
-	/* Spatial locality: the bulk lane goes on from just past the fault. */
-	s->hint_reg = (uint32_t)(sr - s->regs);
-	s->hint_page = end;
-	s->hint_left = LOCALITY_PAGES;
+	locality_after(s, (uint32_t)(sr - s->regs), pr->page, end);
 }
 
 /* The next unsent page: first around the last fault, then the sweep. */
