@@ -183,10 +183,12 @@ struct dest_install {
 	int pending;
 	uint8_t *pbuf;
 	struct event *piece_ev;
-	/* Past the last bulk frame taken: where the stream goes on. */
+	/*
+	 * Past the last bulk frame taken: where the stream goes on (set
+	 * with the first, when pbuf is made).
+	 */
 	uint32_t front_reg;
 	uint64_t front_page;
-	int front_set;
 };
 
 /*

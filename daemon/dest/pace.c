@@ -35,7 +35,7 @@ dest_at_bulk_front(const struct dest *d, const struct dst_region *dr,
 	if (d->in.pending && p->region == dr->r.index && page >= p->page &&
 	    page < p->page + p->npages)
 		return 1;
-	return d->in.front_set && d->in.front_reg == dr->r.index &&
+	return d->in.pbuf != NULL && d->in.front_reg == dr->r.index &&
 	       page >= d->in.front_page && page - d->in.front_page < span;
 }
 

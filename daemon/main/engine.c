@@ -183,12 +183,13 @@ reload(int fds[RELOAD_FILES])
 		 * Only what the privileged part checked and handed over: a
 		 * file opened here by path could be another than it checked.
 		 */
-		if (f.ca_fd < 0 || f.cert_fd < 0 || f.key_fd < 0)
+		if (f.ca_fd < 0 || f.cert_fd < 0 || f.key_fd < 0) {
 			log_warnx("reload: the privileged part handed no TLS "
 				  "files");
-		rc = f.ca_fd >= 0 && f.cert_fd >= 0 && f.key_fd >= 0
-			     ? tls_init_fds(&f, next.pin)
-			     : -1;
+			rc = -1;
+		} else {
+			rc = tls_init_fds(&f, next.pin);
+		}
 		if (rc < 0) {
 			log_warnx("reload: TLS settings refused; keeping the "
 				  "running configuration");
