@@ -12,6 +12,8 @@
  *      range named qemu:BLOCK (the destination maps it by that name),
  *      under --id or a fresh ID, printed: nothing is read yet;
  *   3. wait until the destination has attached (lanes up, regions taken);
+ *      prepare: the daemon stops the holder and checks its maps now, so
+ *      that go, in the stop window, need not;
  *   4. QEMU's migration starts, the guest running: the connection to the
  *      destination QEMU and the little RAM that is not in the files go
  *      before the stop; QEMU stops the guest and pauses before the
@@ -237,6 +239,29 @@ send_switch(struct send *s)
 	return 0;
 }
 
+/*
+ * Go's first half while the guest runs: the holder, which does nothing
+ * until go anyway, is stopped and its maps checked, the milliseconds that
+ * go would otherwise spend in the guest's stop window.
+ */
+static int
+send_prepare(struct send *s)
+{
+	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
+	Uffdd__GoReply *rep;
+
+	req.id = s->id;
+	req.prepare = 1;
+	rep = (Uffdd__GoReply *)flow_request(s->ctl, FRAME_CTL_GO, &req.base,
+					     FRAME_CTL_GO_REPLY);
+	if (rep == NULL)
+		return -1;
+	flow_say("holder stopped for go: %.1f ms in the daemon",
+		 (double)rep->work_us / 1e3);
+	frame_free(&rep->base);
+	return 0;
+}
+
 /* The guest is stopped: the daemon takes its RAM files as they are now. */
 static int
 send_go(struct send *s)
@@ -425,8 +450,8 @@ send_undo(struct send *s)
 
 /* The steps, in order; the first that fails ends it. */
 static int (*const send_steps[])(struct send *) = {
-	send_open, send_export,	  send_wait_dest, send_switch,
-	send_go,   send_devstate, send_finish,
+	send_open,   send_export, send_wait_dest, send_prepare,
+	send_switch, send_go,	  send_devstate,  send_finish,
 };
 
 int

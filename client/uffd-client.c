@@ -19,7 +19,7 @@ static const struct cmd_entry cmds[] = {
 	 "[--deferred | --precopy [--max-rounds N] "
 	 "[--precopy-threshold BYTES]] | export --image FILE",
 	 cmd_export},
-	{"go", "go ID", cmd_go},
+	{"go", "go [--prepare] ID", cmd_go},
 	{"cancel", "cancel ID", cmd_cancel},
 	{"attach",
 	 "attach PID (--from HOST:PORT --id ID [--pin SHA256] "

@@ -81,6 +81,7 @@ source_defer_lanes_down(struct source *s)
 void
 source_defer_free(struct source *s)
 {
+	source_defer_unprepare(s); /* the daemon stops before go */
 	free(s->df.dq);
 	s->df.dq = NULL;
 	s->df.ndq = 0;
@@ -164,14 +165,13 @@ presume_data(struct source *s, uint32_t *code, char *err, size_t errlen)
 }
 
 /*
- * Go's work: freezes the process (checked again for the caller who),
- * checks its maps are the ones exported, takes every page as data. On
- * failure the process runs again as it was, and the export is still
- * deferred.
+ * Go's first half: freezes the process (checked again for the caller who)
+ * and checks its maps are the ones exported; us[0] and us[1] say how long
+ * each took. On failure the process runs again as it was.
  */
 static int
-take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
-	    uint32_t *code, char *err, size_t errlen)
+freeze_checked(struct source *s, const struct authz_caller *who, uint64_t us[2],
+	       uint32_t *code, char *err, size_t errlen)
 {
 	struct region *regs = NULL;
 	uint64_t t0 = now_ns();
@@ -199,13 +199,54 @@ take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
 	}
 	free(regs);
 	us[1] = (now_ns() - t0) / 1000 - us[0];
-	if (n <= 0 || presume_data(s, code, err, errlen) < 0) {
+	if (n <= 0) {
 		source_thaw(&s->t, was_stopped);
 		return -1;
 	}
-	us[2] = (now_ns() - t0) / 1000 - us[0] - us[1];
 	s->was_stopped = was_stopped;
 	return 0;
+}
+
+/*
+ * Go's work: the first half (freeze_checked()), unless a prepare did it,
+ * when the process has been frozen since and only the caller is checked
+ * again; then every page taken as data. On failure the process runs
+ * again as it was, and the export is still deferred.
+ */
+static int
+take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
+	    uint32_t *code, char *err, size_t errlen)
+{
+	uint64_t t0 = now_ns();
+
+	if (s->df.prepared) {
+		if (authz_may_ptrace(who, &s->t, code, err, errlen) != 0)
+			return -1; /* frozen still, as the prepare left it */
+		us[0] = (now_ns() - t0) / 1000;
+	} else if (freeze_checked(s, who, us, code, err, errlen) < 0) {
+		return -1;
+	}
+	t0 = now_ns();
+	if (presume_data(s, code, err, errlen) < 0) {
+		source_thaw(&s->t, s->was_stopped);
+		s->df.prepared = 0;
+		return -1;
+	}
+	us[2] = (now_ns() - t0) / 1000;
+	return 0;
+}
+
+/* A deferred export that never went: a process its prepare froze runs. */
+void
+source_defer_unprepare(struct source *s)
+{
+	if (!s->m->ph.deferred || !s->df.prepared)
+		return;
+	source_thaw(&s->t, s->was_stopped);
+	s->df.prepared = 0;
+	log_info("migration %s: ends before go; process %d, stopped by its "
+		 "prepare, runs again",
+		 log_id(s->m->id), (int)s->m->pid);
 }
 
 /*
@@ -410,6 +451,40 @@ release_request(uint64_t serial, const struct authz_caller *who,
 	return 1;
 }
 
+/* GO with prepare: go's first half now (take_memory()). */
+static int
+prepare_request(uint64_t serial, const struct authz_caller *who,
+		const Uffdd__GoRequest *req)
+{
+	Uffdd__GoReply rep = UFFDD__GO_REPLY__INIT;
+	uint64_t t0 = now_ns(), us[2] = {0};
+	struct source *s;
+	char err[256];
+	uint32_t code;
+
+	if (!req->prepare)
+		return 0;
+	if ((s = named_export(serial, who, req, "prepare")) == NULL)
+		return 1;
+	if (!s->df.prepared &&
+	    freeze_checked(s, who, us, &code, err, sizeof(err)) < 0) {
+		control_reply_error(serial, code,
+				    "prepare: %s; the export still waits for "
+				    "go, its process runs",
+				    err);
+		return 1;
+	}
+	s->df.prepared = 1;
+	rep.work_us = (now_ns() - t0) / 1000;
+	rep.id = s->m->id;
+	control_reply(serial, FRAME_CTL_GO_REPLY, &rep.base);
+	log_info("migration %s: prepared for go: process %d frozen in %llu "
+		 "us, its maps checked in %llu us",
+		 log_id(s->m->id), (int)s->m->pid, (unsigned long long)us[0],
+		 (unsigned long long)us[1]);
+	return 1;
+}
+
 /* GO: from now the process's memory is taken as it is. */
 static void
 go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
@@ -424,6 +499,7 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	uint32_t code;
 
 	if (release_request(serial, who, req) ||
+	    prepare_request(serial, who, req) ||
 	    (s = named_export(serial, who, req, "go")) == NULL)
 		return;
 	if (take_memory(s, who, us, &code, err, sizeof(err)) < 0) {
@@ -440,13 +516,15 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	rep.queued = answer_queued(s);
 	rep.id = s->m->id;
 	control_reply(serial, FRAME_CTL_GO_REPLY, &rep.base);
-	log_info("migration %s: go: process %d taken in %llu us (freeze %llu, "
+	log_info("migration %s: go: process %d taken in %llu us (%s %llu, "
 		 "maps %llu, pages taken as data %llu); %u queued page "
 		 "requests answered",
 		 log_id(s->m->id), (int)s->m->pid,
-		 (unsigned long long)rep.work_us, (unsigned long long)us[0],
-		 (unsigned long long)us[1], (unsigned long long)us[2],
-		 rep.queued);
+		 (unsigned long long)rep.work_us,
+		 s->df.prepared ? "frozen at its prepare, caller checked"
+				: "freeze",
+		 (unsigned long long)us[0], (unsigned long long)us[1],
+		 (unsigned long long)us[2], rep.queued);
 	/*
 	 * The rest from the loop, after what waits at a higher priority, and
 	 * after the holds (go_rest()): the destination's first faults come

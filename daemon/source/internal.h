@@ -207,6 +207,7 @@ struct source_defer {
 	int bulk_held;
 	struct event *hold_ev;
 	int unclassified; /* pages taken as data at go, classified after it */
+	int prepared;	  /* frozen and checked ahead of go (GO's prepare) */
 	int go_pending;	  /* after_go() waits for the holds */
 	/* before go, s->m->deferred is set: the requests queued meanwhile */
 	struct defer_req *dq;
@@ -350,6 +351,7 @@ int source_defer_request(struct source *, const Uffdd__PageRequest *);
 /* The destination's lanes went down before go: its requests go too. */
 void source_defer_lanes_down(struct source *);
 void source_defer_free(struct source *);
+void source_defer_unprepare(struct source *);
 void source_defer_register(void);
 void source_hold_changed(struct source *);
 

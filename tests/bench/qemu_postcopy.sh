@@ -31,6 +31,8 @@
 # postcopy plain, and its downtime is at most the floor's + 3 ms.
 # uffdd's daemons run at the unit's nice value, as the service runs them
 # (BENCH_NICE overrides); the QEMUs, and QEMU's own postcopy, at 0.
+# HOSTS_ROWS="floor qemu-plain qemu-tls uffdd-tls" (the default) picks
+# the hosts rows to run, for a quicker look at some of them.
 SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 export SRC
 . "$SRC/tests/lib.sh"
@@ -329,6 +331,9 @@ hosts_uffdd() {
 	retire "$a" "$b"
 }
 
+# row NAME: whether HOSTS_ROWS asks for the hosts row NAME.
+row() { [[ " ${HOSTS_ROWS:-floor qemu-plain qemu-tls uffdd-tls} " == *" $1 "* ]]; }
+
 bench_hosts() {
 	local runs=${RUNS:-3} k l i mode
 	make_hosts
@@ -337,14 +342,18 @@ bench_hosts() {
 	bench_nice srct dstt
 	qemu_pki
 	for i in $(seq "$runs"); do
-		info "two hosts, run $i: the floor (device state alone)"
-		hosts_floor "$i"
+		if row floor; then
+			info "two hosts, run $i: the floor (device state alone)"
+			hosts_floor "$i"
+		fi
 		for mode in plain tls; do
-			info "two hosts, $mode, run $i: QEMU's own postcopy"
-			hosts_qemu "$mode" "$i"
+			if row "qemu-$mode"; then
+				info "two hosts, $mode, run $i: QEMU's own postcopy"
+				hosts_qemu "$mode" "$i"
+			fi
 			# uffdd refuses plaintext peers off loopback (--insecure
 			# is for loopback only): TLS alone between the hosts.
-			[ "$mode" = tls ] || continue
+			[ "$mode" = tls ] && row "uffdd-$mode" || continue
 			info "two hosts, $mode, run $i: uffdd"
 			hosts_uffdd "$mode" "$i"
 		done

@@ -8,8 +8,10 @@
 # Then the refusals: a bad or taken --id, go on an unknown ID, on an
 # export that is not deferred, twice; --deferred with --precopy; cancel,
 # which leaves the process as it was, as a daemon stopped before go does;
-# and an attach made before its export, its bulk stream held until its
-# release (attach --hold-bulk, release), with release's refusals.
+# go --prepare (the process stopped and checked ahead of go), which a
+# cancel or the daemon's stop undoes; and an attach made before its
+# export, its bulk stream held until its release (attach --hold-bulk,
+# release), with release's refusals. That one goes prepared.
 . "$SRC/tests/lib.sh"
 need_root
 start_daemon src
@@ -33,6 +35,7 @@ expect_error "--deferred with --precopy" "neither --precopy" \
 	src export "$WS" --deferred --precopy
 expect_error "go on an unknown ID" "unknown migration ID" src go "$(new_id)"
 expect_error "cancel on an unknown ID" "unknown migration ID" src cancel "$(new_id)"
+expect_error "prepare on an unknown ID" "unknown migration ID" src go --prepare "$(new_id)"
 [ "$(proc_state "$WS")" != T ] || fail "a refused export stopped the process"
 
 got=$(src export "$WS" --range "$RANGE" --deferred --keep-source --id "$ID") ||
@@ -88,6 +91,7 @@ info "go latency: $(cat "$T/go.out")"
 grep -q ' [1-9][0-9]* queued' "$T/go.out" || fail "no request was queued before go"
 expect_error "go twice" "had its go already" src go "$ID"
 expect_error "cancel after go" "had its go already" src cancel "$ID"
+expect_error "prepare after go" "had its go already" src go --prepare "$ID"
 
 dst wait "$ID" --timeout 300 >"$T/wait.out" || fail "wait: $(cat "$T/wait.out")"
 wait_verified WD
@@ -112,6 +116,22 @@ sleep 0.2
 	fail "the process does not run after cancel"
 info "cancel left the process running"
 
+# A prepare stops the process now; a cancel lets it run again.
+CID=$(src export "$WC" --deferred)
+src go --prepare "$CID" >"$T/prep.out" || fail "prepare: $(cat "$T/prep.out")"
+grep -q "^prepared $CID for go" "$T/prep.out" || fail "prepare printed: $(cat "$T/prep.out")"
+[ "$(proc_state "$WC")" = T ] || fail "prepare left the process running"
+src go --prepare "$CID" >/dev/null || fail "a second prepare was refused"
+src cancel "$CID" >/dev/null || fail "cancel after prepare failed"
+h1=$(mem_state "$WC" 0x700000000000 0x700000400000)
+sleep 0.2
+[ "$(proc_state "$WC")" != T ] || fail "cancel after prepare left the process stopped"
+[ "$h1" != "$(mem_state "$WC" 0x700000000000 0x700000400000)" ] ||
+	fail "the process does not run after a prepare's cancel"
+grep -q "stopped by its prepare, runs again" "$T/src.log" ||
+	fail "the daemon did not say the prepared process runs again"
+info "prepare stopped the process, its cancel let it run: $(cat "$T/prep.out")"
+
 # attach --wait-export: the destination half first. Its attach waits for
 # an export under the ID it was given, then goes on as any other. With
 # --hold-bulk, no page streams after go until `release` (the target
@@ -135,10 +155,12 @@ src export "$WS2" --range "$R2" --deferred --keep-source --id "$ID2" >/dev/null
 wait $ATTACH || fail "attach that waited for its export: $(cat "$T/attach2.out")"
 grep -q '^attached' "$T/attach2.out" || fail "attach printed: $(cat "$T/attach2.out")"
 info "attach made before its export: $(head -n 1 "$T/attach2.out")"
-kill -STOP "$WS2"
-sleep 0.1
+# Prepared: the daemon stops the process; go only takes its memory.
+src go --prepare "$ID2" >"$T/prep.out" || fail "prepare: $(cat "$T/prep.out")"
+[ "$(proc_state "$WS2")" = T ] || fail "prepare left the process running"
 src_hash H2 "$WS2" 0x510000000000 0x510000800000
 src go "$ID2" >"$T/go.out" || fail "go: $(cat "$T/go.out")"
+grep -q "frozen at its prepare" "$T/src.log" || fail "go after a prepare froze again: $(grep ' go: ' "$T/src.log")"
 info "go latency: $(cat "$T/go.out")"
 sleep 1
 dst status "$ID2" --json >"$T/st.json"
@@ -183,8 +205,13 @@ n=$(grep -c "unknown migration ID ${NID:0:8}" "$T/src.log")
 # A daemon stopped with a deferred export live leaves its process running
 # and remembers nothing of it (no state file before go).
 CID=$(src export "$WC" --deferred)
+start_workload WP source --size 4M --threads 1 --base 0x740000000000
+PID2=$(src export "$WP" --deferred)
+src go --prepare "$PID2" >/dev/null || fail "prepare before the daemon's stop"
+[ "$(proc_state "$WP")" = T ] || fail "prepare left the process running"
 stop_daemon src
 [ "$(proc_state "$WC")" != T ] || fail "a stopped daemon left the deferred export's process stopped"
+[ "$(proc_state "$WP")" != T ] || fail "a stopped daemon left a prepared export's process stopped"
 # (grants/ is the privileged part's: a record of the grant stays, which
 # the next daemon drops when its engine takes nothing up by it.)
 ls "$(state_dir src)" 2>/dev/null | grep -v '^grants$' | grep -q . &&
