@@ -243,10 +243,7 @@ engine_main(int ctl, int rpc)
 	mallopt(M_MMAP_THRESHOLD, 16 << 20);
 	mallopt(M_TRIM_THRESHOLD, 64 << 20);
 
-	if ((base = event_base_new()) == NULL)
-		fatalx("event_base_new");
-	if (event_base_priority_init(base, PRIO_COUNT) < 0)
-		fatalx("event_base_priority_init");
+	base = loop_base_new();
 	apply_limits();
 	probe_kernel();
 	if (conf.listen && peer_listen(conf.listen) < 0)

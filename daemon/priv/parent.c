@@ -455,10 +455,7 @@ parent_main(int argc, char **argv)
 		fatal("daemon");
 	log_init(conf.foreground, conf.verbose);
 	signal(SIGPIPE, SIG_IGN);
-	if ((base = event_base_new()) == NULL)
-		fatalx("event_base_new");
-	if (event_base_priority_init(base, PRIO_COUNT) < 0)
-		fatalx("event_base_priority_init");
+	base = loop_base_new();
 	conn_out_max = (size_t)conf.lim.max_output;
 	/* Their tables say which process each request names (role.h). */
 	source_register();

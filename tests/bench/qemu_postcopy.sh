@@ -363,6 +363,7 @@ bench_hosts() {
 	echo "downtime: source STOP to destination RESUME; sent: source STOP to its device state written"
 	printf '%-28s %11s %9s %11s %9s %12s\n' "" "downtime" "sent" "resident" "stall" "bytes moved"
 	for k in floor qemu-plain uffdd-plain qemu-tls uffdd-tls; do
+		[ "$k" = uffdd-plain ] || row "$k" || continue
 		case $k in
 		floor) l="floor: shared RAM file" ;;
 		qemu-plain) l="QEMU postcopy-ram, plain" ;;
@@ -394,15 +395,15 @@ verdict() {
 # medians of the same run.
 hosts_verdicts() {
 	local fl
-	fl=$(median <<<"${VAL[floor.down]}")
+	fl=$(median <<<"${VAL[floor.down]:-}")
 	echo
 	printf '%-52s %9s %9s  %s\n' target uffdd limit result
 	verdict "longest guest stall (ms) <= QEMU postcopy plain's" \
-		"$(median <<<"${VAL[uffdd-tls.stall]}")" "$(median <<<"${VAL[qemu-plain.stall]}")"
+		"$(median <<<"${VAL[uffdd-tls.stall]:-}")" "$(median <<<"${VAL[qemu-plain.stall]:-}")"
 	verdict "resident (s) <= QEMU postcopy plain's" \
-		"$(median <<<"${VAL[uffdd-tls.res]}")" "$(median <<<"${VAL[qemu-plain.res]}")"
+		"$(median <<<"${VAL[uffdd-tls.res]:-}")" "$(median <<<"${VAL[qemu-plain.res]:-}")"
 	verdict "downtime (ms) <= the floor's + 3 ms" \
-		"$(median <<<"${VAL[uffdd-tls.down]}")" "$(awk -v f="$fl" 'BEGIN {print (f == "nan") ? "nan" : f + 3}')"
+		"$(median <<<"${VAL[uffdd-tls.down]:-}")" "$(awk -v f="$fl" 'BEGIN {print (f == "nan") ? "nan" : f + 3}')"
 }
 
 bench_one() {
