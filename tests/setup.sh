@@ -17,7 +17,7 @@ DEPS="build-essential autoconf automake libtool pkg-config bc
       libevent-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler liburing-dev libjson-c-dev
       util-linux procps iproute2 nftables
       openssl python3 python3-cryptography systemd man-db clang strace
-      prometheus"
+      prometheus git dpkg-dev debhelper lintian"
 missing=()
 for p in $DEPS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
