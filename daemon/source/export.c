@@ -280,6 +280,8 @@ free_source(struct migration *m)
 		free(s->regs[i].sent);
 		if (s->regs[i].cache_fd >= 0)
 			close(s->regs[i].cache_fd);
+		if (s->regs[i].file_fd >= 0)
+			close(s->regs[i].file_fd);
 	}
 	free(s->regs);
 	free(s->scratch);

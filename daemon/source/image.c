@@ -92,6 +92,7 @@ image_regions(const struct image *im, struct src_region **out, char *err,
 		sr->r.file_off = ir->file_off;
 		sr->npages = ir->length / ir->page_size;
 		sr->cache_fd = -1;
+		sr->file_fd = -2; /* an image is read, not a process */
 		sr->data = calloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->sent = calloc(bit_words(sr->npages), sizeof(uint64_t));
 		if (sr->data == NULL || sr->sent == NULL) {

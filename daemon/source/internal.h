@@ -136,6 +136,14 @@ struct src_region {
 	 * Every page counts as data and all-zero ones go as ZERO markers.
 	 */
 	int cache_fd;
+	/*
+	 * Other shared memory (memfd, tmpfs, shared anonymous; a guest's RAM
+	 * files): its backing file, which the bulk lane reads instead of
+	 * the process once that is frozen for good (serve.c, bulk_file()):
+	 * the same bytes, without pinning each page of the mapping. -1 not
+	 * opened yet, -2 not to be (another kind, or the open failed).
+	 */
+	int file_fd;
 };
 
 /*

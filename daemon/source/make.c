@@ -185,6 +185,7 @@ source_new(struct procref *t, const struct region *regs, size_t nregs,
 		sr->data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->sent = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		sr->cache_fd = -1;
+		sr->file_fd = -1;
 		m->cnt.pages_total += sr->npages;
 		/*
 		 * Deferred: the process runs on until go, so what it holds

@@ -42,17 +42,20 @@
 /* The --bulk-rate budget is counted over windows this long. */
 #define RATE_WINDOW_NS 100000000ULL
 
-/* Reads len bytes of a shared hugetlb region's page cache (cache_fd). */
+/*
+ * Reads len bytes of a region's backing file, fd: a shared hugetlb
+ * region's page cache (cache_fd) or another shared region's (file_fd).
+ */
 static ssize_t
-read_cache(const struct src_region *sr, uint64_t page, uint8_t *dst,
-	   uint64_t len)
+read_file(const struct src_region *sr, int fd, uint64_t page, uint8_t *dst,
+	  uint64_t len)
 {
 	uint64_t done = 0;
 	off_t off = (off_t)(sr->r.file_off + page * sr->r.page_size);
 
 	while (done < len) {
-		ssize_t r = pread(sr->cache_fd, dst + done, len - done,
-				  off + (off_t)done);
+		ssize_t r =
+			pread(fd, dst + done, len - done, off + (off_t)done);
 
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -83,6 +86,27 @@ room_for(struct source *s, uint64_t len, uint64_t room)
 }
 
 /*
+ * The backing file of shared memory region sr to read its bytes from, or
+ * -1. Only once the process is frozen for good (not a deferred export
+ * before its go, not a pre-copy, whose rounds read a running process),
+ * its maps checked at that freeze: the file is then the one the region
+ * maps, and stays so. Opened at the first read, once.
+ */
+static int
+shared_file(struct source *s, struct src_region *sr)
+{
+	if (sr->file_fd == -1 && !region_kind_shmem(sr->r.kind))
+		sr->file_fd = -2;
+	if (sr->file_fd == -1 && s->pc == NULL && !s->m->ph.deferred) {
+		sr->file_fd = region_open_backing(s->t.pid, sr->r.vma_start,
+						  sr->r.vma_end);
+		if (sr->file_fd < 0)
+			sr->file_fd = -2; /* the process's mapping serves */
+	}
+	return sr->file_fd >= 0 ? sr->file_fd : -1;
+}
+
+/*
  * Reads len bytes of the frozen process from page on into dst, which has
  * room for that many. A process held by grant is read through the
  * /proc/PID/mem the privileged part opened for it: process_vm_readv()
@@ -106,7 +130,9 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 	/* Counted before: a COMMIT covers only reads a check came after. */
 	s->cm.reads++;
 	if (sr->cache_fd >= 0)
-		got = read_cache(sr, page, dst, len);
+		got = read_file(sr, sr->cache_fd, page, dst, len);
+	else if (shared_file(s, sr) >= 0)
+		got = read_file(sr, sr->file_fd, page, dst, len);
 	else if (s->t.grant != 0 && s->t.memfd >= 0)
 		got = pread(s->t.memfd, dst, len, (off_t)r.iov_base);
 	else

@@ -282,8 +282,10 @@ freeze_and_classify(struct snap *s)
 	}
 	s->nregs = (size_t)n;
 	s->regs = xcalloc(s->nregs, sizeof(*s->regs));
-	for (size_t i = 0; i < s->nregs; i++)
+	for (size_t i = 0; i < s->nregs; i++) {
 		s->regs[i].cache_fd = -1;
+		s->regs[i].file_fd = -2; /* snapshot_write.c reads */
+	}
 	for (size_t i = 0; i < s->nregs; i++) {
 		struct src_region *sr = &s->regs[i];
 
