@@ -139,18 +139,25 @@ loop_bulk(void)
  * frames, while the source keeps the socket full) ran as long as the
  * stream lasted without looking at a descriptor, and a fault on the
  * userfaultfd waited for the whole stream (870 ms of a guest's run in one
- * measured case). So below the fault priority at most LOOP_BATCH
- * callbacks run between two looks; a look that finds nothing new is one
- * epoll_wait that does not block.
+ * measured case). So below the fault priority callbacks run for at most
+ * LOOP_BULK_US before the loop looks again; a look that finds nothing new
+ * is one epoll_wait that does not block. A look after every callback
+ * read each fault at once, and a busy target's threads then asked for
+ * pages the bulk stream was about to bring: its migration took twice as
+ * long (docs/design.md, "The event loop and its priorities").
  */
 struct event_base *
 loop_base_new(void)
 {
 	struct event_config *cfg = event_config_new();
+	struct timeval tv = {0, LOOP_BULK_US};
 	struct event_base *b = NULL;
 
-	if (cfg != NULL && event_config_set_max_dispatch_interval(
-				   cfg, NULL, LOOP_BATCH, PRIO_CONTROL) == 0)
+	/* The bound by a clock finer than the tick of the coarse one. */
+	if (cfg != NULL &&
+	    event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER) == 0 &&
+	    event_config_set_max_dispatch_interval(cfg, &tv, -1,
+						   PRIO_CONTROL) == 0)
 		b = event_base_new_with_config(cfg);
 	if (cfg != NULL)
 		event_config_free(cfg);
