@@ -466,22 +466,23 @@ prepare_request(uint64_t serial, const struct authz_caller *who,
 		return 0;
 	if ((s = named_export(serial, who, req, "prepare")) == NULL)
 		return 1;
-	if (!s->df.prepared &&
-	    freeze_checked(s, who, us, &code, err, sizeof(err)) < 0) {
-		control_reply_error(serial, code,
-				    "prepare: %s; the export still waits for "
-				    "go, its process runs",
-				    err);
-		return 1;
+	if (!s->df.prepared) {
+		if (freeze_checked(s, who, us, &code, err, sizeof(err)) < 0) {
+			control_reply_error(serial, code,
+					    "prepare: %s; the export still "
+					    "waits for go, its process runs",
+					    err);
+			return 1;
+		}
+		s->df.prepared = 1;
+		log_info("migration %s: prepared for go: process %d frozen in "
+			 "%llu us, its maps checked in %llu us",
+			 log_id(s->m->id), (int)s->m->pid,
+			 (unsigned long long)us[0], (unsigned long long)us[1]);
 	}
-	s->df.prepared = 1;
 	rep.work_us = (now_ns() - t0) / 1000;
 	rep.id = s->m->id;
 	control_reply(serial, FRAME_CTL_GO_REPLY, &rep.base);
-	log_info("migration %s: prepared for go: process %d frozen in %llu "
-		 "us, its maps checked in %llu us",
-		 log_id(s->m->id), (int)s->m->pid, (unsigned long long)us[0],
-		 (unsigned long long)us[1]);
 	return 1;
 }
 

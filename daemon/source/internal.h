@@ -139,7 +139,7 @@ struct src_region {
 	/*
 	 * Other shared memory (memfd, tmpfs, shared anonymous; a guest's RAM
 	 * files): its backing file, which the bulk lane reads instead of
-	 * the process once that is frozen for good (serve.c, bulk_file()):
+	 * the process once that is frozen for good (serve.c, shared_file()):
 	 * the same bytes, without pinning each page of the mapping. -1 not
 	 * opened yet, -2 not to be (another kind, or the open failed).
 	 */
