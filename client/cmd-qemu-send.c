@@ -239,6 +239,15 @@ send_switch(struct send *s)
 	return 0;
 }
 
+/* One GO for the export, req's other fields set by the caller; its reply. */
+static Uffdd__GoReply *
+ask_go(struct send *s, Uffdd__GoRequest *req)
+{
+	req->id = s->id;
+	return (Uffdd__GoReply *)flow_request(s->ctl, FRAME_CTL_GO, &req->base,
+					      FRAME_CTL_GO_REPLY);
+}
+
 /*
  * Go's first half while the guest runs: the holder, which does nothing
  * until go anyway, is stopped and its maps checked, the milliseconds that
@@ -250,11 +259,8 @@ send_prepare(struct send *s)
 	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
 	Uffdd__GoReply *rep;
 
-	req.id = s->id;
 	req.prepare = 1;
-	rep = (Uffdd__GoReply *)flow_request(s->ctl, FRAME_CTL_GO, &req.base,
-					     FRAME_CTL_GO_REPLY);
-	if (rep == NULL)
+	if ((rep = ask_go(s, &req)) == NULL)
 		return -1;
 	flow_say("holder stopped for go: %.1f ms in the daemon",
 		 (double)rep->work_us / 1e3);
@@ -269,11 +275,8 @@ send_go(struct send *s)
 	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
 	Uffdd__GoReply *rep;
 
-	req.id = s->id;
 	req.hold_bulk = 1;
-	rep = (Uffdd__GoReply *)flow_request(s->ctl, FRAME_CTL_GO, &req.base,
-					     FRAME_CTL_GO_REPLY);
-	if (rep == NULL)
+	if ((rep = ask_go(s, &req)) == NULL)
 		return -1;
 	s->went = 1;
 	flow_say("source vCPUs stopped; go: %.1f ms in the daemon, %u page "
@@ -291,13 +294,11 @@ static void
 release_bulk(struct send *s)
 {
 	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
-	ProtobufCMessage *rep;
+	Uffdd__GoReply *rep;
 
-	req.id = s->id;
 	req.release_bulk = 1;
-	rep = flow_request(s->ctl, FRAME_CTL_GO, &req.base, FRAME_CTL_GO_REPLY);
-	if (rep != NULL)
-		frame_free(rep);
+	if ((rep = ask_go(s, &req)) != NULL)
+		frame_free(&rep->base);
 }
 
 /* QEMU's device state to the destination QEMU: then it is the guest. */

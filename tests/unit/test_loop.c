@@ -10,14 +10,13 @@
  */
 #include "config.h"
 
-#include <stdint.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
 #include "daemon/conffile.h"
 #include "daemon/loop.h"
+#include "daemon/stats.h"
 #include "tests/unit/unit.h"
 
 /* The daemon's settings (confrun.c there): the defaults, zero, here. */
@@ -27,15 +26,6 @@ struct uffdd_conf conf;
 #define CHAIN_MAX 20000
 /* What one bulk callback works, about a 256 KiB frame's install. */
 #define BULK_WORK_US 50
-
-static uint64_t
-now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
 
 struct chain {
 	struct event_base *b;
@@ -49,11 +39,11 @@ bulk_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	struct chain *c = arg;
 
-	uint64_t t = now_us();
+	uint64_t t = now_ns();
 
 	(void)fd;
 	(void)ev;
-	while (now_us() - t < BULK_WORK_US)
+	while (now_ns() - t < BULK_WORK_US * 1000ull)
 		; /* busy, as an install is: a sleep would let others run */
 	if (++c->nbulk == 1 && write(c->pipe[1], "f", 1) != 1)
 		c->nbulk = CHAIN_MAX; /* nothing to wait for */
