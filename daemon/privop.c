@@ -39,6 +39,17 @@ privop_available(void)
 	return sock >= 0;
 }
 
+int
+privop_route(uint64_t grant)
+{
+	if (sock < 0)
+		return 0;
+	if (grant != 0)
+		return 1;
+	errno = EPERM;
+	return -1;
+}
+
 /* Waits for the answer to request seq, draining meanwhile. */
 static int
 await(uint64_t seq, struct imsg *rep, const struct privop_drain *dr)

@@ -235,6 +235,16 @@ void privop_init(int sock);
 void privop_close(void);
 /* Whether there is a privileged part to ask (the engine runs). */
 int privop_available(void);
+/*
+ * How a step on another process is taken, by the grant the engine holds
+ * for it (0: none): 1, the privileged part takes it for the grant; 0, it
+ * is taken here (no engine runs: the privileged part itself, a tool);
+ * -1 with errno EPERM, refused: the engine holds no grant for it, and it
+ * never acts on a process by pid, which could name another process by
+ * now (docs/privsep.md). One rule for every such step, so that no step
+ * falls back to the pid on its own.
+ */
+int privop_route(uint64_t grant);
 
 /*
  * While a request is answered: drain(arg) whenever fd is readable (a

@@ -75,10 +75,12 @@ proc_off_cpu(pid_t pid)
 {
 	uint64_t grant = procfile_grant(pid);
 	struct imsg rep;
+	int route = privop_route(grant);
 
-	if (grant == 0 || !privop_available()) {
-		proc_off_cpu_here(pid);
-		return;
+	if (route <= 0) {
+		if (route == 0)
+			proc_off_cpu_here(pid);
+		return; /* the engine without a grant: no wait, no read */
 	}
 	privop_call(PRIVOP_OFF_CPU, grant, NULL, 0, NULL, 0, &rep, NULL);
 	imsg_clear(&rep);

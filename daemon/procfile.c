@@ -3,7 +3,8 @@
  * (procfile.h). The engine keeps which grant covers which process: that
  * is its own bookkeeping, the privileged part acts on the grant's process
  * whatever pid the engine thinks it is, and checks it is still the one
- * checked.
+ * checked before and after the open. A pid with no grant is refused in
+ * the engine, never opened by path.
  */
 #include "config.h"
 
@@ -69,17 +70,23 @@ procfile_grant(pid_t pid)
 	return 0;
 }
 
-/* Asks the privileged part for file of pid's grant; -2: no grant. */
+/*
+ * Asks the privileged part for file of pid's grant; -2: opened here (no
+ * engine runs, or the file is the engine's own); -1 with errno EPERM: the
+ * engine holds no grant for pid (privop_route()).
+ */
 static int
 ask(pid_t pid, uint32_t file, uint64_t start, uint64_t end)
 {
 	struct privop_open req = {.file = file, .start = start, .end = end};
 	uint64_t grant = procfile_grant(pid);
 	struct imsg rep;
-	int fd = -1, e;
+	int fd = -1, e, route;
 
-	if (grant == 0 || !privop_available())
+	if (pid == getpid())
 		return -2;
+	if ((route = privop_route(grant)) <= 0)
+		return route == 0 ? -2 : -1;
 	if (privop_call(PRIVOP_OPEN, grant, &req, sizeof(req), NULL, 0, &rep,
 			NULL) == 0) {
 		fd = rep.nfd > 0 ? imsg_take_fd(&rep, 0) : -1;

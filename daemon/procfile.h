@@ -2,9 +2,10 @@
  * Files of other processes (/proc/PID/maps, pagemap, map_files, mem) as
  * the engine gets them: the privileged part opens them for the grant that
  * covers the process (docs/privsep.md), the engine only reads (or writes)
- * through the descriptor. Without a grant (an orphaned forked child, a
- * restored one that is not the target's own) the file is opened here, by
- * path, as before the split.
+ * through the descriptor. A process the engine holds no grant for is
+ * refused (EPERM): a pid alone may name another process by now. With no
+ * engine (the privileged part's own steps, tools) and for the calling
+ * process itself, the file is opened here, by path.
  */
 #ifndef UFFDD_PROCFILE_H
 #define UFFDD_PROCFILE_H

@@ -386,11 +386,12 @@ proc_sharers(pid_t pid, int want, char *list, size_t len)
 	const struct privop_sharers_reply *a;
 	uint64_t grant = procfile_grant(pid);
 	struct imsg rep;
-	int n = -1;
+	int n = -1, route = privop_route(grant);
 
-	if (grant == 0 || !privop_available())
-		return proc_sharers_scan(pid, want, list, len);
 	list[0] = '\0';
+	if (route <= 0)
+		return route == 0 ? proc_sharers_scan(pid, want, list, len)
+				  : -1;
 	if (privop_call(PRIVOP_SHARERS, grant, &req, sizeof(req), NULL, 0, &rep,
 			NULL) < 0)
 		return -1;

@@ -140,10 +140,14 @@ take_uffd(const struct procref *t, int sync, char *why, size_t len)
 {
 	struct privop_wp_uffd req = {.sync = sync != 0};
 	struct imsg rep;
-	int fd = -1;
+	int fd = -1, route = privop_route(t->grant);
 
-	if (t->grant == 0 || !privop_available())
-		return wptrack_take_uffd(t, sync, why, len);
+	if (route < 0)
+		snprintf(why, len,
+			 "process %d: the engine holds no grant for it",
+			 (int)t->pid);
+	if (route <= 0)
+		return route == 0 ? wptrack_take_uffd(t, sync, why, len) : -1;
 	if (privop_call(PRIVOP_WP_UFFD, t->grant, &req, sizeof(req), NULL, 0,
 			&rep, NULL) == 0)
 		fd = rep.nfd > 0 ? imsg_take_fd(&rep, 0) : -1;

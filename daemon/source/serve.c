@@ -108,19 +108,20 @@ shared_file(struct source *s, struct src_region *sr)
 
 /*
  * Reads len bytes of the frozen process from page on into dst, which has
- * room for that many. A process held by grant is read through the
- * /proc/PID/mem the privileged part opened for it: process_vm_readv()
- * checks the right to ptrace at every call, which the engine is to lose
- * (docs/privsep.md, "The bulk read": about 0.07 CPU-s more a GiB). One
- * without (restored from a state file) is read by pid, and read the
- * process checked only if that is still itself afterwards (procref.h).
+ * room for that many. The engine holds every process by grant, and reads
+ * it through the /proc/PID/mem the privileged part opened for it:
+ * process_vm_readv() checks the right to ptrace at every call, which the
+ * engine does not have (docs/privsep.md, "The bulk read": about 0.07
+ * CPU-s more a GiB), and its system call filter kills it for one. The
+ * file is bound to the address space the process had when it was
+ * checked; a read counts only if the process is still itself afterwards
+ * (procref.h).
  */
 static int
 read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 	   uint64_t len, uint64_t room)
 {
-	struct iovec l = {dst, len};
-	struct iovec r = {(void *)(sr->r.start + page * sr->r.page_size), len};
+	uint64_t addr = sr->r.start + page * sr->r.page_size;
 	ssize_t got;
 
 	if (!room_for(s, len, room))
@@ -133,10 +134,8 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 		got = read_file(sr, sr->cache_fd, page, dst, len);
 	else if (shared_file(s, sr) >= 0)
 		got = read_file(sr, sr->file_fd, page, dst, len);
-	else if (s->t.grant != 0 && s->t.memfd >= 0)
-		got = pread(s->t.memfd, dst, len, (off_t)r.iov_base);
 	else
-		got = process_vm_readv(s->m->pid, &l, 1, &r, 1, 0);
+		got = pread(s->t.memfd, dst, len, (off_t)addr);
 	if (got == (ssize_t)len && procref_same(&s->t))
 		return 0;
 	if ((got < 0 && errno == ESRCH) || !procref_same(&s->t))
@@ -147,16 +146,16 @@ read_pages(struct source *s, struct src_region *sr, uint64_t page, uint8_t *dst,
 	else
 		source_fail(s, "reading %llu bytes of process %d at 0x%llx: %s",
 			    (unsigned long long)len, (int)s->m->pid,
-			    (unsigned long long)r.iov_base,
+			    (unsigned long long)addr,
 			    got < 0 ? strerror(errno) : "short read");
 	return -1;
 }
 
 /*
- * Demand answers read through /proc/PID/mem when it could be opened: for
- * one 4 KiB page a pread costs about 1 us here against 1.6-2.3 us for
- * process_vm_readv (which pins the pages); the bulk lane's large reads go
- * through read_pages() (by /proc/PID/mem too for a process held by grant).
+ * Demand answers read through /proc/PID/mem: for one 4 KiB page a pread
+ * costs about 1 us here against 1.6-2.3 us for process_vm_readv (which
+ * pins the pages); the rest (an image, shared hugetlb's page cache, a
+ * failed read) goes through read_pages().
  */
 static int
 read_demand(struct source *s, struct src_region *sr, uint64_t page,

@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "daemon/log.h"
@@ -22,20 +21,17 @@
 
 /*
  * Reads len bytes of region sr from page on into s->buf: shared hugetlb
- * from its page cache (export.c says why), the rest with
- * process_vm_readv, and through /proc/PID/mem where that falls short (a
- * page the process cannot read itself: the kernel's forced read still
- * can), or at once for a process held by grant (read_pages() in serve.c
- * says why). Swapped-out pages are read back in. The read named the
- * process by pid: it read the process checked only if that is still
- * itself.
+ * from its page cache (export.c says why), the rest through the
+ * /proc/PID/mem its grant opened (read_pages() in serve.c says why; a
+ * page the process cannot read itself reads too: the kernel's forced
+ * read). Swapped-out pages are read back in. The read counts only if
+ * the process is still itself afterwards.
  */
 static int
 read_mem(struct snap *s, const struct src_region *sr, uint64_t page,
 	 uint64_t len, uint32_t *code, char *err, size_t errlen)
 {
 	uint64_t addr = sr->r.start + page * sr->r.page_size;
-	struct iovec l = {s->buf, len}, r = {(void *)addr, len};
 	ssize_t got;
 
 	if (len > IMAGE_RUN_BYTES)
@@ -43,9 +39,7 @@ read_mem(struct snap *s, const struct src_region *sr, uint64_t page,
 	if (sr->cache_fd >= 0)
 		got = pread(sr->cache_fd, s->buf, len,
 			    (off_t)(sr->r.file_off + page * sr->r.page_size));
-	else if (s->t.grant != 0 ||
-		 (got = process_vm_readv(s->t.pid, &l, 1, &r, 1, 0)) !=
-			 (ssize_t)len)
+	else
 		got = pread(s->t.memfd, s->buf, len, (off_t)addr);
 	if (got == (ssize_t)len && procref_same(&s->t))
 		return 0;

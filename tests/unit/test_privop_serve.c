@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,12 +32,15 @@
 #include "daemon/loop.h"
 #include "daemon/privop.h"
 #include "daemon/proc.h"
+#include "daemon/procfile.h"
+#include "daemon/procref.h"
 #include "daemon/priv/dsetup.h"
 #include "daemon/priv/grant.h"
 #include "daemon/priv/record.h"
 #include "daemon/priv/serve.h"
 #include "daemon/tracee.h"
 #include "daemon/uffd.h"
+#include "daemon/wptrack.h"
 #include "proto/frame.h"
 #include "tests/unit/unit.h"
 
@@ -891,6 +895,61 @@ test_records(pid_t pid)
 	CHECK(system(path) == 0);
 }
 
+/* Whether the privileged part's end has a request waiting. */
+static int
+request_waiting(void)
+{
+	struct pollfd p = {.fd = sv[1], .events = POLLIN};
+
+	return poll(&p, 1, 0) > 0;
+}
+
+/*
+ * The engine's side of the rule: a process it holds no grant for is
+ * acted on by no step at all, not by pid in its stead (a pid may name
+ * another process by now). Each step that would take a file, a tracker,
+ * the sharers or the threads of a process refuses, and asks the
+ * privileged part nothing. Its own files still open (the probe's).
+ */
+static void
+test_engine_no_grant(pid_t kid, uint64_t shm)
+{
+	struct procref t = PROCREF_NONE;
+	struct range r = {.start = shm, .end = shm + 4096};
+	struct wptrack w;
+	char list[64], why[256];
+	int fd;
+
+	privop_init(sv[0]);
+	CHECK(privop_route(0) == -1 && errno == EPERM);
+	CHECK(procfile_grant(kid) == 0);
+	errno = 0;
+	CHECK(procfile_maps(kid) == -1 && errno == EPERM);
+	errno = 0;
+	CHECK(procfile_pagemap(kid) == -1 && errno == EPERM);
+	errno = 0;
+	CHECK(procfile_map_file(kid, shm, shm + 4096) == -1 && errno == EPERM);
+	errno = 0;
+	CHECK(procfile_mem_rw(kid) == -1 && errno == EPERM);
+	errno = 0;
+	CHECK(proc_sharers(kid, PROC_SHARE_VM, list, sizeof(list)) == -1 &&
+	      errno == EPERM);
+	proc_off_cpu(kid);
+	t.pid = kid;
+	CHECK(wptrack_start(&w, &t, &r, 1, WPTRACK_ASYNC, why, sizeof(why)) <
+	      0);
+	CHECK(strstr(why, "Operation not permitted") != NULL);
+	CHECK(!request_waiting());
+	/* The engine's own files: its own. */
+	CHECK((fd = procfile_maps(getpid())) >= 0);
+	close(fd);
+	/* No engine (the privileged part itself): opened here. */
+	privop_init(-1);
+	CHECK(privop_route(0) == 0);
+	CHECK((fd = procfile_maps(kid)) >= 0);
+	close(fd);
+}
+
 int
 main(void)
 {
@@ -928,6 +987,7 @@ main(void)
 	test_child_uffd(child_grant(at->id, grandkid), at, grandkid, pfd);
 	test_claim(kid, ex);
 	test_records(kid);
+	test_engine_no_grant(kid, (uint64_t)(uintptr_t)shm);
 
 	/* Sharers: none for a plain child; the answer is well formed. */
 	CHECK(ask(ex->id, PRIVOP_SHARERS, &s, sizeof(s), NULL, (void **)&a,
