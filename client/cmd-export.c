@@ -1,7 +1,7 @@
 /*
  * export PID [--range START-END]... [--keep-source] [--id ID] [--deferred
- * | --precopy [--max-rounds N] [--precopy-threshold BYTES]]: a process to
- * serve; export --image FILE: a snapshot image to serve.
+ * | --precopy [--max-rounds N] [--precopy-threshold BYTES] [--track PID]]:
+ * a process to serve; export --image FILE: a snapshot image to serve.
  */
 #include "config.h"
 
@@ -102,6 +102,8 @@ daemon_takes(const Uffdd__ExportRequest *req)
 		what = "--deferred and --id";
 	else if (req->precopy && !daemon_knows(FEATURE_PRECOPY))
 		what = "--precopy";
+	else if (req->track_pid && !daemon_knows(FEATURE_PRECOPY_TRACK))
+		what = "--track";
 	if (what == NULL)
 		return 1;
 	fprintf(stderr,
@@ -137,7 +139,8 @@ export_image(Uffdd__ExportRequest *req, const char *image, int other,
 	int fd;
 
 	if (other || !*image || req->n_ranges || req->keep_source ||
-	    req->precopy || req->threshold_bytes || req->id[0])
+	    req->precopy || req->threshold_bytes || req->track_pid ||
+	    req->id[0])
 		die_usage(u);
 	req->image = 1;
 	fd = connect_daemon();
@@ -165,6 +168,7 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 		{"image", required_argument, NULL, 'I'},
 		{"id", required_argument, NULL, 'i'},
 		{"deferred", no_argument, NULL, 'd'},
+		{"track", required_argument, NULL, 'T'},
 		{NULL, 0, NULL, 0}};
 	Uffdd__ExportRequest req = UFFDD__EXPORT_REQUEST__INIT;
 	Uffdd__ExportReply *rep;
@@ -191,6 +195,8 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 			req.id = export_id(optarg, u);
 		else if (ch == 'd')
 			req.deferred = 1;
+		else if (ch == 'T')
+			req.track_pid = parse_pid(optarg, u);
 		else
 			die_usage(u);
 	}
@@ -204,9 +210,10 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 		return export_image(&req, image, argc != optind || rounds, u);
 	if (argc - optind != 1)
 		die_usage(u);
-	if ((rounds || req.threshold_bytes) && !req.precopy) {
-		fprintf(stderr, "uffd-client: --max-rounds and "
-				"--precopy-threshold go with --precopy\n");
+	if ((rounds || req.threshold_bytes || req.track_pid) && !req.precopy) {
+		fprintf(stderr,
+			"uffd-client: --max-rounds, --precopy-threshold "
+			"and --track go with --precopy\n");
 		die_usage(u);
 	}
 	if (rounds > 1000) {

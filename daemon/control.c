@@ -45,6 +45,8 @@ static void (*on_reload)(int fds[RELOAD_FILES]);
 static const struct ctl_seen *seen;
 static size_t nseen;
 static int seen_all;
+/* The second process of the request being served (control.h). */
+static struct procref second = PROCREF_NONE;
 
 static struct client *
 client_find(uint64_t serial)
@@ -234,6 +236,12 @@ got_byte(struct imsg *m)
 		cb(cl->ask_arg, imsg_take_fd(m, 0), b->byte, 0, NULL);
 }
 
+struct procref *
+control_second(void)
+{
+	return second.pid > 0 ? &second : NULL;
+}
+
 int
 control_may_see(const struct migration *m)
 {
@@ -268,6 +276,23 @@ dispatch(uint64_t serial, uint16_t type, const struct authz_caller *who,
 					    "%s is not served here",
 					    frame_type_name(type));
 	}
+}
+
+/*
+ * A process of the request, under its grant (t->grant): its pidfd and
+ * memory file are descriptors at and at + 1 of m.
+ */
+static void
+take_process(struct procref *t, struct imsg *m, int at, pid_t pid,
+	     uint64_t start, uint64_t probe)
+{
+	t->pid = pid;
+	t->pidfd = imsg_take_fd(m, at);
+	t->memfd = imsg_take_fd(m, at + 1);
+	t->start = start;
+	t->probe = probe;
+	/* The privileged part opens the process's files for it. */
+	procfile_bind(t->pid, t->grant);
 }
 
 /* CTL_REQUEST: checked whole before anything of it is used. */
@@ -305,14 +330,11 @@ request(struct imsg *m)
 	else
 		client_get(m->h.id);
 	t.grant = rq->grant;
-	if (rq->pid > 0 && m->nfd == 2) {
-		t.pid = rq->pid;
-		t.pidfd = imsg_take_fd(m, 0);
-		t.memfd = imsg_take_fd(m, 1);
-		t.start = rq->start;
-		t.probe = rq->probe;
-		/* The privileged part opens the process's files for it. */
-		procfile_bind(t.pid, t.grant);
+	if (rq->pid > 0 && m->nfd == (rq->pid2 > 0 ? 4 : 2))
+		take_process(&t, m, 0, rq->pid, rq->start, rq->probe);
+	if (t.pid > 0 && rq->pid2 > 0 && rq->grant2 != 0) {
+		second.grant = rq->grant2;
+		take_process(&second, m, 2, rq->pid2, rq->start2, rq->probe2);
 	}
 	seen = (const void *)(m->data + sizeof(*rq));
 	nseen = rq->nseen;
@@ -323,6 +345,8 @@ request(struct imsg *m)
 	seen_all = 0;
 	/* Not taken by the role: nothing of the grant is kept. */
 	procref_close(&t);
+	procref_close(&second);
+	second = (struct procref)PROCREF_NONE;
 	protobuf_c_message_free_unpacked(msg, NULL);
 }
 

@@ -41,6 +41,13 @@ void control_bind(uint64_t serial, enum mig_role role, const char *id);
  */
 int control_may_see(const struct migration *m);
 /*
+ * While a request is served: the second process it names (export
+ * --track), checked and granted as the first (role.h), or NULL. The role
+ * takes it over by moving it out (*t, then PROCREF_NONE in its place);
+ * left there, its grant is let go after the request.
+ */
+struct procref *control_second(void);
+/*
  * Sends control client serial the reply msg of type (NULL: none), then
  * waits for one byte of it (with a file descriptor when want_fd: the
  * client opened the file with its own rights, fdpass.h): the client's next

@@ -59,7 +59,8 @@ status(uint64_t serial, const Uffdd__StatusRequest *req)
 	} else {
 		rep.n_migrations = i;
 		rep.migrations = ptrs;
-		static char *feat[] = {FEATURE_PRECOPY, FEATURE_DEFERRED};
+		static char *feat[] = {FEATURE_PRECOPY, FEATURE_PRECOPY_TRACK,
+				       FEATURE_DEFERRED};
 
 		rep.n_features = 2;
 		rep.features = feat;

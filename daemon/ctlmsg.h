@@ -52,7 +52,8 @@ struct ctl_seen {
 
 /*
  * A request. With a process granted (grant != 0, pid > 0) its pidfd and
- * /proc/PID/mem come as descriptors 0 and 1. nseen migrations the caller
+ * /proc/PID/mem come as descriptors 0 and 1; with a second one (grant2:
+ * export --track's), its pair as 2 and 3. nseen migrations the caller
  * may see follow (GO, CANCEL, RELEASE, STATUS act only on those), then
  * the message.
  */
@@ -66,7 +67,9 @@ struct ctl_request {
 	uint32_t nseen;
 	uint64_t start, probe; /* procref.h: the process as it was checked */
 	uint32_t seen_all;     /* the caller may see every migration */
-	uint32_t pad2;
+	int32_t pid2;	       /* the second process, or 0 */
+	uint64_t grant2;
+	uint64_t start2, probe2;
 };
 
 struct ctl_reply {

@@ -34,6 +34,11 @@ struct role_ops {
 	 */
 	int (*request_no_process)(const ProtobufCMessage *);
 	/*
+	 * A second process the request names (export --track), checked and
+	 * granted as the first; 0 or NULL: none.
+	 */
+	int (*request_second_pid)(const ProtobufCMessage *);
+	/*
 	 * Serves that request for the caller who (checked by control.c),
 	 * whose process t it takes over; it answers control client serial.
 	 */

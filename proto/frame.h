@@ -53,6 +53,8 @@ frame_pages_fit(uint64_t page_size, uint64_t max)
  * back. A pre-copy export refuses a destination that does not say it.
  */
 #define FEATURE_PRECOPY "precopy"
+/* export --precopy --track PID (ExportRequest.track_pid). */
+#define FEATURE_PRECOPY_TRACK "precopy-track"
 /*
  * Hello feature: a destination attached with hold_bulk says it on its
  * demand lane while its target has not run yet; a source that knows it

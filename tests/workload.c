@@ -46,7 +46,9 @@
  * "uffd-attempt: fds N, registered N, syscall ERR, device ERR".
  * --sibling vm|files (either mode): forks, before "ready", a process that shares its
  * memory (CLONE_VM) or file table (CLONE_FILES) and sleeps; prints
- * "sibling PID".
+ * "sibling PID". --sibling holder (shared kinds): a process of its own
+ * that maps the same shared memory 1 TiB higher (base + 0x10000000000)
+ * and never writes it, as a guest's RAM holder beside QEMU.
  * dest --signal-bench N: sends itself N signals (a handler counts them)
  * before "ready" and again once attached, printing "signals before|during
  * N us_each X": what a signal costs the target in each state.
@@ -806,11 +808,32 @@ grab_devices(void)
 	}
 }
 
+/*
+ * --sibling holder: a process of its own (no memory or files shared) that
+ * maps the same shared memory, moved HOLDER_SHIFT up, and never writes
+ * it: the holder of a guest's RAM that QEMU writes, in small.
+ */
+#define HOLDER_SHIFT 0x10000000000ULL
+
+static void
+hold_moved(void)
+{
+	void *to = (void *)(uintptr_t)(base + HOLDER_SHIFT);
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (mremap(mem, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, to) != to) {
+		perror("workload: holder: mremap");
+		exit(1);
+	}
+}
+
 static int
 sibling_main(void *arg)
 {
 	if (strcmp(sibling, "files-grab") == 0)
 		grab_devices();
+	if (strcmp(sibling, "holder") == 0)
+		hold_moved();
 	for (;;)
 		pause();
 	return 0;
@@ -821,7 +844,9 @@ static void
 start_sibling(void)
 {
 	static char stack[64 << 10];
-	int flags = strcmp(sibling, "vm") == 0 ? CLONE_VM : CLONE_FILES;
+	int flags = strcmp(sibling, "vm") == 0	     ? CLONE_VM
+		    : strcmp(sibling, "holder") == 0 ? 0
+						     : CLONE_FILES;
 	pid_t p = clone(sibling_main, stack + sizeof(stack), flags | SIGCHLD,
 			NULL);
 
@@ -1087,7 +1112,7 @@ usage(void)
 		"fork-exit-late|protect|punch|punch-wait|fork-punch|grow]\n"
 		"         [--touch N] [--idle-child] [--stuck-thread]\n"
 		"         [--exec-on-usr2 PATH] [--try-uffd] [--sibling "
-		"vm|files|files-grab]\n"
+		"vm|files|files-grab|holder]\n"
 		"         [--signal-bench N]\n");
 	exit(2);
 }
@@ -1220,7 +1245,8 @@ main(int argc, char **argv)
 		case 'L':
 			sibling = optarg;
 			if (strcmp(sibling, "vm") && strcmp(sibling, "files") &&
-			    strcmp(sibling, "files-grab"))
+			    strcmp(sibling, "files-grab") &&
+			    strcmp(sibling, "holder"))
 				usage();
 			break;
 		case 'G':

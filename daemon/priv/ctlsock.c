@@ -88,12 +88,12 @@ client_find(uint64_t serial)
  */
 static void
 forward(struct client *cl, uint16_t type, const ProtobufCMessage *msg,
-	const struct grant *g)
+	const struct grant *g, const struct grant *g2)
 {
 	struct ctl_request rq = {.frame_type = type};
 	size_t mlen = protobuf_c_message_get_packed_size(msg), nseen, off;
 	struct ctl_seen *seen;
-	int all, fds[2];
+	int all, fds[4], nfds;
 	uint8_t *buf;
 
 	nseen = grant_seen(&cl->who, &seen, &all);
@@ -108,6 +108,12 @@ forward(struct client *cl, uint16_t type, const ProtobufCMessage *msg,
 		rq.start = g->t.start;
 		rq.probe = g->t.probe;
 	}
+	if (g2 != NULL) {
+		rq.grant2 = g2->id;
+		rq.pid2 = g2->t.pid;
+		rq.start2 = g2->t.start;
+		rq.probe2 = g2->t.probe;
+	}
 	off = sizeof(rq) + nseen * sizeof(*seen);
 	buf = xmalloc(off + mlen + 1);
 	memcpy(buf, &rq, sizeof(rq));
@@ -115,9 +121,13 @@ forward(struct client *cl, uint16_t type, const ProtobufCMessage *msg,
 	protobuf_c_message_pack(msg, buf + off);
 	fds[0] = g != NULL ? g->t.pidfd : -1;
 	fds[1] = g != NULL ? g->t.memfd : -1;
-	if (engine < 0 ||
-	    imsg_send(engine, CTL_REQUEST, cl->serial, 0, buf, off + mlen, fds,
-		      fds[0] >= 0 && fds[1] >= 0 ? 2 : 0) < 0)
+	fds[2] = g2 != NULL ? g2->t.pidfd : -1;
+	fds[3] = g2 != NULL ? g2->t.memfd : -1;
+	nfds = fds[0] >= 0 && fds[1] >= 0 ? 2 : 0;
+	if (nfds == 2 && fds[2] >= 0 && fds[3] >= 0)
+		nfds = 4;
+	if (engine < 0 || imsg_send(engine, CTL_REQUEST, cl->serial, 0, buf,
+				    off + mlen, fds, nfds) < 0)
 		conn_send_error(cl->conn, ERR_BUSY,
 				"the daemon's engine is not running (it is "
 				"being restarted): try again");
@@ -165,7 +175,7 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	struct procref none = PROCREF_NONE;
 	const struct role_request *q;
 	const struct role_ops *r;
-	struct grant *g = NULL;
+	struct grant *g = NULL, *g2 = NULL;
 
 	switch (h->type) {
 	case FRAME_CTL_EXPORT:
@@ -178,11 +188,18 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		else if ((g = allowed(cl, h->type, r->verb,
 				      r->request_pid(msg))) == NULL)
 			return;
-		forward(cl, h->type, msg, g);
+		/* A second process it names: the same check, its own grant. */
+		if (r->request_second_pid && r->request_second_pid(msg) != 0 &&
+		    (g2 = allowed(cl, h->type, "--track",
+				  r->request_second_pid(msg))) == NULL) {
+			grant_drop(g);
+			return;
+		}
+		forward(cl, h->type, msg, g, g2);
 		break;
 	case FRAME_CTL_STATUS:
 	case FRAME_CTL_METRICS: /* counts, no migration's own */
-		forward(cl, h->type, msg, NULL);
+		forward(cl, h->type, msg, NULL, NULL);
 		break;
 	case FRAME_CTL_GO:
 	case FRAME_CTL_CANCEL:
@@ -200,7 +217,7 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		    (g = allowed(cl, h->type, q->verb, q->request_pid(msg))) ==
 			    NULL)
 			return;
-		forward(cl, h->type, msg, g);
+		forward(cl, h->type, msg, g, NULL);
 		break;
 	default:
 		conn_send_error(c, ERR_PROTOCOL,

@@ -43,6 +43,27 @@ start(struct source *s)
 }
 
 /*
+ * export --precopy --track PID: the second process of the request, which
+ * the privileged part checked and granted as the first (control.h).
+ */
+static int
+track(struct source *s, const Uffdd__ExportRequest *req, uint32_t *code,
+      char *err, size_t errlen)
+{
+	struct procref *tp = control_second();
+
+	if (tp == NULL || tp->pid != req->track_pid) {
+		*code = ERR_INVALID;
+		snprintf(err, errlen,
+			 "--track %d: the process came without its grant (a "
+			 "bug in uffdd: please report it)",
+			 (int)req->track_pid);
+		return -1;
+	}
+	return source_track_arm(s, tp, code, err, errlen);
+}
+
+/*
  * export --precopy: like source_create(), but the process runs on. Its
  * writes are tracked before its pages are classified, so that a page
  * written after it was looked at goes again. Takes t over.
@@ -65,8 +86,14 @@ source_create_precopy(struct procref *t, const struct range *ranges,
 	if (s != NULL) {
 		source_precopy_init(s, &wp, req);
 		s->keep_source = req->keep_source;
-		start(s);
+		if (req->track_pid != 0 &&
+		    track(s, req, code, err, errlen) < 0) {
+			migration_free(s->m);
+			s = NULL;
+		}
 	}
+	if (s != NULL)
+		start(s);
 	wptrack_stop(&wp);
 	free(regs);
 	procref_close(t);
@@ -305,6 +332,13 @@ export_pid(const ProtobufCMessage *req)
 	return ((const Uffdd__ExportRequest *)req)->pid;
 }
 
+/* export --precopy --track PID: the process whose writes are tracked. */
+static int
+export_track_pid(const ProtobufCMessage *req)
+{
+	return ((const Uffdd__ExportRequest *)req)->track_pid;
+}
+
 /* export --image names no process: the image is what is served. */
 static int
 export_no_process(const ProtobufCMessage *req)
@@ -319,6 +353,7 @@ static const struct role_ops source_ops = {
 	.verb = "export",
 	.request_pid = export_pid,
 	.request_no_process = export_no_process,
+	.request_second_pid = export_track_pid,
 	.request = export_request,
 	.restore = source_restore,
 	.restore_check = source_restore_check,

@@ -127,6 +127,17 @@ source_export_check(const Uffdd__ExportRequest *req, struct range *ranges,
 				 "--range ...=NAME does not go with --precopy");
 			return -1;
 		}
+	if (req->track_pid != 0 && !req->precopy) {
+		snprintf(err, errlen, "--track goes with --precopy only");
+		return -1;
+	}
+	if (req->track_pid != 0 && req->track_pid == req->pid) {
+		snprintf(err, errlen,
+			 "--track %d: the exported process itself (its own "
+			 "writes are tracked without --track)",
+			 (int)req->track_pid);
+		return -1;
+	}
 	if (req->deferred && req->precopy) {
 		snprintf(err, errlen,
 			 "--deferred goes not with --precopy: a deferred "

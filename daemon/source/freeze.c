@@ -289,9 +289,17 @@ source_ran(pid_t pid, const struct wptrack *wp, long long switches, char *why,
 int
 source_continued(const struct source *s, char *why, size_t len)
 {
+	int ran;
+
 	if (s->img)
 		return 0; /* no process: nothing can run */
-	return source_ran(s->m->pid, &s->wp, s->switches, why, len);
+	ran = source_ran(s->m->pid, &s->wp, s->switches, why, len);
+	/* A tracked process (--track, track.c) writes it too, once frozen. */
+	if (ran == 0 && s->pc != NULL && s->pc->track.pid > 0 &&
+	    (s->pc->phase == PC_FINAL || s->pc->phase == PC_DONE))
+		ran = source_ran(s->pc->track.pid, &s->pc->track_wp,
+				 s->pc->track_switches, why, len);
+	return ran;
 }
 
 /*

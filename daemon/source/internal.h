@@ -112,6 +112,15 @@ struct precopy {
 	 * drives the stream, so that serve.c reports up without calling up.
 	 */
 	void (*sent_all)(struct source *);
+	/*
+	 * export --track (track.c): the other process that writes the
+	 * exported memory, its tracker, and where it maps each region.
+	 */
+	struct procref track;
+	struct wptrack track_wp;
+	uint64_t *track_at;
+	int track_was_stopped;
+	long long track_switches; /* once frozen; -1: unknown */
 };
 
 struct src_region {
@@ -406,6 +415,10 @@ source_precopy_running(const struct source *s)
 {
 	return s->pc != NULL && s->pc->phase != PC_DONE;
 }
+/*
+ * track.c: checks that process t can be pre-copied in regions [regs, regs
+ * + n) and write-protects them (wp), or refuses leaving it as it was.
+ */
 int source_precopy_arm(const struct procref *t, const struct region *regs,
 		       size_t n, struct wptrack *wp, uint32_t *code, char *err,
 		       size_t errlen);
@@ -419,6 +432,28 @@ int source_precopy_vouched(const struct source *, const struct src_region *,
 			   uint64_t page);
 void source_precopy_untrack(struct source *);
 void source_precopy_free(struct source *);
+/* Pages [start, end) of the exported process were written. */
+void source_precopy_mark(void *s, uint64_t start, uint64_t end);
+/* Lets the frozen process (and a tracked one) go again. */
+void source_precopy_thaw(struct source *);
+
+/*
+ * track.c: export --precopy --track. source_track_match() finds where
+ * process tp maps the files regions [regs, regs + n) of pid map (at[i]);
+ * source_track_arm() tracks tp's writes there (tp taken over); collect
+ * (mark: the pre-copy's marking, in the export's addresses), freeze, thaw
+ * and free are the pre-copy's steps for it (no-ops without one). freeze.c's source_continued() looks at it too.
+ */
+int source_track_match(pid_t pid, pid_t tp, const struct region *regs, size_t n,
+		       uint64_t *at, uint32_t *code, char *err, size_t errlen);
+int source_track_arm(struct source *, struct procref *tp, uint32_t *code,
+		     char *err, size_t errlen);
+int64_t source_track_collect(struct source *,
+			     void (*mark)(void *s, uint64_t start,
+					  uint64_t end));
+int source_track_freeze(struct source *, char *err, size_t errlen);
+void source_track_thaw(struct source *);
+void source_track_free(struct precopy *);
 
 /* lanes.c; the ends are the owner's (source_fail() and the others) */
 void source_lanes_start(struct source *);

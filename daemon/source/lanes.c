@@ -50,7 +50,7 @@ fail(struct source *s, uint32_t code, const char *why)
 	if (source_precopy_running(s)) {
 		source_precopy_untrack(s);
 		if (s->pc->phase == PC_FINAL && code != ERR_SOURCE_RAN)
-			source_thaw(&s->t, s->was_stopped);
+			source_precopy_thaw(s);
 		if (code != ERR_SOURCE_RAN)
 			log_warnx("migration %s: pre-copy ends; process %d "
 				  "runs on",

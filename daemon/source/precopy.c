@@ -43,85 +43,6 @@ wall_ns(void)
 /* Rounds a request may ask for at most. */
 #define PRECOPY_ROUNDS_LIMIT 1000
 
-/*
- * Checks that process t can be pre-copied in regions [regs, regs + n) and
- * write-protects them (async: the process runs on and nothing handles its
- * writes). Before anything is done to it: a refusal leaves it as it was.
- */
-int
-source_precopy_arm(const struct procref *t, const struct region *regs, size_t n,
-		   struct wptrack *wp, uint32_t *code, char *err, size_t errlen)
-{
-	struct range *rs;
-	char why[256];
-	int r;
-
-	enum wptrack_mode mode = wptrack_mode();
-
-	if (mode == WPTRACK_OFF) {
-		*code = ERR_KERNEL;
-		snprintf(err, errlen,
-			 "--precopy needs write tracking of a running process "
-			 "(UFFD_FEATURE_WP_ASYNC and the PAGEMAP_SCAN ioctl, "
-			 "Linux 6.7 and later; or, for private anonymous "
-			 "memory, synchronous uffd-wp with pagemap's uffd-wp "
-			 "bit, Linux 6.1 and later), which this kernel does "
-			 "not offer; process %d left running: export it "
-			 "without --precopy",
-			 (int)t->pid);
-		return -1;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (regs[i].kind != REGION_FILE_PRIVATE &&
-		    (mode != WPTRACK_SYNC ||
-		     regs[i].kind == REGION_ANON_PRIVATE))
-			continue;
-		*code = regs[i].kind == REGION_FILE_PRIVATE ? ERR_INVALID
-							    : ERR_KERNEL;
-		snprintf(err, errlen,
-			 regs[i].kind == REGION_FILE_PRIVATE
-				 ? "--precopy: 0x%llx-0x%llx (%.100s) is a "
-				   "private file mapping, which userfaultfd "
-				   "cannot write-protect: leave it out with "
-				   "--range"
-				 : "--precopy: 0x%llx-0x%llx (%.100s) is not "
-				   "private anonymous memory, and this kernel "
-				   "tracks writes to that only (synchronous "
-				   "uffd-wp; shared memory and huge pages need "
-				   "UFFD_FEATURE_WP_ASYNC and PAGEMAP_SCAN, "
-				   "Linux 6.7 and later): leave it out with "
-				   "--range",
-			 (unsigned long long)regs[i].start,
-			 (unsigned long long)(regs[i].start + regs[i].length),
-			 regs[i].name);
-		return -1;
-	}
-	/* Their writes would be tracked, but the freeze would not stop them. */
-	if (proc_sharers(t->pid, PROC_SHARE_VM, why, sizeof(why)) > 0) {
-		*code = ERR_INVALID;
-		snprintf(err, errlen,
-			 "process %d shares its memory with %.120s, which "
-			 "stopping it does not stop: export refused",
-			 (int)t->pid, why);
-		return -1;
-	}
-	rs = xcalloc(n, sizeof(*rs));
-	for (size_t i = 0; i < n; i++) {
-		rs[i].start = regs[i].start;
-		rs[i].end = regs[i].start + regs[i].length;
-	}
-	r = wptrack_start(wp, t, rs, n, mode, why, sizeof(why));
-	free(rs);
-	if (r < 0) {
-		*code = ERR_KERNEL;
-		snprintf(err, errlen,
-			 "--precopy: tracking the writes of process %d: %s; "
-			 "process left running",
-			 (int)t->pid, why);
-	}
-	return r;
-}
-
 /* The process's minor and major faults so far (/proc/PID/stat), or -1. */
 static void
 proc_faults(pid_t pid, long long *minflt, long long *majflt)
@@ -199,12 +120,22 @@ source_precopy_untrack(struct source *s)
 		s->pc->wp_ev = NULL;
 	}
 	wptrack_frozen(&s->wp);
+	wptrack_frozen(&s->pc->track_wp);
+}
+
+void
+source_precopy_thaw(struct source *s)
+{
+	source_thaw(&s->t, s->was_stopped);
+	source_track_thaw(s);
 }
 
 void
 source_precopy_free(struct source *s)
 {
 	source_precopy_untrack(s);
+	if (s->pc)
+		source_track_free(s->pc);
 	if (s->pc && s->pc->pause_ev)
 		event_free(s->pc->pause_ev);
 	for (size_t i = 0; i < s->nregs; i++)
@@ -224,6 +155,9 @@ source_precopy_init(struct source *s, struct wptrack *wp,
 	*wp = (struct wptrack)WPTRACK_NONE;
 	s->pc = xcalloc(1, sizeof(*s->pc));
 	s->pc->sent_all = sent_all;
+	s->pc->track = (struct procref)PROCREF_NONE;
+	s->pc->track_wp = (struct wptrack)WPTRACK_NONE;
+	s->pc->track_switches = -1;
 	if (s->wp.sync) {
 		s->pc->wp_ev = event_new(base, s->wp.uffd, EV_READ | EV_PERSIST,
 					 wp_fault_cb, s);
@@ -251,8 +185,8 @@ source_precopy_init(struct source *s, struct wptrack *wp,
  * Pages [start, end) were written since the last scan: they go again, as
  * data (a page first written after it was classified has some now).
  */
-static void
-mark_dirty(void *arg, uint64_t start, uint64_t end)
+void
+source_precopy_mark(void *arg, uint64_t start, uint64_t end)
 {
 	struct source *s = arg;
 
@@ -281,6 +215,26 @@ mark_dirty(void *arg, uint64_t start, uint64_t end)
 				s->pc->final_pages++;
 		}
 	}
+}
+
+/*
+ * The writes since the last scan, of the process and of a tracked one
+ * (--track), marked to go again and protected again. Their bytes (a page
+ * both wrote counts twice), or -1 with the migration failed.
+ */
+static int64_t
+collect(struct source *s)
+{
+	int64_t own, other;
+
+	if ((own = wptrack_collect(&s->wp, source_precopy_mark, s)) < 0 ||
+	    (other = source_track_collect(s, source_precopy_mark)) < 0) {
+		source_fail(s, "pre-copy: PAGEMAP_SCAN of process %d: %s",
+			    own < 0 ? (int)s->m->pid : (int)s->pc->track.pid,
+			    strerror(errno));
+		return -1;
+	}
+	return own + other;
 }
 
 /* The bulk stream sweeps every region again for the pages marked. */
@@ -327,18 +281,22 @@ freeze_now(struct source *s)
 
 	pc->t_freeze = now_ns();
 	pc->wall_freeze = wall_ns();
+	/* The other writer first (--track): the process holds still anyway. */
+	if (source_track_freeze(s, err, sizeof(err)) < 0) {
+		source_fail(s, "pre-copy: freezing for the switchover: %s",
+			    err);
+		return;
+	}
 	if (source_freeze_checked(&s->t, NULL, &s->wp, &s->was_stopped, &code,
 				  err, sizeof(err)) < 0) {
+		source_track_thaw(s);
 		source_fail(s, "pre-copy: freezing for the switchover: %s",
 			    err);
 		return;
 	}
 	pc->phase = PC_FINAL;
-	if ((dirty = wptrack_collect(&s->wp, mark_dirty, s)) < 0) {
-		source_fail(s, "pre-copy: PAGEMAP_SCAN of process %d: %s",
-			    (int)s->m->pid, strerror(errno));
+	if ((dirty = collect(s)) < 0)
 		return;
-	}
 	if ((dropped = source_mark_dropped(s)) < 0) {
 		source_fail(s, "pre-copy: classifying process %d again: %s",
 			    (int)s->m->pid, strerror(errno));
@@ -451,11 +409,8 @@ round_end(struct source *s)
 		send_sync(s);
 		return;
 	}
-	if ((dirty = wptrack_collect(&s->wp, mark_dirty, s)) < 0) {
-		source_fail(s, "pre-copy: PAGEMAP_SCAN of process %d: %s",
-			    (int)s->m->pid, strerror(errno));
+	if ((dirty = collect(s)) < 0)
 		return;
-	}
 	log_debug("migration %s: pre-copy round %u done; %lld bytes written "
 		  "meanwhile",
 		  log_id(s->m->id), s->m->pre.rounds, (long long)dirty);
@@ -556,7 +511,7 @@ source_precopy_lost(struct source *s, const char *why)
 			  conf.pause_deadline);
 	} else {
 		if (pc->phase == PC_FINAL)
-			source_thaw(&s->t, s->was_stopped);
+			source_precopy_thaw(s);
 		pc->phase = PC_ROUNDS;
 		log_warnx("migration %s: destination lost during pre-copy "
 			  "(%s); process %d runs on, the rounds start again if "
