@@ -1,6 +1,6 @@
 /*
- * export PID [--range START-END]... [--keep-source] [--id ID] [--deferred
- * | --precopy [--max-rounds N] [--precopy-threshold BYTES] [--track PID]]:
+ * export PID [--range START-END]... [--keep-source] [--id ID] [--deferred]
+ * [--precopy [--max-rounds N] [--precopy-threshold BYTES] [--track PID]]:
  * a process to serve; export --image FILE: a snapshot image to serve.
  */
 #include "config.h"
@@ -200,10 +200,9 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 		else
 			die_usage(u);
 	}
-	if (req.deferred && (req.precopy || image)) {
-		fprintf(stderr, "uffd-client: --deferred goes with neither "
-				"--precopy nor --image: a deferred export "
-				"takes the memory as it is at go\n");
+	if (req.deferred && image) {
+		fprintf(stderr, "uffd-client: --deferred goes not with "
+				"--image: an image is served as it is\n");
 		die_usage(u);
 	}
 	if (image)

@@ -1,7 +1,9 @@
 /*
  * go [--prepare] ID: a deferred export (export --deferred) takes its
  * process's memory from now on (with --prepare: the process is stopped
- * and checked now, the go to come takes the memory); cancel ID: a deferred export ends before its go, the
+ * and checked now, the go to come takes the memory); for a deferred
+ * pre-copy, go switches over (one last round, then the freeze, which is
+ * when it returns). cancel ID: a deferred export ends before its go, the
  * process untouched; release ID: an attach --hold-bulk's target runs, its
  * bulk stream may start.
  */

@@ -78,8 +78,11 @@ print_status_text(const Uffdd__MigrationStatus *s)
 	printf("  state        %s%s%s\n", s->state, s->reason[0] ? ": " : "",
 	       s->reason);
 	if (s->deferred)
-		printf("  deferred     waiting for go; destination %s\n",
-		       s->attached ? "attached" : "not attached yet");
+		printf("  deferred     waiting for go; destination %s%s\n",
+		       s->attached ? "attached" : "not attached yet",
+		       s->precopy_ready ? "; pre-copy rounds converged, "
+					  "ready to switch over"
+					: "");
 	printf("  pages        %" PRIu64 " / %" PRIu64 " %s (%.1f%%), %" PRIu64
 	       " remaining\n",
 	       s->pages_present, s->pages_total,
@@ -261,6 +264,8 @@ status_json(const Uffdd__MigrationStatus *s)
 			       json_object_new_boolean(s->deferred));
 	json_object_object_add(o, "attached",
 			       json_object_new_boolean(s->attached));
+	json_object_object_add(o, "precopy_ready",
+			       json_object_new_boolean(s->precopy_ready));
 	return o;
 }
 

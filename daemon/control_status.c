@@ -62,7 +62,7 @@ status(uint64_t serial, const Uffdd__StatusRequest *req)
 		static char *feat[] = {FEATURE_PRECOPY, FEATURE_PRECOPY_TRACK,
 				       FEATURE_DEFERRED};
 
-		rep.n_features = 2;
+		rep.n_features = sizeof(feat) / sizeof(feat[0]);
 		rep.features = feat;
 		control_reply(serial, FRAME_CTL_STATUS_REPLY, &rep.base);
 	}

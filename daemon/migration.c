@@ -379,7 +379,8 @@ migration_status(const struct migration *m, Uffdd__MigrationStatus *s)
 					  m->state == MIG_PAUSED)
 			   ? "committing"
 			   : (char *)migration_state_name(m->state);
-	s->deferred = m->ph.deferred;
+	s->deferred = m->ph.deferred || (m->pre.on && m->pre.wait_go);
+	s->precopy_ready = m->pre.on && m->pre.ready;
 	s->attached = m->ph.attached;
 	s->reason = (char *)m->reason;
 	s->pid = m->pid;

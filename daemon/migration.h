@@ -68,6 +68,11 @@ struct mig_block {
  */
 struct mig_precopy {
 	int on;
+	/*
+	 * export --deferred --precopy: the switchover waits for GO (status:
+	 * deferred until it comes); ready once the rounds converged.
+	 */
+	int wait_go, ready;
 	uint32_t rounds;
 	uint64_t bytes;
 	uint64_t round_bytes[MIG_ROUNDS_KEPT];

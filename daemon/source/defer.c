@@ -267,7 +267,7 @@ named_export(uint64_t serial, const struct authz_caller *who,
 				    log_id(req->id));
 		return NULL;
 	}
-	if (s != NULL && m->ph.deferred)
+	if (s != NULL && (m->ph.deferred || m->pre.wait_go))
 		return s;
 	if (m->ph.went)
 		control_reply_error(serial, ERR_BUSY,
@@ -466,6 +466,14 @@ prepare_request(uint64_t serial, const struct authz_caller *who,
 		return 0;
 	if ((s = named_export(serial, who, req, "prepare")) == NULL)
 		return 1;
+	if (s->pc != NULL) {
+		control_reply_error(serial, ERR_INVALID,
+				    "prepare: migration %s pre-copies: its go "
+				    "freezes the process after one last round, "
+				    "nothing comes before; nothing changed",
+				    log_id(s->m->id));
+		return 1;
+	}
 	if (!s->df.prepared) {
 		if (freeze_checked(s, who, us, &code, err, sizeof(err)) < 0) {
 			control_reply_error(serial, code,
@@ -503,6 +511,21 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	    prepare_request(serial, who, req) ||
 	    (s = named_export(serial, who, req, "go")) == NULL)
 		return;
+	/* A pre-copy answers at its freeze (precopy.c). */
+	if (s->pc != NULL) {
+		if (req->hold_bulk)
+			control_reply_error(serial, ERR_INVALID,
+					    "go: migration %s pre-copies: its "
+					    "bulk stream is its rounds, not "
+					    "to be held; nothing changed",
+					    log_id(s->m->id));
+		else if (source_precopy_go(s, serial) < 0)
+			control_reply_error(serial, ERR_BUSY,
+					    "go: migration %s had its go "
+					    "already; nothing changed",
+					    log_id(s->m->id));
+		return;
+	}
 	if (take_memory(s, who, us, &code, err, sizeof(err)) < 0) {
 		control_reply_error(serial, code,
 				    "go: %s; the export still waits for go",

@@ -85,6 +85,8 @@ source_create_precopy(struct procref *t, const struct range *ranges,
 			       err, errlen);
 	if (s != NULL) {
 		source_precopy_init(s, &wp, req);
+		if (req->deferred)
+			source_precopy_wait_go(s);
 		s->keep_source = req->keep_source;
 		if (req->track_pid != 0 &&
 		    track(s, req, code, err, errlen) < 0) {
@@ -215,7 +217,7 @@ source_export(uint64_t serial, const struct authz_caller *who,
 		return;
 	}
 	id = idbuf[0] ? idbuf : NULL;
-	if (req->precopy)
+	if (req->precopy) /* with --deferred too: its switch waits for go */
 		s = source_create_precopy(t, ranges, req->n_ranges, req, id,
 					  &code, err, sizeof(err));
 	else if (req->deferred)

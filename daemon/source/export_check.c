@@ -104,7 +104,7 @@ given_id(const char *want, char id[MIG_ID_LEN + 1], uint32_t *code, char *err,
 }
 
 /*
- * What export --image, --deferred and --precopy go with, the ranges, and
+ * What export --image, --precopy and --track go with, the ranges, and
  * the ID asked for (into id, empty when none). 0, or -1 with err set.
  */
 int
@@ -136,12 +136,6 @@ source_export_check(const Uffdd__ExportRequest *req, struct range *ranges,
 			 "--track %d: the exported process itself (its own "
 			 "writes are tracked without --track)",
 			 (int)req->track_pid);
-		return -1;
-	}
-	if (req->deferred && req->precopy) {
-		snprintf(err, errlen,
-			 "--deferred goes not with --precopy: a deferred "
-			 "export takes the memory as it is at go");
 		return -1;
 	}
 	for (size_t i = 0; i < req->n_ranges; i++) {

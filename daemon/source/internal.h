@@ -72,6 +72,12 @@ struct source;
 /* Rounds without a new smallest dirty set after which the rounds stop. */
 #define PRECOPY_STALL_ROUNDS 3
 /*
+ * export --deferred --precopy, converged: the next round after this pause
+ * (precopy_go.c), so that the dirty set stays that of one pause without
+ * the rounds taking a CPU while they wait for go.
+ */
+#define PRECOPY_PACE_MS 100
+/*
  * During the rounds only the destination notices a silent link (the
  * source reads nothing it waits for): the pings the source sends going
  * unacknowledged this long close the demand lane, and pause-deadline
@@ -116,6 +122,15 @@ struct precopy {
 	 * export --track (track.c): the other process that writes the
 	 * exported memory, its tracker, and where it maps each region.
 	 */
+	/*
+	 * export --deferred --precopy: the switch waits for GO (m->pre
+	 * wait_go); went once it came, its client answered at the freeze
+	 * (go_serial, 0 once answered); the rounds of a converged pre-copy
+	 * paced by pace_ev meanwhile.
+	 */
+	int went;
+	uint64_t go_serial, go_at;
+	struct event *pace_ev;
 	struct procref track;
 	struct wptrack track_wp;
 	uint64_t *track_at;
@@ -436,6 +451,18 @@ void source_precopy_free(struct source *);
 void source_precopy_mark(void *s, uint64_t start, uint64_t end);
 /* Lets the frozen process (and a tracked one) go again. */
 void source_precopy_thaw(struct source *);
+/* The bulk stream sweeps every region again for the pages marked. */
+void source_precopy_sweep(struct source *);
+/*
+ * precopy_go.c: export --deferred --precopy: the rounds run, the switch
+ * waits for GO.
+ * source_precopy_go(): GO came from control client serial, answered once
+ * the process is frozen (or the migration failed: _go_failed()). 0, or
+ * -1 when this export does not wait for a go (any more).
+ */
+void source_precopy_wait_go(struct source *);
+int source_precopy_go(struct source *, uint64_t serial);
+void source_precopy_go_failed(struct source *, uint32_t code, const char *why);
 
 /*
  * track.c: export --precopy --track. source_track_match() finds where

@@ -48,6 +48,7 @@ fail(struct source *s, uint32_t code, const char *why)
 	 * unless it ran on its own, which it holds the newest bytes of.
 	 */
 	if (source_precopy_running(s)) {
+		source_precopy_go_failed(s, code, why);
 		source_precopy_untrack(s);
 		if (s->pc->phase == PC_FINAL && code != ERR_SOURCE_RAN)
 			source_precopy_thaw(s);

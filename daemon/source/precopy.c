@@ -21,6 +21,7 @@
 #include "daemon/compat.h"
 #include "daemon/conffile.h"
 #include "daemon/conn.h"
+#include "daemon/control.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/migration.h"
@@ -138,6 +139,8 @@ source_precopy_free(struct source *s)
 		source_track_free(s->pc);
 	if (s->pc && s->pc->pause_ev)
 		event_free(s->pc->pause_ev);
+	if (s->pc && s->pc->pace_ev)
+		event_free(s->pc->pace_ev);
 	for (size_t i = 0; i < s->nregs; i++)
 		free(s->regs[i].final);
 	free(s->pc);
@@ -238,8 +241,8 @@ collect(struct source *s)
 }
 
 /* The bulk stream sweeps every region again for the pages marked. */
-static void
-restart_sweep(struct source *s)
+void
+source_precopy_sweep(struct source *s)
 {
 	s->cur_reg = 0;
 	s->cur_page = 0;
@@ -264,6 +267,20 @@ mark_final(struct source *s)
 		for (size_t w = 0; w < words; w++)
 			sr->final[w] = ~sr->sent[w];
 	}
+}
+
+/* GO's client, once the process is frozen: the switch is under way. */
+static void
+answer_go(struct source *s)
+{
+	Uffdd__GoReply rep = UFFDD__GO_REPLY__INIT;
+
+	if (s->pc->go_serial == 0)
+		return;
+	rep.id = s->m->id;
+	rep.work_us = (now_ns() - s->pc->go_at) / 1000;
+	control_reply(s->pc->go_serial, FRAME_CTL_GO_REPLY, &rep.base);
+	s->pc->go_serial = 0;
 }
 
 /*
@@ -312,7 +329,8 @@ freeze_now(struct source *s)
 		 log_id(s->m->id), (int)s->m->pid, s->m->pre.rounds,
 		 (double)(now_ns() - pc->t_freeze) / 1e6,
 		 (unsigned long long)pc->final_pages);
-	restart_sweep(s);
+	answer_go(s);
+	source_precopy_sweep(s);
 }
 
 /*
@@ -386,6 +404,7 @@ round_end(struct source *s)
 {
 	struct precopy *pc = s->pc;
 	int64_t dirty;
+	int converged;
 
 	if (pc->phase == PC_FINAL) {
 		switchover(s);
@@ -427,11 +446,24 @@ round_end(struct source *s)
 	 * the rounds asked for are done. One more, still running, sends it:
 	 * the freeze is left only what the process writes meanwhile.
 	 */
-	if ((uint64_t)dirty <= pc->threshold ||
-	    s->m->pre.rounds >= pc->max_rounds ||
-	    pc->since_best >= PRECOPY_STALL_ROUNDS)
+	converged = (uint64_t)dirty <= pc->threshold ||
+		    s->m->pre.rounds >= pc->max_rounds ||
+		    pc->since_best >= PRECOPY_STALL_ROUNDS;
+	if (pc->went || (converged && !s->m->pre.wait_go)) {
 		pc->phase = PC_LAST;
-	restart_sweep(s);
+	} else if (converged) {
+		/* The switch is GO's: rounds paced until it comes. */
+		struct timeval tv = {0, PRECOPY_PACE_MS * 1000};
+
+		if (!s->m->pre.ready)
+			log_info("migration %s: pre-copy converged after %u "
+				 "rounds; ready for go",
+				 log_id(s->m->id), s->m->pre.rounds);
+		s->m->pre.ready = 1;
+		evtimer_add(pc->pace_ev, &tv);
+		return;
+	}
+	source_precopy_sweep(s);
 }
 
 /*

@@ -31,8 +31,8 @@ ID=$(new_id)
 
 # Refused before anything is exported: the process runs on.
 expect_error "bad --id" "not a migration ID" src export "$WS" --deferred --id 12345
-expect_error "--deferred with --precopy" "neither --precopy" \
-	src export "$WS" --deferred --precopy
+expect_error "--deferred with --image" "goes not with --image" \
+	src export --image "$T/none.img" --deferred
 expect_error "go on an unknown ID" "unknown migration ID" src go "$(new_id)"
 expect_error "cancel on an unknown ID" "unknown migration ID" src cancel "$(new_id)"
 expect_error "prepare on an unknown ID" "unknown migration ID" src go --prepare "$(new_id)"

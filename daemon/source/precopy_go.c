@@ -1,0 +1,70 @@
+/*
+ * export --deferred --precopy: the switch waits for GO (docs/design.md,
+ * "A switch the operator gives"). Until it comes, converged rounds are
+ * paced; GO starts the last round, and its client is answered at the
+ * freeze (precopy.c) or with the failure that came first.
+ */
+#include "config.h"
+
+#include <event2/event.h>
+
+#include "daemon/control.h"
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/migration.h"
+#include "daemon/source/internal.h"
+
+void
+source_precopy_go_failed(struct source *s, uint32_t code, const char *why)
+{
+	if (s->pc == NULL || s->pc->go_serial == 0)
+		return;
+	control_reply_error(s->pc->go_serial, code, "go: %s", why);
+	s->pc->go_serial = 0;
+}
+
+/* The pause of a converged pre-copy is over (PRECOPY_PACE_MS). */
+static void
+pace_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct source *s = arg;
+
+	(void)fd;
+	(void)what;
+	if (s->pc->went)
+		s->pc->phase = PC_LAST;
+	source_precopy_sweep(s);
+}
+
+void
+source_precopy_wait_go(struct source *s)
+{
+	s->m->pre.wait_go = 1;
+	if ((s->pc->pace_ev = evtimer_new(base, pace_cb, s)) == NULL)
+		fatalx("evtimer_new");
+}
+
+int
+source_precopy_go(struct source *s, uint64_t serial)
+{
+	struct precopy *pc = s->pc;
+
+	if (pc == NULL || !s->m->pre.wait_go || pc->went ||
+	    pc->phase != PC_ROUNDS)
+		return -1;
+	pc->went = 1;
+	pc->go_serial = serial;
+	pc->go_at = now_ns();
+	s->m->pre.wait_go = 0;
+	s->m->ph.went = 1;
+	log_info("migration %s: go after %u pre-copy rounds%s",
+		 log_id(s->m->id), s->m->pre.rounds,
+		 s->m->pre.ready ? "" : " (before they converged)");
+	/* Between two paced rounds: the last one now (else at its end). */
+	if (evtimer_pending(pc->pace_ev, NULL)) {
+		evtimer_del(pc->pace_ev);
+		pc->phase = PC_LAST;
+		source_precopy_sweep(s);
+	}
+	return 0;
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# export --deferred --precopy: a pre-copy whose switch is the operator's.
+# The rounds run from the attach on while the process writes; once they
+# converge status says ready (precopy_ready), and the rounds go on paced,
+# the process still running, until go: one last round, the freeze (go
+# answers then: the process is stopped when go returns), the final pages,
+# the switchover. The destination ends byte for byte equal to the process
+# at its freeze. The same with --track (a holder and its writer, as a
+# guest's RAM and QEMU): go stops both. Refused, nothing changed: a second
+# go and go --prepare on a pre-copy; a cancel before go
+# leaves the process running with nothing registered, and the destination
+# is told.
+. "$SRC/tests/lib.sh"
+need_root
+start_daemon src
+start_daemon dst
+BASE=0x500000000000
+HOLD=$(printf '0x%x' $((BASE + 0x10000000000)))
+SIZE=64M
+END=$(printf '0x%x' $((BASE + $(numfmt --from=iec $SIZE))))
+RANGE=$(printf '%x-%x' $((BASE)) $((END)))
+HRANGE=$(printf '%x-%x' $((HOLD)) $((HOLD + $(numfmt --from=iec $SIZE))))
+key() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1"; }
+sjson() { "$CLIENT" --control "$src_SOCK" status "$1" --json >"$T/s.json" && cat "$T/s.json"; }
+
+# wait_ready ID: until the source says the rounds converged.
+wait_ready() {
+	for _ in $(seq 300); do
+		sjson "$1" | grep -q '"precopy_ready":true' && return
+		sleep 0.1
+	done
+	fail "pre-copy $1 never ready: $(cat "$T/s.json")"
+}
+
+# switched WHO EXPORTED HASHED_PID HASH_START ARGS...: exports, attaches,
+# waits until ready, checks the process still runs and the rounds go on,
+# gives go, and checks the result byte for byte.
+switched() {
+	local who=$1 p=$2 hp=$3 hstart=$4 r1 r2 h_src h_dst
+	shift 4
+	start_workload WD dest --size "$SIZE" --threads 2 $DKIND
+	ID=$("$CLIENT" --control "$src_SOCK" export "$p" --deferred --precopy --keep-source "$@") ||
+		fail "$who: export failed"
+	sjson "$ID" | grep -q '"deferred":true' || fail "$who: status does not say deferred: $(cat "$T/s.json")"
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+		--id "$ID" --range "$RANGE" $MAP >"$T/attach.out" || fail "$who: attach: $(cat "$T/attach.out")"
+	wait_ready "$ID"
+	r1=$(key "$T/s.json" precopy_rounds)
+	sleep 1
+	[ "$(proc_state "$p")" != T ] || fail "$who: process stopped before go"
+	sjson "$ID" >/dev/null
+	r2=$(key "$T/s.json" precopy_rounds)
+	[ "$r2" -gt "$r1" ] || fail "$who: no paced rounds while ready ($r1, then $r2)"
+	[ "$r2" -lt $((r1 + 30)) ] || fail "$who: rounds not paced while ready ($r1, then $r2 in 1 s)"
+	"$CLIENT" --control "$src_SOCK" go "$ID" >"$T/go.out" || fail "$who: go: $(cat "$T/go.out")"
+	[ "$(proc_state "$p")" = T ] || fail "$who: process not stopped when go returned"
+	kill -USR1 "$WD"
+	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" ||
+		fail "$who: wait: $(cat "$T/wait.out")"
+	wait_verified WD
+	SAN_WHO="wait (source)" checked "$T/src-wait.out" "$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 ||
+		fail "$who: source side did not complete"
+	h_src=$("$MEMHASH" "$hp" "$hstart" $((hstart + $(numfmt --from=iec $SIZE))))
+	h_dst=$("$MEMHASH" "$WD" $BASE "$END")
+	[ "$h_src" = "$h_dst" ] || fail "$who: destination differs from the process at its freeze"
+	expect_error "$who: a second go" "had its go already" \
+		"$CLIENT" --control "$src_SOCK" go "$ID"
+	info "$who: ready after $r1 rounds, $r2 a second later; $(cat "$T/go.out"); then equal: sha256 $h_src"
+}
+
+DKIND="" MAP=""
+start_workload WS source --size "$SIZE" --threads 2 --hot 3 --pace-us 20
+switched "process" "$WS" "$WS" $((BASE)) --range "$RANGE"
+kill -9 "$WS" "$WD" 2>/dev/null || true
+
+DKIND="--kind memfd" MAP="--map $(printf '%x:%x' $((HOLD)) $((BASE)))"
+start_workload WS source --kind memfd --size "$SIZE" --threads 2 --hot 3 --pace-us 20 --sibling holder
+H=$(sed -n 's/^sibling //p' "$T/WS.out")
+for _ in $(seq 100); do
+	grep -q "$(printf '%x' $((HOLD)))-" "/proc/$H/maps" && break
+	sleep 0.02
+done
+switched "holder and tracked writer" "$H" "$H" $((HOLD)) --range "$HRANGE" --track "$WS"
+[ "$(proc_state "$WS")" = T ] || fail "go did not stop the tracked writer"
+kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
+
+info "refusals, and a cancel before go"
+start_workload WS source --size 8M --threads 1 --hot 3 --pace-us 50
+start_workload WD dest --size 8M --threads 1
+R8=$(printf '%x-%x' $((BASE)) $((BASE + 8 * 1024 * 1024)))
+ID=$("$CLIENT" --control "$src_SOCK" export "$WS" --deferred --precopy --range "$R8")
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	--id "$ID" --range "$R8" >/dev/null || fail "attach for the cancel failed"
+expect_error "go --prepare on a pre-copy" "nothing comes before" \
+	"$CLIENT" --control "$src_SOCK" go --prepare "$ID"
+wait_ready "$ID"
+"$CLIENT" --control "$src_SOCK" cancel "$ID" >/dev/null || fail "cancel before go failed"
+if "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 30 >"$T/wait.out" 2>&1; then
+	fail "the destination of a cancelled pre-copy completed"
+fi
+grep -q "cancelled before go" "$T/wait.out" || fail "the destination was not told of the cancel: $(cat "$T/wait.out")"
+[ "$(proc_state "$WS")" != T ] || fail "cancel left the process stopped"
+for _ in $(seq 50); do
+	grep -qE 'VmFlags:.* (um|uw)( |$)' "/proc/$WS/smaps" || break
+	sleep 0.1
+done
+grep -qE 'VmFlags:.* (um|uw)( |$)' "/proc/$WS/smaps" &&
+	fail "cancel left the process with a userfaultfd registered"
+info "cancelled before go: the process runs, nothing registered; the destination: $(head -n 1 "$T/wait.out")"
+kill -9 "$WS" "$WD" 2>/dev/null || true
+stop_daemons
