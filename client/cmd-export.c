@@ -1,6 +1,7 @@
 /*
  * export PID [--range START-END]... [--keep-source] [--id ID] [--deferred]
- * [--precopy [--max-rounds N] [--precopy-threshold BYTES] [--track PID]]:
+ * [--precopy [--max-rounds N] [--precopy-threshold BYTES]
+ * [--track[-unstopped] PID]]:
  * a process to serve; export --image FILE: a snapshot image to serve.
  */
 #include "config.h"
@@ -138,6 +139,11 @@ export_image(Uffdd__ExportRequest *req, const char *image, int other,
 	Uffdd__ExportReply *rep;
 	int fd;
 
+	if (req->deferred) {
+		fprintf(stderr, "uffd-client: --deferred goes not with "
+				"--image: an image is served as it is\n");
+		die_usage(u);
+	}
 	if (other || !*image || req->n_ranges || req->keep_source ||
 	    req->precopy || req->threshold_bytes || req->track_pid ||
 	    req->id[0])
@@ -151,6 +157,24 @@ export_image(Uffdd__ExportRequest *req, const char *image, int other,
 	frame_free(&rep->base);
 	close(fd);
 	return 0;
+}
+
+/* The options that go with --precopy only, checked; rounds set. */
+static void
+precopy_options(Uffdd__ExportRequest *req, uint64_t rounds, const char *u)
+{
+	if ((rounds || req->threshold_bytes || req->track_pid) &&
+	    !req->precopy) {
+		fprintf(stderr,
+			"uffd-client: --max-rounds, --precopy-threshold "
+			"and --track[-unstopped] go with --precopy\n");
+		die_usage(u);
+	}
+	if (rounds > 1000) {
+		fprintf(stderr, "uffd-client: --max-rounds: at most 1000\n");
+		die_usage(u);
+	}
+	req->max_rounds = (uint32_t)rounds;
 }
 
 /* export PID [--range START-END]... [--keep-source] [--precopy ...],
@@ -169,6 +193,7 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 		{"id", required_argument, NULL, 'i'},
 		{"deferred", no_argument, NULL, 'd'},
 		{"track", required_argument, NULL, 'T'},
+		{"track-unstopped", required_argument, NULL, 'U'},
 		{NULL, 0, NULL, 0}};
 	Uffdd__ExportRequest req = UFFDD__EXPORT_REQUEST__INIT;
 	Uffdd__ExportReply *rep;
@@ -195,31 +220,19 @@ cmd_export(const struct cmd_entry *self, int argc, char **argv)
 			req.id = export_id(optarg, u);
 		else if (ch == 'd')
 			req.deferred = 1;
-		else if (ch == 'T')
+		else if (ch == 'T' || ch == 'U') {
+			if (req.track_pid)
+				die_usage(u); /* one tracked process */
 			req.track_pid = parse_pid(optarg, u);
-		else
+			req.track_unstopped = ch == 'U';
+		} else
 			die_usage(u);
-	}
-	if (req.deferred && image) {
-		fprintf(stderr, "uffd-client: --deferred goes not with "
-				"--image: an image is served as it is\n");
-		die_usage(u);
 	}
 	if (image)
 		return export_image(&req, image, argc != optind || rounds, u);
 	if (argc - optind != 1)
 		die_usage(u);
-	if ((rounds || req.threshold_bytes || req.track_pid) && !req.precopy) {
-		fprintf(stderr,
-			"uffd-client: --max-rounds, --precopy-threshold "
-			"and --track go with --precopy\n");
-		die_usage(u);
-	}
-	if (rounds > 1000) {
-		fprintf(stderr, "uffd-client: --max-rounds: at most 1000\n");
-		die_usage(u);
-	}
-	req.max_rounds = (uint32_t)rounds;
+	precopy_options(&req, rounds, u);
 	req.pid = parse_pid(argv[optind], u);
 	if (!daemon_takes(&req)) {
 		free_ranges(req.ranges, req.n_ranges);

@@ -17,7 +17,8 @@ static const struct cmd_entry cmds[] = {
 	{"export",
 	 "export PID [--range START-END[=NAME]]... [--keep-source] [--id ID] "
 	 "[--deferred] [--precopy [--max-rounds N] "
-	 "[--precopy-threshold BYTES] [--track PID]] | export --image FILE",
+	 "[--precopy-threshold BYTES] [--track[-unstopped] PID]] | "
+	 "export --image FILE",
 	 cmd_export},
 	{"go", "go [--prepare] ID", cmd_go},
 	{"cancel", "cancel ID", cmd_cancel},

@@ -60,6 +60,7 @@ track(struct source *s, const Uffdd__ExportRequest *req, uint32_t *code,
 			 (int)req->track_pid);
 		return -1;
 	}
+	s->pc->track_unstopped = req->track_unstopped;
 	return source_track_arm(s, tp, code, err, errlen);
 }
 

@@ -127,6 +127,10 @@ source_export_check(const Uffdd__ExportRequest *req, struct range *ranges,
 				 "--range ...=NAME does not go with --precopy");
 			return -1;
 		}
+	if (req->track_unstopped && req->track_pid == 0) {
+		snprintf(err, errlen, "track_unstopped without a track_pid");
+		return -1;
+	}
 	if (req->track_pid != 0 && !req->precopy) {
 		snprintf(err, errlen, "--track goes with --precopy only");
 		return -1;

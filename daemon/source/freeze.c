@@ -285,6 +285,33 @@ source_ran(pid_t pid, const struct wptrack *wp, long long switches, char *why,
 	return 1;
 }
 
+/*
+ * A tracked process (--track, track.c) writes the memory too: once the
+ * export is frozen, a run of it (one --track stopped) or a write by it
+ * (--track-unstopped) is a run of the source. Its exit is not: it writes
+ * nothing more.
+ */
+static int
+tracked_ran(const struct source *s, char *why, size_t len)
+{
+	const struct precopy *pc = s->pc;
+	uint64_t addr;
+
+	if (pc == NULL || pc->track.pid <= 0 ||
+	    (pc->phase != PC_FINAL && pc->phase != PC_DONE))
+		return 0;
+	if (!pc->track_unstopped)
+		return source_ran(pc->track.pid, &pc->track_wp,
+				  pc->track_switches, why, len) > 0;
+	if (wptrack_written(&pc->track_wp, &addr) != 1)
+		return 0;
+	snprintf(why, len,
+		 "tracked process %d wrote to the exported memory (at 0x%llx "
+		 "in its mapping) after the freeze",
+		 (int)pc->track.pid, (unsigned long long)addr);
+	return 1;
+}
+
 /* Whether the export's process ran since it was frozen (source_ran()). */
 int
 source_continued(const struct source *s, char *why, size_t len)
@@ -294,12 +321,7 @@ source_continued(const struct source *s, char *why, size_t len)
 	if (s->img)
 		return 0; /* no process: nothing can run */
 	ran = source_ran(s->m->pid, &s->wp, s->switches, why, len);
-	/* A tracked process (--track, track.c) writes it too, once frozen. */
-	if (ran == 0 && s->pc != NULL && s->pc->track.pid > 0 &&
-	    (s->pc->phase == PC_FINAL || s->pc->phase == PC_DONE))
-		ran = source_ran(s->pc->track.pid, &s->pc->track_wp,
-				 s->pc->track_switches, why, len);
-	return ran;
+	return ran != 0 ? ran : tracked_ran(s, why, len);
 }
 
 /*

@@ -132,6 +132,7 @@ struct precopy {
 	uint64_t go_serial, go_at;
 	struct event *pace_ev;
 	struct procref track;
+	int track_unstopped; /* --track-unstopped: not frozen, only read */
 	struct wptrack track_wp;
 	uint64_t *track_at;
 	int track_was_stopped;

@@ -231,9 +231,14 @@ source_track_arm(struct source *s, struct procref *tp, uint32_t *code,
 	if (rc == 0) {
 		pc->track = *tp;
 		*tp = (struct procref)PROCREF_NONE;
-		log_info("migration %s: writes of process %d to its memory "
-			 "tracked too (--track)",
-			 log_id(s->m->id), (int)pc->track.pid);
+		log_info(
+			"migration %s: writes of process %d to its memory "
+			"tracked too (%s)",
+			log_id(s->m->id), (int)pc->track.pid,
+			pc->track_unstopped
+				? "--track-unstopped: not stopped at the "
+				  "freeze, a write after it fails the migration"
+				: "--track: stopped with it at the freeze");
 	}
 	procref_close(tp);
 	return rc;
@@ -282,6 +287,15 @@ source_track_freeze(struct source *s, char *err, size_t errlen)
 
 	if (pc == NULL || pc->track.pid <= 0)
 		return 0;
+	/* It stopped writing on its own: only still itself, read after. */
+	if (pc->track_unstopped) {
+		if (procref_same(&pc->track))
+			return 0;
+		snprintf(err, errlen,
+			 "tracked process %d exited, or runs another program",
+			 (int)pc->track.pid);
+		return -1;
+	}
 	if (source_freeze_checked(&pc->track, NULL, NULL,
 				  &pc->track_was_stopped, &code, err,
 				  errlen) < 0)
@@ -293,7 +307,7 @@ source_track_freeze(struct source *s, char *err, size_t errlen)
 void
 source_track_thaw(struct source *s)
 {
-	if (s->pc != NULL && s->pc->track.pid > 0)
+	if (s->pc != NULL && s->pc->track.pid > 0 && !s->pc->track_unstopped)
 		source_thaw(&s->pc->track, s->pc->track_was_stopped);
 }
 

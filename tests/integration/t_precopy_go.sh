@@ -6,7 +6,10 @@
 # answers then: the process is stopped when go returns), the final pages,
 # the switchover. The destination ends byte for byte equal to the process
 # at its freeze. The same with --track (a holder and its writer, as a
-# guest's RAM and QEMU): go stops both. Refused, nothing changed: a second
+# guest's RAM and QEMU): go stops both; with --track-unstopped the writer
+# pauses on its own before go (as QEMU does) and is left alone, and one
+# that writes after go fails the migration, saying so. Refused, nothing
+# changed: a second
 # go and go --prepare on a pre-copy; a cancel before go
 # leaves the process running with nothing registered, and the destination
 # is told.
@@ -52,6 +55,7 @@ switched() {
 	r2=$(key "$T/s.json" precopy_rounds)
 	[ "$r2" -gt "$r1" ] || fail "$who: no paced rounds while ready ($r1, then $r2)"
 	[ "$r2" -lt $((r1 + 30)) ] || fail "$who: rounds not paced while ready ($r1, then $r2 in 1 s)"
+	$PRE_GO
 	"$CLIENT" --control "$src_SOCK" go "$ID" >"$T/go.out" || fail "$who: go: $(cat "$T/go.out")"
 	[ "$(proc_state "$p")" = T ] || fail "$who: process not stopped when go returned"
 	kill -USR1 "$WD"
@@ -68,20 +72,55 @@ switched() {
 	info "$who: ready after $r1 rounds, $r2 a second later; $(cat "$T/go.out"); then equal: sha256 $h_src"
 }
 
-DKIND="" MAP=""
+DKIND="" MAP="" PRE_GO=""
 start_workload WS source --size "$SIZE" --threads 2 --hot 3 --pace-us 20
 switched "process" "$WS" "$WS" $((BASE)) --range "$RANGE"
 kill -9 "$WS" "$WD" 2>/dev/null || true
 
+# holder_pair: a writer WS over a memfd and its holder H (1 TiB up).
+holder_pair() {
+	start_workload WS source --kind memfd --size "$SIZE" --threads 2 --hot 3 --pace-us 20 --sibling holder
+	H=$(sed -n 's/^sibling //p' "$T/WS.out")
+	for _ in $(seq 100); do
+		grep -q "$(printf '%x' $((HOLD)))-" "/proc/$H/maps" && break
+		sleep 0.02
+	done
+}
 DKIND="--kind memfd" MAP="--map $(printf '%x:%x' $((HOLD)) $((BASE)))"
-start_workload WS source --kind memfd --size "$SIZE" --threads 2 --hot 3 --pace-us 20 --sibling holder
-H=$(sed -n 's/^sibling //p' "$T/WS.out")
-for _ in $(seq 100); do
-	grep -q "$(printf '%x' $((HOLD)))-" "/proc/$H/maps" && break
-	sleep 0.02
-done
+holder_pair
 switched "holder and tracked writer" "$H" "$H" $((HOLD)) --range "$HRANGE" --track "$WS"
 [ "$(proc_state "$WS")" = T ] || fail "go did not stop the tracked writer"
+kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
+
+# --track-unstopped: the writer stops writing on its own before go (as
+# QEMU pauses its guest at pre-switchover) and is not stopped by uffdd.
+holder_pair
+PRE_GO="kill -STOP $WS"
+switched "writer paused on its own" "$H" "$H" $((HOLD)) --range "$HRANGE" --track-unstopped "$WS"
+PRE_GO=""
+grep -q "writes of process $WS to its memory tracked too (--track-unstopped" "$T/src.log" ||
+	fail "the log does not say the writer is tracked unstopped"
+kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
+
+# ... and one that writes on after go (it never paused) fails the
+# migration before its commit: the destination never runs on torn memory.
+holder_pair
+start_workload WD dest --size "$SIZE" --threads 2 $DKIND
+ID=$("$CLIENT" --control "$src_SOCK" export "$H" --deferred --precopy --range "$HRANGE" \
+	--track-unstopped "$WS") || fail "unstopped: export failed"
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	--id "$ID" --range "$RANGE" $MAP >"$T/attach.out" || fail "unstopped: attach: $(cat "$T/attach.out")"
+wait_ready "$ID"
+"$CLIENT" --control "$src_SOCK" go "$ID" >"$T/go.out" || fail "unstopped: go: $(cat "$T/go.out")"
+if "$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 >"$T/wait.out" 2>&1; then
+	fail "a write by the unstopped writer after go went unnoticed"
+fi
+grep -q "wrote to the exported memory" "$T/wait.out" ||
+	fail "the failure does not name the write: $(cat "$T/wait.out")"
+if "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 60 >"$T/dwait.out" 2>&1; then
+	fail "the destination of a torn pre-copy completed"
+fi
+info "a write after go: $(grep -o 'tracked process.*' "$T/wait.out" | head -n 1); destination: $(tail -n 1 "$T/dwait.out")"
 kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
 
 info "refusals, and a cancel before go"
