@@ -120,13 +120,6 @@ source_export_check(const Uffdd__ExportRequest *req, struct range *ranges,
 			 "--keep-source, --deferred or --id");
 		return -1;
 	}
-	for (size_t i = 0; i < req->n_ranges; i++)
-		if (req->precopy && req->ranges[i]->name &&
-		    req->ranges[i]->name[0]) {
-			snprintf(err, errlen,
-				 "--range ...=NAME does not go with --precopy");
-			return -1;
-		}
 	if (req->track_unstopped && req->track_pid == 0) {
 		snprintf(err, errlen, "track_unstopped without a track_pid");
 		return -1;

@@ -88,7 +88,10 @@ holder_pair() {
 }
 DKIND="--kind memfd" MAP="--map $(printf '%x:%x' $((HOLD)) $((BASE)))"
 holder_pair
-switched "holder and tracked writer" "$H" "$H" $((HOLD)) --range "$HRANGE" --track "$WS"
+# Named, as a guest's RAM blocks are (attach --map NAME=DST).
+MAP="--map ram0=$(printf '%x' $((BASE)))"
+switched "holder and tracked writer" "$H" "$H" $((HOLD)) --range "$HRANGE=ram0" --track "$WS"
+MAP="--map $(printf '%x:%x' $((HOLD)) $((BASE)))"
 [ "$(proc_state "$WS")" = T ] || fail "go did not stop the tracked writer"
 kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
 
