@@ -197,6 +197,7 @@ attach_options(int argc, char **argv, Uffdd__AttachRequest *req,
 		{"ws-secs", required_argument, NULL, 'S'},
 		{"wait-export", required_argument, NULL, 'E'},
 		{"hold-bulk", no_argument, NULL, 'H'},
+		{"precopy-no-hold", no_argument, NULL, 'P'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -241,6 +242,9 @@ attach_options(int argc, char **argv, Uffdd__AttachRequest *req,
 			break;
 		case 'H':
 			req->hold_bulk = 1;
+			break;
+		case 'P':
+			req->precopy_no_hold = 1;
 			break;
 		default:
 			die_usage(u);

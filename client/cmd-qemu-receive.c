@@ -152,6 +152,12 @@ receive_attach(struct receive *r)
 	req.maps = mp;
 	req.n_maps = r->n;
 	req.hold_bulk = 1; /* until the guest runs: receive_run() */
+	/*
+	 * A pre-copy (send --precopy) leaves QEMU running during the rounds:
+	 * it touches no guest RAM before the device state, and must answer
+	 * QMP and take the source QEMU's connection meanwhile.
+	 */
+	req.precopy_no_hold = 1;
 	req.export_wait_secs = (uint32_t)(r->timeout > 3600 ? 3600
 					  : r->timeout < 1  ? 1
 							    : r->timeout);

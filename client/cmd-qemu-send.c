@@ -13,7 +13,11 @@
  *      under --id or a fresh ID, printed: nothing is read yet;
  *   3. wait until the destination has attached (lanes up, regions taken);
  *      prepare: the daemon stops the holder and checks its maps now, so
- *      that go, in the stop window, need not;
+ *      that go, in the stop window, need not. With --precopy instead:
+ *      the files are pre-copied from the attach on (QEMU's writes
+ *      tracked in QEMU, which is not stopped by uffdd), and the guest
+ *      stops once the rounds converged; go then sends what it wrote last
+ *      and returns once the destination switched over;
  *   4. QEMU's migration starts, the guest running: the connection to the
  *      destination QEMU and the little RAM that is not in the files go
  *      before the stop; QEMU stops the guest and pauses before the
@@ -50,6 +54,7 @@ struct send {
 	char st[64], id[64], names[MAX_BLOCKS][160];
 	pid_t holder;
 	double t_stop;
+	int precopy; /* --precopy: the RAM pre-copied while the guest runs */
 	/* How far it went, for what a failure must undo. */
 	int ignoring, running, migrating, went, sent, resident;
 	int failed; /* the source's migration failed after the device state */
@@ -63,6 +68,7 @@ send_args(const struct cmd_entry *self, int argc, char **argv, struct send *s)
 		{"to", required_argument, NULL, 'o'},
 		{"id", required_argument, NULL, 'i'},
 		{"timeout", required_argument, NULL, 't'},
+		{"precopy", no_argument, NULL, 'p'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -76,6 +82,8 @@ send_args(const struct cmd_entry *self, int argc, char **argv, struct send *s)
 			check_id(s->want_id = optarg, self->usage);
 		else if (ch == 't')
 			s->timeout = parse_timeout(optarg, self->usage);
+		else if (ch == 'p')
+			s->precopy = 1;
 		else
 			die_usage(self->usage);
 	}
@@ -136,6 +144,14 @@ send_export(struct send *s)
 	req.ranges = rp;
 	req.n_ranges = s->n;
 	req.deferred = 1;
+	/*
+	 * --precopy: rounds over the files while the guest runs, QEMU's
+	 * writes tracked in QEMU (it writes the files through its own
+	 * mappings), which pauses the guest itself: not stopped by uffdd.
+	 */
+	req.precopy = s->precopy;
+	req.track_pid = s->precopy ? (int32_t)qmp_pid(s->q) : 0;
+	req.track_unstopped = s->precopy;
 	req.id = (char *)(s->want_id ? s->want_id : "");
 	rep = (Uffdd__ExportReply *)flow_request(
 		s->ctl, FRAME_CTL_EXPORT, &req.base, FRAME_CTL_EXPORT_REPLY);
@@ -148,16 +164,32 @@ send_export(struct send *s)
 	for (size_t i = 0; i < s->n; i++)
 		flow_say("RAM block %s: %" PRIu64 " MiB, exported as %s",
 			 s->b[i].id, s->b[i].size >> 20, s->names[i]);
-	flow_say("source RAM exported, deferred: migration %s", s->id);
+	flow_say("source RAM exported, deferred%s: migration %s",
+		 s->precopy ? ", pre-copied from the attach on" : "", s->id);
 	return 0;
 }
 
+/* The export's status says its destination attached. */
+static int
+says_attached(const Uffdd__MigrationStatus *m)
+{
+	return m->attached;
+}
+
+/* The export's status says its pre-copy converged (ready for go). */
+static int
+says_ready(const Uffdd__MigrationStatus *m)
+{
+	return m->precopy_ready;
+}
+
 /*
- * Whether the export's destination has attached: 1, 0 not yet, -1 when
- * the export is gone or failed (said why).
+ * Whether the export's status says so: 1, 0 not yet, -1 when the export
+ * is gone or failed (said why). *rounds: its pre-copy rounds so far.
  */
 static int
-attached(struct send *s)
+status_says(struct send *s, int (*says)(const Uffdd__MigrationStatus *),
+	    uint32_t *rounds)
 {
 	Uffdd__StatusRequest req = UFFDD__STATUS_REQUEST__INIT;
 	Uffdd__StatusReply *rep;
@@ -175,24 +207,26 @@ attached(struct send *s)
 			rep->n_migrations ? ": " : "",
 			rep->n_migrations ? rep->migrations[0]->reason : "");
 		rc = -1;
-	} else if (rep->migrations[0]->attached) {
-		rc = 1;
+	} else {
+		*rounds = rep->migrations[0]->precopy_rounds;
+		rc = says(rep->migrations[0]) ? 1 : 0;
 	}
 	frame_free(&rep->base);
 	return rc;
 }
 
-/* Waits, the guest running, until the destination has attached. */
+/*
+ * Waits, the guest running, until the export's status says so (what:
+ * for messages), within --timeout; 0, or -1 said why.
+ */
 static int
-send_wait_dest(struct send *s)
+send_wait(struct send *s, int (*says)(const Uffdd__MigrationStatus *),
+	  const char *what, uint32_t *rounds)
 {
 	double t0 = flow_now();
 	int rc;
 
-	flow_say("waiting for the destination to attach (migrate-qemu "
-		 "receive --id %s)",
-		 s->id);
-	while ((rc = attached(s)) == 0) {
+	while ((rc = status_says(s, says, rounds)) == 0) {
 		if (flow_stop_signal())
 			return -1;
 		if (!process_alive(qmp_pid(s->q))) {
@@ -203,18 +237,46 @@ send_wait_dest(struct send *s)
 			return -1;
 		}
 		if (s->timeout > 0 && flow_now() - t0 > s->timeout) {
-			fprintf(stderr,
-				"uffd-client: no destination attached to %s "
-				"within %.0f s\n",
-				s->id, s->timeout);
+			fprintf(stderr, "uffd-client: %s %s within %.0f s\n",
+				s->id, what, s->timeout);
 			return -1;
 		}
 		usleep(20000);
 	}
-	if (rc < 0)
+	return rc < 0 ? -1 : 0;
+}
+
+/* Waits, the guest running, until the destination has attached. */
+static int
+send_wait_dest(struct send *s)
+{
+	double t0 = flow_now();
+	uint32_t rounds;
+
+	flow_say("waiting for the destination to attach (migrate-qemu "
+		 "receive --id %s)",
+		 s->id);
+	if (send_wait(s, says_attached, "had no destination attached",
+		      &rounds) < 0)
 		return -1;
 	flow_say("destination attached, %.1f s after the export",
 		 flow_now() - t0);
+	return 0;
+}
+
+/* --precopy: waits, the guest running, until the rounds converged. */
+static int
+send_wait_ready(struct send *s)
+{
+	double t0 = flow_now();
+	uint32_t rounds = 0;
+
+	if (!s->precopy)
+		return 0;
+	if (send_wait(s, says_ready, "did not converge", &rounds) < 0)
+		return -1;
+	flow_say("pre-copy converged: %u rounds in %.1f s; the guest stops now",
+		 rounds, flow_now() - t0);
 	return 0;
 }
 
@@ -259,6 +321,8 @@ send_prepare(struct send *s)
 	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
 	Uffdd__GoReply *rep;
 
+	if (s->precopy)
+		return 0; /* its go freezes after one last round */
 	req.prepare = 1;
 	if ((rep = ask_go(s, &req)) == NULL)
 		return -1;
@@ -275,13 +339,19 @@ send_go(struct send *s)
 	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
 	Uffdd__GoReply *rep;
 
-	req.hold_bulk = 1;
+	req.hold_bulk = !s->precopy; /* a pre-copy's stream is its rounds */
 	if ((rep = ask_go(s, &req)) == NULL)
 		return -1;
 	s->went = 1;
-	flow_say("source vCPUs stopped; go: %.1f ms in the daemon, %u page "
-		 "requests waiting answered",
-		 (double)rep->work_us / 1e3, rep->queued);
+	if (s->precopy)
+		flow_say("source vCPUs stopped; go: the last pages written "
+			 "sent and the destination switched over, %.1f ms in "
+			 "the daemon",
+			 (double)rep->work_us / 1e3);
+	else
+		flow_say("source vCPUs stopped; go: %.1f ms in the daemon, %u "
+			 "page requests waiting answered",
+			 (double)rep->work_us / 1e3, rep->queued);
 	frame_free(&rep->base);
 	return 0;
 }
@@ -451,7 +521,7 @@ send_undo(struct send *s)
 
 /* The steps, in order; the first that fails ends it. */
 static int (*const send_steps[])(struct send *) = {
-	send_open,   send_export, send_wait_dest, send_prepare,
+	send_open,   send_export, send_wait_dest, send_wait_ready, send_prepare,
 	send_switch, send_go,	  send_devstate,  send_finish,
 };
 

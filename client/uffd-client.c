@@ -24,7 +24,8 @@ static const struct cmd_entry cmds[] = {
 	{"cancel", "cancel ID", cmd_cancel},
 	{"attach",
 	 "attach PID (--from HOST:PORT --id ID [--pin SHA256] "
-	 "[--wait-export SEC] [--hold-bulk] | --image FILE "
+	 "[--wait-export SEC] [--hold-bulk] [--precopy-no-hold] | "
+	 "--image FILE "
 	 "[--record-working-set [--ws-faults N] [--ws-secs S]]) "
 	 "[--range START-END]... [--map SRC:DST|NAME=DST]... [--wait]",
 	 cmd_attach},
@@ -37,7 +38,7 @@ static const struct cmd_entry cmds[] = {
 	 "--src-control PATH --dst-control PATH --src-peer HOST:PORT "
 	 "[--no-resume] [--timeout SEC] "
 	 "| migrate-qemu send --qmp SOCK --to HOST:PORT [--id ID] "
-	 "[--timeout SEC] "
+	 "[--precopy] [--timeout SEC] "
 	 "| migrate-qemu receive --qmp SOCK --id ID --from HOST:PORT "
 	 "--incoming ADDR:PORT [--no-resume] [--timeout SEC]",
 	 cmd_migrate_qemu},

@@ -64,6 +64,14 @@ frame_pages_fit(uint64_t page_size, uint64_t max)
  */
 #define FEATURE_BULK_HOLD "bulk_hold"
 /*
+ * Hello feature: a destination that echoes a pre-copy's SWITCHOVER on
+ * its demand lane once it has taken it (every page of the freeze in, its
+ * target free to run), says it on its demand lane; a source that waits
+ * for the echo (a deferred pre-copy answers its go then) says it back,
+ * and only then does the destination echo.
+ */
+#define FEATURE_SWITCHOVER_ACK "switchover_ack"
+/*
  * Control feature (StatusReply.features) of a daemon that knows export
  * --deferred and --id, and GO and CANCEL.
  */

@@ -123,6 +123,7 @@ attach_go(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	d->ln.export_wait = req->export_wait_secs;
 	d->bh.run_hold = req->hold_bulk ? 1 : 0;
 	d->m->ph.hold_bulk = d->bh.run_hold;
+	d->held.no_hold = req->precopy_no_hold ? 1 : 0;
 	migration_set_peer(d->m, from);
 	if (req->record_working_set) {
 		migration_ws_start(d->m, req->ws_faults, req->ws_secs);
@@ -293,9 +294,16 @@ static const struct role_ops dest_ops = {
 
 /* At start-up: the daemon serves attaches and restores destinations. */
 /* What the fault reader calls up through (owner.c). */
+static void
+broken(struct dest *d, const char *why)
+{
+	dest_fail(d, "%s", why);
+}
+
 static const struct dest_owner owner = {
 	.forked = dest_fork_child,
 	.exited = dest_target_exited,
+	.broken = broken,
 };
 
 void

@@ -328,6 +328,17 @@ fault(struct dest *d, uint64_t addr, pid_t tid)
 	}
 	if (d->failing)
 		return; /* it will be poisoned and woken */
+	if (d->held.on && d->held.precopy && d->held.no_hold) {
+		char why[256];
+
+		snprintf(why, sizeof(why),
+			 "process %d touched its memory at 0x%llx during the "
+			 "pre-copy, which it was not held for "
+			 "(--precopy-no-hold)",
+			 (int)d->m->pid, (unsigned long long)addr);
+		dest_broken(d, why);
+		return;
+	}
 	d->m->cnt.demand_faults++;
 	switch (pagestate_get(&dr->ps, page)) {
 	case PAGE_MISSING:

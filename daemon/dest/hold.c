@@ -91,6 +91,22 @@ dest_hold_target(struct dest *d, char *err, size_t errlen)
 		return -1;
 	}
 	/*
+	 * attach --precopy-no-hold: the rounds are taken as for a held
+	 * target, which runs, trusted not to touch the memory (its faults
+	 * fail the migration: fault.c). Its setup ends now.
+	 */
+	if (d->held.precopy && d->held.no_hold &&
+	    dest_private_missing(d) == 0) {
+		d->held.on = 1;
+		dest_grant_end(d, PRIVOP_DEST_GO, NULL, 0);
+		log_info("process %d not held during the pre-copy "
+			 "(--precopy-no-hold): a fault before the switchover "
+			 "fails the migration",
+			 (int)d->m->pid);
+		return 0;
+	}
+	d->held.no_hold = 0; /* held after all: private file pages */
+	/*
 	 * A pre-copy's target dies with the daemon: its source still runs,
 	 * or is let go, so nothing is lost, and no target runs on pages of
 	 * several moments.
@@ -131,7 +147,7 @@ dest_release_held(struct dest *d)
 	 * copy of the uffd goes while it is held (the privileged part closes
 	 * it through the hold), so that nothing of the migration stays in it.
 	 */
-	if (d->held.precopy && d->target_fd >= 0)
+	if (d->held.precopy && d->target_fd >= 0 && !d->held.no_hold)
 		dest_close_target_fd(d); /* through the hold */
 	if (d->held.precopy && procref_signal(&d->t, SIGSTOP) == 0) {
 		log_warnx("migration %s: process %d left stopped: the "
@@ -139,7 +155,7 @@ dest_release_held(struct dest *d)
 			  log_id(d->m->id), (int)d->m->pid);
 		missing = 1;
 	}
-	if (dest_by_grant(d))
+	if (dest_by_grant(d) && !d->held.no_hold)
 		dest_grant_end(d, PRIVOP_DEST_GO, NULL, 0);
 	d->held.on = 0;
 	close(d->held.memfd);

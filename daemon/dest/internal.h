@@ -224,6 +224,14 @@ struct dest_held {
 	 * replaces the copy installed before (through memfd).
 	 */
 	int precopy;
+	/*
+	 * AttachRequest.precopy_no_hold: a pre-copy's target is not held,
+	 * only trusted not to touch the memory until SWITCHOVER (on stands
+	 * for the rounds all the same); a fault meanwhile fails it.
+	 */
+	int no_hold;
+	/* The source waits for its SWITCHOVER echoed (its HELLO said so). */
+	int ack;
 };
 
 /*
@@ -415,10 +423,13 @@ void dest_add_move(struct dst_region *, uint64_t p0, uint64_t p1, uint64_t at);
 struct dest_owner {
 	void (*forked)(struct dest *parent, int ufd);
 	void (*exited)(struct dest *);
+	/* A fault that the migration cannot serve: it fails, saying why. */
+	void (*broken)(struct dest *, const char *why);
 };
 void dest_owner_set(const struct dest_owner *);
 void dest_forked(struct dest *parent, int ufd);
 void dest_exited(struct dest *);
+void dest_broken(struct dest *, const char *why);
 
 /* uffdread.c */
 void dest_uffd_read_failed(struct dest *);

@@ -620,7 +620,8 @@ demand_close(struct conn *c, const char *why, void *arg)
 int
 dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 {
-	static char *feat[] = {FEATURE_PRECOPY, FEATURE_BULK_HOLD};
+	static char *feat[] = {FEATURE_PRECOPY, FEATURE_BULK_HOLD,
+			       FEATURE_SWITCHOVER_ACK};
 	Uffdd__Hello h = UFFDD__HELLO__INIT;
 	char name[300];
 

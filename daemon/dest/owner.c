@@ -1,7 +1,8 @@
 /*
  * The calls the fault reader (fault.c) makes up to the parts that drive
- * it: the target forked (children.c follows the child) and the target is
- * gone (lifecycle.c ends or goes on for the children). A part below
+ * it: the target forked (children.c follows the child), the target is
+ * gone (lifecycle.c ends or goes on for the children), and a fault broke
+ * the migration (lifecycle.c fails it). A part below
  * reports up only by what it returns or through these callbacks, which
  * the role's top (attach.c, at registration) installs: the fault reader
  * neither links to nor knows the code above it (docs/design.md, "The
@@ -40,4 +41,10 @@ void
 dest_exited(struct dest *d)
 {
 	get()->exited(d);
+}
+
+void
+dest_broken(struct dest *d, const char *why)
+{
+	get()->broken(d, why);
 }

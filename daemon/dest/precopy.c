@@ -31,10 +31,23 @@ dest_precopy_hello(struct dest *d, const Uffdd__Hello *h)
 	if (d->m->state != MIG_CONNECTING)
 		return;
 	d->held.precopy = 0;
-	for (size_t i = 0; i < h->n_features; i++)
+	for (size_t i = 0; i < h->n_features; i++) {
 		if (strcmp(h->features[i], FEATURE_PRECOPY) == 0)
 			d->held.precopy = 1;
+		if (strcmp(h->features[i], FEATURE_SWITCHOVER_ACK) == 0)
+			d->held.ack = 1;
+	}
 	d->m->pre.on = d->held.precopy;
+}
+
+/* SWITCHOVER taken: echoed to a source that waits for it. */
+static void
+ack_switchover(struct dest *d, const Uffdd__Switchover *sw)
+{
+	if (!d->held.ack || d->demand == NULL)
+		return;
+	conn_send(d->demand, FRAME_SWITCHOVER, &sw->base);
+	conn_flush(d->demand);
 }
 
 /*
@@ -183,6 +196,7 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 	if (!d->held.precopy && d->m->pre.rounds && c == d->bulk) {
 		log_debug("migration %s: SWITCHOVER again, ignored",
 			  log_id(d->m->id));
+		ack_switchover(d, sw);
 		return NULL;
 	}
 	if (!d->held.precopy || c != d->bulk || d->m->state != MIG_RUNNING ||
@@ -204,6 +218,7 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 		 (unsigned long long)d->m->cnt.pages_total);
 	dest_persist_dirty(d);
 	d->m->cnt.pages_present = dest_present_total(d);
+	ack_switchover(d, sw);
 	dest_maybe_complete(d);
 	return NULL;
 }

@@ -276,6 +276,8 @@ struct source {
 	struct source_persist ps;
 	/* lanes.c: the destination holds the bulk stream (FEATURE_BULK_HOLD) */
 	int peer_held;
+	/* lanes.c: the destination echoes SWITCHOVER (FEATURE_SWITCHOVER_ACK) */
+	int peer_acks;
 	/*
 	 * The process, as checked (procref.h): signals go through its pidfd,
 	 * demand reads through its memory file (read_demand()).
@@ -464,6 +466,13 @@ void source_precopy_sweep(struct source *);
 void source_precopy_wait_go(struct source *);
 int source_precopy_go(struct source *, uint64_t serial);
 void source_precopy_go_failed(struct source *, uint32_t code, const char *why);
+/* The destination took the SWITCHOVER (its echo): go is answered. */
+void source_precopy_switched(struct source *);
+/*
+ * Whether to ask the destination of hello h for SWITCHOVER's echo: a
+ * deferred pre-copy answers its go once the destination switched.
+ */
+int source_precopy_wants_ack(const struct source *, const Uffdd__Hello *h);
 
 /*
  * track.c: export --precopy --track. source_track_match() finds where

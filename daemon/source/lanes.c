@@ -409,6 +409,9 @@ demand_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 	case FRAME_BULK_GO:
 		bulk_go(s);
 		break;
+	case FRAME_SWITCHOVER: /* its echo: the destination switched */
+		source_precopy_switched(s);
+		break;
 	case FRAME_ROUND_SYNC:
 		if (source_precopy_synced(s, (const Uffdd__Ping *)msg) < 0) {
 			log_warnx("%s: ROUND_SYNC outside a pre-copy",
@@ -600,7 +603,7 @@ send_regions(struct source *s, struct conn *c)
 static int
 demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 {
-	char *feat[2];
+	char *feat[3];
 	Uffdd__Hello me = UFFDD__HELLO__INIT;
 	int was_held;
 
@@ -650,6 +653,8 @@ demand_hello(struct source *s, struct conn *c, const Uffdd__Hello *hello)
 		       !source_precopy_running(s);
 	if (s->peer_held)
 		feat[me.n_features++] = FEATURE_BULK_HOLD;
+	if ((s->peer_acks = source_precopy_wants_ack(s, hello)))
+		feat[me.n_features++] = FEATURE_SWITCHOVER_ACK;
 	conn_send(c, FRAME_HELLO, &me.base);
 	send_regions(s, c);
 	if (was_held && !s->peer_held)

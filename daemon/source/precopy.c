@@ -269,7 +269,11 @@ mark_final(struct source *s)
 	}
 }
 
-/* GO's client, once the process is frozen: the switch is under way. */
+/*
+ * GO's client, once the switch is done: the destination took SWITCHOVER
+ * (its echo: every page of the freeze in, its target free to run), or, a
+ * destination that does not echo it, SWITCHOVER is sent.
+ */
 static void
 answer_go(struct source *s)
 {
@@ -281,6 +285,13 @@ answer_go(struct source *s)
 	rep.work_us = (now_ns() - s->pc->go_at) / 1000;
 	control_reply(s->pc->go_serial, FRAME_CTL_GO_REPLY, &rep.base);
 	s->pc->go_serial = 0;
+}
+
+void
+source_precopy_switched(struct source *s)
+{
+	if (s->pc != NULL && s->pc->phase == PC_DONE)
+		answer_go(s);
 }
 
 /*
@@ -329,7 +340,6 @@ freeze_now(struct source *s)
 		 log_id(s->m->id), (int)s->m->pid, s->m->pre.rounds,
 		 (double)(now_ns() - pc->t_freeze) / 1e6,
 		 (unsigned long long)pc->final_pages);
-	answer_go(s);
 	source_precopy_sweep(s);
 }
 
@@ -365,6 +375,9 @@ switchover(struct source *s)
 		return;
 	migration_round(s->m, s->m->cnt.bytes - pc->round_start);
 	send_switchover(s);
+	/* Go is answered when the destination took it, or now. */
+	if (!s->peer_acks)
+		answer_go(s);
 	/* From here a silent link is the destination's to notice. */
 	if (s->demand)
 		peer_set_user_timeout(s->demand, 0);

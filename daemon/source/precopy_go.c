@@ -6,6 +6,8 @@
  */
 #include "config.h"
 
+#include <string.h>
+
 #include <event2/event.h>
 
 #include "daemon/control.h"
@@ -66,5 +68,16 @@ source_precopy_go(struct source *s, uint64_t serial)
 		pc->phase = PC_LAST;
 		source_precopy_sweep(s);
 	}
+	return 0;
+}
+
+int
+source_precopy_wants_ack(const struct source *s, const Uffdd__Hello *h)
+{
+	if (s->pc == NULL || !(s->m->pre.wait_go || s->pc->went))
+		return 0;
+	for (size_t i = 0; i < h->n_features; i++)
+		if (strcmp(h->features[i], FEATURE_SWITCHOVER_ACK) == 0)
+			return 1;
 	return 0;
 }

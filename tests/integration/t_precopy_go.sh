@@ -8,7 +8,10 @@
 # at its freeze. The same with --track (a holder and its writer, as a
 # guest's RAM and QEMU): go stops both; with --track-unstopped the writer
 # pauses on its own before go (as QEMU does) and is left alone, and one
-# that writes after go fails the migration, saying so. Refused, nothing
+# that writes after go fails the migration, saying so; a destination
+# attached --precopy-no-hold is not held during the rounds (as QEMU waiting
+# for its device state), and one that touches its memory then fails the
+# migration and is stopped. Refused, nothing
 # changed: a second
 # go and go --prepare on a pre-copy; a cancel before go
 # leaves the process running with nothing registered, and the destination
@@ -46,11 +49,15 @@ switched() {
 		fail "$who: export failed"
 	sjson "$ID" | grep -q '"deferred":true' || fail "$who: status does not say deferred: $(cat "$T/s.json")"
 	"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
-		--id "$ID" --range "$RANGE" $MAP >"$T/attach.out" || fail "$who: attach: $(cat "$T/attach.out")"
+		--id "$ID" --range "$RANGE" $MAP $NO_HOLD >"$T/attach.out" || fail "$who: attach: $(cat "$T/attach.out")"
 	wait_ready "$ID"
 	r1=$(key "$T/s.json" precopy_rounds)
 	sleep 1
 	[ "$(proc_state "$p")" != T ] || fail "$who: process stopped before go"
+	case "$NO_HOLD:$(proc_state "$WD")" in
+	--precopy-no-hold:[tT]) fail "$who: destination held despite --precopy-no-hold" ;;
+	:[!tT]) fail "$who: destination not held during the pre-copy ($(proc_state "$WD"))" ;;
+	esac
 	sjson "$ID" >/dev/null
 	r2=$(key "$T/s.json" precopy_rounds)
 	[ "$r2" -gt "$r1" ] || fail "$who: no paced rounds while ready ($r1, then $r2)"
@@ -58,6 +65,10 @@ switched() {
 	$PRE_GO
 	"$CLIENT" --control "$src_SOCK" go "$ID" >"$T/go.out" || fail "$who: go: $(cat "$T/go.out")"
 	[ "$(proc_state "$p")" = T ] || fail "$who: process not stopped when go returned"
+	# ... and the destination switched over: its target may run.
+	"$CLIENT" --control "$dst_SOCK" status "$ID" --json >"$T/d.json"
+	! grep -q '"state":"precopy"' "$T/d.json" ||
+		fail "$who: go returned before the destination switched over: $(cat "$T/d.json")"
 	kill -USR1 "$WD"
 	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" ||
 		fail "$who: wait: $(cat "$T/wait.out")"
@@ -72,7 +83,7 @@ switched() {
 	info "$who: ready after $r1 rounds, $r2 a second later; $(cat "$T/go.out"); then equal: sha256 $h_src"
 }
 
-DKIND="" MAP="" PRE_GO=""
+DKIND="" MAP="" PRE_GO="" NO_HOLD=""
 start_workload WS source --size "$SIZE" --threads 2 --hot 3 --pace-us 20
 switched "process" "$WS" "$WS" $((BASE)) --range "$RANGE"
 kill -9 "$WS" "$WD" 2>/dev/null || true
@@ -98,9 +109,10 @@ kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
 # --track-unstopped: the writer stops writing on its own before go (as
 # QEMU pauses its guest at pre-switchover) and is not stopped by uffdd.
 holder_pair
-PRE_GO="kill -STOP $WS"
-switched "writer paused on its own" "$H" "$H" $((HOLD)) --range "$HRANGE" --track-unstopped "$WS"
-PRE_GO=""
+PRE_GO="kill -STOP $WS" NO_HOLD=--precopy-no-hold
+switched "writer paused on its own, destination not held" "$H" "$H" $((HOLD)) \
+	--range "$HRANGE" --track-unstopped "$WS"
+PRE_GO="" NO_HOLD=""
 grep -q "writes of process $WS to its memory tracked too (--track-unstopped" "$T/src.log" ||
 	fail "the log does not say the writer is tracked unstopped"
 kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
@@ -114,7 +126,9 @@ ID=$("$CLIENT" --control "$src_SOCK" export "$H" --deferred --precopy --range "$
 "$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
 	--id "$ID" --range "$RANGE" $MAP >"$T/attach.out" || fail "unstopped: attach: $(cat "$T/attach.out")"
 wait_ready "$ID"
-"$CLIENT" --control "$src_SOCK" go "$ID" >"$T/go.out" || fail "unstopped: go: $(cat "$T/go.out")"
+# Go answers once the destination switched over: here it fails first.
+expect_error "go, the writer writing on" "wrote to the exported memory" \
+	"$CLIENT" --control "$src_SOCK" go "$ID"
 if "$CLIENT" --control "$src_SOCK" wait "$ID" --timeout 60 >"$T/wait.out" 2>&1; then
 	fail "a write by the unstopped writer after go went unnoticed"
 fi
@@ -124,6 +138,32 @@ if "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 60 >"$T/dwait.out" 2>&1;
 	fail "the destination of a torn pre-copy completed"
 fi
 info "a write after go: $(grep -o 'tracked process.*' "$T/wait.out" | head -n 1); destination: $(tail -n 1 "$T/dwait.out")"
+kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
+
+# A destination not held that touches its memory before the switchover
+# fails the migration, and is stopped.
+holder_pair
+start_workload WD dest --size "$SIZE" --threads 2 $DKIND
+ID=$("$CLIENT" --control "$src_SOCK" export "$H" --deferred --precopy --range "$HRANGE" \
+	--track "$WS") || fail "no hold, touched: export failed"
+"$CLIENT" --control "$dst_SOCK" attach "$WD" --from "127.0.0.1:$src_PORT" \
+	--id "$ID" --range "$RANGE" $MAP --precopy-no-hold >"$T/attach.out" ||
+	fail "no hold, touched: attach: $(cat "$T/attach.out")"
+wait_ready "$ID"
+kill -USR1 "$WD"
+if "$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 60 >"$T/dwait.out" 2>&1; then
+	fail "a destination that touched its memory during the pre-copy completed"
+fi
+grep -q "touched its memory at 0x[0-9a-f]* during the pre-copy" "$T/dwait.out" ||
+	fail "the failure does not say the target touched its memory: $(cat "$T/dwait.out")"
+for _ in $(seq 50); do
+	[ "$(proc_state "$WD")" = T ] && break
+	sleep 0.1
+done
+[ "$(proc_state "$WD")" = T ] || fail "the destination that touched its memory was not stopped"
+[ "$(proc_state "$WS")" != T ] && [ "$(proc_state "$H")" != T ] ||
+	fail "the source processes did not run on after the failed pre-copy"
+info "no hold, touched: $(grep -o 'process [0-9]* touched.*' "$T/dwait.out" | head -n 1)"
 kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
 
 info "refusals, and a cancel before go"
