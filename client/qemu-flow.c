@@ -206,8 +206,17 @@ holder_reap(pid_t holder, int secs, const char *ctl, const char *id)
 int
 flow_dest_stopped(pid_t qemu)
 {
-	if (qemu <= 0 || !process_stopped(qemu))
-		return 0;
+	/*
+	 * Stopped for good, not for an instant: the privileged part keeps a
+	 * destination's main thread seized (it dies with uffdd), and every
+	 * signal QEMU's threads send it (TCG's kicks) stops it in ptrace for
+	 * microseconds.
+	 */
+	for (int i = 0; i < 5; i++) {
+		if (qemu <= 0 || !process_stopped(qemu))
+			return 0;
+		usleep(20000);
+	}
 	fprintf(stderr,
 		"uffd-client: uffdd stopped the destination QEMU (pid %d): "
 		"its guest RAM may hold pages of two moments (the reason "

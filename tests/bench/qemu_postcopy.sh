@@ -31,8 +31,11 @@
 # postcopy plain, and its downtime is at most the floor's + 3 ms.
 # uffdd's daemons run at the unit's nice value, as the service runs them
 # (BENCH_NICE overrides); the QEMUs, and QEMU's own postcopy, at 0.
-# HOSTS_ROWS="floor qemu-plain qemu-tls uffdd-tls" (the default) picks
-# the hosts rows to run, for a quicker look at some of them.
+# The row uffdd-precopy is send --precopy (pre-copy, then post-copy for
+# what the guest wrote last), checked against uffdd-tls (post-copy alone):
+# its post-copy faults at most a tenth, its downtime the floor's + 3 ms.
+# HOSTS_ROWS="floor qemu-plain qemu-tls uffdd-tls uffdd-precopy" (the
+# default) picks the hosts rows to run, for a quicker look at some.
 SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 export SRC
 . "$SRC/tests/lib.sh"
@@ -294,11 +297,14 @@ hosts_floor() {
 	rm -f "$SHM-floor$1"
 }
 
-# hosts_uffdd MODE RUN: migrate-qemu receive on the destination host, then
-# send on the source host under the same ID, with the daemons of MODE.
+# hosts_uffdd MODE RUN [KEY SENDARGS...]: migrate-qemu receive on the
+# destination host, then send on the source host under the same ID, with
+# the daemons of MODE; recorded as KEY (uffdd-MODE).
 hosts_uffdd() {
-	local mode=$1 a=us$1$2 b=ud$1$2 s=srct d=dstt port id rp t_stop t_run qbytes ubytes res
-	local sc0 dc0
+	local mode=$1 run=$2 key=${3:-uffdd-$1} s=srct d=dstt port id rp t_stop t_run qbytes ubytes res
+	local sc0 dc0 st a b
+	a=us${key#uffdd-}$run b=ud${key#uffdd-}$run
+	shift $(($# < 3 ? $# : 3))
 	hqemu "$a" "$NS_SRC"
 	runs_on "$a" 2
 	hqemu "$b" "$NS_DST" -incoming defer
@@ -311,8 +317,8 @@ hosts_uffdd() {
 	sc0=$(daemon_cpu "$s")
 	dc0=$(daemon_cpu "$d")
 	ip netns exec "$NS_SRC" "$CLIENT" --control "$(eval echo "\$${s}_SOCK")" migrate-qemu send \
-		--qmp "$T/$a.qmp" --id "$id" --to "$DST_HOST_ADDR:$port" --timeout 300 \
-		>"$T/$a.send" 2>&1 || fail "send ($mode): $(cat "$T/$a.send")"
+		--qmp "$T/$a.qmp" --id "$id" --to "$DST_HOST_ADDR:$port" --timeout 300 "$@" \
+		>"$T/$a.send" 2>&1 || fail "send ($key): $(cat "$T/$a.send")"
 	wait "$rp" || fail "receive ($mode): $(cat "$T/$b.recv")"
 	t_stop=$(event_ts "$a" STOP)
 	t_run=$(event_ts "$b" RESUME)
@@ -321,18 +327,20 @@ hosts_uffdd() {
 	fi
 	res=$(sed -n 's/.*every page resident \([0-9.]*\) s after.*/\1/p' "$T/$b.recv")
 	qbytes=$(sed -n 's/.*: \([0-9]*\) bytes by QEMU.*/\1/p' "$T/$a.send")
-	ubytes=$(jget "$("$CLIENT" --control "$(eval echo "\$${d}_SOCK")" status "$id" --json)" bytes)
+	st=$("$CLIENT" --control "$(eval echo "\$${d}_SOCK")" status "$id" --json)
+	ubytes=$(jget "$st" bytes)
+	VAL[$key.faults]+="$(jget "$st" demand_faults) "
 	runs_on "$b" 3
-	VAL[uffdd-$mode.scpu]+="$(echo "$(daemon_cpu "$s") - $sc0" | bc -l | xargs printf '%.3f') "
-	VAL[uffdd-$mode.dcpu]+="$(echo "$(daemon_cpu "$d") - $dc0" | bc -l | xargs printf '%.3f') "
-	record "uffdd-$mode" "$(ms_between "$t_stop" "$t_run")" "$res" "$(max_stall "$b")" "$((ubytes + qbytes))" \
+	VAL[$key.scpu]+="$(echo "$(daemon_cpu "$s") - $sc0" | bc -l | xargs printf '%.3f') "
+	VAL[$key.dcpu]+="$(echo "$(daemon_cpu "$d") - $dc0" | bc -l | xargs printf '%.3f') "
+	record "$key" "$(ms_between "$t_stop" "$t_run")" "$res" "$(max_stall "$b")" "$((ubytes + qbytes))" \
 		"$(ms_between "$t_stop" "$(event_ts "$a" MIGRATION '"completed"')")"
-	info "uffdd $mode run $2: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms; send: $(sed -n 's/.*migrate-qemu: source vCPUs stopped; \(go: [0-9.]* ms\).*/\1/p' "$T/$a.send"), $(sed -n 's/.*migrate-qemu: device state sent to [^:]*:[0-9]*: \(.*\)/\1/p' "$T/$a.send"); receive: $(sed -n 's/^ *demand *//p' "$T/$b.recv")"
+	info "$key run $run: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms; send: $(sed -n 's/.*migrate-qemu: source vCPUs stopped; \(go: [0-9.]* ms\).*/\1/p' "$T/$a.send"), $(sed -n 's/.*migrate-qemu: device state sent to [^:]*:[0-9]*: \(.*\)/\1/p' "$T/$a.send"); receive: $(sed -n 's/^ *demand *//p' "$T/$b.recv")"
 	retire "$a" "$b"
 }
 
 # row NAME: whether HOSTS_ROWS asks for the hosts row NAME.
-row() { [[ " ${HOSTS_ROWS:-floor qemu-plain qemu-tls uffdd-tls} " == *" $1 "* ]]; }
+row() { [[ " ${HOSTS_ROWS:-floor qemu-plain qemu-tls uffdd-tls uffdd-precopy} " == *" $1 "* ]]; }
 
 bench_hosts() {
 	local runs=${RUNS:-3} k l i mode
@@ -357,12 +365,16 @@ bench_hosts() {
 			info "two hosts, $mode, run $i: uffdd"
 			hosts_uffdd "$mode" "$i"
 		done
+		if row uffdd-precopy; then
+			info "two hosts, tls, run $i: uffdd, pre-copy"
+			hosts_uffdd tls "$i" uffdd-precopy --precopy
+		fi
 	done
 	echo
 	echo "Two hosts (network namespaces over a veth), 512 MiB TCG guest, medians of $runs alternated runs"
 	echo "downtime: source STOP to destination RESUME; sent: source STOP to its device state written"
 	printf '%-28s %11s %9s %11s %9s %12s\n' "" "downtime" "sent" "resident" "stall" "bytes moved"
-	for k in floor qemu-plain uffdd-plain qemu-tls uffdd-tls; do
+	for k in floor qemu-plain uffdd-plain qemu-tls uffdd-tls uffdd-precopy; do
 		[ "$k" = uffdd-plain ] || row "$k" || continue
 		case $k in
 		floor) l="floor: shared RAM file" ;;
@@ -373,12 +385,15 @@ bench_hosts() {
 			;;
 		qemu-tls) l="QEMU postcopy-ram, TLS" ;;
 		uffdd-tls) l="uffdd send/receive, TLS" ;;
+		uffdd-precopy) l="uffdd send --precopy, TLS" ;;
 		esac
 		printf '%-28s %8s ms %6s ms %9s s %6s ms %8s MiB\n' "$l" \
 			"$(median <<<"${VAL[$k.down]}")" "$(median <<<"${VAL[$k.sent]}")" \
 			"$(median <<<"${VAL[$k.res]}")" \
 			"$(median <<<"${VAL[$k.stall]}")" "$(median <<<"${VAL[$k.mib]}")"
 		echo "    runs: downtime ms ${VAL[$k.down]}| sent ms ${VAL[$k.sent]}| resident s ${VAL[$k.res]}| stall ms ${VAL[$k.stall]}| MiB ${VAL[$k.mib]}"
+		[ -n "${VAL[$k.faults]:-}" ] &&
+			echo "    post-copy faults at the destination: $(median <<<"${VAL[$k.faults]}") (runs ${VAL[$k.faults]})"
 		[ -n "${VAL[$k.scpu]:-}" ] &&
 			echo "    daemons' CPU s: source $(median <<<"${VAL[$k.scpu]}") (runs ${VAL[$k.scpu]}), destination $(median <<<"${VAL[$k.dcpu]}") (runs ${VAL[$k.dcpu]})"
 	done
@@ -404,6 +419,11 @@ hosts_verdicts() {
 		"$(median <<<"${VAL[uffdd-tls.res]:-}")" "$(median <<<"${VAL[qemu-plain.res]:-}")"
 	verdict "downtime (ms) <= the floor's + 3 ms" \
 		"$(median <<<"${VAL[uffdd-tls.down]:-}")" "$(awk -v f="$fl" 'BEGIN {print (f == "nan") ? "nan" : f + 3}')"
+	verdict "pre-copy: post-copy faults <= a tenth of post-copy's" \
+		"$(median <<<"${VAL[uffdd-precopy.faults]:-}")" \
+		"$(awk -v p="$(median <<<"${VAL[uffdd-tls.faults]:-}")" 'BEGIN {print (p == "nan") ? "nan" : p / 10}')"
+	verdict "pre-copy: downtime (ms) <= the floor's + 3 ms" \
+		"$(median <<<"${VAL[uffdd-precopy.down]:-}")" "$(awk -v f="$fl" 'BEGIN {print (f == "nan") ? "nan" : f + 3}')"
 }
 
 bench_one() {
