@@ -2,10 +2,10 @@
  * go [--prepare] ID: a deferred export (export --deferred) takes its
  * process's memory from now on (with --prepare: the process is stopped
  * and checked now, the go to come takes the memory); for a deferred
- * pre-copy, go switches over (one last round, then the freeze, which is
- * when it returns). cancel ID: a deferred export ends before its go, the
- * process untouched; release ID: an attach --hold-bulk's target runs, its
- * bulk stream may start.
+ * pre-copy, go switches over (the freeze, the last pages, SWITCHOVER;
+ * it returns once the destination has taken it). cancel ID: a deferred
+ * export ends before its go, the process untouched; release ID: an
+ * attach --hold-bulk's target runs, its bulk stream may start.
  */
 #include "config.h"
 

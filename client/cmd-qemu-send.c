@@ -322,7 +322,7 @@ send_prepare(struct send *s)
 	Uffdd__GoReply *rep;
 
 	if (s->precopy)
-		return 0; /* its go freezes after one last round */
+		return 0; /* its go freezes and switches at once */
 	req.prepare = 1;
 	if ((rep = ask_go(s, &req)) == NULL)
 		return -1;

@@ -469,8 +469,8 @@ prepare_request(uint64_t serial, const struct authz_caller *who,
 	if (s->pc != NULL) {
 		control_reply_error(serial, ERR_INVALID,
 				    "prepare: migration %s pre-copies: its go "
-				    "freezes the process after one last round, "
-				    "nothing comes before; nothing changed",
+				    "freezes and switches at once, nothing "
+				    "comes before; nothing changed",
 				    log_id(s->m->id));
 		return 1;
 	}

@@ -457,6 +457,11 @@ void source_precopy_thaw(struct source *);
 /* The bulk stream sweeps every region again for the pages marked. */
 void source_precopy_sweep(struct source *);
 /*
+ * The rounds are over: the process (and a tracked one) frozen, what was
+ * written since the last scan marked, then sent, then SWITCHOVER.
+ */
+void source_precopy_freeze(struct source *);
+/*
  * precopy_go.c: export --deferred --precopy: the rounds run, the switch
  * waits for GO.
  * source_precopy_go(): GO came from control client serial, answered once

@@ -299,13 +299,14 @@ source_precopy_switched(struct source *s)
  * last round are found (and protected again: a write from now on is a run
  * of the frozen process, as for any export) and sent.
  */
-static void
-freeze_now(struct source *s)
+void
+source_precopy_freeze(struct source *s)
 {
 	struct precopy *pc = s->pc;
 	char err[256];
 	uint32_t code;
 	int64_t dirty, dropped;
+	uint64_t t[4]; /* stopped, scanned, classified, settled */
 
 	pc->t_freeze = now_ns();
 	pc->wall_freeze = wall_ns();
@@ -323,8 +324,10 @@ freeze_now(struct source *s)
 		return;
 	}
 	pc->phase = PC_FINAL;
+	t[0] = now_ns();
 	if ((dirty = collect(s)) < 0)
 		return;
+	t[1] = now_ns();
 	if ((dropped = source_mark_dropped(s)) < 0) {
 		source_fail(s, "pre-copy: classifying process %d again: %s",
 			    (int)s->m->pid, strerror(errno));
@@ -333,12 +336,19 @@ freeze_now(struct source *s)
 	pc->final_pages += (uint64_t)dropped;
 	mark_final(s);
 	log_sync_round(s, dirty);
+	t[2] = now_ns();
 	source_precopy_untrack(s);
 	s->switches = source_settled_switches(s->m->pid);
+	t[3] = now_ns();
 	log_info("migration %s: process %d frozen after %u pre-copy rounds "
-		 "(in %.1f ms); %llu pages written since the last",
+		 "(in %.1f ms: stop %.1f, last scan %.1f, classification "
+		 "%.1f, threads settled %.1f); %llu pages written since the "
+		 "last",
 		 log_id(s->m->id), (int)s->m->pid, s->m->pre.rounds,
-		 (double)(now_ns() - pc->t_freeze) / 1e6,
+		 (double)(t[3] - pc->t_freeze) / 1e6,
+		 (double)(t[0] - pc->t_freeze) / 1e6,
+		 (double)(t[1] - t[0]) / 1e6, (double)(t[2] - t[1]) / 1e6,
+		 (double)(t[3] - t[2]) / 1e6,
 		 (unsigned long long)pc->final_pages);
 	source_precopy_sweep(s);
 }
@@ -441,6 +451,11 @@ round_end(struct source *s)
 		send_sync(s);
 		return;
 	}
+	/* Go came: the switch now, with what was written since (one scan). */
+	if (pc->went) {
+		source_precopy_freeze(s);
+		return;
+	}
 	if ((dirty = collect(s)) < 0)
 		return;
 	log_debug("migration %s: pre-copy round %u done; %lld bytes written "
@@ -462,7 +477,7 @@ round_end(struct source *s)
 	converged = (uint64_t)dirty <= pc->threshold ||
 		    s->m->pre.rounds >= pc->max_rounds ||
 		    pc->since_best >= PRECOPY_STALL_ROUNDS;
-	if (pc->went || (converged && !s->m->pre.wait_go)) {
+	if (converged && !s->m->pre.wait_go) {
 		pc->phase = PC_LAST;
 	} else if (converged) {
 		/* The switch is GO's: rounds paced until it comes. */
@@ -492,7 +507,7 @@ source_precopy_synced(struct source *s, const Uffdd__Ping *p)
 	if (!source_precopy_running(s))
 		return -1;
 	if (s->pc->phase == PC_SYNC && p->seq == s->m->pre.rounds)
-		freeze_now(s);
+		source_precopy_freeze(s);
 	return 0;
 }
 

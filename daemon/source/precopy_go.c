@@ -33,8 +33,6 @@ pace_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	if (s->pc->went)
-		s->pc->phase = PC_LAST;
 	source_precopy_sweep(s);
 }
 
@@ -62,11 +60,16 @@ source_precopy_go(struct source *s, uint64_t serial)
 	log_info("migration %s: go after %u pre-copy rounds%s",
 		 log_id(s->m->id), s->m->pre.rounds,
 		 s->m->pre.ready ? "" : " (before they converged)");
-	/* Between two paced rounds: the last one now (else at its end). */
+	/*
+	 * Go is the switch, now: no last round while the process runs (a
+	 * guest stopped already), the freeze at once between two paced
+	 * rounds, else at the end of the round under way. The freeze sends
+	 * what was written since the last scan, behind the rounds' pages on
+	 * the same lane (the destination takes them in order).
+	 */
 	if (evtimer_pending(pc->pace_ev, NULL)) {
 		evtimer_del(pc->pace_ev);
-		pc->phase = PC_LAST;
-		source_precopy_sweep(s);
+		source_precopy_freeze(s);
 	}
 	return 0;
 }

@@ -2,10 +2,10 @@
 # export --deferred --precopy: a pre-copy whose switch is the operator's.
 # The rounds run from the attach on while the process writes; once they
 # converge status says ready (precopy_ready), and the rounds go on paced,
-# the process still running, until go: one last round, the freeze (go
-# answers then: the process is stopped when go returns), the final pages,
-# the switchover. The destination ends byte for byte equal to the process
-# at its freeze. The same with --track (a holder and its writer, as a
+# the process still running, until go: the freeze, the pages written
+# since the last round, the switchover (go answers once the destination
+# took it: the process is stopped and the destination switched). The
+# destination ends byte for byte equal to the process at its freeze. The same with --track (a holder and its writer, as a
 # guest's RAM and QEMU): go stops both; with --track-unstopped the writer
 # pauses on its own before go (as QEMU does) and is left alone, and one
 # that writes after go fails the migration, saying so; a destination
