@@ -332,10 +332,10 @@ request(struct imsg *m)
 	t.grant = rq->grant;
 	if (rq->pid > 0 && m->nfd == (rq->pid2 > 0 ? 4 : 2))
 		take_process(&t, m, 0, rq->pid, rq->start, rq->probe);
-	if (t.pid > 0 && rq->pid2 > 0 && rq->grant2 != 0) {
-		second.grant = rq->grant2;
+	/* Its grant is the engine's to let go, taken or not (as t's). */
+	second.grant = rq->grant2;
+	if (t.pid > 0 && rq->pid2 > 0 && rq->grant2 != 0)
 		take_process(&second, m, 2, rq->pid2, rq->start2, rq->probe2);
-	}
 	seen = (const void *)(m->data + sizeof(*rq));
 	nseen = rq->nseen;
 	seen_all = rq->seen_all != 0;

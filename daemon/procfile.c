@@ -41,7 +41,7 @@ procfile_bind(pid_t pid, uint64_t grant)
 		struct bound *nb = realloc(bounds, cap * sizeof(*nb));
 
 		if (nb == NULL) {
-			/* Without it, the file is opened here, as before. */
+			/* Without it, the engine's steps on pid are refused. */
 			log_warn("procfile: grant of process %d", (int)pid);
 			return;
 		}

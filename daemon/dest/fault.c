@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "daemon/loop.h"
 #include "daemon/metrics.h"
 #include "daemon/migration.h"
+#include "daemon/procref.h"
 #include "daemon/stats.h"
 
 /* The region and page an address of the target belongs to, or NULL. */
@@ -336,6 +338,8 @@ fault(struct dest *d, uint64_t addr, pid_t tid)
 			 "pre-copy, which it was not held for "
 			 "(--precopy-no-hold)",
 			 (int)d->m->pid, (unsigned long long)addr);
+		/* Stopped first: the failure poisons what it lacks. */
+		procref_signal(&d->t, SIGSTOP);
 		dest_broken(d, why);
 		return;
 	}

@@ -97,8 +97,12 @@ dest_hold_target(struct dest *d, char *err, size_t errlen)
 	 */
 	if (d->held.precopy && d->held.no_hold &&
 	    dest_private_missing(d) == 0) {
+		if (dest_grant_end(d, PRIVOP_DEST_GO, err, errlen) < 0) {
+			close(d->held.memfd);
+			d->held.memfd = -1;
+			return -1;
+		}
 		d->held.on = 1;
-		dest_grant_end(d, PRIVOP_DEST_GO, NULL, 0);
 		log_info("process %d not held during the pre-copy "
 			 "(--precopy-no-hold): a fault before the switchover "
 			 "fails the migration",
@@ -107,9 +111,9 @@ dest_hold_target(struct dest *d, char *err, size_t errlen)
 	}
 	d->held.no_hold = 0; /* held after all: private file pages */
 	/*
-	 * A pre-copy's target dies with the daemon: its source still runs,
-	 * or is let go, so nothing is lost, and no target runs on pages of
-	 * several moments.
+	 * A pre-copy's held target dies with the daemon (one not held, as
+	 * above, does not): its source still runs, or is let go, so nothing
+	 * is lost, and no target runs on pages of several moments.
 	 */
 	if (dest_grant_end(d, PRIVOP_DEST_HOLD, err, errlen) < 0) {
 		close(d->held.memfd);

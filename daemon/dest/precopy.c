@@ -28,15 +28,17 @@
 void
 dest_precopy_hello(struct dest *d, const Uffdd__Hello *h)
 {
+	/* Asked for on every connection: a restored destination too. */
+	d->held.ack = 0;
+	for (size_t i = 0; i < h->n_features; i++)
+		if (strcmp(h->features[i], FEATURE_SWITCHOVER_ACK) == 0)
+			d->held.ack = 1;
 	if (d->m->state != MIG_CONNECTING)
 		return;
 	d->held.precopy = 0;
-	for (size_t i = 0; i < h->n_features; i++) {
+	for (size_t i = 0; i < h->n_features; i++)
 		if (strcmp(h->features[i], FEATURE_PRECOPY) == 0)
 			d->held.precopy = 1;
-		if (strcmp(h->features[i], FEATURE_SWITCHOVER_ACK) == 0)
-			d->held.ack = 1;
-	}
 	d->m->pre.on = d->held.precopy;
 }
 

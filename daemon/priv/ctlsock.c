@@ -88,7 +88,7 @@ client_find(uint64_t serial)
  */
 static void
 forward(struct client *cl, uint16_t type, const ProtobufCMessage *msg,
-	const struct grant *g, const struct grant *g2)
+	struct grant *g, struct grant *g2)
 {
 	struct ctl_request rq = {.frame_type = type};
 	size_t mlen = protobuf_c_message_get_packed_size(msg), nseen, off;
@@ -127,12 +127,18 @@ forward(struct client *cl, uint16_t type, const ProtobufCMessage *msg,
 	if (nfds == 2 && fds[2] >= 0 && fds[3] >= 0)
 		nfds = 4;
 	if (engine < 0 || imsg_send(engine, CTL_REQUEST, cl->serial, 0, buf,
-				    off + mlen, fds, nfds) < 0)
+				    off + mlen, fds, nfds) < 0) {
 		conn_send_error(cl->conn, ERR_BUSY,
 				"the daemon's engine is not running (it is "
 				"being restarted): try again");
-	else
+		/* No engine holds them: nothing of either grant is kept. */
+		if (g != NULL)
+			grant_drop(g);
+		if (g2 != NULL)
+			grant_drop(g2);
+	} else {
 		cl->pending = 1;
+	}
 	free(buf);
 	free(seen);
 }
@@ -188,8 +194,12 @@ client_frame(struct conn *c, const struct frame_hdr *h, ProtobufCMessage *msg,
 		else if ((g = allowed(cl, h->type, r->verb,
 				      r->request_pid(msg))) == NULL)
 			return;
-		/* A second process it names: the same check, its own grant. */
-		if (r->request_second_pid && r->request_second_pid(msg) != 0 &&
+		/*
+		 * A second process it names: the same check, its own grant
+		 * (none for a request that names no process).
+		 */
+		if (g->t.pid > 0 && r->request_second_pid &&
+		    r->request_second_pid(msg) != 0 &&
 		    (g2 = allowed(cl, h->type, "--track",
 				  r->request_second_pid(msg))) == NULL) {
 			grant_drop(g);

@@ -511,7 +511,7 @@ go_request(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	    prepare_request(serial, who, req) ||
 	    (s = named_export(serial, who, req, "go")) == NULL)
 		return;
-	/* A pre-copy answers at its freeze (precopy.c). */
+	/* A pre-copy answers once switched over (precopy.c). */
 	if (s->pc != NULL) {
 		if (req->hold_bulk)
 			control_reply_error(serial, ERR_INVALID,

@@ -183,6 +183,18 @@ serve_image(int fd, const struct authz_caller *who, role_image_cb done,
 }
 
 /*
+ * An export refused after it was made: its process as it was (thawed only
+ * if the export froze it: neither a pre-copy's nor a deferred one's).
+ */
+static void
+unexport(struct source *s)
+{
+	if (!s->m->ph.deferred && s->pc == NULL)
+		source_thaw(&s->t, s->was_stopped);
+	migration_free(s->m);
+}
+
+/*
  * The control request: checks the ranges, exports, and answers with the
  * new ID only once the state file holds the export (a pre-copy's, at its
  * switchover: source_persist_now(); a deferred one's, at its go).
@@ -234,9 +246,7 @@ source_export(uint64_t serial, const struct authz_caller *who,
 		return;
 	}
 	if (source_export_name_regions(s, req, err, sizeof(err)) < 0) {
-		if (!s->m->ph.deferred)
-			source_thaw(&s->t, s->was_stopped);
-		migration_free(s->m);
+		unexport(s);
 		control_reply_error(serial, ERR_INVALID,
 				    "export: %s; process %d left as it was",
 				    err, (int)req->pid);
@@ -252,8 +262,7 @@ source_export(uint64_t serial, const struct authz_caller *who,
 	if (source_persist_now(s) < 0) {
 		int e = errno;
 
-		source_thaw(&s->t, s->was_stopped);
-		migration_free(s->m);
+		unexport(s);
 		control_reply_error(serial, ERR_INVALID,
 				    "export: cannot save its state in %s: %s; "
 				    "process %d left as it was",
@@ -300,6 +309,14 @@ free_source(struct migration *m)
 		event_free(s->cm.commit_ev);
 	if (s->rate_ev)
 		event_free(s->rate_ev);
+	/*
+	 * A go still waiting: its echo came before COMPLETE on the same
+	 * lane, so this is a safety net. Complete, the destination switched.
+	 */
+	if (m->state == MIG_COMPLETE)
+		source_precopy_switched(s);
+	source_precopy_go_failed(s, ERR_INVALID,
+				 "the export ended before its switchover");
 	source_precopy_free(s);
 	source_defer_free(s);
 	wptrack_stop(&s->wp);

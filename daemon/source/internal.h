@@ -124,7 +124,7 @@ struct precopy {
 	 */
 	/*
 	 * export --deferred --precopy: the switch waits for GO (m->pre
-	 * wait_go); went once it came, its client answered at the freeze
+	 * wait_go); went once it came, its client answered at the switch
 	 * (go_serial, 0 once answered); the rounds of a converged pre-copy
 	 * paced by pace_ev meanwhile.
 	 */
@@ -465,8 +465,9 @@ void source_precopy_freeze(struct source *);
  * precopy_go.c: export --deferred --precopy: the rounds run, the switch
  * waits for GO.
  * source_precopy_go(): GO came from control client serial, answered once
- * the process is frozen (or the migration failed: _go_failed()). 0, or
- * -1 when this export does not wait for a go (any more).
+ * the destination switched over (or the migration failed: _go_failed(),
+ * which also ends the wait for a go). 0, or -1 when this export does not
+ * wait for a go (any more).
  */
 void source_precopy_wait_go(struct source *);
 int source_precopy_go(struct source *, uint64_t serial);

@@ -47,8 +47,8 @@ fail(struct source *s, uint32_t code, const char *why)
 	 * process goes on where it was (frozen for the last round only),
 	 * unless it ran on its own, which it holds the newest bytes of.
 	 */
+	source_precopy_go_failed(s, code, why); /* in any phase */
 	if (source_precopy_running(s)) {
-		source_precopy_go_failed(s, code, why);
 		source_precopy_untrack(s);
 		if (s->pc->phase == PC_FINAL && code != ERR_SOURCE_RAN)
 			source_precopy_thaw(s);

@@ -435,6 +435,9 @@ round_end(struct source *s)
 	}
 	if (pc->phase == PC_SYNC)
 		return; /* source_precopy_synced() goes on */
+	/* Paced (a bulk lane's ping drains it too): the timer goes on. */
+	if (pc->pace_ev && evtimer_pending(pc->pace_ev, NULL))
+		return;
 	/*
 	 * The round is over once its pages are on the wire, not just queued
 	 * here (up to 4 MiB): the writes made while they wait belong to it,
@@ -558,6 +561,11 @@ source_precopy_lost(struct source *s, const char *why)
 	struct precopy *pc = s->pc;
 	struct timeval tv = {conf.pause_deadline, 0};
 
+	/* Paced rounds stop; ready again only once the rounds converge. */
+	if (pc->pace_ev)
+		evtimer_del(pc->pace_ev);
+	s->m->pre.ready = 0;
+
 	/*
 	 * Frozen for the last round: let go while its writes are still
 	 * tracked (async). A sync tracker ended at the freeze, and writes
@@ -623,6 +631,9 @@ source_precopy_resumed(struct source *s)
 
 	if (pc->pause_ev)
 		evtimer_del(pc->pause_ev);
+	if (pc->pace_ev)
+		evtimer_del(pc->pace_ev);
+	s->m->pre.ready = 0;
 	if (pc->phase == PC_DONE) {
 		pc->again = 1;
 		return;

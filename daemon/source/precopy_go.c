@@ -1,8 +1,9 @@
 /*
  * export --deferred --precopy: the switch waits for GO (docs/design.md,
  * "A switch the operator gives"). Until it comes, converged rounds are
- * paced; GO starts the last round, and its client is answered at the
- * freeze (precopy.c) or with the failure that came first.
+ * paced; GO freezes at once (or when the round under way ends), and its
+ * client is answered once the destination switched over (precopy.c),
+ * or with the failure that came first.
  */
 #include "config.h"
 
@@ -19,7 +20,10 @@
 void
 source_precopy_go_failed(struct source *s, uint32_t code, const char *why)
 {
-	if (s->pc == NULL || s->pc->go_serial == 0)
+	if (s->pc == NULL)
+		return;
+	s->m->pre.wait_go = 0; /* a go from now is refused: it ended */
+	if (s->pc->go_serial == 0)
 		return;
 	control_reply_error(s->pc->go_serial, code, "go: %s", why);
 	s->pc->go_serial = 0;
@@ -50,7 +54,8 @@ source_precopy_go(struct source *s, uint64_t serial)
 	struct precopy *pc = s->pc;
 
 	if (pc == NULL || !s->m->pre.wait_go || pc->went ||
-	    pc->phase != PC_ROUNDS)
+	    pc->phase != PC_ROUNDS || s->m->state == MIG_FAILED ||
+	    s->m->state == MIG_COMPLETE)
 		return -1;
 	pc->went = 1;
 	pc->go_serial = serial;
@@ -67,7 +72,8 @@ source_precopy_go(struct source *s, uint64_t serial)
 	 * what was written since the last scan, behind the rounds' pages on
 	 * the same lane (the destination takes them in order).
 	 */
-	if (evtimer_pending(pc->pace_ev, NULL)) {
+	if (evtimer_pending(pc->pace_ev, NULL) && s->bulk != NULL &&
+	    s->m->state == MIG_RUNNING) {
 		evtimer_del(pc->pace_ev);
 		source_precopy_freeze(s);
 	}
