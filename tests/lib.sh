@@ -794,6 +794,23 @@ start_workload() {
 	fail "workload $var not ready"
 }
 
+# start_holder_pair ARGS...: a writer WS (workload source ARGS, a shared
+# kind) and its holder H, a process of its own mapping the same memory
+# 1 TiB higher (--sibling holder), once it has moved it there: the
+# holder of a guest's RAM and QEMU, in small.
+start_holder_pair() {
+	local moved
+	start_workload WS source "$@" --sibling holder
+	H=$(sed -n 's/^sibling //p' "$T/WS.out")
+	[ -n "$H" ] || fail "workload WS started no holder: $(cat "$T/WS.out")"
+	moved=$(printf '%x-' $((0x500000000000 + 0x10000000000)))
+	for _ in $(seq 100); do
+		grep -q "^$moved" "/proc/$H/maps" && return
+		sleep 0.02
+	done
+	fail "holder $H did not move its mapping: $(cat "$T/WS.log")"
+}
+
 # src_hash VAR PID START END [--poke-every K]: VAR is set to the SHA-256
 # of the pages of source PID present now, read by memhash --present: no
 # page that is not present is read, so the hash swaps nothing in and maps

@@ -5,17 +5,16 @@
 # the process still running, until go: the freeze, the pages written
 # since the last round, the switchover (go answers once the destination
 # took it: the process is stopped and the destination switched). The
-# destination ends byte for byte equal to the process at its freeze. The same with --track (a holder and its writer, as a
-# guest's RAM and QEMU): go stops both; with --track-unstopped the writer
-# pauses on its own before go (as QEMU does) and is left alone, and one
-# that writes after go fails the migration, saying so; a destination
-# attached --precopy-no-hold is not held during the rounds (as QEMU waiting
-# for its device state), and one that touches its memory then fails the
-# migration and is stopped. Refused, nothing
-# changed: a second
-# go and go --prepare on a pre-copy; a cancel before go
-# leaves the process running with nothing registered, and the destination
-# is told.
+# destination ends byte for byte equal to the process at its freeze. The
+# same with --track (a holder and its writer, as a guest's RAM and QEMU):
+# go stops both; with --track-unstopped the writer pauses on its own
+# before go (as QEMU does) and is left alone, and one that writes after
+# go fails the migration (and go with it), saying so; a destination
+# attached --precopy-no-hold is not held during the rounds (as QEMU
+# waiting for its device state), and one that touches its memory then
+# fails the migration and is stopped. Refused, nothing changed: a second
+# go and go --prepare on a pre-copy; a cancel before go leaves the
+# process running with nothing registered, and the destination is told.
 . "$SRC/tests/lib.sh"
 need_root
 start_daemon src
@@ -90,12 +89,7 @@ kill -9 "$WS" "$WD" 2>/dev/null || true
 
 # holder_pair: a writer WS over a memfd and its holder H (1 TiB up).
 holder_pair() {
-	start_workload WS source --kind memfd --size "$SIZE" --threads 2 --hot 3 --pace-us 20 --sibling holder
-	H=$(sed -n 's/^sibling //p' "$T/WS.out")
-	for _ in $(seq 100); do
-		grep -q "$(printf '%x' $((HOLD)))-" "/proc/$H/maps" && break
-		sleep 0.02
-	done
+	start_holder_pair --kind memfd --size "$SIZE" --threads 2 --hot 3 --pace-us 20
 }
 DKIND="--kind memfd" MAP="--map $(printf '%x:%x' $((HOLD)) $((BASE)))"
 holder_pair

@@ -26,14 +26,7 @@ tracked() {
 	bytes=$(numfmt --from=iec "$size")
 	end=$(printf '0x%x' $((BASE + bytes)))
 	hend=$(printf '0x%x' $((HOLD + bytes)))
-	start_workload WS source --kind "$kind" --size "$size" --threads 2 \
-		--hot 5 --pace-us 20 --sibling holder
-	H=$(sed -n 's/^sibling //p' "$T/WS.out")
-	[ -n "$H" ] || fail "$kind: no holder"
-	for _ in $(seq 100); do
-		grep -q "$(printf '%x' $((HOLD)))-" "/proc/$H/maps" && break
-		sleep 0.02
-	done
+	start_holder_pair --kind "$kind" --size "$size" --threads 2 --hot 5 --pace-us 20
 	start_workload WD dest --kind "$kind" --size "$size" --threads 2
 	ID=$("$CLIENT" --control "$src_SOCK" export "$H" --precopy --keep-source \
 		--track "$WS" --range "$(printf '%x-%x' $((HOLD)) $((hend)))") ||
@@ -69,8 +62,7 @@ tracked memfd 64M
 tracked shared 32M
 
 info "refusals: the processes stay as they were"
-start_workload WS source --kind memfd --size 8M --threads 1 --hot 5 --pace-us 100 --sibling holder
-H=$(sed -n 's/^sibling //p' "$T/WS.out")
+start_holder_pair --kind memfd --size 8M --threads 1 --hot 5 --pace-us 100
 start_workload WO source --size 8M --threads 1 --hot 5 --pace-us 100 # private
 HR=$(printf '%x-%x' $((HOLD)) $((HOLD + 8 * 1024 * 1024)))
 refused() { # EXPECTED-TEXT ARGS...: export refused with that text
@@ -113,6 +105,10 @@ chmod 755 "$T/as-nobody"
 WORKLOAD=$T/as-nobody start_workload WN source --kind memfd --size 8M --threads 1 \
 	--hot 5 --pace-us 100 --sibling holder
 HN=$(sed -n 's/^sibling //p' "$T/WN.out")
+for _ in $(seq 100); do
+	grep -q "^${HR%%-*}-" "/proc/$HN/maps" && break
+	sleep 0.02
+done
 expect_error "uid 65534 tracks a root process" \
 	"--track: process $WS: permission denied: uid 65534 may only migrate processes it could ptrace" \
 	"${NOBODY[@]}" "$CLIENT" --control "$srcu_SOCK" export "$HN" --range "$HR" --precopy --track "$WS"
