@@ -39,6 +39,7 @@
 struct flow {
 	const char *sq, *dq, *sc, *dc, *peer; /* QMP sockets, controls */
 	int resume;
+	int precopy; /* --precopy: the flow of qemu-local.c instead */
 	double timeout;
 	struct qmp *src, *dst;
 	struct ramblock sb[MAX_BLOCKS], db[MAX_BLOCKS];
@@ -66,6 +67,7 @@ parse_args(const struct cmd_entry *self, int argc, char **argv, struct flow *f)
 		{"src-peer", required_argument, NULL, 'p'},
 		{"no-resume", no_argument, NULL, 'n'},
 		{"timeout", required_argument, NULL, 't'},
+		{"precopy", no_argument, NULL, 'P'},
 		{NULL, 0, NULL, 0}};
 	/* The options that name a socket or a peer, and where each goes. */
 	const struct {
@@ -88,6 +90,8 @@ parse_args(const struct cmd_entry *self, int argc, char **argv, struct flow *f)
 			*named[i].to = optarg;
 		else if (ch == 'n')
 			f->resume = 0;
+		else if (ch == 'P')
+			f->precopy = 1;
 		else if (ch == 't')
 			f->timeout = parse_timeout(optarg, self->usage);
 		else
@@ -119,6 +123,8 @@ match_blocks(struct flow *f)
 {
 	struct ramblock *sb = f->sb, *db = f->db;
 
+	if (ramfiles_apart(sb, f->ns, db, f->nd) < 0)
+		return -1;
 	for (size_t i = 0; i < f->ns; i++) {
 		size_t j;
 
@@ -133,17 +139,6 @@ match_blocks(struct flow *f)
 				sb[i].id, sb[i].size);
 			return -1;
 		}
-		/* The same file under any name: attach would punch it. */
-		for (size_t k = 0; k < f->nd; k++)
-			if (sb[i].dev == db[k].dev && sb[i].ino == db[k].ino) {
-				fprintf(stderr,
-					"uffd-client: RAM block %s: %s is the "
-					"destination's %s too (block %s): the "
-					"destination needs files of its own\n",
-					sb[i].id, sb[i].path, db[k].path,
-					db[k].id);
-				return -1;
-			}
 		sb[i].holder = 0;
 		db[j].match = i;
 		flow_say("RAM block %s: %" PRIu64
@@ -470,6 +465,9 @@ cmd_migrate_qemu(const struct cmd_entry *self, int argc, char **argv)
 	if (argc > 1 && strcmp(argv[1], "receive") == 0)
 		return qemu_receive(self, argc - 1, argv + 1);
 	parse_args(self, argc, argv, &f);
+	if (f.precopy)
+		return qemu_local(f.sq, f.dq, f.sc, f.dc, f.peer, f.resume,
+				  f.timeout > 0 ? f.timeout : 300);
 	while (done < sizeof(steps) / sizeof(steps[0]) && steps[done](&f) == 0)
 		done++;
 	if (done < sizeof(steps) / sizeof(steps[0]))

@@ -24,21 +24,8 @@
 #include <unistd.h>
 
 #include "client/client.h"
-#include "client/qemu.h"
+#include "client/qemu-halves.h"
 #include "client/qmp.h"
-
-struct receive {
-	const char *qmp, *id, *from, *incoming, *ctl;
-	double timeout, t0, t_run;
-	int resume;
-	struct qmp *q;
-	struct ramblock b[MAX_BLOCKS];
-	size_t n;
-	char st[64], names[MAX_BLOCKS][160];
-	/* How far it went, for what a failure must say. */
-	int ignoring, listening, attached, ran;
-	int failed, stopped; /* the migration failed; uffdd stopped QEMU */
-};
 
 static void
 receive_args(const struct cmd_entry *self, int argc, char **argv,
@@ -80,12 +67,13 @@ receive_args(const struct cmd_entry *self, int argc, char **argv,
  * A QEMU waiting for an incoming migration, its RAM blocks, a daemon that
  * answers; then it listens for the device state.
  */
-static int
+int
 receive_open(struct receive *r)
 {
 	char uri[300];
 	int fd;
 
+	control_path = r->ctl;
 	if ((r->q = qmp_open(r->qmp)) == NULL ||
 	    query_str(r->q, "query-status", "status", r->st, sizeof(r->st)) < 0)
 		return -1;
@@ -108,6 +96,9 @@ receive_open(struct receive *r)
 	if (exec_uri(r->q, "migrate-incoming", uri) < 0)
 		return -1;
 	r->listening = 1;
+	/* Port 0 (migrate-qemu --precopy): the one QEMU took. */
+	if ((r->port = listen_port(r->q)) < 0)
+		return -1;
 	return 0;
 }
 
@@ -130,7 +121,7 @@ all_attached(const struct receive *r, const Uffdd__AttachReply *rep)
 }
 
 /* The daemon attaches to QEMU's RAM, block by block by name. */
-static int
+int
 receive_attach(struct receive *r)
 {
 	Uffdd__AttachRequest req = UFFDD__ATTACH_REQUEST__INIT;
@@ -196,17 +187,24 @@ release_bulk(struct receive *r)
 }
 
 /*
- * QEMU has loaded the device state; it runs, unless --no-resume. A cont
- * while QEMU waits for its migration has it start the guest itself, at
- * once, when the source's guest was running (QEMU started with -S would
- * not): the one left for after the load is for a source that was paused.
+ * A cont while QEMU waits for its migration has it start the guest
+ * itself, at once, when the source's guest was running (QEMU started with
+ * -S would not): the one left for after the load is for a source that was
+ * paused. None with --no-resume.
  */
-static int
-receive_run(struct receive *r)
+int
+receive_cont(struct receive *r)
 {
 	r->t0 = flow_now();
 	if (r->resume && qmp_execute(r->q, "cont", NULL, NULL) < 0)
 		return -1;
+	return 0;
+}
+
+/* QEMU has loaded the device state; it runs, unless --no-resume. */
+int
+receive_loaded(struct receive *r)
+{
 	for (;;) {
 		/* A QEMU uffdd stopped would not answer. */
 		if ((r->stopped = flow_dest_stopped(qmp_pid(r->q))))
@@ -243,7 +241,7 @@ receive_run(struct receive *r)
  * failure may have stopped QEMU here (the source ran: its RAM may be
  * torn).
  */
-static int
+int
 receive_finish(struct receive *r)
 {
 	int rc;
@@ -260,7 +258,7 @@ receive_finish(struct receive *r)
 }
 
 /* What a failure leaves, said: the guest is on one host or the other. */
-static void
+void
 receive_undo(struct receive *r)
 {
 	if (r->stopped)
@@ -286,7 +284,7 @@ receive_undo(struct receive *r)
 			"uffd-client: the destination QEMU was never "
 			"started%s; "
 			"it waits for an incoming migration: quit it, start "
-			"a new one with -incoming defer and run receive "
+			"a new one with -incoming defer and migrate "
 			"again\n",
 			r->attached ? " (its RAM, attached, is the "
 				      "migration's: do not use it)"
@@ -296,7 +294,8 @@ receive_undo(struct receive *r)
 static int (*const receive_steps[])(struct receive *) = {
 	receive_open,
 	receive_attach,
-	receive_run,
+	receive_cont,
+	receive_loaded,
 	receive_finish,
 };
 

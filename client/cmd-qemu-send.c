@@ -42,23 +42,8 @@
 #include <sys/wait.h>
 
 #include "client/client.h"
-#include "client/qemu.h"
+#include "client/qemu-halves.h"
 #include "client/qmp.h"
-
-struct send {
-	const char *qmp, *to, *want_id, *ctl;
-	double timeout;
-	struct qmp *q;
-	struct ramblock b[MAX_BLOCKS];
-	size_t n;
-	char st[64], id[64], names[MAX_BLOCKS][160];
-	pid_t holder;
-	double t_stop;
-	int precopy; /* --precopy: the RAM pre-copied while the guest runs */
-	/* How far it went, for what a failure must undo. */
-	int ignoring, running, migrating, went, sent, resident;
-	int failed; /* the source's migration failed after the device state */
-};
 
 static void
 send_args(const struct cmd_entry *self, int argc, char **argv, struct send *s)
@@ -92,11 +77,12 @@ send_args(const struct cmd_entry *self, int argc, char **argv, struct send *s)
 }
 
 /* QEMU on QMP, a guest to move, its RAM blocks, a daemon that answers. */
-static int
+int
 send_open(struct send *s)
 {
 	int fd;
 
+	control_path = s->ctl;
 	if ((s->q = qmp_open(s->qmp)) == NULL ||
 	    ramblocks(s->q, s->b, &s->n) < 0 ||
 	    query_str(s->q, "query-status", "status", s->st, sizeof(s->st)) < 0)
@@ -122,7 +108,7 @@ send_open(struct send *s)
 }
 
 /* The holder, exported deferred with its blocks named: s->id. */
-static int
+int
 send_export(struct send *s)
 {
 	Uffdd__ExportRequest req = UFFDD__EXPORT_REQUEST__INIT;
@@ -247,7 +233,7 @@ send_wait(struct send *s, int (*says)(const Uffdd__MigrationStatus *),
 }
 
 /* Waits, the guest running, until the destination has attached. */
-static int
+int
 send_wait_dest(struct send *s)
 {
 	double t0 = flow_now();
@@ -265,7 +251,7 @@ send_wait_dest(struct send *s)
 }
 
 /* --precopy: waits, the guest running, until the rounds converged. */
-static int
+int
 send_wait_ready(struct send *s)
 {
 	double t0 = flow_now();
@@ -285,7 +271,7 @@ send_wait_ready(struct send *s)
  * RAM outside the files go now. QEMU stops the guest and waits before the
  * switchover: from here the source guest is stopped.
  */
-static int
+int
 send_switch(struct send *s)
 {
 	char uri[300];
@@ -315,7 +301,7 @@ ask_go(struct send *s, Uffdd__GoRequest *req)
  * until go anyway, is stopped and its maps checked, the milliseconds that
  * go would otherwise spend in the guest's stop window.
  */
-static int
+int
 send_prepare(struct send *s)
 {
 	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
@@ -333,7 +319,7 @@ send_prepare(struct send *s)
 }
 
 /* The guest is stopped: the daemon takes its RAM files as they are now. */
-static int
+int
 send_go(struct send *s)
 {
 	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
@@ -372,7 +358,7 @@ release_bulk(struct send *s)
 }
 
 /* QEMU's device state to the destination QEMU: then it is the guest. */
-static int
+int
 send_devstate(struct send *s)
 {
 	json_object *a = json_object_new_object(), *r = NULL, *ram, *v;
@@ -402,7 +388,7 @@ send_devstate(struct send *s)
  * Every page resident at the destination, and the destination's
  * acknowledgement of the COMMIT here: the source QEMU quits.
  */
-static int
+int
 send_finish(struct send *s)
 {
 	int rc;
@@ -475,7 +461,7 @@ send_resume(struct send *s)
  * A failure undone as far as it can be: until QEMU has sent the device
  * state, the source is the guest, and runs on; after, the destination is.
  */
-static void
+void
 send_undo(struct send *s)
 {
 	if (!s->sent && send_unmigrate(s))

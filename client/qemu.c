@@ -377,11 +377,19 @@ exec_uri(struct qmp *q, const char *cmd, const char *uri)
 int
 incoming_port(struct qmp *q)
 {
+	if (exec_uri(q, "migrate-incoming", "tcp:127.0.0.1:0") < 0)
+		return -1;
+	return listen_port(q);
+}
+
+/* The port an incoming QEMU listens on (query-migrate), or -1 said why. */
+int
+listen_port(struct qmp *q)
+{
 	json_object *r = NULL, *addrs, *port;
 	int p = -1;
 
-	if (exec_uri(q, "migrate-incoming", "tcp:127.0.0.1:0") < 0 ||
-	    qmp_execute(q, "query-migrate", NULL, &r) < 0)
+	if (qmp_execute(q, "query-migrate", NULL, &r) < 0)
 		return -1;
 	if (json_object_object_get_ex(r, "socket-address", &addrs) &&
 	    json_object_is_type(addrs, json_type_array) &&
@@ -399,4 +407,22 @@ incoming_port(struct qmp *q)
 		return -1;
 	}
 	return p;
+}
+
+int
+ramfiles_apart(const struct ramblock *sb, size_t ns, const struct ramblock *db,
+	       size_t nd)
+{
+	for (size_t i = 0; i < ns; i++)
+		for (size_t k = 0; k < nd; k++)
+			if (sb[i].dev == db[k].dev && sb[i].ino == db[k].ino) {
+				fprintf(stderr,
+					"uffd-client: RAM block %s: %s is the "
+					"destination's %s too (block %s): the "
+					"destination needs files of its own\n",
+					sb[i].id, sb[i].path, db[k].path,
+					db[k].id);
+				return -1;
+			}
+	return 0;
 }

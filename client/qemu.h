@@ -31,6 +31,12 @@ struct ramblock {
  * /objects, with its mem-path, size and the mapping in the QEMU process.
  */
 int ramblocks(struct qmp *q, struct ramblock *b, size_t *n);
+/*
+ * 0 when no source block's file is a destination block's, under any name
+ * (the attach would punch it); else -1, said which.
+ */
+int ramfiles_apart(const struct ramblock *sb, size_t ns,
+		   const struct ramblock *db, size_t nd);
 /* Sets one migration capability of QEMU (x-ignore-shared, ...). */
 int set_capability(struct qmp *q, const char *cap, int on);
 /* The value of a string member of a command's return, or "". */
@@ -40,6 +46,8 @@ int query_str(struct qmp *q, const char *cmd, const char *member, char *out,
 int exec_uri(struct qmp *q, const char *cmd, const char *uri);
 /* migrate-incoming on a port QEMU picks: the port, or -1. */
 int incoming_port(struct qmp *q);
+/* The port a QEMU in migrate-incoming listens on, or -1 said why. */
+int listen_port(struct qmp *q);
 /* Whether PID still runs: a zombie waiting for its parent does not. */
 int process_alive(pid_t pid);
 /* Whether PID is stopped (uffdd stops a destination it cannot vouch for). */
@@ -104,6 +112,13 @@ int migration_reach(struct qmp *q, const char *want, double t0, char *st,
 struct cmd_entry;
 int qemu_send(const struct cmd_entry *, int argc, char **argv);
 int qemu_receive(const struct cmd_entry *, int argc, char **argv);
+/*
+ * qemu-local.c: migrate-qemu --precopy on one host, both halves
+ * interleaved; its options as migrate-qemu's. 0 when the guest moved.
+ */
+int qemu_local(const char *src_qmp, const char *dst_qmp, const char *src_ctl,
+	       const char *dst_ctl, const char *peer, int resume,
+	       double timeout);
 /* One request to the daemon at path, on a connection of its own. */
 ProtobufCMessage *flow_request(const char *path, uint16_t type,
 			       const ProtobufCMessage *req, uint16_t want);

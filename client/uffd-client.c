@@ -36,7 +36,7 @@ static const struct cmd_entry cmds[] = {
 	{"migrate-qemu",
 	 "migrate-qemu --src-qmp SOCK --dst-qmp SOCK "
 	 "--src-control PATH --dst-control PATH --src-peer HOST:PORT "
-	 "[--no-resume] [--timeout SEC] "
+	 "[--precopy] [--no-resume] [--timeout SEC] "
 	 "| migrate-qemu send --qmp SOCK --to HOST:PORT [--id ID] "
 	 "[--precopy] [--timeout SEC] "
 	 "| migrate-qemu receive --qmp SOCK --id ID --from HOST:PORT "

@@ -157,6 +157,23 @@ source_thaw(const struct procref *t, int was_stopped)
 		procref_signal(t, SIGCONT);
 }
 
+int
+source_refuse_sharers(const struct procref *t, uint32_t *code, char *err,
+		      size_t errlen)
+{
+	char sharers[192];
+
+	/* Stopping it would not stop these from writing its memory. */
+	if (proc_sharers(t->pid, PROC_SHARE_VM, sharers, sizeof(sharers)) <= 0)
+		return 0;
+	*code = ERR_INVALID;
+	snprintf(err, errlen,
+		 "process %d shares its memory with %.120s, which stopping "
+		 "it does not stop: export refused",
+		 (int)t->pid, sharers);
+	return -1;
+}
+
 /*
  * Freezes t and checks again, now that it can change no more, that it is
  * the process that was checked and that the caller who (NULL: a restore)
@@ -168,17 +185,8 @@ source_freeze_checked(const struct procref *t, const struct authz_caller *who,
 		      struct wptrack *serve, int *was_stopped, uint32_t *code,
 		      char *err, size_t errlen)
 {
-	char sharers[192];
-
-	/* Stopping it would not stop these from writing its memory. */
-	if (proc_sharers(t->pid, PROC_SHARE_VM, sharers, sizeof(sharers)) > 0) {
-		*code = ERR_INVALID;
-		snprintf(err, errlen,
-			 "process %d shares its memory with %.120s, "
-			 "which stopping it does not stop: export refused",
-			 (int)t->pid, sharers);
+	if (source_refuse_sharers(t, code, err, errlen) < 0)
 		return -1;
-	}
 	*was_stopped = all_stopped(t->pid) == 1;
 	if (freeze(t, serve) < 0) {
 		*code = ERR_NO_PROCESS;

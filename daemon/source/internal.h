@@ -300,6 +300,12 @@ struct source {
 };
 
 /* freeze.c */
+/*
+ * -1 (code, err set) when processes outside t share its memory (CLONE_VM):
+ * a freeze of t would not stop their writes. Else 0.
+ */
+int source_refuse_sharers(const struct procref *t, uint32_t *code, char *err,
+			  size_t errlen);
 int source_freeze_checked(const struct procref *t,
 			  const struct authz_caller *who, struct wptrack *serve,
 			  int *was_stopped, uint32_t *code, char *err,

@@ -81,14 +81,8 @@ source_precopy_arm(const struct procref *t, const struct region *regs, size_t n,
 		return -1;
 	}
 	/* Their writes would be tracked, but the freeze would not stop them. */
-	if (proc_sharers(t->pid, PROC_SHARE_VM, why, sizeof(why)) > 0) {
-		*code = ERR_INVALID;
-		snprintf(err, errlen,
-			 "process %d shares its memory with %.120s, which "
-			 "stopping it does not stop: export refused",
-			 (int)t->pid, why);
+	if (source_refuse_sharers(t, code, err, errlen) < 0)
 		return -1;
-	}
 	rs = xcalloc(n, sizeof(*rs));
 	for (size_t i = 0; i < n; i++) {
 		rs[i].start = regs[i].start;

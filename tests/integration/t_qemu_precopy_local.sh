@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# A QEMU guest pre-copied between two QEMUs of one host (migrate-qemu
+# --precopy: the two-host halves run in one process; docs/operations.md,
+# "QEMU postcopy"): the RAM files stream in rounds while the guest runs
+# its memory checker, QEMU's writes tracked in QEMU, then the guest stops,
+# go sends what it wrote last, and QEMU sends its device state. The
+# destination, left paused until every page is resident, holds the
+# source's RAM byte for byte and its guest's checker passes; most pages
+# came in the rounds, not by post-copy faults. A destination
+# QEMU on the source's RAM file is refused before anything is exported,
+# and the source is left as it was.
+. "$SRC/tests/lib.sh"
+need_root
+. "$SRC/tests/e2e/qemu-lib.sh"
+start_daemon src
+start_daemon dst
+
+migrate_qemu() {
+	"$CLIENT" migrate-qemu --src-qmp "$T/$1.qmp" --dst-qmp "$T/$2.qmp" \
+		--src-control "$src_SOCK" --dst-control "$dst_SOCK" \
+		--src-peer "$src_ADDR:$src_PORT" --timeout 300 --precopy "${@:3}"
+}
+
+qemu a
+info "booting the guest on A"
+runs_on a 2
+
+# A destination QEMU on the source's own RAM file: the attach would punch
+# it. Refused before anything is exported; A runs on, its capabilities
+# as they were, and the destination is told to quit.
+RAM_FILE=$SHM-a qemu x -incoming defer -S
+if checked "$T/same.out" migrate_qemu a x; then
+	fail "migrate-qemu --precopy onto the source's own RAM file succeeded"
+fi
+grep -q "is the destination's $SHM-a too" "$T/same.out" ||
+	fail "no word of the shared RAM file: $(cat "$T/same.out")"
+grep -q 'exported' "$T/same.out" && fail "exported before the refusal: $(cat "$T/same.out")"
+grep -q 'never started.*quit it' "$T/same.out" ||
+	fail "not told what to do with the destination: $(cat "$T/same.out")"
+qmp a query-migrate-capabilities | tr -d ' \n' |
+	grep -q '"state":true,"capability":"x-ignore-shared"\|"capability":"x-ignore-shared","state":true' &&
+	fail "x-ignore-shared left on for A after the refusal"
+"$CLIENT" --control "$src_SOCK" status >"$T/src-status.out"
+grep -qx 'no migrations' "$T/src-status.out" ||
+	fail "the refused flow left a migration at the source daemon: $(cat "$T/src-status.out")"
+kill "${QPID[x]}"
+runs_on a 2
+
+qemu b -incoming defer -S
+info "A -> B on one host, pre-copy then post-copy, B paused until resident"
+checked "$T/ab.out" migrate_qemu a b --no-resume ||
+	fail "migrate-qemu --precopy A -> B failed: $(cat "$T/ab.out")"
+sed 's/^/  /' "$T/ab.out"
+id=$(sed -n 's/.*source RAM exported, .*: migration \([^ ]*\)$/\1/p' "$T/ab.out")
+[ -n "$id" ] || fail "the flow named no migration"
+grep -q 'pre-copy converged: [0-9]* rounds' "$T/ab.out" ||
+	fail "the flow did not say the pre-copy converged"
+grep -q 'the destination switched over' "$T/ab.out" ||
+	fail "the flow did not say the destination switched over"
+gone "${QPID[a]}"
+"$CLIENT" --control "$dst_SOCK" status "$id" --json >"$T/b.json"
+rounds=$(sed -n 's/.*"precopy_rounds":\([0-9]*\).*/\1/p' "$T/b.json")
+faults=$(sed -n 's/.*"demand_faults":\([0-9]*\).*/\1/p' "$T/b.json")
+total=$(sed -n 's/.*"pages_total":\([0-9]*\).*/\1/p' "$T/b.json")
+[ "${rounds:-0}" -ge 2 ] || fail "destination saw ${rounds:-no} pre-copy rounds: $(cat "$T/b.json")"
+[ "${faults:-0}" -lt $((total / 20)) ] ||
+	fail "$faults post-copy faults of $total pages after a pre-copy"
+grep -q "writes of process ${QPID[a]} to its memory tracked too (--track-unstopped" "$T/src.log" ||
+	fail "the source daemon did not track QEMU's writes"
+cmp "$SHM-a" "$SHM-b" || fail "B's RAM file differs from A's"
+info "B's RAM file equals A's byte for byte ($(sha256sum <"$SHM-b" | cut -c1-16))"
+qmp b cont >/dev/null || fail "cont on B"
+runs_on b 3
+info "B: $rounds rounds, $faults post-copy faults of $total pages; $(tail -n 1 "$T/b.serial")"
