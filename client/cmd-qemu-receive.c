@@ -292,11 +292,8 @@ receive_undo(struct receive *r)
 }
 
 static int (*const receive_steps[])(struct receive *) = {
-	receive_open,
-	receive_attach,
-	receive_cont,
-	receive_loaded,
-	receive_finish,
+	receive_open,	receive_attach, receive_cont,
+	receive_loaded, receive_finish,
 };
 
 int

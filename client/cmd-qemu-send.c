@@ -298,8 +298,9 @@ ask_go(struct send *s, Uffdd__GoRequest *req)
 
 /*
  * Go's first half while the guest runs: the holder, which does nothing
- * until go anyway, is stopped and its maps checked, the milliseconds that
- * go would otherwise spend in the guest's stop window.
+ * until go anyway, is stopped (and, but for a pre-copy, whose rounds go
+ * on over QEMU's writes, its maps checked), the milliseconds that go
+ * would otherwise spend in the guest's stop window.
  */
 int
 send_prepare(struct send *s)
@@ -307,8 +308,6 @@ send_prepare(struct send *s)
 	Uffdd__GoRequest req = UFFDD__GO_REQUEST__INIT;
 	Uffdd__GoReply *rep;
 
-	if (s->precopy)
-		return 0; /* its go freezes and switches at once */
 	req.prepare = 1;
 	if ((rep = ask_go(s, &req)) == NULL)
 		return -1;

@@ -68,10 +68,10 @@ static const struct step local_steps[] = {
 	{send_open, NULL, NULL},      {NULL, receive_open, NULL},
 	{NULL, NULL, local_link},     {send_export, NULL, NULL},
 	{NULL, NULL, local_attach},   {send_wait_ready, NULL, NULL},
-	{NULL, receive_cont, NULL},   {send_switch, NULL, NULL},
-	{send_go, NULL, NULL},	      {send_devstate, NULL, NULL},
-	{NULL, receive_loaded, NULL}, {NULL, receive_finish, NULL},
-	{send_finish, NULL, NULL},
+	{send_prepare, NULL, NULL},   {NULL, receive_cont, NULL},
+	{send_switch, NULL, NULL},    {send_go, NULL, NULL},
+	{send_devstate, NULL, NULL},  {NULL, receive_loaded, NULL},
+	{NULL, receive_finish, NULL}, {send_finish, NULL, NULL},
 };
 
 static int

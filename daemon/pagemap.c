@@ -23,6 +23,17 @@
 /* Ranges one PAGEMAP_SCAN call may return before we go round again. */
 #define SCAN_VEC 4096
 
+/*
+ * What a classification counts as data. CL_ANON_ONLY: anonymous pages
+ * only (a private file mapping's own pages). CL_MARKERS: shared memory
+ * under a write tracker, whose none entries may hold uffd-wp markers,
+ * which pagemap reports as swapped (a swap-type entry) whether or not the
+ * file holds the page: only a present page is data then, or a swapped one
+ * without the uffd-wp bit; the backing file decides the rest.
+ */
+#define CL_ANON_ONLY 1
+#define CL_MARKERS 2
+
 static int
 open_pagemap(pid_t pid)
 {
@@ -31,9 +42,9 @@ open_pagemap(pid_t pid)
 
 static int64_t
 classify_read(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
-	      uint64_t *data, int anon_only)
+	      uint64_t *data, int flags)
 {
-	uint64_t skip = anon_only ? PM_FILE : 0;
+	uint64_t skip = flags & CL_ANON_ONLY ? PM_FILE : 0;
 	uint64_t *ent, done = 0;
 	int64_t count = 0;
 
@@ -54,8 +65,11 @@ classify_read(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
 			break;
 		}
 		for (uint64_t i = 0; i < (uint64_t)r / sizeof(*ent); i++) {
-			if ((ent[i] & (PM_PRESENT | PM_SWAP)) &&
-			    !(ent[i] & skip)) {
+			uint64_t e = ent[i];
+
+			if ((flags & CL_MARKERS) && (e & PM_UFFD_WP))
+				e &= ~PM_SWAP;
+			if ((e & (PM_PRESENT | PM_SWAP)) && !(e & skip)) {
 				bit_set(data, done + i);
 				count++;
 			}
@@ -73,9 +87,11 @@ classify_read(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
  */
 static int64_t
 classify_scan(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
-	      uint64_t *data, int anon_only)
+	      uint64_t *data, int flags)
 {
-	uint64_t skip = anon_only ? PAGE_IS_FILE : 0;
+	uint64_t skip = flags & CL_ANON_ONLY ? PAGE_IS_FILE : 0;
+	uint64_t any = flags & CL_MARKERS ? PAGE_IS_PRESENT
+					  : PAGE_IS_PRESENT | PAGE_IS_SWAPPED;
 	struct page_region *vec = malloc(SCAN_VEC * sizeof(*vec));
 	uint64_t end = start + npages * page_size, at = start;
 	int64_t count = 0;
@@ -89,12 +105,11 @@ classify_scan(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
 			.end = end,
 			.vec = (uint64_t)(uintptr_t)vec,
 			.vec_len = SCAN_VEC,
-			/* anon_only: FILE inverted and required, i.e. not. */
+			/* CL_ANON_ONLY: FILE inverted and required: not. */
 			.category_inverted = skip,
 			.category_mask = skip,
-			.category_anyof_mask =
-				PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-			.return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+			.category_anyof_mask = any,
+			.return_mask = any,
 		};
 		long n = ioctl(fd, PAGEMAP_SCAN, &a);
 
@@ -182,15 +197,13 @@ pagemap_classify_file(int fd, uint64_t off, uint64_t npages, uint64_t page_size,
  * the page cache that this process never mapped, so the backing file
  * decides for the runs of none entries, and only for those.
  */
-int64_t
-pagemap_classify_shmem(pid_t pid, uint64_t start, int fd, uint64_t off,
-		       uint64_t npages, uint64_t page_size, uint64_t *data)
+/* The runs of pages [0, npages) with no data bit, decided by the file. */
+static int64_t
+none_by_file(int fd, uint64_t off, uint64_t npages, uint64_t page_size,
+	     uint64_t *data)
 {
-	int64_t count = pagemap_classify(pid, start, npages, page_size, data,
-					 PAGEMAP_READ);
+	int64_t count = 0;
 
-	if (count < 0)
-		return -1;
 	for (uint64_t p = bit_next_clear(data, 0, npages); p < npages;) {
 		uint64_t q = bit_next_set(data, p, npages);
 		int64_t n = classify_file_range(fd, off, p, q, page_size, data);
@@ -201,6 +214,37 @@ pagemap_classify_shmem(pid_t pid, uint64_t start, int fd, uint64_t off,
 		p = bit_next_clear(data, q, npages);
 	}
 	return count;
+}
+
+int64_t
+pagemap_classify_shmem(pid_t pid, uint64_t start, int fd, uint64_t off,
+		       uint64_t npages, uint64_t page_size, uint64_t *data)
+{
+	int pm = open_pagemap(pid);
+	int64_t count, more;
+
+	if (pm < 0)
+		return -1;
+	count = classify_read(pm, start, npages, page_size, data, CL_MARKERS);
+	close(pm);
+	if (count < 0)
+		return -1;
+	more = none_by_file(fd, off, npages, page_size, data);
+	return more < 0 ? -1 : count + more;
+}
+
+int64_t
+pagemap_classify_mapped(int pagemap, uint64_t start, int fd, uint64_t off,
+			uint64_t npages, uint64_t page_size, uint64_t *data)
+{
+	int64_t count = classify_scan(pagemap, start, npages, page_size, data,
+				      CL_MARKERS);
+	int64_t more;
+
+	if (count < 0)
+		return -1;
+	more = none_by_file(fd, off, npages, page_size, data);
+	return more < 0 ? -1 : count + more;
 }
 
 /*
@@ -230,7 +274,7 @@ classify_read_huge(int fd, uint64_t start, uint64_t npages, uint64_t page_size,
 
 static int64_t
 classify(pid_t pid, uint64_t start, uint64_t npages, uint64_t page_size,
-	 uint64_t *data, enum pagemap_method how, int anon_only)
+	 uint64_t *data, enum pagemap_method how, int flags)
 {
 	int fd = open_pagemap(pid);
 	int64_t n;
@@ -238,13 +282,11 @@ classify(pid_t pid, uint64_t start, uint64_t npages, uint64_t page_size,
 	if (fd < 0)
 		return -1;
 	if (how == PAGEMAP_SCAN_IOCTL)
-		n = classify_scan(fd, start, npages, page_size, data,
-				  anon_only);
+		n = classify_scan(fd, start, npages, page_size, data, flags);
 	else if (page_size != (uint64_t)sysconf(_SC_PAGESIZE))
 		n = classify_read_huge(fd, start, npages, page_size, data);
 	else
-		n = classify_read(fd, start, npages, page_size, data,
-				  anon_only);
+		n = classify_read(fd, start, npages, page_size, data, flags);
 	close(fd);
 	return n;
 }
@@ -267,5 +309,5 @@ pagemap_classify_cow(pid_t pid, uint64_t start, uint64_t npages, uint64_t *data,
 		     enum pagemap_method how)
 {
 	return classify(pid, start, npages, (uint64_t)sysconf(_SC_PAGESIZE),
-			data, how, 1);
+			data, how, CL_ANON_ONLY);
 }

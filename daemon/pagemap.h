@@ -93,11 +93,23 @@ int64_t pagemap_classify_file(int fd, uint64_t off, uint64_t npages,
 /*
  * The same for shared memory on a kernel whose pagemap reports swapped-out
  * shmem (kfeat.shmem_pm_swap): pagemap first, the backing file only for the
- * pages pagemap reports as none.
+ * pages pagemap reports as none, or as swapped with the uffd-wp bit (which
+ * a write tracker's marker on a page never touched, or punched, shows too).
  */
 int64_t pagemap_classify_shmem(pid_t pid, uint64_t start, int fd, uint64_t off,
 			       uint64_t npages, uint64_t page_size,
 			       uint64_t *data);
+/*
+ * The same through another process's shared mapping of that file part at
+ * start, by PAGEMAP_SCAN on its pagemap descriptor: a page present there
+ * is the file's data, on any kernel; the file decides the rest (a
+ * swapped report there may be a write tracker's marker on a hole). Cheaper
+ * than the file alone where that process maps most of the data (the file
+ * is walked page by page, the page tables by PAGEMAP_SCAN).
+ */
+int64_t pagemap_classify_mapped(int pagemap, uint64_t start, int fd,
+				uint64_t off, uint64_t npages,
+				uint64_t page_size, uint64_t *data);
 
 /* The first bit equal to `want` at or after `from` below n; n if none. */
 static inline uint64_t

@@ -152,11 +152,18 @@ static unsigned pace_us;
 static unsigned hot_pct = 100;
 /*
  * source --discard-every K (with --hot): one mutation in K drops a whole
- * cold page instead (MADV_DONTNEED: it reads as zeros from then on), as a
- * process that frees memory it no longer uses.
+ * cold page instead (it reads as zeros from then on: drop_advice()), as
+ * a process that frees memory it no longer uses.
  * Such pages fail a destination's check: compare memory hashes instead.
  */
 static unsigned discard_every;
+
+/*
+ * How --discard-every drops a page: MADV_DONTNEED for private memory;
+ * shared memory keeps its data under that, so a hole is punched
+ * (MADV_REMOVE), as a balloon does to a guest's RAM file.
+ */
+static int drop_advice(void);
 static unsigned syscall_every;
 static atomic_ulong lost;
 static __thread sigjmp_buf bus_jmp;
@@ -297,6 +304,15 @@ open_file(void)
 	return fd;
 }
 
+static int
+drop_advice(void)
+{
+	return strcmp(kind, "shared") == 0 || strcmp(kind, "memfd") == 0 ||
+			       strcmp(kind, "tmpfs") == 0
+		       ? MADV_REMOVE
+		       : MADV_DONTNEED;
+}
+
 /*
  * The region at BASE, of the --kind asked for: private anonymous, shared
  * anonymous, a memfd or a tmpfs file (unlinked at once), all mapped at the
@@ -432,7 +448,7 @@ mutator(void *arg)
 		if (discard_every && (r >> 16) % discard_every == 0 &&
 		    npages > hot) {
 			page = hot + (r >> 24) % (npages - hot);
-			madvise(mem + page * PS, PS, MADV_DONTNEED);
+			madvise(mem + page * PS, PS, drop_advice());
 			continue;
 		}
 		if (is_untouched(page) || is_pageout(page) || is_zeroed(page) ||

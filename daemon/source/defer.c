@@ -240,7 +240,9 @@ take_memory(struct source *s, const struct authz_caller *who, uint64_t us[3],
 void
 source_defer_unprepare(struct source *s)
 {
-	if (!s->m->ph.deferred || !s->df.prepared)
+	/* Before go, or before the freeze of a pre-copy that went. */
+	if (!s->df.prepared || !(s->m->ph.deferred ||
+				 (s->pc != NULL && s->pc->phase == PC_ROUNDS)))
 		return;
 	source_thaw(&s->t, s->was_stopped);
 	s->df.prepared = 0;
@@ -451,13 +453,42 @@ release_request(uint64_t serial, const struct authz_caller *who,
 	return 1;
 }
 
+/*
+ * Go's first half, now: the process frozen and its maps checked; of a
+ * pre-copy, the process frozen and the rounds go on for what it tracks.
+ */
+static int
+prepare_now(struct source *s, const struct authz_caller *who, uint32_t *code,
+	    char *err, size_t errlen)
+{
+	uint64_t us[2] = {0};
+
+	if (s->pc != NULL) {
+		if (source_precopy_prepare(s, who, code, err, errlen) < 0)
+			return -1;
+		log_info("migration %s: prepared for go: process %d frozen; "
+			 "the pre-copy rounds go on%s",
+			 log_id(s->m->id), (int)s->m->pid,
+			 s->pc->track.pid > 0 ? " for the process it tracks"
+					      : "");
+		return 0;
+	}
+	if (freeze_checked(s, who, us, code, err, errlen) < 0)
+		return -1;
+	log_info("migration %s: prepared for go: process %d frozen in %llu us, "
+		 "its maps checked in %llu us",
+		 log_id(s->m->id), (int)s->m->pid, (unsigned long long)us[0],
+		 (unsigned long long)us[1]);
+	return 0;
+}
+
 /* GO with prepare: go's first half now (take_memory()). */
 static int
 prepare_request(uint64_t serial, const struct authz_caller *who,
 		const Uffdd__GoRequest *req)
 {
 	Uffdd__GoReply rep = UFFDD__GO_REPLY__INIT;
-	uint64_t t0 = now_ns(), us[2] = {0};
+	uint64_t t0 = now_ns();
 	struct source *s;
 	char err[256];
 	uint32_t code;
@@ -466,16 +497,8 @@ prepare_request(uint64_t serial, const struct authz_caller *who,
 		return 0;
 	if ((s = named_export(serial, who, req, "prepare")) == NULL)
 		return 1;
-	if (s->pc != NULL) {
-		control_reply_error(serial, ERR_INVALID,
-				    "prepare: migration %s pre-copies: its go "
-				    "freezes and switches at once, nothing "
-				    "comes before; nothing changed",
-				    log_id(s->m->id));
-		return 1;
-	}
 	if (!s->df.prepared) {
-		if (freeze_checked(s, who, us, &code, err, sizeof(err)) < 0) {
+		if (prepare_now(s, who, &code, err, sizeof(err)) < 0) {
 			control_reply_error(serial, code,
 					    "prepare: %s; the export still "
 					    "waits for go, its process runs",
@@ -483,10 +506,6 @@ prepare_request(uint64_t serial, const struct authz_caller *who,
 			return 1;
 		}
 		s->df.prepared = 1;
-		log_info("migration %s: prepared for go: process %d frozen in "
-			 "%llu us, its maps checked in %llu us",
-			 log_id(s->m->id), (int)s->m->pid,
-			 (unsigned long long)us[0], (unsigned long long)us[1]);
 	}
 	rep.work_us = (now_ns() - t0) / 1000;
 	rep.id = s->m->id;

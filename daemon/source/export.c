@@ -317,8 +317,8 @@ free_source(struct migration *m)
 		source_precopy_switched(s);
 	source_precopy_go_failed(s, ERR_INVALID,
 				 "the export ended before its switchover");
+	source_defer_free(s); /* a prepare's stop, before the rounds' end */
 	source_precopy_free(s);
-	source_defer_free(s);
 	wptrack_stop(&s->wp);
 	procref_close(&s->t);
 	free(s->ps.ranges);

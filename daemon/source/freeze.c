@@ -158,6 +158,25 @@ source_thaw(const struct procref *t, int was_stopped)
 }
 
 int
+source_still_stopped(pid_t pid)
+{
+	return all_stopped(pid) == 1;
+}
+
+int
+source_stop_prepared(struct source *s, char *err, size_t errlen)
+{
+	int prepared = s->df.prepared;
+	uint32_t code;
+
+	s->df.prepared = 0; /* the freeze's from here, thawed as its own */
+	if (prepared && source_still_stopped(s->t.pid))
+		return 0;
+	return source_freeze_checked(&s->t, NULL, &s->wp, &s->was_stopped,
+				     &code, err, errlen);
+}
+
+int
 source_refuse_sharers(const struct procref *t, uint32_t *code, char *err,
 		      size_t errlen)
 {

@@ -311,6 +311,13 @@ int source_freeze_checked(const struct procref *t,
 			  int *was_stopped, uint32_t *code, char *err,
 			  size_t errlen);
 void source_thaw(const struct procref *t, int was_stopped);
+/* Whether every thread of pid is stopped (a prepare's stop still holds). */
+int source_still_stopped(pid_t pid);
+/*
+ * A pre-copy's freeze: the exported process stopped, by its prepare (if
+ * that stop still holds: then nothing to do) or now. 0, or -1 with err.
+ */
+int source_stop_prepared(struct source *s, char *err, size_t errlen);
 long long source_switch_count(pid_t pid, int *running);
 void source_watch_freeze(struct source *);
 long long source_settled_switches(pid_t pid);
@@ -480,6 +487,13 @@ int source_precopy_go(struct source *, uint64_t serial);
 void source_precopy_go_failed(struct source *, uint32_t code, const char *why);
 /* The destination took the SWITCHOVER (its echo): go is answered. */
 void source_precopy_switched(struct source *);
+/*
+ * GO --prepare: the exported process stopped now (checked again for the
+ * caller who), the rounds going on for the writers it tracks; 0, or -1
+ * (code, err) with the process as it was.
+ */
+int source_precopy_prepare(struct source *s, const struct authz_caller *who,
+			   uint32_t *code, char *err, size_t errlen);
 /*
  * Whether to ask the destination of hello h for SWITCHOVER's echo: a
  * deferred pre-copy answers its go once the destination switched.

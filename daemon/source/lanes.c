@@ -57,7 +57,7 @@ fail(struct source *s, uint32_t code, const char *why)
 				  "runs on",
 				  log_id(s->m->id), (int)s->m->pid);
 	}
-	if (s->m->ph.deferred && s->df.prepared)
+	if (s->df.prepared)
 		source_defer_unprepare(s);
 	else if (s->m->ph.deferred)
 		log_warnx("migration %s: ends before go; process %d was never "

@@ -26,10 +26,12 @@
  * Which pages of region sr hold data, by its kind (docs/design.md):
  * anonymous memory from pagemap, shared memory from its backing file (a
  * swapped-out shmem page looks untouched in pagemap), shared hugetlb all
- * data (struct src_region). Returns the data pages, or -1.
+ * data (struct src_region). Shared memory that another process maps at
+ * pm_at, its pagemap pm_fd (-1: none), is classified through that mapping
+ * first. Returns the data pages, or -1.
  */
 static int64_t
-classify(pid_t pid, struct src_region *sr)
+classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at)
 {
 	int64_t data;
 	int fd;
@@ -52,8 +54,12 @@ classify(pid_t pid, struct src_region *sr)
 					pagemap_method());
 	if ((fd = region_open_backing(pid, sr->r.vma_start, sr->r.vma_end)) < 0)
 		return -1;
-	if (kfeat.shmem_pm_swap &&
-	    sr->r.page_size == (uint64_t)sysconf(_SC_PAGESIZE))
+	if (pm_fd >= 0 && sr->r.page_size == (uint64_t)sysconf(_SC_PAGESIZE))
+		data = pagemap_classify_mapped(pm_fd, pm_at, fd, sr->r.file_off,
+					       sr->npages, sr->r.page_size,
+					       sr->data);
+	else if (kfeat.shmem_pm_swap &&
+		 sr->r.page_size == (uint64_t)sysconf(_SC_PAGESIZE))
 		data = pagemap_classify_shmem(pid, sr->r.start, fd,
 					      sr->r.file_off, sr->npages,
 					      sr->r.page_size, sr->data);
@@ -76,6 +82,14 @@ classify(pid_t pid, struct src_region *sr)
 int64_t
 source_mark_dropped(struct source *s)
 {
+	const struct precopy *pc = s->pc;
+	/*
+	 * The tracked writer (QEMU) maps the files and has touched most of
+	 * their data: its page tables say which pages hold data far faster
+	 * than a walk of the files (docs/design.md, "The freeze of a
+	 * guest's pre-copy").
+	 */
+	int pm = pc != NULL && pc->track.pid > 0 ? pc->track_wp.pagemap : -1;
 	int64_t n = 0;
 
 	for (size_t i = 0; i < s->nregs && n >= 0; i++) {
@@ -85,7 +99,8 @@ source_mark_dropped(struct source *s)
 		if (sr->cache_fd >= 0 || !sr->accepted)
 			continue;
 		now.data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
-		if (classify(s->t.pid, &now) < 0)
+		if (classify(s->t.pid, &now, pm,
+			     pm >= 0 ? pc->track_at[i] : 0) < 0)
 			n = -1;
 		for (uint64_t p = 0; n >= 0 && p < sr->npages; p++) {
 			if (!bit_test(sr->data, p) || bit_test(now.data, p))
@@ -199,7 +214,7 @@ source_new(struct procref *t, const struct region *regs, size_t nregs,
 			sr->r.zero_pages = 0;
 			continue;
 		}
-		if ((data = classify(s->t.pid, sr)) < 0) {
+		if ((data = classify(s->t.pid, sr, -1, 0)) < 0) {
 			*code = ERR_KERNEL;
 			snprintf(err, errlen, "classifying 0x%llx of %d: %s",
 				 (unsigned long long)sr->r.start, (int)s->t.pid,
@@ -270,5 +285,5 @@ source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 int64_t
 source_classify(pid_t pid, struct src_region *sr)
 {
-	return classify(pid, sr);
+	return classify(pid, sr, -1, 0);
 }

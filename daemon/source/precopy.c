@@ -304,7 +304,6 @@ source_precopy_freeze(struct source *s)
 {
 	struct precopy *pc = s->pc;
 	char err[256];
-	uint32_t code;
 	int64_t dirty, dropped;
 	uint64_t t[4]; /* stopped, scanned, classified, settled */
 
@@ -316,8 +315,7 @@ source_precopy_freeze(struct source *s)
 			    err);
 		return;
 	}
-	if (source_freeze_checked(&s->t, NULL, &s->wp, &s->was_stopped, &code,
-				  err, sizeof(err)) < 0) {
+	if (source_stop_prepared(s, err, sizeof(err)) < 0) {
 		source_track_thaw(s);
 		source_fail(s, "pre-copy: freezing for the switchover: %s",
 			    err);

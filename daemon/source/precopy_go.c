@@ -7,6 +7,7 @@
  */
 #include "config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include <event2/event.h>
@@ -78,6 +79,19 @@ source_precopy_go(struct source *s, uint64_t serial)
 		source_precopy_freeze(s);
 	}
 	return 0;
+}
+
+int
+source_precopy_prepare(struct source *s, const struct authz_caller *who,
+		       uint32_t *code, char *err, size_t errlen)
+{
+	if (s->pc->went || s->pc->phase != PC_ROUNDS) {
+		*code = ERR_INVALID;
+		snprintf(err, errlen, "its pre-copy rounds are over");
+		return -1;
+	}
+	return source_freeze_checked(&s->t, who, &s->wp, &s->was_stopped, code,
+				     err, errlen);
 }
 
 int
