@@ -145,6 +145,13 @@ struct dest_faults {
  */
 struct dest_commit {
 	int complete_sent, committed, released;
+	/*
+	 * The target's copy of its uffd closed LATE_CLOSE_MS after the
+	 * commit (dest_close_target_later()); end_waits: the migration
+	 * ended meanwhile, its memory goes once that close is done.
+	 */
+	struct event *late_close_ev;
+	int end_waits;
 	uint64_t commit_seq;
 	struct dest **done_kids;
 	size_t ndone_kids;
@@ -349,7 +356,22 @@ struct dest *dest_new(const char *id, pid_t pid, const char *from,
 /* The target's exit is an event, once its process is known. */
 void dest_exit_watch(struct dest *);
 void dest_drop_target(struct dest *, int kill);
+/*
+ * close_target: RELEASE_KEEP (the target keeps its copy of the uffd; one
+ * with none is killed), RELEASE_CLOSE, RELEASE_CLOSE_LATER (a commit's:
+ * unregistered now, its copy closed later, dest_close_target_later()).
+ */
+enum { RELEASE_KEEP, RELEASE_CLOSE, RELEASE_CLOSE_LATER };
 void dest_release_target(struct dest *, int close_target);
+/*
+ * The target's copy of its uffd, inert once unregistered, closed
+ * LATE_CLOSE_MS from now: the injection that closes it stops every thread
+ * of the target for milliseconds, which right after a pre-copy's
+ * switchover would fall in a guest's stop window. dest_late_close_free():
+ * at the end of the role's memory, a close still due is done.
+ */
+void dest_close_target_later(struct dest *);
+void dest_late_close_free(struct dest *);
 void dest_end(struct dest *);
 void dest_fail(struct dest *, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -52,6 +52,7 @@ dest_free(struct migration *m)
 	if (d == NULL)
 		return;
 	dest_release_held(d);
+	dest_late_close_free(d);
 	dest_persist_free(d);
 	conn_free(d->demand);
 	conn_free(d->bulk);
@@ -198,7 +199,10 @@ dest_release_target(struct dest *d, int close_target)
 					"migration %s: unregister 0x%llx",
 					log_id(d->m->id),
 					(unsigned long long)d->regs[i].r.start);
-		dest_close_target_fd(d);
+		if (close_target == RELEASE_CLOSE_LATER)
+			dest_close_target_later(d);
+		else
+			dest_close_target_fd(d);
 	}
 	/*
 	 * A target with no copy of its own loses its registration with ours:
@@ -225,7 +229,10 @@ dest_end(struct dest *d)
 	if (d->ln.retry_ev)
 		event_del(d->ln.retry_ev);
 	dest_persist_remove(d);
-	migration_release(d->m);
+	if (d->cm.late_close_ev && evtimer_pending(d->cm.late_close_ev, NULL))
+		d->cm.end_waits = 1; /* late_close_cb() releases it */
+	else
+		migration_release(d->m);
 }
 
 /* The end of a migration, either way: the target, then the rest. */
