@@ -197,21 +197,44 @@ pagemap_classify_file(int fd, uint64_t off, uint64_t npages, uint64_t page_size,
  * the page cache that this process never mapped, so the backing file
  * decides for the runs of none entries, and only for those.
  */
-/* The runs of pages [0, npages) with no data bit, decided by the file. */
+/*
+ * The first page at or after from, below n, that is (want) or is not
+ * (!want) undecided: no data bit, and a care bit (care NULL: all care).
+ */
+static uint64_t
+next_undecided(const uint64_t *data, const uint64_t *care, uint64_t from,
+	       uint64_t n, int want)
+{
+	while (from < n) {
+		uint64_t i = from >> 6;
+		uint64_t u = ~data[i] & (care ? care[i] : ~0ULL);
+		uint64_t w = (want ? u : ~u) >> (from & 63);
+
+		if (w) {
+			from += (uint64_t)__builtin_ctzll(w);
+			return from < n ? from : n;
+		}
+		from = (from | 63) + 1;
+	}
+	return n;
+}
+
+/* The undecided runs of pages [0, npages), decided by the file. */
 static int64_t
 none_by_file(int fd, uint64_t off, uint64_t npages, uint64_t page_size,
-	     uint64_t *data)
+	     uint64_t *data, const uint64_t *care)
 {
 	int64_t count = 0;
 
-	for (uint64_t p = bit_next_clear(data, 0, npages); p < npages;) {
-		uint64_t q = bit_next_set(data, p, npages);
+	for (uint64_t p = next_undecided(data, care, 0, npages, 1);
+	     p < npages;) {
+		uint64_t q = next_undecided(data, care, p, npages, 0);
 		int64_t n = classify_file_range(fd, off, p, q, page_size, data);
 
 		if (n < 0)
 			return -1;
 		count += n;
-		p = bit_next_clear(data, q, npages);
+		p = next_undecided(data, care, q, npages, 1);
 	}
 	return count;
 }
@@ -229,13 +252,14 @@ pagemap_classify_shmem(pid_t pid, uint64_t start, int fd, uint64_t off,
 	close(pm);
 	if (count < 0)
 		return -1;
-	more = none_by_file(fd, off, npages, page_size, data);
+	more = none_by_file(fd, off, npages, page_size, data, NULL);
 	return more < 0 ? -1 : count + more;
 }
 
 int64_t
 pagemap_classify_mapped(int pagemap, uint64_t start, int fd, uint64_t off,
-			uint64_t npages, uint64_t page_size, uint64_t *data)
+			uint64_t npages, uint64_t page_size, uint64_t *data,
+			const uint64_t *care)
 {
 	int64_t count = classify_scan(pagemap, start, npages, page_size, data,
 				      CL_MARKERS);
@@ -243,7 +267,7 @@ pagemap_classify_mapped(int pagemap, uint64_t start, int fd, uint64_t off,
 
 	if (count < 0)
 		return -1;
-	more = none_by_file(fd, off, npages, page_size, data);
+	more = none_by_file(fd, off, npages, page_size, data, care);
 	return more < 0 ? -1 : count + more;
 }
 

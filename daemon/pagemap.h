@@ -103,13 +103,16 @@ int64_t pagemap_classify_shmem(pid_t pid, uint64_t start, int fd, uint64_t off,
  * The same through another process's shared mapping of that file part at
  * start, by PAGEMAP_SCAN on its pagemap descriptor: a page present there
  * is the file's data, on any kernel; the file decides the rest (a
- * swapped report there may be a write tracker's marker on a hole). Cheaper
+ * swapped report there may be a write tracker's marker on a hole), and
+ * only the pages with a care bit: the others are left without a data bit
+ * (care NULL: every page is decided). Cheaper
  * than the file alone where that process maps most of the data (the file
  * is walked page by page, the page tables by PAGEMAP_SCAN).
  */
 int64_t pagemap_classify_mapped(int pagemap, uint64_t start, int fd,
 				uint64_t off, uint64_t npages,
-				uint64_t page_size, uint64_t *data);
+				uint64_t page_size, uint64_t *data,
+				const uint64_t *care);
 
 /* The first bit equal to `want` at or after `from` below n; n if none. */
 static inline uint64_t

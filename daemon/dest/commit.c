@@ -12,18 +12,14 @@
 #include "config.h"
 
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include <event2/event.h>
 
 #include "daemon/conffile.h"
 #include "daemon/conn.h"
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
-#include "daemon/loop.h"
 #include "daemon/migration.h"
 #include "daemon/stats.h"
 
@@ -119,52 +115,4 @@ dest_committed_frame(struct dest *d, const struct frame_hdr *h,
 		return;
 	}
 	dest_end(d);
-}
-
-/*
- * A guest's device state loads and its vCPUs start 10-20 ms after the
- * switchover, which a pre-copy's commit follows at once: this is well
- * after. A post-copy's commit comes once every page is in, long after its
- * target runs: its copy goes at once.
- */
-#define LATE_CLOSE_MS 500
-
-static void
-late_close_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct dest *d = arg;
-
-	(void)fd;
-	(void)what;
-	dest_close_target_fd(d);
-	if (d->cm.end_waits)
-		migration_release(d->m);
-}
-
-void
-dest_close_target_later(struct dest *d)
-{
-	struct timeval tv = {LATE_CLOSE_MS / 1000,
-			     (LATE_CLOSE_MS % 1000) * 1000};
-
-	if (d->target_fd < 0)
-		return;
-	if (d->cm.late_close_ev == NULL &&
-	    (d->cm.late_close_ev = evtimer_new(base, late_close_cb, d)) ==
-		    NULL) {
-		dest_close_target_fd(d); /* now, then */
-		return;
-	}
-	evtimer_add(d->cm.late_close_ev, &tv);
-}
-
-void
-dest_late_close_free(struct dest *d)
-{
-	if (d->cm.late_close_ev == NULL)
-		return;
-	if (evtimer_pending(d->cm.late_close_ev, NULL))
-		dest_close_target_fd(d);
-	event_free(d->cm.late_close_ev);
-	d->cm.late_close_ev = NULL;
 }

@@ -28,10 +28,12 @@
  * swapped-out shmem page looks untouched in pagemap), shared hugetlb all
  * data (struct src_region). Shared memory that another process maps at
  * pm_at, its pagemap pm_fd (-1: none), is classified through that mapping
- * first. Returns the data pages, or -1.
+ * first, and only the pages care marks (the others are left as holes).
+ * Returns the data pages, or -1.
  */
 static int64_t
-classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at)
+classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at,
+	 const uint64_t *care)
 {
 	int64_t data;
 	int fd;
@@ -57,7 +59,7 @@ classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at)
 	if (pm_fd >= 0 && sr->r.page_size == (uint64_t)sysconf(_SC_PAGESIZE))
 		data = pagemap_classify_mapped(pm_fd, pm_at, fd, sr->r.file_off,
 					       sr->npages, sr->r.page_size,
-					       sr->data);
+					       sr->data, care);
 	else if (kfeat.shmem_pm_swap &&
 		 sr->r.page_size == (uint64_t)sysconf(_SC_PAGESIZE))
 		data = pagemap_classify_shmem(pid, sr->r.start, fd,
@@ -99,8 +101,9 @@ source_mark_dropped(struct source *s)
 		if (sr->cache_fd >= 0 || !sr->accepted)
 			continue;
 		now.data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
-		if (classify(s->t.pid, &now, pm,
-			     pm >= 0 ? pc->track_at[i] : 0) < 0)
+		/* Only a page sent as data can have been dropped. */
+		if (classify(s->t.pid, &now, pm, pm >= 0 ? pc->track_at[i] : 0,
+			     sr->data) < 0)
 			n = -1;
 		for (uint64_t p = 0; n >= 0 && p < sr->npages; p++) {
 			if (!bit_test(sr->data, p) || bit_test(now.data, p))
@@ -214,7 +217,7 @@ source_new(struct procref *t, const struct region *regs, size_t nregs,
 			sr->r.zero_pages = 0;
 			continue;
 		}
-		if ((data = classify(s->t.pid, sr, -1, 0)) < 0) {
+		if ((data = classify(s->t.pid, sr, -1, 0, NULL)) < 0) {
 			*code = ERR_KERNEL;
 			snprintf(err, errlen, "classifying 0x%llx of %d: %s",
 				 (unsigned long long)sr->r.start, (int)s->t.pid,
@@ -285,5 +288,5 @@ source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 int64_t
 source_classify(pid_t pid, struct src_region *sr)
 {
-	return classify(pid, sr, -1, 0);
+	return classify(pid, sr, -1, 0, NULL);
 }
