@@ -76,6 +76,29 @@ send_args(const struct cmd_entry *self, int argc, char **argv, struct send *s)
 		die_usage(self->usage);
 }
 
+/*
+ * --precopy where the daemon's kernel cannot track QEMU's writes to the
+ * RAM files (no FEATURE_PRECOPY_SHARED): the guest moves post-copy, said
+ * so. 0, or -1 when the daemon does not answer.
+ */
+static int
+send_can_precopy(struct send *s)
+{
+	int has;
+
+	if (!s->precopy)
+		return 0;
+	if ((has = daemon_feature(s->ctl, FEATURE_PRECOPY_SHARED)) < 0)
+		return -1;
+	if (has)
+		return 0;
+	s->precopy = 0;
+	flow_say("--precopy: the source daemon cannot track writes to shared "
+		 "memory on its kernel (Linux 6.7 or later needed): the guest "
+		 "moves post-copy instead");
+	return 0;
+}
+
 /* QEMU on QMP, a guest to move, its RAM blocks, a daemon that answers. */
 int
 send_open(struct send *s)
@@ -104,7 +127,7 @@ send_open(struct send *s)
 	if (set_capability(s->q, "events", 1) < 0 ||
 	    set_capability(s->q, "pause-before-switchover", 1) < 0)
 		return -1;
-	return 0;
+	return send_can_precopy(s);
 }
 
 /* The holder, exported deferred with its blocks named: s->id. */

@@ -247,6 +247,24 @@ flow_request(const char *path, uint16_t type, const ProtobufCMessage *req,
 }
 
 int
+daemon_feature(const char *ctl, const char *name)
+{
+	Uffdd__StatusRequest req = UFFDD__STATUS_REQUEST__INIT;
+	Uffdd__StatusReply *rep;
+	int has = 0;
+
+	req.id = "";
+	rep = (Uffdd__StatusReply *)flow_request(
+		ctl, FRAME_CTL_STATUS, &req.base, FRAME_CTL_STATUS_REPLY);
+	if (rep == NULL)
+		return -1;
+	for (size_t i = 0; i < rep->n_features; i++)
+		has |= strcmp(rep->features[i], name) == 0;
+	frame_free(&rep->base);
+	return has;
+}
+
+int
 qemu_stop(struct qmp *q, const char *status)
 {
 	if (strcmp(status, "running") != 0)

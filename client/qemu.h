@@ -119,6 +119,11 @@ int qemu_receive(const struct cmd_entry *, int argc, char **argv);
 int qemu_local(const char *src_qmp, const char *dst_qmp, const char *src_ctl,
 	       const char *dst_ctl, const char *peer, int resume,
 	       double timeout);
+/*
+ * Whether the daemon at control socket ctl says feature name in its
+ * status (proto/frame.h, control features): 1, 0, or -1 (said why).
+ */
+int daemon_feature(const char *ctl, const char *name);
 /* One request to the daemon at path, on a connection of its own. */
 ProtobufCMessage *flow_request(const char *path, uint16_t type,
 			       const ProtobufCMessage *req, uint16_t want);

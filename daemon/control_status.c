@@ -12,6 +12,7 @@
 #include "daemon/metrics_text.h"
 #include "daemon/migration.h"
 #include "daemon/role.h"
+#include "daemon/wptrack.h"
 
 static void
 status(uint64_t serial, const Uffdd__StatusRequest *req)
@@ -60,9 +61,12 @@ status(uint64_t serial, const Uffdd__StatusRequest *req)
 		rep.n_migrations = i;
 		rep.migrations = ptrs;
 		static char *feat[] = {FEATURE_PRECOPY, FEATURE_PRECOPY_TRACK,
-				       FEATURE_DEFERRED};
+				       FEATURE_DEFERRED,
+				       FEATURE_PRECOPY_SHARED};
 
-		rep.n_features = sizeof(feat) / sizeof(feat[0]);
+		/* The last one only where this kernel can (wptrack.h). */
+		rep.n_features = sizeof(feat) / sizeof(feat[0]) -
+				 (wptrack_mode() != WPTRACK_ASYNC);
 		rep.features = feat;
 		control_reply(serial, FRAME_CTL_STATUS_REPLY, &rep.base);
 	}

@@ -76,6 +76,13 @@ frame_pages_fit(uint64_t page_size, uint64_t max)
  * --deferred and --id, and GO and CANCEL.
  */
 #define FEATURE_DEFERRED "deferred"
+/*
+ * Control feature of a daemon whose kernel tracks writes to shared
+ * memory while a process runs (the async tracker, Linux 6.7+): a
+ * pre-copy of shared memory, as a guest's RAM files, can be exported.
+ * migrate-qemu --precopy moves the guest post-copy where it is missing.
+ */
+#define FEATURE_PRECOPY_SHARED "precopy-shared"
 
 enum frame_type {
 	FRAME_HELLO = 1,

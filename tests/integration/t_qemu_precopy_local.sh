@@ -8,17 +8,20 @@
 # source's RAM byte for byte and its guest's checker passes; most pages
 # came in the rounds, not by post-copy faults. A destination
 # QEMU on the source's RAM file is refused before anything is exported,
-# and the source is left as it was.
+# and the source is left as it was. A source daemon that cannot track
+# writes to shared memory moves the guest post-copy, saying so.
 . "$SRC/tests/lib.sh"
 need_root
 . "$SRC/tests/e2e/qemu-lib.sh"
 start_daemon src
 start_daemon dst
 
+# migrate_qemu A B [ARGS...]: A to B, from the daemon ${SD:-src}.
 migrate_qemu() {
+	local sd=${SD:-src}
 	"$CLIENT" migrate-qemu --src-qmp "$T/$1.qmp" --dst-qmp "$T/$2.qmp" \
-		--src-control "$src_SOCK" --dst-control "$dst_SOCK" \
-		--src-peer "$src_ADDR:$src_PORT" --timeout 300 --precopy "${@:3}"
+		--src-control "$(eval echo "\$${sd}_SOCK")" --dst-control "$dst_SOCK" \
+		--src-peer "$src_ADDR:$(eval echo "\$${sd}_PORT")" --timeout 300 --precopy "${@:3}"
 }
 
 qemu a
@@ -72,3 +75,22 @@ info "B's RAM file equals A's byte for byte ($(sha256sum <"$SHM-b" | cut -c1-16)
 qmp b cont >/dev/null || fail "cont on B"
 runs_on b 3
 info "B: $rounds rounds, $faults post-copy faults of $total pages; $(tail -n 1 "$T/b.serial")"
+
+# A source daemon whose kernel cannot track writes to shared memory (the
+# test knob hides the async tracker): --precopy says so and the guest
+# moves post-copy, byte for byte all the same.
+export UFFDD_TEST_NO_WP_TRACKING=1
+start_daemon src2
+unset UFFDD_TEST_NO_WP_TRACKING
+qemu c -incoming defer -S
+info "B -> C from a daemon that cannot track: post-copy instead"
+SD=src2 checked "$T/bc.out" migrate_qemu b c --no-resume ||
+	fail "migrate-qemu --precopy B -> C (no tracking) failed: $(cat "$T/bc.out")"
+grep -q 'the guest moves post-copy instead' "$T/bc.out" ||
+	fail "the flow did not say it fell back to post-copy: $(cat "$T/bc.out")"
+grep -q 'pre-copy converged' "$T/bc.out" && fail "a pre-copy without a tracker: $(cat "$T/bc.out")"
+gone "${QPID[b]}"
+cmp "$SHM-b" "$SHM-c" || fail "C's RAM file differs from B's"
+qmp c cont >/dev/null || fail "cont on C"
+runs_on c 3
+info "C (post-copy, no tracker): $(tail -n 1 "$T/c.serial")"
