@@ -68,12 +68,14 @@ enum privop_file {
 	PRIVOP_FILE_PAGEMAP = 2,  /* /proc/PID/pagemap, read-only */
 	PRIVOP_FILE_MAP_FILE = 3, /* /proc/PID/map_files/START-END, read-only */
 	PRIVOP_FILE_MEM_RW = 4,	  /* /proc/PID/mem read-write: destinations */
+	/* An inotify watch (IN_MODIFY) of the file a mapping maps */
+	PRIVOP_FILE_MAP_WATCH = 5,
 };
 
 struct privop_open {
 	uint32_t file; /* enum privop_file */
 	uint32_t pad;
-	uint64_t start, end; /* PRIVOP_FILE_MAP_FILE: the mapping */
+	uint64_t start, end; /* PRIVOP_FILE_MAP_FILE, _WATCH: the mapping */
 };
 
 /*

@@ -9,11 +9,14 @@
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <linux/falloc.h>
 
 #include "daemon/compat.h"
 #include "daemon/log.h"
 #include "daemon/pagemap.h"
 #include "daemon/probe.h"
+#include "daemon/procfile.h"
 #include "daemon/region.h"
 #include "daemon/uffd.h"
 
@@ -217,6 +220,52 @@ probe_map_files(void)
 	free(v);
 }
 
+/* A hole punched in file fd (two pages, the first written) is seen. */
+static int
+punch_seen(int fd)
+{
+	char page[4096] = {1}, buf[256];
+	int w, seen = 0;
+
+	if (ftruncate(fd, 2 * sizeof(page)) < 0 ||
+	    pwrite(fd, page, sizeof(page), 0) != (ssize_t)sizeof(page) ||
+	    (w = procfile_watch(fd)) < 0)
+		return 0;
+	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+		      sizeof(page)) == 0)
+		seen = read(w, buf, sizeof(buf)) > 0;
+	close(w);
+	return seen;
+}
+
+/*
+ * Whether a hole punched in shared memory (fallocate, MADV_REMOVE: both
+ * vfs_fallocate(), which reports IN_MODIFY) wakes an inotify watch of its
+ * file: for a tmpfs file, and for a memfd, whose file is on the kernel's
+ * internal mount with shared anonymous memory (6.18 reports nothing for
+ * those). A pre-copy's freeze skips its search for dropped pages where a
+ * watch that would have seen them saw nothing (docs/design.md, "The
+ * freeze of a guest's pre-copy").
+ */
+static void
+probe_punch_notify(void)
+{
+	int fd = memfd_create("uffdd-probe", MFD_CLOEXEC);
+	struct stat st;
+
+	if (fd >= 0 && fstat(fd, &st) == 0) {
+		kfeat.shm_dev = st.st_dev;
+		kfeat.punch_notify_shm = punch_seen(fd);
+	}
+	if (fd >= 0)
+		close(fd);
+	fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		kfeat.punch_notify = punch_seen(fd);
+		close(fd);
+	}
+}
+
 void
 probe_kernel(void)
 {
@@ -242,6 +291,7 @@ probe_kernel(void)
 	probe_shmem_pm_swap();
 	probe_map_files();
 	probe_wp_sync();
+	probe_punch_notify();
 	log_info("kernel: %s", probe_summary());
 	if (!kfeat.map_files)
 		log_warnx("%s: shared memory and private file mappings cannot "
@@ -258,7 +308,7 @@ probe_summary(void)
 	snprintf(buf, sizeof(buf),
 		 "uffd features 0x%llx%s, pagemap_scan %s%s, access_likely %s, "
 		 "shmem_pm_swap %s, poison %s, map_files %s, uffd_wp_sync %s, "
-		 "wp_unprotect_writable %s",
+		 "wp_unprotect_writable %s, punch_notify %s",
 		 (unsigned long long)kfeat.uffd_features,
 		 kfeat.dev_userfaultfd ? " (/dev/userfaultfd)" : "",
 		 kfeat.pagemap_scan ? "yes" : "no",
@@ -268,6 +318,10 @@ probe_summary(void)
 		 (kfeat.uffd_features & UFFD_FEATURE_POISON) ? "yes" : "no",
 		 kfeat.map_files ? "yes" : "no",
 		 kfeat.uffd_wp_sync ? "yes" : "no",
-		 kfeat.wp_unprotect_writable ? "yes" : "no");
+		 kfeat.wp_unprotect_writable ? "yes" : "no",
+		 kfeat.punch_notify && kfeat.punch_notify_shm ? "yes"
+		 : kfeat.punch_notify			      ? "tmpfs only"
+		 : kfeat.punch_notify_shm		      ? "memfd only"
+							      : "no");
 	return buf;
 }

@@ -6,6 +6,7 @@
 #define UFFDD_PROBE_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 struct kfeatures {
 	int uffd_syscall;	 /* userfaultfd(2) works for the daemon */
@@ -18,6 +19,13 @@ struct kfeatures {
 	int map_files;		 /* /proc/PID/map_files opens (capability) */
 	int uffd_wp_sync;	 /* sync uffd-wp of anon memory, in pagemap */
 	int wp_unprotect_writable; /* un-protect leaves it writable (patch 4) */
+	/*
+	 * A hole punched in a tmpfs file wakes an inotify watch of it;
+	 * _shm the same for files of the kernel's internal shm mount
+	 * (memfd, shared anonymous memory), device shm_dev.
+	 */
+	int punch_notify, punch_notify_shm;
+	dev_t shm_dev;
 };
 
 extern struct kfeatures kfeat;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <sys/inotify.h>
 
 #include "daemon/imsg.h"
 #include "daemon/log.h"
@@ -144,4 +145,56 @@ procfile_mem_rw(pid_t pid)
 	int fd = ask(pid, PRIVOP_FILE_MEM_RW, 0, 0);
 
 	return fd != -2 ? fd : open_here(pid, "mem", O_RDWR);
+}
+
+int
+procfile_watch(int fd)
+{
+	char path[64];
+	int w = inotify_init1(IN_NONBLOCK | IN_CLOEXEC), e;
+
+	if (w < 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	if (inotify_add_watch(w, path, IN_MODIFY) < 0) {
+		e = errno;
+		close(w);
+		errno = e;
+		return -1;
+	}
+	return w;
+}
+
+int
+procfile_map_watch(pid_t pid, uint64_t start, uint64_t end)
+{
+	int fd = ask(pid, PRIVOP_FILE_MAP_WATCH, start, end), w, e;
+
+	if (fd != -2)
+		return fd;
+	if ((fd = procfile_map_file(pid, start, end)) < 0)
+		return -1;
+	w = procfile_watch(fd);
+	e = errno;
+	close(fd);
+	errno = e;
+	return w;
+}
+
+int
+procfile_watch_changed(int w)
+{
+	/* Events are 16 bytes and a name (none for a watched file). */
+	char buf[4096] __attribute__((aligned(__alignof__(uint64_t))));
+	int changed = 0;
+
+	for (;;) {
+		ssize_t n = read(w, buf, sizeof(buf));
+
+		if (n > 0) {
+			changed = 1;
+			continue;
+		}
+		return n < 0 && errno == EAGAIN ? changed : 1;
+	}
 }

@@ -26,5 +26,20 @@ int procfile_pagemap(pid_t pid);
 int procfile_map_file(pid_t pid, uint64_t start, uint64_t end);
 /* /proc/PID/mem read-write: a destination's, whose pages arrive. */
 int procfile_mem_rw(pid_t pid);
+/*
+ * Changes to the file behind pid's mapping [start, end): an inotify
+ * descriptor (non-blocking) watching it for IN_MODIFY, which a hole
+ * punched (fallocate, MADV_REMOVE through any mapping), a write() or a
+ * truncate make, and a store through a mapping does not. Where the kernel
+ * reports them (kfeat.punch_notify).
+ */
+int procfile_map_watch(pid_t pid, uint64_t start, uint64_t end);
+/* The same for an open file fd (its watch made through /proc/self/fd). */
+int procfile_watch(int fd);
+/*
+ * Whether watch w saw a change since the last call (its events read): 1,
+ * or 0; 1 also when it cannot be told (an error, a queue overflow).
+ */
+int procfile_watch_changed(int w);
 
 #endif

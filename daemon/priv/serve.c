@@ -25,6 +25,7 @@
 #include "daemon/migration.h"
 #include "daemon/inject.h"
 #include "daemon/privop.h"
+#include "daemon/procfile.h"
 #include "daemon/proc.h"
 #include "daemon/priv/call.h"
 #include "daemon/priv/dsetup.h"
@@ -98,6 +99,7 @@ do_open(struct call *c)
 		snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
 		break;
 	case PRIVOP_FILE_MAP_FILE:
+	case PRIVOP_FILE_MAP_WATCH:
 		if (r->start >= r->end)
 			return EINVAL;
 		snprintf(path, sizeof(path), "/proc/%d/map_files/%llx-%llx",
@@ -120,6 +122,14 @@ do_open(struct call *c)
 		close(c->fd);
 		c->fd = -1;
 		return ESRCH;
+	}
+	if (r->file == PRIVOP_FILE_MAP_WATCH) {
+		/* The watch is handed over, not the file. */
+		int w = procfile_watch(c->fd);
+
+		close(c->fd);
+		if ((c->fd = w) < 0)
+			return errno;
 	}
 	return 0;
 }

@@ -76,6 +76,10 @@ source_check(struct source *s, char *why, size_t len)
 	uint64_t reads = s->cm.reads, t0 = now_ns(), c0 = cpu_ns();
 	int ran = source_continued(s, why, len);
 
+	/* A hole punched in an exported file is a change as a run is. */
+	if (ran == 0)
+		ran = source_files_changed(s, why, len);
+
 	s->cm.check_cpu_ns += cpu_ns() - c0;
 	s->cm.check_ns = now_ns() - t0;
 	s->cm.checks++;

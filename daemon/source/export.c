@@ -86,6 +86,7 @@ source_create_precopy(struct procref *t, const struct range *ranges,
 			       err, errlen);
 	if (s != NULL) {
 		source_precopy_init(s, &wp, req);
+		source_watch_files(s);
 		if (req->deferred)
 			source_precopy_wait_go(s);
 		s->keep_source = req->keep_source;
@@ -329,6 +330,8 @@ free_source(struct migration *m)
 			close(s->regs[i].cache_fd);
 		if (s->regs[i].file_fd >= 0)
 			close(s->regs[i].file_fd);
+		if (s->regs[i].watched)
+			close(s->regs[i].watch_fd);
 	}
 	free(s->regs);
 	free(s->scratch);

@@ -19,6 +19,7 @@
 #include "daemon/log.h"
 #include "daemon/migration.h"
 #include "daemon/proc.h"
+#include "daemon/procfile.h"
 #include "daemon/procref.h"
 #include "daemon/source/internal.h"
 #include "daemon/wptrack.h"
@@ -430,4 +431,23 @@ source_watch_freeze(struct source *s)
 
 	snprintf(what, sizeof(what), "migration %s", log_id(s->m->id));
 	s->switches = source_watch(&s->t, s->regs, s->nregs, &s->wp, what);
+}
+
+int
+source_files_changed(struct source *s, char *why, size_t len)
+{
+	for (size_t i = 0; i < s->nregs; i++) {
+		const struct src_region *sr = &s->regs[i];
+
+		if (!sr->watched || !sr->primed || sr->cache_fd >= 0 ||
+		    !sr->accepted || !procfile_watch_changed(sr->watch_fd))
+			continue;
+		snprintf(why, len,
+			 "the file behind 0x%llx (%.100s) changed after the "
+			 "freeze (a hole punched, or a write() to it): the "
+			 "destination would hold pages of two moments",
+			 (unsigned long long)sr->r.start, sr->r.name);
+		return 1;
+	}
+	return 0;
 }

@@ -169,6 +169,14 @@ struct src_region {
 	 * opened yet, -2 not to be (another kind, or the open failed).
 	 */
 	int file_fd;
+	/*
+	 * A pre-copy of shared memory: an inotify watch of its file
+	 * (watched; kfeat.punch_notify), read before each search for
+	 * dropped pages (source_mark_dropped()), which a quiet watch makes
+	 * needless once a first search was done (primed); after the freeze
+	 * a change fails the migration (source_files_changed()).
+	 */
+	int watch_fd, watched, primed;
 };
 
 /*
@@ -367,6 +375,13 @@ int source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 			 size_t errlen);
 int64_t source_classify(pid_t pid, struct src_region *sr);
 int64_t source_mark_dropped(struct source *);
+/*
+ * A pre-copy of shared memory: each region's file watched for holes
+ * punched (make.c). source_files_changed(): 1 (why says which) when one
+ * of those files changed since the freeze's search, else 0.
+ */
+void source_watch_files(struct source *);
+int source_files_changed(struct source *, char *why, size_t len);
 /*
  * The export's record and its regions (taken over: regs is not kept);
  * classified unless deferred (then every page counts as data until go).

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "daemon/compat.h"
 #include "daemon/conffile.h"
@@ -18,6 +19,7 @@
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
 #include "daemon/probe.h"
+#include "daemon/procfile.h"
 #include "daemon/procref.h"
 #include "daemon/region.h"
 #include "daemon/source/internal.h"
@@ -81,6 +83,65 @@ classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at,
  * depend on that, for one classification at the freeze. Returns the pages
  * marked, or -1 with errno set.
  */
+/* Whether a hole punched in the file of pid's mapping [start, end) shows. */
+static int
+punch_shows(pid_t pid, uint64_t start, uint64_t end)
+{
+	int fd = procfile_map_file(pid, start, end), shows = 0;
+	struct stat st;
+
+	if (fd >= 0 && fstat(fd, &st) == 0)
+		shows = st.st_dev == kfeat.shm_dev ? kfeat.punch_notify_shm
+						   : kfeat.punch_notify;
+	if (fd >= 0)
+		close(fd);
+	return shows;
+}
+
+void
+source_watch_files(struct source *s)
+{
+	size_t shm = 0, watched = 0;
+
+	for (size_t i = 0; i < s->nregs; i++) {
+		struct src_region *sr = &s->regs[i];
+
+		if (!region_kind_shmem(sr->r.kind) || sr->cache_fd >= 0)
+			continue;
+		shm++;
+		if (!punch_shows(s->t.pid, sr->r.vma_start, sr->r.vma_end))
+			continue;
+		sr->watch_fd = procfile_map_watch(s->t.pid, sr->r.vma_start,
+						  sr->r.vma_end);
+		sr->watched = sr->watch_fd >= 0;
+		watched += (size_t)sr->watched;
+	}
+	if (shm > 0)
+		log_info("migration %s: %zu of %zu shared-memory regions "
+			 "watched for holes punched (the freeze searches the "
+			 "others, and these after a change)",
+			 log_id(s->m->id), watched, shm);
+}
+
+/*
+ * Whether region sr's pages may have been dropped since the last search:
+ * its file watched, read first (a change after the read shows next
+ * time), and quiet after a first search, they were not.
+ */
+static int
+maybe_dropped(struct src_region *sr)
+{
+	int changed;
+
+	if (!sr->watched)
+		return 1;
+	changed = procfile_watch_changed(sr->watch_fd);
+	if (sr->primed && !changed)
+		return 0;
+	sr->primed = 1;
+	return 1;
+}
+
 int64_t
 source_mark_dropped(struct source *s)
 {
@@ -98,7 +159,7 @@ source_mark_dropped(struct source *s)
 		struct src_region *sr = &s->regs[i], now = *sr;
 
 		/* Shared hugetlb counts every page as data (its page cache). */
-		if (sr->cache_fd >= 0 || !sr->accepted)
+		if (sr->cache_fd >= 0 || !sr->accepted || !maybe_dropped(sr))
 			continue;
 		now.data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		/* Only a page sent as data can have been dropped. */

@@ -125,13 +125,6 @@ source_precopy_untrack(struct source *s)
 }
 
 void
-source_precopy_thaw(struct source *s)
-{
-	source_thaw(&s->t, s->was_stopped);
-	source_track_thaw(s);
-}
-
-void
 source_precopy_free(struct source *s)
 {
 	source_precopy_untrack(s);
@@ -234,6 +227,12 @@ collect(struct source *s)
 	    (other = source_track_collect(s, source_precopy_mark)) < 0) {
 		source_fail(s, "pre-copy: PAGEMAP_SCAN of process %d: %s",
 			    own < 0 ? (int)s->m->pid : (int)s->pc->track.pid,
+			    strerror(errno));
+		return -1;
+	}
+	/* Holes punched meanwhile go as ZERO markers in this round. */
+	if (s->pc->phase == PC_ROUNDS && source_mark_dropped(s) < 0) {
+		source_fail(s, "pre-copy: classifying again: %s",
 			    strerror(errno));
 		return -1;
 	}

@@ -313,3 +313,11 @@ source_track_free(struct precopy *pc)
 	free(pc->track_at);
 	pc->track_at = NULL;
 }
+
+/* The exported process and a tracked one go on (a failed pre-copy). */
+void
+source_precopy_thaw(struct source *s)
+{
+	source_thaw(&s->t, s->was_stopped);
+	source_track_thaw(s);
+}

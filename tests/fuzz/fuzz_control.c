@@ -28,6 +28,7 @@
 #include "daemon/probe.h"
 #include "daemon/procref.h"
 #include "daemon/role.h"
+#include "daemon/wptrack.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -83,6 +84,13 @@ const char *
 probe_summary(void)
 {
 	return "fuzz";
+}
+
+/* Nor is the write tracker status names (precopy-shared). */
+enum wptrack_mode
+wptrack_mode(void)
+{
+	return WPTRACK_OFF;
 }
 
 static char path[108];

@@ -63,6 +63,13 @@ tracked() {
 # The writer punches holes too (MADV_REMOVE, as a balloon): pages sent in
 # a round and punched since must read as zeros at the destination.
 tracked memfd 64M --discard-every 8
+# The same in a tmpfs file, whose holes a watch of the file reports: the
+# freeze searches only after one (and the rounds search as they come).
+tracked tmpfs 32M --discard-every 8
+if grep -q "punch_notify yes\|punch_notify tmpfs" "$T/src.log"; then
+	grep -q "1 of 1 shared-memory regions watched for holes punched" "$T/src.log" ||
+		fail "tmpfs: the file was not watched: $(grep 'watched for holes' "$T/src.log")"
+fi
 tracked shared 32M
 
 info "refusals: the processes stay as they were"
