@@ -374,7 +374,8 @@ int source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 			 struct region **regs, uint32_t *code, char *err,
 			 size_t errlen);
 int64_t source_classify(pid_t pid, struct src_region *sr);
-int64_t source_mark_dropped(struct source *);
+/* freeze: the freeze's search, else a round's (watched files only). */
+int64_t source_mark_dropped(struct source *, int freeze);
 /*
  * A pre-copy of shared memory: each region's file watched for holes
  * punched (make.c). source_files_changed(): 1 (why says which) when one

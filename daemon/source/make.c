@@ -124,17 +124,19 @@ source_watch_files(struct source *s)
 }
 
 /*
- * Whether region sr's pages may have been dropped since the last search:
- * its file watched, read first (a change after the read shows next
- * time), and quiet after a first search, they were not.
+ * Whether to search region sr for pages dropped since the last search:
+ * at the freeze (freeze) always, unless its file is watched (read first:
+ * a change after the read shows next time) and quiet after a first
+ * search; at a round's end only a watched one that changed, or was never
+ * searched.
  */
 static int
-maybe_dropped(struct src_region *sr)
+maybe_dropped(struct src_region *sr, int freeze)
 {
 	int changed;
 
 	if (!sr->watched)
-		return 1;
+		return freeze;
 	changed = procfile_watch_changed(sr->watch_fd);
 	if (sr->primed && !changed)
 		return 0;
@@ -143,7 +145,7 @@ maybe_dropped(struct src_region *sr)
 }
 
 int64_t
-source_mark_dropped(struct source *s)
+source_mark_dropped(struct source *s, int freeze)
 {
 	const struct precopy *pc = s->pc;
 	/*
@@ -159,7 +161,8 @@ source_mark_dropped(struct source *s)
 		struct src_region *sr = &s->regs[i], now = *sr;
 
 		/* Shared hugetlb counts every page as data (its page cache). */
-		if (sr->cache_fd >= 0 || !sr->accepted || !maybe_dropped(sr))
+		if (sr->cache_fd >= 0 || !sr->accepted ||
+		    !maybe_dropped(sr, freeze))
 			continue;
 		now.data = xcalloc(bit_words(sr->npages), sizeof(uint64_t));
 		/* Only a page sent as data can have been dropped. */

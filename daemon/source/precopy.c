@@ -231,7 +231,7 @@ collect(struct source *s)
 		return -1;
 	}
 	/* Holes punched meanwhile go as ZERO markers in this round. */
-	if (s->pc->phase == PC_ROUNDS && source_mark_dropped(s) < 0) {
+	if (s->pc->phase == PC_ROUNDS && source_mark_dropped(s, 0) < 0) {
 		source_fail(s, "pre-copy: classifying again: %s",
 			    strerror(errno));
 		return -1;
@@ -325,7 +325,7 @@ source_precopy_freeze(struct source *s)
 	if ((dirty = collect(s)) < 0)
 		return;
 	t[1] = now_ns();
-	if ((dropped = source_mark_dropped(s)) < 0) {
+	if ((dropped = source_mark_dropped(s, 1)) < 0) {
 		source_fail(s, "pre-copy: classifying process %d again: %s",
 			    (int)s->m->pid, strerror(errno));
 		return;

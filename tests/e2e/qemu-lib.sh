@@ -105,3 +105,30 @@ qmp() {
 	rm -f "$T/$tag.err"
 	return "$rc"
 }
+
+# migrate_qemu A B [ARGS...]: the one-host flow from QEMU A to QEMU B, the
+# source daemon ${SD:-src} (its _SOCK and _PORT), the destination's dst.
+migrate_qemu() {
+	local sd=${SD:-src}
+	"$CLIENT" migrate-qemu --src-qmp "$T/$1.qmp" --dst-qmp "$T/$2.qmp" \
+		--src-control "$(eval echo "\$${sd}_SOCK")" --dst-control "$dst_SOCK" \
+		--src-peer "$src_ADDR:$(eval echo "\$${sd}_PORT")" --timeout 300 "${@:3}"
+}
+
+# precopied ID QEMUPID: the destination's status of migration ID shows a
+# pre-copy of 2 rounds or more, post-copy faults for a small part of its
+# pages only (what the guest wrote last; a post-copy alone faults far
+# more: bench), and the source daemon tracked QEMU QEMUPID's writes. Sets
+# ROUNDS, FAULTS and TOTAL.
+precopied() {
+	"$CLIENT" --control "$dst_SOCK" status "$1" --json >"$T/precopied.json"
+	ROUNDS=$(sed -n 's/.*"precopy_rounds":\([0-9]*\).*/\1/p' "$T/precopied.json")
+	FAULTS=$(sed -n 's/.*"demand_faults":\([0-9]*\).*/\1/p' "$T/precopied.json")
+	TOTAL=$(sed -n 's/.*"pages_total":\([0-9]*\).*/\1/p' "$T/precopied.json")
+	[ "${ROUNDS:-0}" -ge 2 ] ||
+		fail "destination saw ${ROUNDS:-no} pre-copy rounds: $(cat "$T/precopied.json")"
+	[ "${FAULTS:-0}" -lt $((TOTAL / 20)) ] ||
+		fail "$FAULTS post-copy faults of $TOTAL pages after a pre-copy"
+	grep -q "writes of process $2 to its memory tracked too (--track-unstopped" "$T/src.log" ||
+		fail "the source daemon did not track QEMU's writes"
+}

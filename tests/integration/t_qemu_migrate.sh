@@ -15,12 +15,6 @@ need_root
 start_daemon src
 start_daemon dst
 
-migrate_qemu() {
-	"$CLIENT" migrate-qemu --src-qmp "$T/$1.qmp" --dst-qmp "$T/$2.qmp" \
-		--src-control "$src_SOCK" --dst-control "$dst_SOCK" \
-		--src-peer "$src_ADDR:$src_PORT" --timeout 300 "${@:3}"
-}
-
 qemu a
 info "booting the guest on A"
 runs_on a 2

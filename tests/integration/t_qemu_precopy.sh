@@ -35,19 +35,9 @@ grep -q 'pre-copy converged: [0-9]* rounds' "$T/send-a.err" ||
 grep -q 'the destination switched over' "$T/send-a.err" ||
 	fail "send did not say the destination switched over: $(cat "$T/send-a.err")"
 gone "${QPID[a]}"
-"$CLIENT" --control "$dst_SOCK" status "$id" --json >"$T/b.json"
-rounds=$(sed -n 's/.*"precopy_rounds":\([0-9]*\).*/\1/p' "$T/b.json")
-faults=$(sed -n 's/.*"demand_faults":\([0-9]*\).*/\1/p' "$T/b.json")
-total=$(sed -n 's/.*"pages_total":\([0-9]*\).*/\1/p' "$T/b.json")
-[ "${rounds:-0}" -ge 2 ] || fail "destination saw ${rounds:-no} pre-copy rounds: $(cat "$T/b.json")"
-# Post-copy faults only for what the guest wrote in the last round: a
-# small part of its RAM (a post-copy alone faults far more: bench).
-[ "${faults:-0}" -lt $((total / 20)) ] ||
-	fail "$faults post-copy faults of $total pages after a pre-copy"
-grep -q "writes of process ${QPID[a]} to its memory tracked too (--track-unstopped" "$T/src.log" ||
-	fail "the source daemon did not track QEMU's writes"
+precopied "$id" "${QPID[a]}"
 grep -q "not held during the pre-copy" "$T/dst.log" ||
 	fail "the destination QEMU was held during the pre-copy"
 same_ram a b
 runs_on b 3
-info "B: $rounds rounds, $faults post-copy faults of $total pages; $(tail -n 1 "$T/b.serial")"
+info "B: $ROUNDS rounds, $FAULTS post-copy faults of $TOTAL pages; $(tail -n 1 "$T/b.serial")"

@@ -16,14 +16,6 @@ need_root
 start_daemon src
 start_daemon dst
 
-# migrate_qemu A B [ARGS...]: A to B, from the daemon ${SD:-src}.
-migrate_qemu() {
-	local sd=${SD:-src}
-	"$CLIENT" migrate-qemu --src-qmp "$T/$1.qmp" --dst-qmp "$T/$2.qmp" \
-		--src-control "$(eval echo "\$${sd}_SOCK")" --dst-control "$dst_SOCK" \
-		--src-peer "$src_ADDR:$(eval echo "\$${sd}_PORT")" --timeout 300 --precopy "${@:3}"
-}
-
 qemu a
 info "booting the guest on A"
 runs_on a 2
@@ -32,7 +24,7 @@ runs_on a 2
 # it. Refused before anything is exported; A runs on, its capabilities
 # as they were, and the destination is told to quit.
 RAM_FILE=$SHM-a qemu x -incoming defer -S
-if checked "$T/same.out" migrate_qemu a x; then
+if checked "$T/same.out" migrate_qemu a x --precopy; then
 	fail "migrate-qemu --precopy onto the source's own RAM file succeeded"
 fi
 grep -q "is the destination's $SHM-a too" "$T/same.out" ||
@@ -51,7 +43,7 @@ runs_on a 2
 
 qemu b -incoming defer -S
 info "A -> B on one host, pre-copy then post-copy, B paused until resident"
-checked "$T/ab.out" migrate_qemu a b --no-resume ||
+checked "$T/ab.out" migrate_qemu a b --precopy --no-resume ||
 	fail "migrate-qemu --precopy A -> B failed: $(cat "$T/ab.out")"
 sed 's/^/  /' "$T/ab.out"
 id=$(sed -n 's/.*source RAM exported, .*: migration \([^ ]*\)$/\1/p' "$T/ab.out")
@@ -61,20 +53,12 @@ grep -q 'pre-copy converged: [0-9]* rounds' "$T/ab.out" ||
 grep -q 'the destination switched over' "$T/ab.out" ||
 	fail "the flow did not say the destination switched over"
 gone "${QPID[a]}"
-"$CLIENT" --control "$dst_SOCK" status "$id" --json >"$T/b.json"
-rounds=$(sed -n 's/.*"precopy_rounds":\([0-9]*\).*/\1/p' "$T/b.json")
-faults=$(sed -n 's/.*"demand_faults":\([0-9]*\).*/\1/p' "$T/b.json")
-total=$(sed -n 's/.*"pages_total":\([0-9]*\).*/\1/p' "$T/b.json")
-[ "${rounds:-0}" -ge 2 ] || fail "destination saw ${rounds:-no} pre-copy rounds: $(cat "$T/b.json")"
-[ "${faults:-0}" -lt $((total / 20)) ] ||
-	fail "$faults post-copy faults of $total pages after a pre-copy"
-grep -q "writes of process ${QPID[a]} to its memory tracked too (--track-unstopped" "$T/src.log" ||
-	fail "the source daemon did not track QEMU's writes"
+precopied "$id" "${QPID[a]}"
 cmp "$SHM-a" "$SHM-b" || fail "B's RAM file differs from A's"
 info "B's RAM file equals A's byte for byte ($(sha256sum <"$SHM-b" | cut -c1-16))"
 qmp b cont >/dev/null || fail "cont on B"
 runs_on b 3
-info "B: $rounds rounds, $faults post-copy faults of $total pages; $(tail -n 1 "$T/b.serial")"
+info "B: $ROUNDS rounds, $FAULTS post-copy faults of $TOTAL pages; $(tail -n 1 "$T/b.serial")"
 
 # A source daemon whose kernel cannot track writes to shared memory (the
 # test knob hides the async tracker): --precopy says so and the guest
@@ -84,7 +68,7 @@ start_daemon src2
 unset UFFDD_TEST_NO_WP_TRACKING
 qemu c -incoming defer -S
 info "B -> C from a daemon that cannot track: post-copy instead"
-SD=src2 checked "$T/bc.out" migrate_qemu b c --no-resume ||
+SD=src2 checked "$T/bc.out" migrate_qemu b c --precopy --no-resume ||
 	fail "migrate-qemu --precopy B -> C (no tracking) failed: $(cat "$T/bc.out")"
 grep -q 'the guest moves post-copy instead' "$T/bc.out" ||
 	fail "the flow did not say it fell back to post-copy: $(cat "$T/bc.out")"
