@@ -80,9 +80,14 @@ dest_commit(struct dest *d, const Uffdd__Commit *c)
 	d->m->ph.committing = 0;
 	migration_set_state(d->m, MIG_COMPLETE);
 	dest_done_kids_end(d, NULL);
-	/* Right after a pre-copy's switchover: later (LATE_CLOSE_MS). */
-	dest_release_target(d, d->m->pre.rounds ? RELEASE_CLOSE_LATER
-						: RELEASE_CLOSE);
+	/*
+	 * Right after the switchover of a target not held during its
+	 * pre-copy (a guest, which starts as the device state loads): later
+	 * (LATE_CLOSE_MS). A held one runs from the switchover on, as any.
+	 */
+	dest_release_target(d, d->m->pre.rounds && d->held.no_hold
+				       ? RELEASE_CLOSE_LATER
+				       : RELEASE_CLOSE);
 	d->cm.released = 1;
 	dest_persist_now(d);
 	log_info("migration %s complete: COMMIT %llu (%s checked by the "

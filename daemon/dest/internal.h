@@ -358,8 +358,9 @@ void dest_exit_watch(struct dest *);
 void dest_drop_target(struct dest *, int kill);
 /*
  * close_target: RELEASE_KEEP (the target keeps its copy of the uffd; one
- * with none is killed), RELEASE_CLOSE, RELEASE_CLOSE_LATER (a commit's:
- * unregistered now, its copy closed later, dest_close_target_later()).
+ * with none is killed), RELEASE_CLOSE, RELEASE_CLOSE_LATER (the commit
+ * of a pre-copy whose target was not held: unregistered now, its copy
+ * closed later, dest_close_target_later()).
  */
 enum { RELEASE_KEEP, RELEASE_CLOSE, RELEASE_CLOSE_LATER };
 void dest_release_target(struct dest *, int close_target);

@@ -183,8 +183,9 @@ dest_drop_target(struct dest *d, int kill)
 /*
  * A guest's device state loads and its vCPUs start 10-20 ms after the
  * switchover, which a pre-copy's commit follows at once: this is well
- * after. A post-copy's commit comes once every page is in, long after its
- * target runs: its copy goes at once.
+ * after. Only for a target not held during its pre-copy (attach
+ * --precopy-no-hold: QEMU); any other's copy goes at the commit, so that
+ * nothing of the migration is left in it once it is complete.
  */
 #define LATE_CLOSE_MS 500
 
