@@ -74,15 +74,6 @@ classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at,
 	return data;
 }
 
-/*
- * Pre-copy, once frozen: pages sent as data that hold nothing now (the
- * process dropped them: MADV_DONTNEED, a hole punched) go again, as ZERO
- * markers, or the destination would keep the bytes it had. Linux 6.18
- * reports a dropped anonymous page as written (it keeps no protection
- * marker, and a page without one counts as written); this check does not
- * depend on that, for one classification at the freeze. Returns the pages
- * marked, or -1 with errno set.
- */
 /* Whether a hole punched in the file of pid's mapping [start, end) shows. */
 static int
 punch_shows(pid_t pid, uint64_t start, uint64_t end)
@@ -144,6 +135,16 @@ maybe_dropped(struct src_region *sr, int freeze)
 	return 1;
 }
 
+/*
+ * Pre-copy: pages sent as data that hold nothing now (the process dropped
+ * them: MADV_DONTNEED, a hole punched) go again, as ZERO markers, or the
+ * destination would keep the bytes it had. Linux 6.18 reports a dropped
+ * anonymous page as written (it keeps no protection marker, and a page
+ * without one counts as written); this search does not depend on that.
+ * At the freeze (freeze) every region not ruled out by its watch, at a
+ * round's end only watched ones that changed (maybe_dropped()). Returns
+ * the pages marked, or -1 with errno set.
+ */
 int64_t
 source_mark_dropped(struct source *s, int freeze)
 {
