@@ -60,14 +60,15 @@ status(uint64_t serial, const Uffdd__StatusRequest *req)
 	} else {
 		rep.n_migrations = i;
 		rep.migrations = ptrs;
-		static char *feat[] = {FEATURE_PRECOPY, FEATURE_PRECOPY_TRACK,
-				       FEATURE_DEFERRED,
-				       FEATURE_PRECOPY_SHARED};
+		char *feat[4];
 
-		/* The last one only where this kernel can (wptrack.h). */
-		rep.n_features = sizeof(feat) / sizeof(feat[0]) -
-				 (wptrack_mode() != WPTRACK_ASYNC);
 		rep.features = feat;
+		feat[rep.n_features++] = FEATURE_PRECOPY;
+		feat[rep.n_features++] = FEATURE_PRECOPY_TRACK;
+		feat[rep.n_features++] = FEATURE_DEFERRED;
+		/* Only where this kernel can (wptrack.h). */
+		if (wptrack_mode() == WPTRACK_ASYNC)
+			feat[rep.n_features++] = FEATURE_PRECOPY_SHARED;
 		control_reply(serial, FRAME_CTL_STATUS_REPLY, &rep.base);
 	}
 	for (size_t k = 0; k < i; k++) {

@@ -620,8 +620,7 @@ demand_close(struct conn *c, const char *why, void *arg)
 int
 dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 {
-	static char *feat[] = {FEATURE_PRECOPY, FEATURE_BULK_HOLD,
-			       FEATURE_SWITCHOVER_ACK};
+	char *feat[3];
 	Uffdd__Hello h = UFFDD__HELLO__INIT;
 	char name[300];
 
@@ -642,10 +641,16 @@ dest_connect_demand(struct dest *d, int resuming, char *err, size_t errlen)
 	h.committed = d->cm.committed;
 	h.commit_seq = d->cm.commit_seq;
 	/*
-	 * We know SWITCHOVER: a pre-copy's source may go on with us; and
+	 * We know SWITCHOVER: a pre-copy's source may go on with us; we
+	 * echo it once our target may run (a source answers go then); and
 	 * whether the bulk stream waits for our target to run (runhold.c).
+	 * Appended one by one: a count cut from a fixed list once left the
+	 * echo out of every HELLO.
 	 */
-	h.n_features = d->bh.run_hold == 1 ? 2 : 1;
 	h.features = feat;
+	feat[h.n_features++] = FEATURE_PRECOPY;
+	feat[h.n_features++] = FEATURE_SWITCHOVER_ACK;
+	if (d->bh.run_hold == 1)
+		feat[h.n_features++] = FEATURE_BULK_HOLD;
 	return conn_send(d->demand, FRAME_HELLO, &h.base);
 }

@@ -102,5 +102,9 @@ source_precopy_wants_ack(const struct source *s, const Uffdd__Hello *h)
 	for (size_t i = 0; i < h->n_features; i++)
 		if (strcmp(h->features[i], FEATURE_SWITCHOVER_ACK) == 0)
 			return 1;
+	log_warnx("migration %s: the destination does not say when it has "
+		  "switched over (an older uffdd): go will be answered when "
+		  "the switchover is sent, not when it is taken",
+		  log_id(s->m->id));
 	return 0;
 }

@@ -69,6 +69,10 @@ switched() {
 	"$CLIENT" --control "$dst_SOCK" status "$ID" --json >"$T/d.json"
 	! grep -q '"state":"precopy"' "$T/d.json" ||
 		fail "$who: go returned before the destination switched over: $(cat "$T/d.json")"
+	# That holds by the protocol, not by a race the status usually wins:
+	# the destination asked for the switchover's echo, go waited for it.
+	! grep -q "the destination does not say when it has switched" "$T/src.log" ||
+		fail "$who: the destination did not ask for the switchover's echo"
 	kill -USR1 "$WD"
 	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" ||
 		fail "$who: wait: $(cat "$T/wait.out")"
