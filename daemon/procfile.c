@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include <sys/inotify.h>
+#include <sys/sysmacros.h>
 
 #include "daemon/imsg.h"
 #include "daemon/log.h"
@@ -197,4 +198,30 @@ procfile_watch_changed(int w)
 		}
 		return n < 0 && errno == EAGAIN ? changed : 1;
 	}
+}
+
+int
+procfile_watch_file(int w, dev_t *dev, ino_t *ino)
+{
+	char path[64], line[256];
+	unsigned long long i;
+	unsigned int sdev;
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", w);
+	if ((f = fopen(path, "re")) == NULL)
+		return -1;
+	while (!found && fgets(line, sizeof(line), f) != NULL)
+		found = sscanf(line, "inotify wd:%*x ino:%llx sdev:%x", &i,
+			       &sdev) == 2;
+	fclose(f);
+	if (!found) {
+		errno = ENOENT; /* no watch on w */
+		return -1;
+	}
+	/* The kernel's own encoding: 12 bits of major above 20 of minor. */
+	*dev = makedev(sdev >> 20, sdev & 0xfffffu);
+	*ino = (ino_t)i;
+	return 0;
 }

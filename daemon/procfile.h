@@ -41,5 +41,12 @@ int procfile_watch(int fd);
  * or 0; 1 also when it cannot be told (an error, a queue overflow).
  */
 int procfile_watch_changed(int w);
+/*
+ * The device and inode of the file watch w watches, as the kernel reports
+ * them for the watch itself (/proc/self/fdinfo): what a caller decides
+ * about the file is decided about the one watched, not about another open
+ * of a path the target can remap in between. 0, or -1 with errno set.
+ */
+int procfile_watch_file(int w, dev_t *dev, ino_t *ino);
 
 #endif

@@ -74,19 +74,27 @@ classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at,
 	return data;
 }
 
-/* Whether a hole punched in the file of pid's mapping [start, end) shows. */
+/*
+ * A watch of the file behind pid's mapping [start, end), if a hole punched
+ * in a file of its kind shows (kfeat.punch_notify), else -1. The kind is
+ * told from the watch itself: a target that remapped the range after
+ * another look could otherwise have a file watched whose punches do not
+ * show where one whose punches do was looked at.
+ */
 static int
-punch_shows(pid_t pid, uint64_t start, uint64_t end)
+punch_watch(pid_t pid, uint64_t start, uint64_t end)
 {
-	int fd = procfile_map_file(pid, start, end), shows = 0;
-	struct stat st;
+	int w = procfile_map_watch(pid, start, end);
+	dev_t dev;
+	ino_t ino;
 
-	if (fd >= 0 && fstat(fd, &st) == 0)
-		shows = st.st_dev == kfeat.shm_dev ? kfeat.punch_notify_shm
-						   : kfeat.punch_notify;
-	if (fd >= 0)
-		close(fd);
-	return shows;
+	if (w >= 0 && procfile_watch_file(w, &dev, &ino) == 0 &&
+	    (dev == kfeat.shm_dev ? kfeat.punch_notify_shm
+				  : kfeat.punch_notify))
+		return w;
+	if (w >= 0)
+		close(w);
+	return -1;
 }
 
 void
@@ -100,10 +108,8 @@ source_watch_files(struct source *s)
 		if (!region_kind_shmem(sr->r.kind) || sr->cache_fd >= 0)
 			continue;
 		shm++;
-		if (!punch_shows(s->t.pid, sr->r.vma_start, sr->r.vma_end))
-			continue;
-		sr->watch_fd = procfile_map_watch(s->t.pid, sr->r.vma_start,
-						  sr->r.vma_end);
+		sr->watch_fd =
+			punch_watch(s->t.pid, sr->r.vma_start, sr->r.vma_end);
 		sr->watched = sr->watch_fd >= 0;
 		watched += (size_t)sr->watched;
 	}

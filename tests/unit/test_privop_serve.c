@@ -150,6 +150,9 @@ static void
 test_open(struct grant *ex, struct grant *at, uint64_t shm)
 {
 	char buf[256];
+	struct stat st;
+	dev_t dev;
+	ino_t ino;
 	int fd = -1;
 
 	CHECK(open_file(ex->id, PRIVOP_FILE_MAPS, 0, 0, &fd) == 0 && fd >= 0);
@@ -160,8 +163,17 @@ test_open(struct grant *ex, struct grant *at, uint64_t shm)
 	close(fd);
 	CHECK(open_file(ex->id, PRIVOP_FILE_MAP_FILE, shm, shm + 4096, &fd) ==
 	      0);
-	CHECK(fd >= 0);
+	CHECK(fd >= 0 && fstat(fd, &st) == 0);
 	close(fd);
+	/* The watch, not the file; it says which file it watches. */
+	CHECK(open_file(ex->id, PRIVOP_FILE_MAP_WATCH, shm, shm + 4096, &fd) ==
+	      0);
+	CHECK(fd >= 0 && read(fd, buf, sizeof(buf)) < 0 && errno == EAGAIN);
+	CHECK(procfile_watch_file(fd, &dev, &ino) == 0);
+	CHECK(dev == st.st_dev && ino == st.st_ino);
+	close(fd);
+	/* A descriptor with no watch says nothing. */
+	CHECK(procfile_watch_file(0, &dev, &ino) == -1 && errno == ENOENT);
 	CHECK(open_file(ex->id, PRIVOP_FILE_MAP_FILE, shm, shm, &fd) == EINVAL);
 	CHECK(fd < 0);
 	/* Only a destination's memory is written. */
