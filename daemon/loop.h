@@ -12,8 +12,11 @@ extern struct event_base *base;
 
 /* Event priorities: faults first, bulk work last. */
 enum { PRIO_FAULT = 0, PRIO_CONTROL = 1, PRIO_BULK = 2, PRIO_COUNT = 3 };
-/* Time in callbacks below the fault priority between two looks at descriptors. */
-#define LOOP_BULK_US 1000
+/*
+ * Time in callbacks below the fault priority between two looks at
+ * descriptors (loop_base_new()).
+ */
+#define LOOP_BULK_US 250
 
 /* A new event base with the priorities and the bound above. */
 struct event_base *loop_base_new(void);
