@@ -335,7 +335,7 @@ hosts_uffdd() {
 	VAL[$key.dcpu]+="$(echo "$(daemon_cpu "$d") - $dc0" | bc -l | xargs printf '%.3f') "
 	record "$key" "$(ms_between "$t_stop" "$t_run")" "$res" "$(max_stall "$b")" "$((ubytes + qbytes))" \
 		"$(ms_between "$t_stop" "$(event_ts "$a" MIGRATION '"completed"')")"
-	info "$key run $run: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms; send: $(sed -n 's/.*migrate-qemu: source vCPUs stopped; \(go: [0-9.]* ms\).*/\1/p' "$T/$a.send"), $(sed -n 's/.*migrate-qemu: device state sent to [^:]*:[0-9]*: \(.*\)/\1/p' "$T/$a.send"); receive: $(sed -n 's/^ *demand *//p' "$T/$b.recv")"
+	info "$key run $run: downtime $(ms_between "$t_stop" "$t_run" | cut -c1-6) ms; send: $(sed -n 's/.*migrate-qemu: source vCPUs stopped; go:.* \([0-9.]*\) ms in the daemon.*/go: \1 ms/p' "$T/$a.send"), $(sed -n 's/.*migrate-qemu: device state sent to [^:]*:[0-9]*: \(.*\)/\1/p' "$T/$a.send"); receive: $(sed -n 's/^ *demand *//p' "$T/$b.recv")"
 	retire "$a" "$b"
 }
 
