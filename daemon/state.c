@@ -3,8 +3,17 @@
  * daemon can take its migrations up again (format: statefmt.h). The
  * directory is checked and opened once at start-up and every file is
  * reached through that descriptor: a path swapped later changes nothing.
- * Each file is replaced atomically (a fresh temporary, synced, renamed), so
- * a crash at any instant leaves either the old or the new file.
+ * Each file is replaced atomically (a fresh temporary, renamed), so a crash
+ * of the daemon at any instant leaves either the old or the new file.
+ *
+ * A live migration's file is not synced to disk: it is for a daemon that
+ * restarts, which finds the renamed file in the page cache, and a crash
+ * of the host ends the processes it names (a source's process, a
+ * destination's target) with it: no file, old or new, takes them up after
+ * a reboot. Syncing was a disk flush (1-2 ms here, more on a busy disk)
+ * in the event loop, one of them between a pre-copy's SWITCHOVER and its
+ * departure. An ended record, which an operator reads after a reboot, is
+ * synced.
  */
 #include "config.h"
 
@@ -84,15 +93,17 @@ state_create(const char *name, int flags)
 		      flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
-/* tmp (state_create()) gets buf, then takes name's place. */
+/* tmp (state_create()) gets buf, then takes name's place; synced if sync. */
 static int
-replace(const char *tmp, const char *name, const struct state_out *o)
+replace(const char *tmp, const char *name, const struct state_out *o,
+	int sync)
 {
 	int fd, e;
 
 	if ((fd = state_create(tmp, O_WRONLY)) < 0)
 		return -1;
-	if (state_write_all(fd, o->buf, o->len) < 0 || fsync(fd) < 0) {
+	if (state_write_all(fd, o->buf, o->len) < 0 ||
+	    (sync && fsync(fd) < 0)) {
 		e = errno;
 		close(fd);
 		errno = e;
@@ -100,7 +111,8 @@ replace(const char *tmp, const char *name, const struct state_out *o)
 	}
 	if (close(fd) < 0 || renameat(state_dirfd, tmp, state_dirfd, name) < 0)
 		return -1;
-	fsync(state_dirfd); /* the rename itself, for a crash of the host */
+	if (sync)
+		fsync(state_dirfd); /* the rename itself, for a host's crash */
 	return 0;
 }
 
@@ -142,7 +154,7 @@ state_write(const struct migration *m,
 		errno = EBADF; /* state_dir_open() first */
 	else if (more == NULL || more(&o, m) == 0) {
 		state_out_end(&o);
-		rc = replace(tmp, name, &o);
+		rc = replace(tmp, name, &o, 0);
 	}
 	if (rc < 0) {
 		e = errno;
@@ -197,7 +209,7 @@ state_end(struct migration *m)
 	state_put_u64(&o, "bytes", m->cnt.bytes);
 	state_put_u64(&o, "elapsed_ns", end - m->t.start);
 	state_out_end(&o);
-	if (replace(tmp, name, &o) == 0) {
+	if (replace(tmp, name, &o, 1) == 0) {
 		m->forget = forget_ended;
 	} else {
 		state_shown(what, sizeof(what), name);
