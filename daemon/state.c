@@ -95,8 +95,7 @@ state_create(const char *name, int flags)
 
 /* tmp (state_create()) gets buf, then takes name's place; synced if sync. */
 static int
-replace(const char *tmp, const char *name, const struct state_out *o,
-	int sync)
+replace(const char *tmp, const char *name, const struct state_out *o, int sync)
 {
 	int fd, e;
 
