@@ -153,7 +153,7 @@ test_open(struct grant *ex, struct grant *at, uint64_t shm)
 	struct stat st;
 	dev_t dev;
 	ino_t ino;
-	int fd = -1;
+	int fd = -1, w;
 
 	CHECK(open_file(ex->id, PRIVOP_FILE_MAPS, 0, 0, &fd) == 0 && fd >= 0);
 	CHECK(read(fd, buf, sizeof(buf)) > 0);
@@ -174,6 +174,15 @@ test_open(struct grant *ex, struct grant *at, uint64_t shm)
 	close(fd);
 	/* A descriptor with no watch says nothing. */
 	CHECK(procfile_watch_file(0, &dev, &ino) == -1 && errno == ENOENT);
+	/* A file on a disk (this program's): a device with a major number. */
+	CHECK((fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC)) >= 0);
+	CHECK(fstat(fd, &st) == 0);
+	w = procfile_watch(fd);
+	close(fd);
+	CHECK(w >= 0 && procfile_watch_file(w, &dev, &ino) == 0);
+	CHECK(dev == st.st_dev && ino == st.st_ino);
+	if (w >= 0)
+		close(w);
 	CHECK(open_file(ex->id, PRIVOP_FILE_MAP_FILE, shm, shm, &fd) == EINVAL);
 	CHECK(fd < 0);
 	/* Only a destination's memory is written. */
