@@ -104,7 +104,6 @@ struct precopy {
 	uint64_t best;	      /* the smallest dirty set so far, bytes */
 	uint32_t since_best;  /* rounds since */
 	uint64_t t_freeze;    /* ns, when the freeze began */
-	uint64_t t_frozen;    /* ns, when it was done (the sweep began) */
 	uint64_t wall_freeze; /* the same, CLOCK_REALTIME */
 	uint64_t final_pages; /* sent during the freeze */
 	int sent_since;	      /* the round's marked pages were queued */

@@ -347,7 +347,6 @@ source_precopy_freeze(struct source *s)
 		 (double)(t[1] - t[0]) / 1e6, (double)(t[2] - t[1]) / 1e6,
 		 (double)(t[3] - t[2]) / 1e6,
 		 (unsigned long long)pc->final_pages);
-	pc->t_frozen = now_ns();
 	source_precopy_sweep(s);
 }
 
@@ -377,12 +376,12 @@ static void
 switchover(struct source *s)
 {
 	struct precopy *pc = s->pc;
-	uint64_t t0 = now_ns(), t1;
+	uint64_t t0 = now_ns(), check_ns;
 
 	/* The target runs from SWITCHOVER on: never on pages of two moments. */
 	if (source_check_or_fail(s) < 0)
 		return;
-	t1 = now_ns();
+	check_ns = now_ns() - t0;
 	migration_round(s->m, s->m->cnt.bytes - pc->round_start);
 	send_switchover(s);
 	/* Go is answered when the destination took it, or now. */
@@ -395,14 +394,12 @@ switchover(struct source *s)
 	s->m->pre.on = 0;
 	s->m->pre.downtime_ns = now_ns() - pc->t_freeze;
 	log_info("migration %s: switchover after %u rounds, %llu bytes; "
-		 "frozen %.1f ms for the last %llu pages (the freeze %.1f, "
-		 "their sending %.1f, the check that nothing ran %.1f)",
+		 "frozen %.1f ms for the last %llu pages (the check that "
+		 "nothing ran since %.1f of it; the freeze's own above)",
 		 log_id(s->m->id), s->m->pre.rounds,
 		 (unsigned long long)s->m->pre.bytes,
 		 (double)s->m->pre.downtime_ns / 1e6,
-		 (unsigned long long)pc->final_pages,
-		 (double)(pc->t_frozen - pc->t_freeze) / 1e6,
-		 (double)(t0 - pc->t_frozen) / 1e6, (double)(t1 - t0) / 1e6);
+		 (unsigned long long)pc->final_pages, (double)check_ns / 1e6);
 	/* From here a restart takes the export up as any other. */
 	if (source_persist_now(s) < 0)
 		log_warnx("migration %s: the state file could not be written: "
