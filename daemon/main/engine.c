@@ -26,6 +26,7 @@
 #include "daemon/loop.h"
 #include "daemon/metrics_http.h"
 #include "daemon/migration.h"
+#include "daemon/wplinger.h"
 #include "daemon/pagemap.h"
 #include "daemon/peer.h"
 #include "daemon/privop.h"
@@ -278,6 +279,7 @@ engine_main(int ctl, int rpc)
 	peer_close_listeners();
 	metrics_http_close();
 	migration_free_all();
+	wptrack_release_all();
 	conn_free_finishing();
 	control_close();
 	privop_close();

@@ -26,7 +26,7 @@
 #include "daemon/region.h"
 #include "daemon/role.h"
 #include "daemon/source/internal.h"
-#include "daemon/wptrack.h"
+#include "daemon/wplinger.h"
 
 /*
  * The events of a live export: bulk work (serve.c), its process's exit and
@@ -319,6 +319,16 @@ free_source(struct migration *m)
 	source_precopy_go_failed(s, ERR_INVALID,
 				 "the export ended before its switchover");
 	source_defer_free(s); /* a prepare's stop, before the rounds' end */
+	/*
+	 * Complete: its processes are done with, and QEMU may be writing its
+	 * device state; their trackers end out of its way (wplinger.h). Any
+	 * other end leaves them as they were before the export, at once.
+	 */
+	if (m->state == MIG_COMPLETE) {
+		wptrack_release(&s->wp, &s->t);
+		if (s->pc)
+			wptrack_release(&s->pc->track_wp, &s->pc->track);
+	}
 	source_precopy_free(s);
 	wptrack_stop(&s->wp);
 	procref_close(&s->t);

@@ -22,7 +22,7 @@
 #include "daemon/procfile.h"
 #include "daemon/procref.h"
 #include "daemon/source/internal.h"
-#include "daemon/wptrack.h"
+#include "daemon/wplinger.h"
 
 /*
  * Whether every thread of pid is in a stopped state (T or t), or dead
@@ -414,8 +414,8 @@ source_watch(const struct procref *t, const struct src_region *regs, size_t n,
 			  "(UFFD_FEATURE_WP_ASYNC, PAGEMAP_SCAN): a run of "
 			  "process %d is found by its context switches",
 			  what, (int)t->pid);
-	else if (wptrack_start(wp, t, rs, n, WPTRACK_ASYNC, why, sizeof(why)) <
-		 0)
+	else if (wptrack_start_over(wp, t, rs, n, WPTRACK_ASYNC, why,
+				    sizeof(why)) < 0)
 		log_info("%s: writes of process %d are not tracked (%s): a "
 			 "run of it is found by its context switches",
 			 what, (int)t->pid, why);

@@ -25,7 +25,7 @@
 #include "daemon/procref.h"
 #include "daemon/region.h"
 #include "daemon/source/internal.h"
-#include "daemon/wptrack.h"
+#include "daemon/wplinger.h"
 
 /*
  * Checks that process t can be pre-copied in regions [regs, regs + n) and
@@ -88,7 +88,7 @@ source_precopy_arm(const struct procref *t, const struct region *regs, size_t n,
 		rs[i].start = regs[i].start;
 		rs[i].end = regs[i].start + regs[i].length;
 	}
-	r = wptrack_start(wp, t, rs, n, mode, why, sizeof(why));
+	r = wptrack_start_over(wp, t, rs, n, mode, why, sizeof(why));
 	free(rs);
 	if (r < 0) {
 		*code = ERR_KERNEL;

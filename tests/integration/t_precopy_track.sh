@@ -57,12 +57,37 @@ tracked() {
 	grep -q "writes of process $WS to its memory tracked too" "$T/src.log" ||
 		fail "$kind: the log does not say the writer is tracked"
 	info "$kind: $rounds rounds, rounds' bytes $(grep -o '"precopy_round_bytes":\[[0-9,]*\]' "$T/$kind.src.json"), sha256 $h_src equal"
-	kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
+	[ -n "${KEEP:-}" ] || kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
+}
+
+# uffd_fds NAME: the userfaultfds daemon NAME's engine holds.
+uffd_fds() {
+	local n=0 f
+	for f in /proc/"$(engine_pid "$1")"/fd/*; do
+		[ "$(readlink "$f" 2>/dev/null)" = "anon_inode:[userfaultfd]" ] && n=$((n + 1))
+	done
+	echo "$n"
 }
 
 # The writer punches holes too (MADV_REMOVE, as a balloon): pages sent in
 # a round and punched since must read as zeros at the destination.
-tracked memfd 64M --discard-every 8
+KEEP=1 tracked memfd 64M --discard-every 8
+# Complete: both trackers are released, not closed (a close walks the
+# process's page tables under its mmap lock, in the window where QEMU
+# writes its device state): held until each process exits, at most
+# 5 s. The same processes exported again meanwhile must be trackable.
+[ "$(uffd_fds src)" -eq 2 ] || fail "complete: the engine holds $(uffd_fds src) userfaultfds, not the 2 released trackers"
+kill -CONT "$WS" "$H"
+ID=$("$CLIENT" --control "$src_SOCK" export "$H" --precopy --keep-source --track "$WS" \
+	--range "$(printf '%x-%x' $((HOLD)) $((HOLD + 64 * 1024 * 1024)))") ||
+	fail "export of the same processes while their trackers linger failed"
+[ "$(uffd_fds src)" -eq 2 ] || fail "re-export: $(uffd_fds src) userfaultfds, not its own 2"
+# Ended other than complete (the process gone), an export's trackers
+# close at once.
+kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
+for _ in $(seq 20); do [ "$(uffd_fds src)" -eq 0 ] && break; sleep 0.1; done
+[ "$(uffd_fds src)" -eq 0 ] || fail "a failed export left $(uffd_fds src) userfaultfds"
+info "released trackers: held after completion, ended for a re-export and a failed export"
 # The same in a tmpfs file, whose holes a watch of the file reports: the
 # freeze searches only after one (and the rounds search as they come).
 tracked tmpfs 32M --discard-every 8
@@ -70,7 +95,15 @@ if grep -q "punch_notify yes\|punch_notify tmpfs" "$T/src.log"; then
 	grep -q "1 of 1 shared-memory regions watched for holes punched" "$T/src.log" ||
 		fail "tmpfs: the file was not watched: $(grep 'watched for holes' "$T/src.log")"
 fi
-tracked shared 32M
+KEEP=1 tracked shared 32M
+# Processes that live on (kept stopped here): their trackers end after
+# 5 s all the same.
+[ "$(uffd_fds src)" -eq 2 ] || fail "complete (shared): $(uffd_fds src) userfaultfds, not 2"
+for _ in $(seq 100); do [ "$(uffd_fds src)" -eq 0 ] && break; sleep 0.1; done
+[ "$(uffd_fds src)" -eq 0 ] || fail "trackers of live processes still held 10 s after completion"
+grep -qE 'VmFlags:.* (um|uw)( |$)' "/proc/$WS/smaps" &&
+	fail "the tracked writer still has ranges registered after its tracker ended"
+kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
 
 info "refusals: the processes stay as they were"
 start_holder_pair --kind memfd --size 8M --threads 1 --hot 5 --pace-us 100
