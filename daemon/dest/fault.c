@@ -158,7 +158,7 @@ add_waiter(struct dest *d, const struct dst_region *dr, uint64_t page,
 		int front = first && dest_at_bulk_front(d, dr, page);
 
 		d->fr.waiters[d->fr.nwaiters++] = (struct waiter){
-			dr->r.index, page, now_ns(), tid, first, front};
+			dr->r.index, page, now_ns(), tid, first, front, 0};
 		d->fr.nrequests += first != 0;
 		d->fr.nfront += front != 0;
 	} else {
@@ -196,6 +196,10 @@ dest_settle(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 				hist_add(&d->m->latency, t - w->t0);
 				d->fr.nrequests--;
 				d->fr.nfront -= w->front != 0;
+				d->fr.stream_brought += w->unasked == 1;
+				if (w->unasked == 0)
+					dest_ewma(&d->fr.answer_ns, t - w->t0);
+				d->bh.frame_owed = 1;
 			}
 			*w = d->fr.waiters[--d->fr.nwaiters];
 			continue;
@@ -315,6 +319,95 @@ zero_retry(struct dest *d)
 	free(addrs);
 }
 
+/*
+ * A page left to the stream that has not come within two of its frames'
+ * time (an answer's, if more), and is not about to: the stream went
+ * elsewhere (after another fault, or a window's end), or stalled, and the
+ * page is asked for; STREAM_GRACE_US after its fault at the latest. At
+ * most that long is added to a fault's wait.
+ */
+#define STREAM_GRACE_US 1000
+
+static void arm_stream_timer(struct dest *);
+
+/*
+ * The timer: each page left to the stream that is still missing is asked
+ * for, unless the stream, still at its pace, is about to bring it (its
+ * frame is being installed, or due): then it waits on, up to
+ * STREAM_GRACE_US from its fault.
+ */
+static void
+stream_late_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	struct dest *d = arg;
+	uint64_t t = now_ns();
+	int again = 0;
+
+	(void)fd;
+	(void)ev;
+	for (size_t i = 0; i < d->fr.nwaiters; i++) {
+		struct waiter *w = &d->fr.waiters[i];
+		struct dst_region *dr = dest_region_by_index(d, w->reg);
+
+		if (w->unasked != 1 || dr == NULL)
+			continue;
+		if (pagestate_get(&dr->ps, w->page) != PAGE_MISSING) {
+			w->unasked = 2;
+			continue;
+		}
+		if (t - w->t0 < STREAM_GRACE_US * 1000ull &&
+		    dest_stream_brings(d, dr, w->page)) {
+			again = 1;
+			continue;
+		}
+		w->unasked = 2;
+		d->fr.stream_late++;
+		dest_request_page(d, dr, w->page);
+	}
+	if (again)
+		arm_stream_timer(d);
+}
+
+/* Due in twice the stream's pace (an answer's time if longer), at most
+ * STREAM_GRACE_US. */
+static void
+arm_stream_timer(struct dest *d)
+{
+	uint64_t us = 2 * d->in.gap_ns / 1000;
+	struct timeval tv = {0, 0};
+
+	if (us < dest_answer_ns(d) / 1000)
+		us = dest_answer_ns(d) / 1000;
+	tv.tv_usec = (suseconds_t)(us < STREAM_GRACE_US ? us : STREAM_GRACE_US);
+	if (d->fr.stream_ev == NULL &&
+	    (d->fr.stream_ev = evtimer_new(base, stream_late_cb, d)) == NULL)
+		fatalx("evtimer_new");
+	if (!evtimer_pending(d->fr.stream_ev, NULL))
+		evtimer_add(d->fr.stream_ev, &tv);
+}
+
+/*
+ * The thread just added as a waiter on page is left to the bulk stream
+ * when it is about to bring the page (dest_stream_brings()): 1. Asked for
+ * after STREAM_GRACE_US if it did not come.
+ */
+static int
+leave_to_stream(struct dest *d, const struct dst_region *dr, uint64_t page)
+{
+	struct waiter *w;
+
+	if (d->fr.nwaiters == 0)
+		return 0;
+	w = &d->fr.waiters[d->fr.nwaiters - 1];
+	if (w->reg != dr->r.index || w->page != page ||
+	    !dest_stream_brings(d, dr, page))
+		return 0;
+	w->unasked = 1;
+	arm_stream_timer(d);
+	dest_bulk_hold(d); /* a front waiter more: the lane flows */
+	return 1;
+}
+
 /* A thread faulted at addr: its page is asked for, or it gets a zero page. */
 static void
 fault(struct dest *d, uint64_t addr, pid_t tid)
@@ -347,7 +440,8 @@ fault(struct dest *d, uint64_t addr, pid_t tid)
 	switch (pagestate_get(&dr->ps, page)) {
 	case PAGE_MISSING:
 		add_waiter(d, dr, page, tid, 1);
-		dest_request_page(d, dr, page);
+		if (!leave_to_stream(d, dr, page))
+			dest_request_page(d, dr, page);
 		break;
 	case PAGE_REQUESTED:
 		/* Merged with the request in flight. */

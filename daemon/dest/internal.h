@@ -95,6 +95,8 @@ struct waiter {
 	pid_t tid;
 	int first;
 	int front; /* first, and its page at the bulk front (pace.c) */
+	/* first, left to the stream (dest_stream_brings()): 1; asked late: 2 */
+	int unasked;
 };
 
 /*
@@ -132,6 +134,11 @@ struct dest_faults {
 	struct uffd_msg *backlog;
 	size_t nbacklog;
 	int read_err; /* a failed read of the uffd was logged */
+	/* Waiters left to the stream are asked for when it fires. */
+	struct event *stream_ev;
+	uint64_t stream_brought; /* faults the stream settled, unasked */
+	uint64_t stream_late;	 /* left to it, and asked for after all */
+	uint64_t answer_ns;	 /* a request's answer time (EWMA) */
 };
 
 /*
@@ -196,6 +203,8 @@ struct dest_install {
 	 */
 	uint32_t front_reg;
 	uint64_t front_page;
+	/* When the last was taken, and the mean time between two (EWMA). */
+	uint64_t take_ns, gap_ns;
 };
 
 /*
@@ -209,6 +218,11 @@ struct dest_install {
  */
 struct dest_bulk_hold {
 	struct event *ws_ev;
+	/*
+	 * A demand answer came since the last bulk frame was taken: the lane
+	 * is not held for one request until a frame is (dest_bulk_waits()).
+	 */
+	int frame_owed;
 	int run_hold;
 	int src_holds; /* the source said FEATURE_BULK_HOLD back */
 	struct event *run_hold_ev;
@@ -505,6 +519,13 @@ const char *dest_page_data(struct dest *, struct conn *,
 /* pace.c */
 void dest_bulk_hold(struct dest *);
 int dest_bulk_waits(const struct dest *);
+int dest_stream_brings(const struct dest *, const struct dst_region *,
+		       uint64_t page);
+void dest_stream_taken(struct dest *);
+/* What a request's answer takes, as measured (a default before). */
+uint64_t dest_answer_ns(const struct dest *);
+/* avg: the exponentially weighted mean (1/8) of what it was and x. */
+void dest_ewma(uint64_t *avg, uint64_t x);
 int dest_at_bulk_front(const struct dest *, const struct dst_region *,
 		       uint64_t page);
 void dest_ws_watch(struct dest *);

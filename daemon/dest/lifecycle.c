@@ -29,10 +29,10 @@
 static void
 free_events(struct dest *d)
 {
-	struct event *evs[] = {d->fr.uffd_ev,  d->exit_ev,
-			       d->ln.retry_ev, d->ln.bulk_delay,
-			       d->kin.find_ev, d->in.piece_ev,
-			       d->bh.ws_ev,    d->bh.run_hold_ev};
+	struct event *evs[] = {
+		d->fr.uffd_ev,	  d->exit_ev,	     d->ln.retry_ev,
+		d->ln.bulk_delay, d->kin.find_ev,    d->in.piece_ev,
+		d->bh.ws_ev,	  d->bh.run_hold_ev, d->fr.stream_ev};
 
 	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
 		if (evs[i]) /* event_free() takes no NULL */

@@ -328,6 +328,7 @@ bulk_take(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	d->in.pending = 1;
 	d->in.front_reg = pd->region;
 	d->in.front_page = pd->page + pd->npages;
+	dest_stream_taken(d);
 	conn_stall(c, 1);
 	bulk_pieces(d);
 	return NULL;
