@@ -351,8 +351,8 @@ stream_late_cb(evutil_socket_t fd, short ev, void *arg)
 
 		if (w->unasked != 1 || dr == NULL)
 			continue;
-		if (pagestate_get(&dr->ps, w->page) != PAGE_MISSING) {
-			w->unasked = 2;
+		if (pagestate_get(&dr->ps, w->page) != PAGE_REQUESTED) {
+			w->unasked = 2; /* settled as it came, or discarded */
 			continue;
 		}
 		if (t - w->t0 < STREAM_GRACE_US * 1000ull &&
@@ -392,7 +392,7 @@ arm_stream_timer(struct dest *d)
  * after STREAM_GRACE_US if it did not come.
  */
 static int
-leave_to_stream(struct dest *d, const struct dst_region *dr, uint64_t page)
+leave_to_stream(struct dest *d, struct dst_region *dr, uint64_t page)
 {
 	struct waiter *w;
 
@@ -402,6 +402,11 @@ leave_to_stream(struct dest *d, const struct dst_region *dr, uint64_t page)
 	if (w->reg != dr->r.index || w->page != page ||
 	    !dest_stream_brings(d, dr, page))
 		return 0;
+	/*
+	 * Waited on, as a page asked for is: what settles a waiter installs
+	 * it (a shared ZERO run leaves only a page nobody waits on none).
+	 */
+	pagestate_set(&dr->ps, page, PAGE_REQUESTED);
 	w->unasked = 1;
 	arm_stream_timer(d);
 	dest_bulk_hold(d); /* a front waiter more: the lane flows */
