@@ -56,6 +56,12 @@
  * of this program, perhaps setuid) with the same arguments: the same
  * mapping in another program, for tests of a target that execs after the
  * daemon checked it.
+ * source --swap-on-usr2 new|same (memfd): on each SIGUSR2 the region's
+ * mapping is replaced in place (MAP_FIXED, same address, size and offset)
+ * by one of another memfd of the same name, filled with the pattern at
+ * version SWAP_VER ("new"), or of the same memfd again ("same"); the
+ * mutators write on through it. Prints "swapped new|same". The old file
+ * stays open: what a daemon still reads of it is not the process's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -143,6 +149,8 @@ static int idle_child;
  */
 static int stuck_thread;
 static int map_fd = -1;
+static const char *swap_how; /* --swap-on-usr2 */
+#define SWAP_VER 0x100
 static unsigned pace_us;
 /*
  * source --hot PCT: the mutators write only to the first PCT percent of
@@ -466,11 +474,53 @@ mutator(void *arg)
 	return NULL;
 }
 
+/*
+ * --swap-on-usr2: the mapping at mem replaced in place, with no moment
+ * unmapped (the mutators write on): a fresh memfd of the same name holding
+ * valid words of its own, or the same file mapped again.
+ */
+static void
+swap_mapping(void)
+{
+	int fd = map_fd;
+	uint8_t *fill;
+
+	if (strcmp(swap_how, "new") == 0) {
+		fd = memfd_create("uffdd-workload", MFD_CLOEXEC);
+		if (fd < 0 || ftruncate(fd, (off_t)size) < 0) {
+			perror("workload: swap: memfd");
+			exit(1);
+		}
+		fill = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+			    0);
+		if (fill == MAP_FAILED) {
+			perror("workload: swap: mmap");
+			exit(1);
+		}
+		for (uint64_t page = 0; page < size / PS; page++)
+			for (uint64_t w = 0; !is_untouched(page) &&
+					     !is_zeroed(page) && w < WORDS;
+			     w++)
+				((uint64_t *)(fill + page * PS))[w] =
+					word_value(page, w, SWAP_VER);
+		munmap(fill, size);
+	}
+	if (mmap(mem, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+		 0) != mem) {
+		perror("workload: swap: mmap MAP_FIXED");
+		exit(1);
+	}
+	printf("swapped %s\n", swap_how);
+	fflush(stdout);
+}
+
 static int
 run_source(void)
 {
 	uint64_t npages = size / PS;
 	pthread_t t;
+	sigset_t set;
+	int sig;
 
 	map_region();
 	for (uint64_t page = 0; page < npages; page++) {
@@ -514,10 +564,21 @@ run_source(void)
 		start_sibling();
 	printf("ready 0x%" PRIx64 " 0x%" PRIx64 "\n", base, base + size);
 	fflush(stdout);
+	/* The mutators inherit the mask: SIGUSR2 is this thread's alone. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR2);
+	if (swap_how)
+		pthread_sigmask(SIG_BLOCK, &set, NULL);
 	for (unsigned i = 0; i < threads; i++)
 		pthread_create(&t, NULL, mutator, (void *)(uintptr_t)i);
-	for (;;)
-		pause();
+	for (;;) {
+		if (!swap_how) {
+			pause();
+			continue;
+		}
+		if (sigwait(&set, &sig) == 0 && sig == SIGUSR2)
+			swap_mapping();
+	}
 	return 0;
 }
 
@@ -1129,7 +1190,7 @@ usage(void)
 		"         [--touch N] [--idle-child] [--stuck-thread]\n"
 		"         [--exec-on-usr2 PATH] [--try-uffd] [--sibling "
 		"vm|files|files-grab|holder]\n"
-		"         [--signal-bench N]\n");
+		"         [--signal-bench N] [--swap-on-usr2 new|same]\n");
 	exit(2);
 }
 
@@ -1162,6 +1223,7 @@ main(int argc, char **argv)
 		{"try-uffd", no_argument, NULL, 'U'},
 		{"sibling", required_argument, NULL, 'L'},
 		{"signal-bench", required_argument, NULL, 'G'},
+		{"swap-on-usr2", required_argument, NULL, 'W'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -1268,6 +1330,11 @@ main(int argc, char **argv)
 		case 'G':
 			signal_bench = (unsigned)atoi(optarg);
 			break;
+		case 'W':
+			swap_how = optarg;
+			if (strcmp(swap_how, "new") && strcmp(swap_how, "same"))
+				usage();
+			break;
 		case 'T':
 			touch_n = strtoull(optarg, NULL, 0);
 			touch_mode = 1;
@@ -1279,7 +1346,8 @@ main(int argc, char **argv)
 		}
 	}
 	if (size == 0 || size % PS || base % PS || threads == 0 ||
-	    ro_pages > size / PS / 2)
+	    ro_pages > size / PS / 2 ||
+	    (swap_how && strcmp(kind, "memfd") != 0))
 		usage();
 	ev0 = size / PS / 4;
 	if (event && ev0 + EV_PAGES > size / PS)
