@@ -317,13 +317,17 @@ source_ran(pid_t pid, const struct wptrack *wp, long long switches, char *why,
  * A tracked process (--track, track.c) writes the memory too: once the
  * export is frozen, a run of it (one --track stopped) or a write by it
  * (--track-unstopped) is a run of the source. Its exit is not: it writes
- * nothing more.
+ * nothing more. An unstopped one runs, so its tracker is all that vouches
+ * for it: a tracker that cannot tell (the process mapped its file again
+ * over the tracked range, which the new mapping's writes then bypass:
+ * PAGEMAP_SCAN refuses a range no longer registered) is a run too.
  */
 static int
 tracked_ran(const struct source *s, char *why, size_t len)
 {
 	const struct precopy *pc = s->pc;
 	uint64_t addr;
+	int w;
 
 	if (pc == NULL || pc->track.pid <= 0 ||
 	    (pc->phase != PC_FINAL && pc->phase != PC_DONE))
@@ -331,12 +335,20 @@ tracked_ran(const struct source *s, char *why, size_t len)
 	if (!pc->track_unstopped)
 		return source_ran(pc->track.pid, &pc->track_wp,
 				  pc->track_switches, why, len) > 0;
-	if (wptrack_written(&pc->track_wp, &addr) != 1)
+	if ((w = wptrack_written(&pc->track_wp, &addr)) == 0 ||
+	    (w < 0 && !procref_same(&pc->track)))
 		return 0;
-	snprintf(why, len,
-		 "tracked process %d wrote to the exported memory (at 0x%llx "
-		 "in its mapping) after the freeze",
-		 (int)pc->track.pid, (unsigned long long)addr);
+	if (w < 0)
+		snprintf(why, len,
+			 "tracked process %d changed its mapping of the "
+			 "exported memory after the freeze (mapped again, "
+			 "or replaced: %s): its writes there cannot be told",
+			 (int)pc->track.pid, strerror(errno));
+	else
+		snprintf(why, len,
+			 "tracked process %d wrote to the exported memory (at "
+			 "0x%llx in its mapping) after the freeze",
+			 (int)pc->track.pid, (unsigned long long)addr);
 	return 1;
 }
 
