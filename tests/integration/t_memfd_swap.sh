@@ -152,7 +152,7 @@ if src wait "$ID" --timeout 60 >"$T/wait.out" 2>&1; then
 fi
 grep -qi -- "$CHANGED\|wrote to the exported memory\|cannot tell" "$T/wait.out" ||
 	unclear "3: failed, not saying why: $(cat "$T/wait.out")"
-info "3 (track-unstopped): refused: $(head -n 1 "$T/wait.out")"
+info "3 (track-unstopped): refused: $(grep -o "failed: .*" "$T/wait.out" | head -n 1)"
 kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
 stop_daemons
 [ ${#PROBLEMS[@]} -eq 0 ] || fail "${#PROBLEMS[@]} refusals that do not say why: ${PROBLEMS[*]}"
