@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -62,6 +63,15 @@ int
 region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end)
 {
 	return procfile_map_file(pid, vma_start, vma_end);
+}
+
+int
+region_same_file(const struct region *r, uint64_t dev, uint64_t ino)
+{
+	if (r->ino == 0 || (r->dev == dev && r->ino == ino))
+		return 1;
+	errno = ESTALE;
+	return 0;
 }
 
 /*
@@ -231,16 +241,19 @@ region_read_maps(pid_t pid, struct vma **out, size_t *n)
 	while (fgets(line, sizeof(line), f) != NULL) {
 		struct vma e = {0};
 		char perms[8] = "", name[4096] = "";
-		unsigned long long s, en, off;
+		unsigned long long s, en, off, ino;
+		unsigned maj, min;
 		int pos = 0;
 
-		if (sscanf(line, "%llx-%llx %7s %llx %*s %*s%n", &s, &en, perms,
-			   &off, &pos) < 4)
+		if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu%n", &s, &en,
+			   perms, &off, &maj, &min, &ino, &pos) < 7)
 			continue;
 		sscanf(line + pos, " %4095[^\n]", name);
 		e.start = s;
 		e.end = en;
 		e.offset = off;
+		e.dev = ino ? (uint64_t)makedev(maj, min) : 0;
+		e.ino = ino;
 		memcpy(e.perms, perms, 4);
 		e.name_cut = region_name_escape(e.name, name);
 		e.kind = vma_kind(pid, &e);
@@ -309,6 +322,8 @@ add_region(struct region **out, size_t *cnt, const struct vma *v,
 	nr[*cnt].vma_start = v->start;
 	nr[*cnt].vma_end = v->end;
 	nr[*cnt].file_off = v->offset + (start - v->start);
+	nr[*cnt].dev = v->dev;
+	nr[*cnt].ino = v->ino;
 	(*cnt)++;
 	return 0;
 }

@@ -52,7 +52,8 @@ struct vma {
 	char perms[5];
 	/* path or [heap]-style name, "" for anonymous */
 	char name[REGION_NAME_MAX];
-	int name_cut; /* the path did not fit in name */
+	int name_cut;	   /* the path did not fit in name */
+	uint64_t dev, ino; /* the backing file's, as maps shows them; 0: none */
 	/* errno when its backing file would not open: its kind is unknown */
 	int denied;
 	enum region_kind kind;
@@ -76,11 +77,23 @@ struct region {
 	 * and the offset of start in the file.
 	 */
 	uint64_t vma_start, vma_end, file_off;
+	/*
+	 * The backing file's device and inode when the region was read (0:
+	 * anonymous private, or not known: a restored export). A process
+	 * can map another file of the same name, size and offset at the same
+	 * address; only these tell the two apart (region_same_file()).
+	 */
+	uint64_t dev, ino;
 };
 
 const char *region_kind_name(enum region_kind);
 /* Opens the file behind a VMA of pid through /proc/PID/map_files. */
 int region_open_backing(pid_t pid, uint64_t vma_start, uint64_t vma_end);
+/*
+ * Whether dev and ino are region r's backing file, the one read at the
+ * export (or r's is not known). 0 with errno ESTALE when not.
+ */
+int region_same_file(const struct region *r, uint64_t dev, uint64_t ino);
 /*
  * Writes a mapping's name as /proc/PID/maps shows it into dst as a name
  * that may travel: every byte that is not printable text becomes \ooo,

@@ -25,6 +25,7 @@
 #include "daemon/migration.h"
 #include "daemon/pagemap.h"
 #include "daemon/procref.h"
+#include "daemon/region.h"
 #include "daemon/role.h"
 #include "daemon/source/internal.h"
 
@@ -90,7 +91,9 @@ source_defer_free(struct source *s)
 /*
  * Whether the regions read at go are the ones the export's table gave the
  * destination: a mapping the process made, moved or dropped meanwhile
- * would have it install pages at the wrong place, or miss them.
+ * would have it install pages at the wrong place, or miss them. A shared
+ * one replaced in place (another file of the same name, size and offset,
+ * mapped at the same address) is another memory, told by its file.
  */
 static int
 same_regions(const struct source *s, const struct region *regs, size_t n)
@@ -102,7 +105,8 @@ same_regions(const struct source *s, const struct region *regs, size_t n)
 
 		if (a->start != b->start || a->length != b->length ||
 		    a->kind != b->kind || a->page_size != b->page_size ||
-		    a->file_off != b->file_off)
+		    a->file_off != b->file_off ||
+		    !region_same_file(a, b->dev, b->ino))
 			return 0;
 	}
 	return 1;
@@ -191,9 +195,9 @@ freeze_checked(struct source *s, const struct authz_caller *who, uint64_t us[2],
 	if (n > 0 && !same_regions(s, regs, (size_t)n)) {
 		*code = ERR_INVALID;
 		snprintf(err, errlen,
-			 "process %d mapped, moved or dropped memory in the "
-			 "ranges exported since the export: cancel it and "
-			 "export again",
+			 "process %d mapped, moved, replaced or dropped "
+			 "memory in the ranges exported since the export: "
+			 "cancel it and export again",
 			 (int)s->t.pid);
 		n = 0;
 	}

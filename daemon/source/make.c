@@ -25,6 +25,26 @@
 #include "daemon/source/internal.h"
 #include "daemon/wptrack.h"
 /*
+ * The backing file of pid's region sr, opened through its mapping, if it
+ * is still the one read at the export: a process that mapped another file
+ * there since (same name, size and offset) would have the daemon read, or
+ * watch, memory it no longer has. -1 with errno set (ESTALE: replaced).
+ */
+static int
+open_same(pid_t pid, const struct src_region *sr)
+{
+	int fd = region_open_backing(pid, sr->r.vma_start, sr->r.vma_end);
+	struct stat st;
+
+	if (fd < 0 || (fstat(fd, &st) == 0 &&
+		       region_same_file(&sr->r, st.st_dev, st.st_ino)))
+		return fd;
+	close(fd);
+	errno = ESTALE;
+	return -1;
+}
+
+/*
  * Which pages of region sr hold data, by its kind (docs/design.md):
  * anonymous memory from pagemap, shared memory from its backing file (a
  * swapped-out shmem page looks untouched in pagemap), shared hugetlb all
@@ -41,9 +61,7 @@ classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at,
 	int fd;
 
 	if (sr->r.kind == REGION_HUGETLB && sr->r.shared) {
-		sr->cache_fd = region_open_backing(pid, sr->r.vma_start,
-						   sr->r.vma_end);
-		if (sr->cache_fd < 0)
+		if ((sr->cache_fd = open_same(pid, sr)) < 0)
 			return -1;
 		for (uint64_t p = 0; p < sr->npages; p++)
 			bit_set(sr->data, p);
@@ -56,7 +74,7 @@ classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at,
 		return pagemap_classify(pid, sr->r.start, sr->npages,
 					sr->r.page_size, sr->data,
 					pagemap_method());
-	if ((fd = region_open_backing(pid, sr->r.vma_start, sr->r.vma_end)) < 0)
+	if ((fd = open_same(pid, sr)) < 0)
 		return -1;
 	if (pm_fd >= 0 && sr->r.page_size == (uint64_t)sysconf(_SC_PAGESIZE))
 		data = pagemap_classify_mapped(pm_fd, pm_at, fd, sr->r.file_off,
@@ -75,20 +93,22 @@ classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at,
 }
 
 /*
- * A watch of the file behind pid's mapping [start, end), if a hole punched
- * in a file of its kind shows (kfeat.punch_notify), else -1. The kind is
- * told from the watch itself: a target that remapped the range after
+ * A watch of the file behind pid's region sr, if a hole punched in a file
+ * of its kind shows (kfeat.punch_notify), else -1. The kind and the file
+ * are told from the watch itself: a target that remapped the range after
  * another look could otherwise have a file watched whose punches do not
- * show where one whose punches do was looked at.
+ * show where one whose punches do was looked at, or another file than the
+ * one exported (then it is searched at the freeze, as an unwatched one).
  */
 static int
-punch_watch(pid_t pid, uint64_t start, uint64_t end)
+punch_watch(pid_t pid, const struct src_region *sr)
 {
-	int w = procfile_map_watch(pid, start, end);
+	int w = procfile_map_watch(pid, sr->r.vma_start, sr->r.vma_end);
 	dev_t dev;
 	ino_t ino;
 
 	if (w >= 0 && procfile_watch_file(w, &dev, &ino) == 0 &&
+	    region_same_file(&sr->r, dev, ino) &&
 	    (dev == kfeat.shm_dev ? kfeat.punch_notify_shm
 				  : kfeat.punch_notify))
 		return w;
@@ -108,8 +128,7 @@ source_watch_files(struct source *s)
 		if (!region_kind_shmem(sr->r.kind) || sr->cache_fd >= 0)
 			continue;
 		shm++;
-		sr->watch_fd =
-			punch_watch(s->t.pid, sr->r.vma_start, sr->r.vma_end);
+		sr->watch_fd = punch_watch(s->t.pid, sr);
 		sr->watched = sr->watch_fd >= 0;
 		watched += (size_t)sr->watched;
 	}
