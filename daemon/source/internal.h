@@ -220,6 +220,12 @@ struct src_image {
  * lanes are dropped, and a resume asks again for what it still waits on.
  */
 #define DEFER_QUEUE_MAX 4096
+/*
+ * Why a tracker's PAGEMAP_SCAN says EPERM (PM_SCAN_CHECK_WPASYNC): a
+ * tracked range holds a mapping the tracker never registered.
+ */
+#define SRC_REMAPPED \
+	" (memory mapped again, or replaced, in its ranges since the export)"
 struct defer_req {
 	uint32_t region;
 	uint32_t npages;

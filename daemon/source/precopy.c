@@ -225,9 +225,10 @@ collect(struct source *s)
 
 	if ((own = wptrack_collect(&s->wp, source_precopy_mark, s)) < 0 ||
 	    (other = source_track_collect(s, source_precopy_mark)) < 0) {
-		source_fail(s, "pre-copy: PAGEMAP_SCAN of process %d: %s",
+		source_fail(s, "pre-copy: PAGEMAP_SCAN of process %d: %s%s",
 			    own < 0 ? (int)s->m->pid : (int)s->pc->track.pid,
-			    strerror(errno));
+			    strerror(errno),
+			    errno == EPERM ? SRC_REMAPPED : "");
 		return -1;
 	}
 	/* Holes punched meanwhile go as ZERO markers in this round. */
