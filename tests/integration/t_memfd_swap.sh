@@ -112,10 +112,12 @@ if src go "$ID" >"$T/go.out" 2>&1 &&
 	src wait "$ID" --timeout 60 >/dev/null 2>&1 || fail "2: source side did not complete"
 	equal_or_fail "2 (pre-copy)" "$WS" $((BASE))
 else
+	# Failed before go, go says only that: the status says why.
+	src status "$ID" >>"$T/go.out" 2>&1
 	[ ! -f "$T/wait.out" ] || cat "$T/wait.out" >>"$T/go.out"
 	grep -qi -- "$CHANGED" "$T/go.out" ||
 		unclear "2: refused, not saying the mapping changed: $(tr '\n' ' ' <"$T/go.out")"
-	info "2 (pre-copy): refused: $(head -n 1 "$T/go.out")"
+	info "2 (pre-copy): refused: $(grep -o "failed: .*" "$T/go.out" | head -n 1)"
 fi
 kill -9 "$WS" "$WD" 2>/dev/null || true
 
