@@ -148,22 +148,25 @@ remap_range(struct dest *d, uint64_t from, uint64_t to, uint64_t len)
 /*
  * A thread waits on a page; first: its fault sends the request. Past
  * INFLIGHT_MAX its wait is not timed: the fault histogram counts it as
- * served at once, so that it counts every fault status does.
+ * served at once, so that it counts every fault status does; NULL then.
  */
-static void
+static struct waiter *
 add_waiter(struct dest *d, const struct dst_region *dr, uint64_t page,
 	   pid_t tid, int first)
 {
-	if (d->fr.nwaiters < INFLIGHT_MAX) {
-		int front = first && dest_at_bulk_front(d, dr, page);
+	struct waiter *w;
+	int front;
 
-		d->fr.waiters[d->fr.nwaiters++] = (struct waiter){
-			dr->r.index, page, now_ns(), tid, first, front, 0};
-		d->fr.nrequests += first != 0;
-		d->fr.nfront += front != 0;
-	} else {
+	if (d->fr.nwaiters >= INFLIGHT_MAX) {
 		metrics_fault(ROLE_DEST, 0);
+		return NULL;
 	}
+	front = first && dest_at_bulk_front(d, dr, page);
+	w = &d->fr.waiters[d->fr.nwaiters++];
+	*w = (struct waiter){dr->r.index, page, now_ns(), tid, first, front, 0};
+	d->fr.nrequests += first != 0;
+	d->fr.nfront += front != 0;
+	return w;
 }
 
 /* Waiters no install will settle (the target gone): their wait so far. */
@@ -199,7 +202,9 @@ dest_settle(struct dest *d, uint32_t idx, uint64_t page, uint64_t n)
 				d->fr.stream_brought += w->unasked == 1;
 				if (w->unasked == 0)
 					dest_ewma(&d->fr.answer_ns, t - w->t0);
-				d->bh.frame_owed = 1;
+				/* An answer came: the hold waits on a frame. */
+				if (w->unasked != 1)
+					d->bh.frame_owed = 1;
 			}
 			*w = d->fr.waiters[--d->fr.nwaiters];
 			continue;
@@ -387,20 +392,15 @@ arm_stream_timer(struct dest *d)
 }
 
 /*
- * The thread just added as a waiter on page is left to the bulk stream
- * when it is about to bring the page (dest_stream_brings()): 1. Asked for
- * after STREAM_GRACE_US if it did not come.
+ * Waiter w, just added on page, is left to the bulk stream when it is
+ * about to bring the page (dest_stream_brings()): 1. Asked for after
+ * STREAM_GRACE_US if it did not come. A waiter not stored (NULL) is asked.
  */
 static int
-leave_to_stream(struct dest *d, struct dst_region *dr, uint64_t page)
+leave_to_stream(struct dest *d, struct dst_region *dr, uint64_t page,
+		struct waiter *w)
 {
-	struct waiter *w;
-
-	if (d->fr.nwaiters == 0)
-		return 0;
-	w = &d->fr.waiters[d->fr.nwaiters - 1];
-	if (w->reg != dr->r.index || w->page != page ||
-	    !dest_stream_brings(d, dr, page))
+	if (w == NULL || !dest_stream_brings(d, dr, page))
 		return 0;
 	/*
 	 * Waited on, as a page asked for is: what settles a waiter installs
@@ -444,8 +444,8 @@ fault(struct dest *d, uint64_t addr, pid_t tid)
 	d->m->cnt.demand_faults++;
 	switch (pagestate_get(&dr->ps, page)) {
 	case PAGE_MISSING:
-		add_waiter(d, dr, page, tid, 1);
-		if (!leave_to_stream(d, dr, page))
+		if (!leave_to_stream(d, dr, page,
+				     add_waiter(d, dr, page, tid, 1)))
 			dest_request_page(d, dr, page);
 		break;
 	case PAGE_REQUESTED:
