@@ -62,6 +62,12 @@
  * version SWAP_VER ("new"), or of the same memfd again ("same"); the
  * mutators write on through it. Prints "swapped new|same". The old file
  * stays open: what a daemon still reads of it is not the process's.
+ * source --bypass-on-usr2 pwrite|map (memfd, tmpfs): on each SIGUSR2 every
+ * fourth cold page (past --hot's set) is written anew, at version
+ * BYPASS_VER, other than through the mapping at BASE: by pwrite() on the
+ * file ("pwrite"), or through a second shared mapping of the file,
+ * elsewhere and kept ("map"). Prints "bypassed pwrite|map PAGES". A
+ * tracker of the mapping at BASE sees none of these writes.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -151,6 +157,8 @@ static int stuck_thread;
 static int map_fd = -1;
 static const char *swap_how; /* --swap-on-usr2 */
 #define SWAP_VER 0x100
+static const char *bypass_how; /* --bypass-on-usr2 */
+#define BYPASS_VER 0x200
 static unsigned pace_us;
 /*
  * source --hot PCT: the mutators write only to the first PCT percent of
@@ -310,6 +318,13 @@ open_file(void)
 		exit(1);
 	}
 	return fd;
+}
+
+/* Whether --kind maps a file this process keeps a descriptor of. */
+static int
+map_kind_fd(void)
+{
+	return strcmp(kind, "memfd") == 0 || strcmp(kind, "tmpfs") == 0;
 }
 
 static int
@@ -514,6 +529,42 @@ swap_mapping(void)
 	fflush(stdout);
 }
 
+/*
+ * --bypass-on-usr2: cold pages written where a tracker of the mapping at
+ * mem cannot see it (the file itself, or another mapping of it), with
+ * words valid at a version of their own.
+ */
+static void
+bypass_write(void)
+{
+	static uint8_t *other; /* the second mapping, kept: "map" */
+	uint64_t npages = size / PS, hot = npages * hot_pct / 100, n = 0;
+	uint64_t buf[WORDS];
+
+	if (strcmp(bypass_how, "map") == 0 && other == NULL &&
+	    (other = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+			  map_fd, 0)) == MAP_FAILED) {
+		perror("workload: bypass: mmap");
+		exit(1);
+	}
+	for (uint64_t page = hot; page < npages; page += 4) {
+		if (is_untouched(page) || is_pageout(page) || is_zeroed(page) ||
+		    is_ro(page))
+			continue;
+		for (uint64_t w = 0; w < WORDS; w++)
+			buf[w] = word_value(page, w, BYPASS_VER);
+		if (other != NULL)
+			memcpy(other + page * PS, buf, PS);
+		else if (pwrite(map_fd, buf, PS, (off_t)(page * PS)) != PS) {
+			perror("workload: bypass: pwrite");
+			exit(1);
+		}
+		n++;
+	}
+	printf("bypassed %s %" PRIu64 "\n", bypass_how, n);
+	fflush(stdout);
+}
+
 static int
 run_source(void)
 {
@@ -567,17 +618,21 @@ run_source(void)
 	/* The mutators inherit the mask: SIGUSR2 is this thread's alone. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGUSR2);
-	if (swap_how)
+	if (swap_how || bypass_how)
 		pthread_sigmask(SIG_BLOCK, &set, NULL);
 	for (unsigned i = 0; i < threads; i++)
 		pthread_create(&t, NULL, mutator, (void *)(uintptr_t)i);
 	for (;;) {
-		if (!swap_how) {
+		if (!swap_how && !bypass_how) {
 			pause();
 			continue;
 		}
-		if (sigwait(&set, &sig) == 0 && sig == SIGUSR2)
+		if (sigwait(&set, &sig) != 0 || sig != SIGUSR2)
+			continue;
+		if (swap_how)
 			swap_mapping();
+		else
+			bypass_write();
 	}
 	return 0;
 }
@@ -1190,7 +1245,8 @@ usage(void)
 		"         [--touch N] [--idle-child] [--stuck-thread]\n"
 		"         [--exec-on-usr2 PATH] [--try-uffd] [--sibling "
 		"vm|files|files-grab|holder]\n"
-		"         [--signal-bench N] [--swap-on-usr2 new|same]\n");
+		"         [--signal-bench N] [--swap-on-usr2 new|same]\n"
+		"         [--bypass-on-usr2 pwrite|map]\n");
 	exit(2);
 }
 
@@ -1224,6 +1280,7 @@ main(int argc, char **argv)
 		{"sibling", required_argument, NULL, 'L'},
 		{"signal-bench", required_argument, NULL, 'G'},
 		{"swap-on-usr2", required_argument, NULL, 'W'},
+		{"bypass-on-usr2", required_argument, NULL, 'Y'},
 		{NULL, 0, NULL, 0}};
 	int ch;
 
@@ -1335,6 +1392,12 @@ main(int argc, char **argv)
 			if (strcmp(swap_how, "new") && strcmp(swap_how, "same"))
 				usage();
 			break;
+		case 'Y':
+			bypass_how = optarg;
+			if (strcmp(bypass_how, "pwrite") &&
+			    strcmp(bypass_how, "map"))
+				usage();
+			break;
 		case 'T':
 			touch_n = strtoull(optarg, NULL, 0);
 			touch_mode = 1;
@@ -1347,7 +1410,8 @@ main(int argc, char **argv)
 	}
 	if (size == 0 || size % PS || base % PS || threads == 0 ||
 	    ro_pages > size / PS / 2 ||
-	    (swap_how && strcmp(kind, "memfd") != 0))
+	    (swap_how && strcmp(kind, "memfd") != 0) ||
+	    (bypass_how && (swap_how || map_kind_fd() == 0)))
 		usage();
 	ev0 = size / PS / 4;
 	if (event && ev0 + EV_PAGES > size / PS)
