@@ -126,3 +126,22 @@ proc_uffd_mapped(pid_t pid, unsigned long long addr)
 	fclose(f);
 	return yes;
 }
+
+void
+proc_faults(pid_t pid, long long *minflt, long long *majflt)
+{
+	char path[64], buf[1024], *p;
+	FILE *f;
+
+	*minflt = *majflt = -1;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return;
+	/* After the name: state ppid pgrp session tty tpgid flags minflt
+	 * cminflt majflt. */
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) &&
+	    sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %lld %*u %lld", minflt,
+		   majflt) != 2)
+		*minflt = *majflt = -1;
+	fclose(f);
+}

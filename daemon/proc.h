@@ -30,5 +30,10 @@ pid_t proc_ppid(pid_t pid);
  * as smaps is another user's to read only with the right to ptrace.
  */
 int proc_uffd_mapped(pid_t pid, unsigned long long addr);
+/*
+ * The minor and major faults of process pid so far (fields 10 and 12 of
+ * /proc/PID/stat), -1 when unknown.
+ */
+void proc_faults(pid_t pid, long long *minflt, long long *majflt);
 
 #endif

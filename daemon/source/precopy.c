@@ -44,26 +44,6 @@ wall_ns(void)
 /* Rounds a request may ask for at most. */
 #define PRECOPY_ROUNDS_LIMIT 1000
 
-/* The process's minor and major faults so far (/proc/PID/stat), or -1. */
-static void
-proc_faults(pid_t pid, long long *minflt, long long *majflt)
-{
-	char path[64], buf[1024], *p;
-	FILE *f;
-
-	*minflt = *majflt = -1;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if ((f = fopen(path, "re")) == NULL)
-		return;
-	/* After the name: state ppid pgrp session tty tpgid flags minflt
-	 * cminflt majflt. */
-	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) &&
-	    sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %lld %*u %lld", minflt,
-		   majflt) != 2)
-		*minflt = *majflt = -1;
-	fclose(f);
-}
-
 /*
  * A sync tracker's round (docs/design.md, "Write tracking before 6.7"):
  * the write faults it answered and the process took, for the logs and the
