@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "daemon/procref.h"
 #include "daemon/region.h"
@@ -177,6 +178,13 @@ struct src_region {
 	 * a change fails the migration (source_files_changed()).
 	 */
 	int watch_fd, watched, primed;
+	/*
+	 * bypass.c: the file's times at the last look, and whether it was
+	 * changed in that look's clock tick (recent); recheck: it changed,
+	 * so the next search for dropped pages searches this region too.
+	 */
+	struct timespec bp_mtime, bp_ctime;
+	int bp_recent, recheck;
 };
 
 /*
@@ -539,6 +547,20 @@ int64_t source_track_collect(struct source *,
 int source_track_freeze(struct source *, char *err, size_t errlen);
 void source_track_thaw(struct source *);
 void source_track_free(struct precopy *);
+
+/*
+ * bypass.c: writes to a pre-copy's shared memory that no tracker sees.
+ * source_bypass_start(): each shared region's file's times read, before
+ * the first round reads its pages. source_bypass_collect(), at each
+ * round's end and at the freeze: the regions whose file changed since
+ * have every page that holds data marked (mark) to go again; their
+ * bytes, or -1 with the migration failed (also when the process, or a
+ * tracked one, maps an exported file where no tracker covers it).
+ */
+void source_bypass_start(struct source *);
+int64_t source_bypass_collect(struct source *,
+			      void (*mark)(void *s, uint64_t start,
+					   uint64_t end));
 
 /* lanes.c; the ends are the owner's (source_fail() and the others) */
 void source_lanes_start(struct source *);

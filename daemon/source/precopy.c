@@ -194,14 +194,15 @@ source_precopy_mark(void *arg, uint64_t start, uint64_t end)
 }
 
 /*
- * The writes since the last scan, of the process and of a tracked one
- * (--track), marked to go again and protected again. Their bytes (a page
- * both wrote counts twice), or -1 with the migration failed.
+ * The writes since the last scan, of the process, of a tracked one
+ * (--track) and past both, marked to go again (and protected again).
+ * Their bytes (a page counts once for each), or -1 with the migration
+ * failed.
  */
 static int64_t
 collect(struct source *s)
 {
-	int64_t own, other;
+	int64_t own, other, bypassed;
 
 	if ((own = wptrack_collect(&s->wp, source_precopy_mark, s)) < 0 ||
 	    (other = source_track_collect(s, source_precopy_mark)) < 0) {
@@ -211,13 +212,15 @@ collect(struct source *s)
 			    errno == EPERM ? SRC_REMAPPED : "");
 		return -1;
 	}
-	/* Holes punched meanwhile go as ZERO markers in this round. */
+	/* Past both (bypass.c); holes punched meanwhile go as ZERO markers. */
+	if ((bypassed = source_bypass_collect(s, source_precopy_mark)) < 0)
+		return -1;
 	if (s->pc->phase == PC_ROUNDS && source_mark_dropped(s, 0) < 0) {
 		source_fail(s, "pre-copy: classifying again: %s",
 			    strerror(errno));
 		return -1;
 	}
-	return own + other;
+	return own + other + bypassed;
 }
 
 /* The bulk stream sweeps every region again for the pages marked. */
