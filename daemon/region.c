@@ -223,8 +223,9 @@ region_name_escape(char dst[REGION_NAME_MAX], const char *src)
 	return 0;
 }
 
-int
-region_read_maps(pid_t pid, struct vma **out, size_t *n)
+/* The maps of pid; each mapping's kind looked at too (kinds) or not. */
+static int
+read_maps(pid_t pid, struct vma **out, size_t *n, int kinds)
 {
 	char line[4096];
 	struct vma *v = NULL;
@@ -256,7 +257,7 @@ region_read_maps(pid_t pid, struct vma **out, size_t *n)
 		e.ino = ino;
 		memcpy(e.perms, perms, 4);
 		e.name_cut = region_name_escape(e.name, name);
-		e.kind = vma_kind(pid, &e);
+		e.kind = kinds ? vma_kind(pid, &e) : REGION_UNKNOWN;
 		if (cnt == cap) {
 			struct vma *nv;
 
@@ -274,6 +275,18 @@ region_read_maps(pid_t pid, struct vma **out, size_t *n)
 	*out = v;
 	*n = cnt;
 	return 0;
+}
+
+int
+region_read_maps(pid_t pid, struct vma **out, size_t *n)
+{
+	return read_maps(pid, out, n, 1);
+}
+
+int
+region_read_maps_plain(pid_t pid, struct vma **out, size_t *n)
+{
+	return read_maps(pid, out, n, 0);
 }
 
 int

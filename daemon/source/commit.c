@@ -79,6 +79,19 @@ source_check(struct source *s, char *why, size_t len)
 	/* A hole punched in an exported file is a change as a run is. */
 	if (ran == 0)
 		ran = source_files_changed(s, why, len);
+	/*
+	 * So is a mapping of it that no tracker covers (bypass.c). The
+	 * frozen process's maps once, in the check before SWITCHOVER (a run
+	 * of it after is a run); an unstopped tracked one's (QEMU's: its
+	 * hundreds of mappings take milliseconds) in the checks after,
+	 * before the COMMIT, out of the guest's stop. Unreadable maps are a
+	 * process gone, which source_continued() tells.
+	 */
+	if (ran == 0 && s->pc != NULL) {
+		int after = s->pc->phase == PC_DONE;
+
+		ran = source_bypass_mapped(s, !after, after, why, len) > 0;
+	}
 
 	s->cm.check_cpu_ns += cpu_ns() - c0;
 	s->cm.check_ns = now_ns() - t0;

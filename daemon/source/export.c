@@ -87,7 +87,6 @@ source_create_precopy(struct procref *t, const struct range *ranges,
 	if (s != NULL) {
 		source_precopy_init(s, &wp, req);
 		source_watch_files(s);
-		source_bypass_start(s);
 		if (req->deferred)
 			source_precopy_wait_go(s);
 		s->keep_source = req->keep_source;

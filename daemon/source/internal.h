@@ -37,7 +37,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-#include <time.h>
 
 #include "daemon/procref.h"
 #include "daemon/region.h"
@@ -178,13 +177,6 @@ struct src_region {
 	 * a change fails the migration (source_files_changed()).
 	 */
 	int watch_fd, watched, primed;
-	/*
-	 * bypass.c: the file's times at the last look, and whether it was
-	 * changed in that look's clock tick (recent); recheck: it changed,
-	 * so the next search for dropped pages searches this region too.
-	 */
-	struct timespec bp_mtime, bp_ctime;
-	int bp_recent, recheck;
 };
 
 /*
@@ -549,18 +541,14 @@ void source_track_thaw(struct source *);
 void source_track_free(struct precopy *);
 
 /*
- * bypass.c: writes to a pre-copy's shared memory that no tracker sees.
- * source_bypass_start(): each shared region's file's times read, before
- * the first round reads its pages. source_bypass_collect(), at each
- * round's end and at the freeze: the regions whose file changed since
- * have every page that holds data marked (mark) to go again; their
- * bytes, or -1 with the migration failed (also when the process, or a
- * tracked one, maps an exported file where no tracker covers it).
+ * bypass.c: whether a pre-copy's process (own), or a tracked one
+ * (tracked), maps a part of an exported file where no tracker covers it
+ * (its stores there would not be seen): 1 with why filled, 0, or -1 with
+ * errno set (its maps unreadable). Read at each round's end and in the
+ * freeze checks (commit.c).
  */
-void source_bypass_start(struct source *);
-int64_t source_bypass_collect(struct source *,
-			      void (*mark)(void *s, uint64_t start,
-					   uint64_t end));
+int source_bypass_mapped(const struct source *, int own, int tracked, char *why,
+			 size_t len);
 
 /* lanes.c; the ends are the owner's (source_fail() and the others) */
 void source_lanes_start(struct source *);

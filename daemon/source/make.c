@@ -151,12 +151,6 @@ maybe_dropped(struct src_region *sr, int freeze)
 {
 	int changed;
 
-	if (sr->recheck) { /* its file changed (bypass.c) */
-		sr->recheck = 0;
-		if (sr->watched)
-			sr->primed = procfile_watch_changed(sr->watch_fd) >= 0;
-		return 1;
-	}
 	if (!sr->watched)
 		return freeze;
 	changed = procfile_watch_changed(sr->watch_fd);

@@ -193,16 +193,31 @@ source_precopy_mark(void *arg, uint64_t start, uint64_t end)
 	}
 }
 
+/* A round's end: a mapping no tracker covers fails the migration. */
+static int
+mapped_past(struct source *s)
+{
+	char why[384];
+	int r = source_bypass_mapped(s, 1, 1, why, sizeof(why));
+
+	if (r < 0)
+		snprintf(why, sizeof(why), "reading the maps: %s",
+			 strerror(errno));
+	if (r != 0)
+		source_fail(s, "pre-copy: %s", why);
+	return r != 0 ? -1 : 0;
+}
+
 /*
- * The writes since the last scan, of the process, of a tracked one
- * (--track) and past both, marked to go again (and protected again).
- * Their bytes (a page counts once for each), or -1 with the migration
- * failed.
+ * The writes since the last scan, of the process and of a tracked one
+ * (--track), marked to go again and protected again. Their bytes (a page
+ * both wrote counts twice), or -1 with the migration failed (also when a
+ * mapping no tracker covers could write the memory: bypass.c).
  */
 static int64_t
 collect(struct source *s)
 {
-	int64_t own, other, bypassed;
+	int64_t own, other;
 
 	if ((own = wptrack_collect(&s->wp, source_precopy_mark, s)) < 0 ||
 	    (other = source_track_collect(s, source_precopy_mark)) < 0) {
@@ -212,15 +227,16 @@ collect(struct source *s)
 			    errno == EPERM ? SRC_REMAPPED : "");
 		return -1;
 	}
-	/* Past both (bypass.c); holes punched meanwhile go as ZERO markers. */
-	if ((bypassed = source_bypass_collect(s, source_precopy_mark)) < 0)
+	/* At the freeze the checks before the COMMIT look (commit.c). */
+	if (s->pc->phase == PC_ROUNDS && mapped_past(s) < 0)
 		return -1;
+	/* Holes punched meanwhile go as ZERO markers in this round. */
 	if (s->pc->phase == PC_ROUNDS && source_mark_dropped(s, 0) < 0) {
 		source_fail(s, "pre-copy: classifying again: %s",
 			    strerror(errno));
 		return -1;
 	}
-	return own + other + bypassed;
+	return own + other;
 }
 
 /* The bulk stream sweeps every region again for the pages marked. */
