@@ -9,9 +9,15 @@
 # (--bypass-on-usr2 map), which the tracked mapping never writes.
 # (A pwrite() to the file is not seen: docs/design.md, "Writes that
 # bypass the tracker"; --bypass-on-usr2 pwrite shows it by hand.)
+#  3. --track-unstopped: the tracked writer, idle, maps the file a second
+#     time after go and writes through it; the COMMIT is held back, and
+#     the checks before it must find the mapping.
 . "$SRC/tests/lib.sh"
 need_root
+UFFDD_TEST_COMMIT_DELAY_MS=2500
+export UFFDD_TEST_COMMIT_DELAY_MS
 start_daemon src
+unset UFFDD_TEST_COMMIT_DELAY_MS
 start_daemon dst
 BASE=0x500000000000
 SIZE=16M
@@ -83,10 +89,43 @@ check_map() {
 	info "$1: $OUTCOME"
 }
 
+HOLD=$(printf '0x%x' $((BASE + 0x10000000000)))
+HRANGE=$(printf '%x-%x' $((HOLD)) $((HOLD + $(numfmt --from=iec $SIZE))))
+
 info "1. memfd: a second mapping, written, while the rounds go on (a round's end looks)"
 precopy memfd map 0.5
 check_map 1
 info "2. memfd: a second mapping, written, just before go (the last round's end, or the checks before the COMMIT)"
 precopy memfd map 0
 check_map 2
+info "3. --track-unstopped: the writer maps its file again elsewhere after go"
+# Its mutators idle (a write each 100 s): only the second mapping writes.
+start_holder_pair --kind memfd --size $SIZE --threads 1 --hot 10 \
+	--pace-us 100000000 --bypass-on-usr2 map
+start_workload WD dest --kind memfd --size $SIZE --threads 2
+ID=$(src export "$H" --deferred --precopy --keep-source --range "$HRANGE" \
+	--track-unstopped "$WS") || fail "3: export failed"
+dst attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" --range "$RANGE" \
+	--map "$(printf '%x:%x' $((HOLD)) $((BASE)))" >"$T/attach.out" ||
+	fail "3: attach: $(cat "$T/attach.out")"
+for _ in $(seq 300); do
+	src status "$ID" --json | grep -q '"precopy_ready":true' && break
+	sleep 0.1
+done
+kill -STOP "$WS" # pauses on its own, as QEMU at pre-switchover
+src go "$ID" >"$T/go.out" 2>&1 || fail "3: go: $(cat "$T/go.out")"
+kill -USR2 "$WS"
+kill -CONT "$WS"
+for _ in $(seq 100); do
+	grep -q "^bypassed map [1-9]" "$T/WS.out" && break
+	sleep 0.02
+done
+grep -q "^bypassed map [1-9]" "$T/WS.out" || fail "3: the writer did not write through a second mapping"
+if src wait "$ID" --timeout 60 >"$T/wait.out" 2>&1; then
+	fail "3: TORN: the tracked writer wrote the exported file through a mapping no tracker covers, after go, and the migration completed"
+fi
+grep -q "maps the file behind.*no tracker sees its writes" "$T/wait.out" ||
+	fail "3: failed, not saying why: $(cat "$T/wait.out")"
+info "3: refused: $(grep -o "failed: .*" "$T/wait.out" | head -n 1)"
+kill -9 "$WS" "$H" "$WD" 2>/dev/null || true
 stop_daemons
