@@ -811,6 +811,75 @@ start_holder_pair() {
 	fail "holder $H did not move its mapping: $(cat "$T/WS.log")"
 }
 
+# start_daemons_commit_held MS: daemons src and dst, the source holding
+# each COMMIT back MS ms after the destination is complete (the test
+# knob UFFDD_TEST_COMMIT_DELAY_MS): a window after go in which a test
+# acts before the migration is committed.
+start_daemons_commit_held() {
+	UFFDD_TEST_COMMIT_DELAY_MS=$1
+	export UFFDD_TEST_COMMIT_DELAY_MS
+	start_daemon src
+	unset UFFDD_TEST_COMMIT_DELAY_MS
+	start_daemon dst
+}
+
+# wait_stopped PID: until PID is in the stopped state (T); fails after 1 s.
+wait_stopped() {
+	for _ in $(seq 100); do
+		[ "$(proc_state "$1")" = T ] && return
+		sleep 0.01
+	done
+	fail "process $1 did not stop"
+}
+
+# usr2_said VAR PATTERN: workload VAR sent SIGUSR2 (what it does on one:
+# --swap-on-usr2, --bypass-on-usr2), until a line of its output matches
+# PATTERN; fails after 2 s.
+usr2_said() {
+	kill -USR2 "${!1}"
+	for _ in $(seq 100); do
+		grep -q "$2" "$T/$1.out" && return
+		sleep 0.02
+	done
+	fail "workload $1 did not say '$2' after SIGUSR2: $(cat "$T/$1.log")"
+}
+
+# precopy_ready DAEMON ID: until DAEMON's pre-copy ID says its rounds
+# converged (status precopy_ready); fails after 30 s.
+precopy_ready() {
+	local sock="${1}_SOCK"
+	for _ in $(seq 300); do
+		"$CLIENT" --control "${!sock}" status "$2" --json |
+			grep -q '"precopy_ready":true' && return
+		sleep 0.1
+	done
+	fail "pre-copy $2 never ready"
+}
+
+# tracked_go WHO ARGS...: the writer of a holder pair (start_holder_pair
+# ARGS: WS writes, its holder H is exported) pre-copied from src to a
+# dest workload WD with --track-unstopped WS, ready, WS stopped as QEMU
+# stops before the switchover, and go. Uses SIZE, HOLD, HRANGE, BASE,
+# RANGE; sets ID. WS stays stopped.
+tracked_go() {
+	local who=$1
+	shift
+	start_holder_pair "$@"
+	start_workload WD dest --kind memfd --size "$SIZE" --threads 2
+	ID=$("$CLIENT" --control "$src_SOCK" export "$H" --deferred --precopy \
+		--keep-source --range "$HRANGE" --track-unstopped "$WS") ||
+		fail "$who: export failed"
+	"$CLIENT" --control "$dst_SOCK" attach "$WD" \
+		--from "127.0.0.1:$src_PORT" --id "$ID" --range "$RANGE" \
+		--map "$(printf '%x:%x' $((HOLD)) $((BASE)))" >"$T/attach.out" ||
+		fail "$who: attach: $(cat "$T/attach.out")"
+	precopy_ready src "$ID"
+	kill -STOP "$WS"
+	wait_stopped "$WS"
+	"$CLIENT" --control "$src_SOCK" go "$ID" >"$T/go.out" 2>&1 ||
+		fail "$who: go: $(cat "$T/go.out")"
+}
+
 # src_hash VAR PID START END [--poke-every K]: VAR is set to the SHA-256
 # of the pages of source PID present now, read by memhash --present: no
 # page that is not present is read, so the hash swaps nothing in and maps

@@ -15,11 +15,7 @@
 #     mapping, which its tracker does not cover.
 . "$SRC/tests/lib.sh"
 need_root
-UFFDD_TEST_COMMIT_DELAY_MS=2500
-export UFFDD_TEST_COMMIT_DELAY_MS
-start_daemon src
-unset UFFDD_TEST_COMMIT_DELAY_MS
-start_daemon dst
+start_daemons_commit_held 2500
 BASE=0x500000000000
 HOLD=$(printf '0x%x' $((BASE + 0x10000000000)))
 SIZE=16M
@@ -38,22 +34,7 @@ unclear() {
 }
 
 # swapped VAR HOW: process VAR's mapping replaced (workload --swap-on-usr2).
-swapped() {
-	kill -USR2 "${!1}"
-	for _ in $(seq 100); do
-		grep -q "^swapped $2" "$T/$1.out" && return
-		sleep 0.02
-	done
-	fail "workload $1 did not swap its mapping: $(cat "$T/$1.log")"
-}
-
-wait_stopped_state() {
-	for _ in $(seq 100); do
-		[ "$(proc_state "$1")" = T ] && return
-		sleep 0.01
-	done
-	fail "process $1 did not stop"
-}
+swapped() { usr2_said "$1" "^swapped $2"; }
 
 # equal_or_fail WHO HASHED_PID START: a migration that completed ended
 # byte for byte equal to the process's memory.
@@ -76,7 +57,7 @@ dst attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" --range "$RANGE" \
 	>"$T/attach.out" || fail "1: attach: $(cat "$T/attach.out")"
 swapped WS new
 kill -STOP "$WS"
-wait_stopped_state "$WS"
+wait_stopped "$WS"
 if src go "$ID" >"$T/go.out" 2>&1; then
 	kill -USR1 "$WD"
 	dst wait "$ID" --timeout 120 >"$T/wait.out" || fail "1: wait: $(cat "$T/wait.out")"
@@ -98,10 +79,7 @@ ID=$(src export "$WS" --range "$RANGE" --deferred --precopy --keep-source) ||
 	fail "2: export failed"
 dst attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" --range "$RANGE" \
 	>"$T/attach.out" || fail "2: attach: $(cat "$T/attach.out")"
-for _ in $(seq 300); do
-	src status "$ID" --json | grep -q '"precopy_ready":true' && break
-	sleep 0.1
-done
+precopy_ready src "$ID"
 swapped WS new
 sleep 0.5 # paced rounds meanwhile, the mutators writing the new file
 rm -f "$T/wait.out"
@@ -122,21 +100,8 @@ fi
 kill -9 "$WS" "$WD" 2>/dev/null || true
 
 info "3. pre-copy --track-unstopped: the writer maps its file again after go"
-start_holder_pair --kind memfd --size $SIZE --threads 2 --hot 10 --pace-us 20 \
+tracked_go 3 --kind memfd --size $SIZE --threads 2 --hot 10 --pace-us 20 \
 	--swap-on-usr2 same
-start_workload WD dest --kind memfd --size $SIZE --threads 2
-ID=$(src export "$H" --deferred --precopy --keep-source --range "$HRANGE" \
-	--track-unstopped "$WS") || fail "3: export failed"
-dst attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" --range "$RANGE" \
-	--map "$(printf '%x:%x' $((HOLD)) $((BASE)))" >"$T/attach.out" ||
-	fail "3: attach: $(cat "$T/attach.out")"
-for _ in $(seq 300); do
-	src status "$ID" --json | grep -q '"precopy_ready":true' && break
-	sleep 0.1
-done
-kill -STOP "$WS" # pauses on its own, as QEMU at pre-switchover
-wait_stopped_state "$WS"
-src go "$ID" >"$T/go.out" 2>&1 || fail "3: go: $(cat "$T/go.out")"
 h_freeze=$(mem_state "$H" "$HOLD" $((HOLD + $(numfmt --from=iec $SIZE))))
 # The COMMIT waits 2.5 s: the writer maps its file again and writes.
 kill -USR2 "$WS"

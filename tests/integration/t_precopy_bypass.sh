@@ -14,11 +14,7 @@
 #     the checks before it must find the mapping.
 . "$SRC/tests/lib.sh"
 need_root
-UFFDD_TEST_COMMIT_DELAY_MS=2500
-export UFFDD_TEST_COMMIT_DELAY_MS
-start_daemon src
-unset UFFDD_TEST_COMMIT_DELAY_MS
-start_daemon dst
+start_daemons_commit_held 2500
 BASE=0x500000000000
 SIZE=16M
 END=$(printf '0x%x' $((BASE + $(numfmt --from=iec $SIZE))))
@@ -27,14 +23,7 @@ src() { "$CLIENT" --control "$src_SOCK" "$@"; }
 dst() { "$CLIENT" --control "$dst_SOCK" "$@"; }
 
 # bypassed VAR HOW: process VAR wrote past its mapping (--bypass-on-usr2).
-bypassed() {
-	kill -USR2 "${!1}"
-	for _ in $(seq 100); do
-		grep -q "^bypassed $2 [1-9]" "$T/$1.out" && return
-		sleep 0.02
-	done
-	fail "workload $1 did not write past its mapping: $(cat "$T/$1.log")"
-}
+bypassed() { usr2_said "$1" "^bypassed $2 [1-9]"; }
 
 # precopy KIND HOW SETTLE: a deferred pre-copy of a KIND workload, ready,
 # the bypassing write, SETTLE seconds of paced rounds, go. Sets OUTCOME:
@@ -49,12 +38,7 @@ precopy() {
 	dst attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" \
 		--range "$RANGE" >"$T/attach.out" ||
 		fail "$kind $how: attach: $(cat "$T/attach.out")"
-	for _ in $(seq 300); do
-		src status "$ID" --json | grep -q '"precopy_ready":true' && break
-		sleep 0.1
-	done
-	src status "$ID" --json | grep -q '"precopy_ready":true' ||
-		fail "$kind $how: pre-copy never ready"
+	precopy_ready src "$ID"
 	bypassed WS "$how"
 	sleep "$settle"
 	rm -f "$T/wait.out"
@@ -100,20 +84,8 @@ precopy memfd map 0
 check_map 2
 info "3. --track-unstopped: the writer maps its file again elsewhere after go"
 # Its mutators idle (a write each 100 s): only the second mapping writes.
-start_holder_pair --kind memfd --size $SIZE --threads 1 --hot 10 \
+tracked_go 3 --kind memfd --size $SIZE --threads 1 --hot 10 \
 	--pace-us 100000000 --bypass-on-usr2 map
-start_workload WD dest --kind memfd --size $SIZE --threads 2
-ID=$(src export "$H" --deferred --precopy --keep-source --range "$HRANGE" \
-	--track-unstopped "$WS") || fail "3: export failed"
-dst attach "$WD" --from "127.0.0.1:$src_PORT" --id "$ID" --range "$RANGE" \
-	--map "$(printf '%x:%x' $((HOLD)) $((BASE)))" >"$T/attach.out" ||
-	fail "3: attach: $(cat "$T/attach.out")"
-for _ in $(seq 300); do
-	src status "$ID" --json | grep -q '"precopy_ready":true' && break
-	sleep 0.1
-done
-kill -STOP "$WS" # pauses on its own, as QEMU at pre-switchover
-src go "$ID" >"$T/go.out" 2>&1 || fail "3: go: $(cat "$T/go.out")"
 kill -USR2 "$WS"
 kill -CONT "$WS"
 for _ in $(seq 100); do
