@@ -380,6 +380,13 @@ int source_build_regions(pid_t pid, const struct range *ranges, size_t nranges,
 			 struct region **regs, uint32_t *code, char *err,
 			 size_t errlen);
 int64_t source_classify(pid_t pid, struct src_region *sr);
+/*
+ * The backing file of pid's region sr, opened through its mapping, if it
+ * is still the one read at the export: a process that mapped another file
+ * there since (same name, size and offset) would have the daemon read, or
+ * watch, memory it no longer has. -1 with errno set (ESTALE: replaced).
+ */
+int source_open_same(pid_t pid, const struct src_region *sr);
 /* freeze: the freeze's search, else a round's (watched files only). */
 int64_t source_mark_dropped(struct source *, int freeze);
 /*

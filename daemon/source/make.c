@@ -24,14 +24,8 @@
 #include "daemon/region.h"
 #include "daemon/source/internal.h"
 #include "daemon/wptrack.h"
-/*
- * The backing file of pid's region sr, opened through its mapping, if it
- * is still the one read at the export: a process that mapped another file
- * there since (same name, size and offset) would have the daemon read, or
- * watch, memory it no longer has. -1 with errno set (ESTALE: replaced).
- */
-static int
-open_same(pid_t pid, const struct src_region *sr)
+int
+source_open_same(pid_t pid, const struct src_region *sr)
 {
 	int fd = region_open_backing(pid, sr->r.vma_start, sr->r.vma_end);
 	struct stat st;
@@ -61,7 +55,7 @@ classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at,
 	int fd;
 
 	if (sr->r.kind == REGION_HUGETLB && sr->r.shared) {
-		if ((sr->cache_fd = open_same(pid, sr)) < 0)
+		if ((sr->cache_fd = source_open_same(pid, sr)) < 0)
 			return -1;
 		for (uint64_t p = 0; p < sr->npages; p++)
 			bit_set(sr->data, p);
@@ -74,7 +68,7 @@ classify(pid_t pid, struct src_region *sr, int pm_fd, uint64_t pm_at,
 		return pagemap_classify(pid, sr->r.start, sr->npages,
 					sr->r.page_size, sr->data,
 					pagemap_method());
-	if ((fd = open_same(pid, sr)) < 0)
+	if ((fd = source_open_same(pid, sr)) < 0)
 		return -1;
 	if (pm_fd >= 0 && sr->r.page_size == (uint64_t)sysconf(_SC_PAGESIZE))
 		data = pagemap_classify_mapped(pm_fd, pm_at, fd, sr->r.file_off,

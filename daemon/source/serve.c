@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 
 #include "daemon/compat.h"
@@ -100,17 +99,7 @@ shared_file(struct source *s, struct src_region *sr)
 	if (sr->file_fd == -1 && !region_kind_shmem(sr->r.kind))
 		sr->file_fd = -2;
 	if (sr->file_fd == -1 && s->pc == NULL && !s->m->ph.deferred) {
-		struct stat st;
-
-		sr->file_fd = region_open_backing(s->t.pid, sr->r.vma_start,
-						  sr->r.vma_end);
-		/* Another file than the one exported: not to be read. */
-		if (sr->file_fd >= 0 &&
-		    (fstat(sr->file_fd, &st) < 0 ||
-		     !region_same_file(&sr->r, st.st_dev, st.st_ino))) {
-			close(sr->file_fd);
-			sr->file_fd = -1;
-		}
+		sr->file_fd = source_open_same(s->t.pid, sr);
 		if (sr->file_fd < 0)
 			sr->file_fd = -2; /* the process's mapping serves */
 	}
