@@ -115,6 +115,11 @@ static const struct key {
 	 "microseconds the loop polls after demand traffic, 0: never", 0, 1000},
 	{"zero-detect", T_BOOL, offsetof(struct uffdd_conf, zero_detect), 0,
 	 "source: send data pages whose bytes are all zero as ZERO", 0, 0},
+	{"bulk-installer", T_BOOL, offsetof(struct uffdd_conf, installer), 0,
+	 "destination: install bulk frames on a thread of their own", 0, 0},
+	{"bulk-installer-nice", T_COUNT,
+	 offsetof(struct uffdd_conf, installer_nice), 1,
+	 "nice levels the bulk installer runs below the daemon", 0, 19},
 	{"metrics", T_STR, offsetof(struct uffdd_conf, metrics), 1,
 	 "[ADDR:]PORT of the HTTP metrics endpoint (loopback if no ADDR)", 0,
 	 0},
@@ -149,6 +154,8 @@ conffile_defaults(struct uffdd_conf *c)
 	c->lim.max_pending_per_addr = 8;
 	c->lim.hello_timeout = 10;
 	c->poll_us = 100;
+	c->installer = 1;
+	c->installer_nice = 10;
 	c->lim.max_output = 32u << 20;
 }
 

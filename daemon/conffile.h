@@ -48,6 +48,8 @@ struct uffdd_conf {
 	struct conf_limits lim;
 	int poll_us;	 /* busy polling after demand traffic, us */
 	int zero_detect; /* source: all-zero data pages go as ZERO */
+	/* destination: bulk frames installed on a thread this far below */
+	int installer, installer_nice;
 	/* TLS: CA that signs every peer, our certificate and key. */
 	char *ca;
 	char *cert;

@@ -28,5 +28,7 @@ int dest_restore_check(struct state_tbl *);
  * (tests/fuzz/fuzz_dest ends each input with it).
  */
 void dest_cancel(struct migration *, const char *why);
+/* At exit, once every migration is freed: the bulk installer stops. */
+void dest_installer_stop(void);
 
 #endif

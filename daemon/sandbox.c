@@ -25,6 +25,7 @@
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 
@@ -325,6 +326,7 @@ static const int allowed[] = {
 	SYS_madvise,
 	SYS_sched_setscheduler,
 	SYS_sched_getscheduler,
+	SYS_getpriority,
 	/* images: io_uring reads */
 	SYS_io_uring_setup,
 	SYS_io_uring_enter,
@@ -361,7 +363,8 @@ static const int allowed[] = {
 /*
  * The calls whose arguments matter: sockets of the three families only,
  * signals to itself only, clone for a thread only (clone3, whose flags
- * sit in memory a filter cannot read, says ENOSYS: glibc then uses clone).
+ * sit in memory a filter cannot read, says ENOSYS: glibc then uses clone),
+ * setpriority for the calling thread only.
  */
 static size_t
 special(struct sock_filter *f, pid_t self)
@@ -398,6 +401,14 @@ special(struct sock_filter *f, pid_t self)
 	f[n++] = STMT(BPF_LD | BPF_W | BPF_ABS,
 		      offsetof(struct seccomp_data, nr));
 #endif
+	/* A thread's own nice value only (the bulk installer lowers it). */
+	f[n++] = JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_setpriority, 0, 6);
+	f[n++] = STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(0));
+	f[n++] = JUMP(BPF_JMP | BPF_JEQ | BPF_K, PRIO_PROCESS, 0, 2);
+	f[n++] = STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(1));
+	f[n++] = JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0);
+	f[n++] = STMT(BPF_RET | BPF_K, DENY);
+	f[n++] = STMT(BPF_RET | BPF_K, ALLOW);
 	return n;
 }
 

@@ -134,6 +134,10 @@ static char **saved_argv;
  * idles); "fork-exit" as well, and the parent exits at once after the fork
  * (as a daemon detaches), leaving its child to be migrated alone;
  * "fork-exit-late" as well, but the parent exits only at SIGUSR2.
+ * "remove-storm" (anon) is not about those pages either: one page in
+ * every 4 of the whole region (index % 4 == 1), one madvise each, while
+ * the bulk stream installs around them; each must read as zeros right
+ * after its madvise, and when checked.
  */
 static const char *event;
 static uint64_t ev0;
@@ -715,14 +719,84 @@ in_event(uint64_t page)
 	       page < ev0 + EV_PAGES;
 }
 
+/* --event remove-storm's pages. */
+static int
+in_storm(uint64_t page)
+{
+	return event && strcmp(event, "remove-storm") == 0 && page % 4 == 1;
+}
+
+/* Drops page p and reads it back: 1 if the source's bytes were there. */
+static int
+drop_one(uint64_t p, uint8_t *dropped)
+{
+	volatile uint64_t *w = (volatile uint64_t *)(mem + p * PS);
+
+	dropped[p / 4] = 1;
+	if (madvise(mem + p * PS, PS, MADV_DONTNEED) < 0) {
+		perror("workload: --event remove-storm");
+		exit(1);
+	}
+	return w[0] != 0 || w[WORDS - 1] != 0;
+}
+
+/*
+ * --event remove-storm: each page dropped alone, and read back at once:
+ * the source's bytes there would be an install after the drop. Dropped
+ * first where the bulk stream is about to install: just past the lowest
+ * page not yet in (mincore), where frames are on their way; the rest
+ * after.
+ */
+static int
+remove_storm(void)
+{
+	uint64_t n = size / PS, front = 0;
+	unsigned char *vec = malloc(n);
+	uint8_t *dropped = calloc(n / 4 + 1, 1);
+	unsigned long early = 0, near = 0, stuck = 0;
+
+	if (vec == NULL || dropped == NULL)
+		return -1;
+	while (front < n) {
+		uint64_t was = front;
+
+		if (mincore(mem, size, vec) < 0)
+			return -1;
+		while (front < n && ((vec[front] & 1) ||
+				     (front % 4 == 1 && dropped[front / 4])))
+			front++;
+		for (uint64_t p = front | 1; p < front + 256 && p < n; p += 4)
+			if (p % 4 == 1 && !dropped[p / 4]) {
+				early += (unsigned long)drop_one(p, dropped);
+				near++;
+			}
+		/* A page that does not come in: past it, after a while. */
+		stuck = front == was ? stuck + 1 : 0;
+		if (stuck > 1000)
+			front++;
+	}
+	for (uint64_t p = 1; p < n; p += 4)
+		if (!dropped[p / 4])
+			early += (unsigned long)drop_one(p, dropped);
+	printf("storm: %lu pages read back the source's bytes (%lu dropped "
+	       "at the stream's front)\n",
+	       early, near);
+	fflush(stdout);
+	atomic_fetch_add(&mismatches, early);
+	free(vec);
+	free(dropped);
+	return 0;
+}
+
 static void
 check_page_guarded(uint64_t page)
 {
 	volatile uint64_t *p = (volatile uint64_t *)(mem + page * PS);
-	int removed = in_event(page) && (strcmp(event, "remove") == 0 ||
-					 strncmp(event, "punch", 5) == 0 ||
-					 strcmp(event, "fork-punch") == 0 ||
-					 strcmp(event, "fork-remove") == 0);
+	int removed = (in_event(page) && (strcmp(event, "remove") == 0 ||
+					  strncmp(event, "punch", 5) == 0 ||
+					  strcmp(event, "fork-punch") == 0 ||
+					  strcmp(event, "fork-remove") == 0)) ||
+		      in_storm(page);
 
 	if (in_event(page) && strcmp(event, "unmap") == 0) {
 		atomic_fetch_add(&checked, 1);
@@ -1148,6 +1222,8 @@ run_dest(void)
 			rc = madvise(at, EV_PAGES * PS,
 				     strcmp(kind, "anon") == 0 ? MADV_DONTNEED
 							       : MADV_REMOVE);
+		else if (strcmp(event, "remove-storm") == 0)
+			rc = remove_storm();
 		else if (strcmp(event, "unmap") == 0)
 			rc = munmap(at, EV_PAGES * PS);
 		else if (strncmp(event, "punch", 5) == 0)
@@ -1362,6 +1438,7 @@ main(int argc, char **argv)
 			    strcmp(event, "punch") &&
 			    strcmp(event, "punch-wait") &&
 			    strcmp(event, "fork-punch") &&
+			    strcmp(event, "remove-storm") &&
 			    strcmp(event, "grow"))
 				usage();
 			break;

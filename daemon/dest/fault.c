@@ -17,6 +17,7 @@
 
 #include "daemon/compat.h"
 #include "daemon/conn.h"
+#include "daemon/dest/installer.h"
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
@@ -484,9 +485,10 @@ fault(struct dest *d, uint64_t addr, pid_t tid)
 /*
  * One message read from a uffd: a fault, or an event of the target. An
  * event that changes the page map changes what a restart must know: the
- * state file follows once this callback returns (persist.c).
+ * state file follows once this callback returns (persist.c). 1 when it
+ * did: bulk frames planned before are planned again (installer.c).
  */
-static void
+static int
 handle_msg(struct dest *d, const struct uffd_msg *msg)
 {
 	switch (msg->event) {
@@ -498,12 +500,12 @@ handle_msg(struct dest *d, const struct uffd_msg *msg)
 	case UFFD_EVENT_UNMAP:
 		discard_range(d, msg->arg.remove.start, msg->arg.remove.end);
 		dest_persist_dirty(d);
-		break;
+		return 1;
 	case UFFD_EVENT_REMAP:
 		remap_range(d, msg->arg.remap.from, msg->arg.remap.to,
 			    msg->arg.remap.len);
 		dest_persist_dirty(d);
-		break;
+		return 1;
 	case UFFD_EVENT_FORK:
 		dest_forked(d, (int)msg->arg.fork.ufd);
 		break;
@@ -511,6 +513,7 @@ handle_msg(struct dest *d, const struct uffd_msg *msg)
 		log_debug("uffd event %u ignored", msg->event);
 		break;
 	}
+	return 0;
 }
 
 /*
@@ -522,7 +525,10 @@ void
 dest_read_faults(struct dest *d)
 {
 	struct uffd_msg msgs[64];
+	int changed = 0;
 
+	/* No bulk piece goes in while the page map may change (installer.c). */
+	dest_installer_quiet();
 	/* First what an injection's wait read, in the order it came. */
 	if (d->fr.nbacklog) {
 		struct uffd_msg *q = d->fr.backlog;
@@ -531,7 +537,7 @@ dest_read_faults(struct dest *d)
 		d->fr.backlog = NULL;
 		d->fr.nbacklog = 0;
 		for (size_t i = 0; i < n; i++)
-			handle_msg(d, &q[i]);
+			changed |= handle_msg(d, &q[i]);
 		free(q);
 	}
 
@@ -546,10 +552,11 @@ dest_read_faults(struct dest *d)
 		if (r <= 0)
 			break;
 		for (size_t i = 0; i < (size_t)r / sizeof(msgs[0]); i++)
-			handle_msg(d, &msgs[i]);
+			changed |= handle_msg(d, &msgs[i]);
 		if ((size_t)r < sizeof(msgs))
 			break; /* a short read took every pending message */
 	}
+	dest_installer_resume(changed);
 	if (d->fr.nzretry)
 		zero_retry(d);
 	if (d->demand)

@@ -229,10 +229,9 @@ retry_later(int *retries, uint64_t *stuck)
 	return 0;
 }
 
-/* What a run of got pages counts for, in t's counters and the metrics. */
-static void
-count(struct dest *t, const struct dst_region *dr, const Uffdd__PageData *pd,
-      uint64_t got)
+void
+dest_install_count(struct dest *t, const struct dst_region *dr,
+		   const Uffdd__PageData *pd, uint64_t got)
 {
 	if (pd->zero)
 		t->m->cnt.zero_pages += got;
@@ -288,7 +287,7 @@ dest_install_missing(struct dest *t, struct dest *root, struct dst_region *dr,
 				 RETRY_SECS);
 			return INSTALL_FAILED;
 		}
-		count(t, dr, pd, got);
+		dest_install_count(t, dr, pd, got);
 		/* The page map is looked at again from p: see install_run. */
 		it->at = p;
 	}

@@ -11,7 +11,8 @@
  * target.c sets the target up by its grant (bygrant.c asks the
  * privileged part), children.c follows the processes it forks (find.c
  * finds them), feed.c feeds a frame's pages to the installer
- * (install.c); lifecycle.c makes a destination and ends it; fault.c reads
+ * (install.c); offload.c hands bulk frames to the installing thread
+ * (installer.c) and takes them back; lifecycle.c makes a destination and ends it; fault.c reads
  * the target's faults and events, and reports a fork or an exit up
  * through owner.c; hold.c writes its private file pages, complete.c says
  * COMPLETE; persist.c writes the state file, saved.c reads it back,
@@ -34,6 +35,7 @@
 #include "proto/frame.h"
 
 struct conn;
+struct dest_ring;
 struct event;
 struct evbuffer_iovec;
 struct frame_hdr;
@@ -187,6 +189,7 @@ struct dest_lanes {
 /* pagedata.c: a frame's bytes, and a bulk frame installed in pieces. */
 struct dest_install {
 	uint8_t *buf;
+	struct dest_ring *ring; /* offload.c, once a frame went there */
 	/*
 	 * A bulk frame being installed in pieces (bulk_pieces()): its pages
 	 * [pend.page + pdone, pend.page + pend.npages) are still to go in,
@@ -501,6 +504,9 @@ enum uffd_res dest_install_zero(struct dest *, const struct dst_region *,
 uint64_t dest_frame_pages(struct dest *, const struct evbuffer_iovec *, int nv,
 			  uint64_t off, uint64_t ps, uint64_t max,
 			  const uint8_t **src);
+/* What a run of got pages counts for, in t's counters and the metrics. */
+void dest_install_count(struct dest *t, const struct dst_region *,
+			const Uffdd__PageData *, uint64_t got);
 enum install_res dest_install_missing(struct dest *t, struct dest *root,
 				      struct dst_region *,
 				      const Uffdd__PageData *,
@@ -595,6 +601,7 @@ void dest_record_regions(struct dest *);
 void dest_record_share(struct dest *k, struct dest *root);
 /* Pages [page, page+n) of dr went in: called after the install only. */
 void dest_record_mark(const struct dst_region *, uint64_t page, uint64_t n);
+
 /* Whether the record says page of dr went in (not a guess). */
 int dest_record_has(const struct dst_region *, uint64_t page);
 /* A restart's page map of dr (from the pagemap) and the record, merged. */

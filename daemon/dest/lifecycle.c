@@ -19,6 +19,7 @@
 #include "daemon/conn.h"
 #include "daemon/control.h"
 #include "daemon/dest.h"
+#include "daemon/dest/installer.h"
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
@@ -57,6 +58,7 @@ dest_free(struct migration *m)
 	conn_free(d->demand);
 	conn_free(d->bulk);
 	free_events(d);
+	dest_installer_ring_free(d);
 	free(d->in.pbuf);
 	free(d->kin.seen);
 	free(d->fr.zretry);
@@ -160,6 +162,7 @@ unwatch(struct dest *d)
 		event_del(d->fr.uffd_ev);
 	if (d->exit_ev)
 		event_del(d->exit_ev);
+	dest_installer_forget(d, 0);
 	if (d->uffd >= 0)
 		close(d->uffd);
 	d->uffd = -1;

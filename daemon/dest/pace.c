@@ -8,6 +8,7 @@
 #include <event2/event.h>
 
 #include "daemon/conn.h"
+#include "daemon/dest/installer.h"
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
@@ -20,7 +21,39 @@
 #define FRONT_BYTES (4u << 20)
 
 /*
- * Whether page is where the bulk stream is about to install: in the frame
+ * Whether page is in a bulk frame taken and not yet installed: the one
+ * going in pieces, or one with the installing thread (offload.c).
+ */
+static int
+being_installed(const struct dest *d, const struct dst_region *dr,
+		uint64_t page)
+{
+	const Uffdd__PageData *p = &d->in.pend;
+	const struct dest_ring *r = d->in.ring;
+
+	if (d->in.pending && p->region == dr->r.index && page >= p->page &&
+	    page < p->page + p->npages)
+		return 1;
+	for (unsigned i = r ? r->head : 0; r != NULL && i != r->tail; i++) {
+		const struct inst_job *j = &r->jobs[i % INST_RING];
+
+		if (j->region == dr->r.index && page >= j->page &&
+		    page < j->page + j->npages)
+			return 1;
+	}
+	return 0;
+}
+
+/* Whether a bulk frame was taken: the front means something. */
+static int
+front_known(const struct dest *d, const struct dst_region *dr)
+{
+	return (d->in.pbuf != NULL || d->in.ring != NULL) &&
+	       d->in.front_reg == dr->r.index;
+}
+
+/*
+ * Whether page is where the bulk stream is about to install: in a frame
  * being installed, or within FRONT_BYTES past the last one taken, in its
  * region. A target that reads in order and has caught up with the stream
  * faults there, on pages already on their way.
@@ -29,14 +62,12 @@ int
 dest_at_bulk_front(const struct dest *d, const struct dst_region *dr,
 		   uint64_t page)
 {
-	const Uffdd__PageData *p = &d->in.pend;
 	uint64_t span = FRONT_BYTES / dr->r.page_size;
 
-	if (d->in.pending && p->region == dr->r.index && page >= p->page &&
-	    page < p->page + p->npages)
+	if (being_installed(d, dr, page))
 		return 1;
-	return d->in.pbuf != NULL && d->in.front_reg == dr->r.index &&
-	       page >= d->in.front_page && page - d->in.front_page < span;
+	return front_known(d, dr) && page >= d->in.front_page &&
+	       page - d->in.front_page < span;
 }
 
 /*
@@ -89,16 +120,13 @@ int
 dest_stream_brings(const struct dest *d, const struct dst_region *dr,
 		   uint64_t page)
 {
-	const Uffdd__PageData *p = &d->in.pend;
 	uint64_t span = NEXT_FRAME_BYTES / dr->r.page_size, since, due;
 
 	if (d->bulk == NULL || held_here(d) || dest_bulk_waits(d))
 		return 0;
-	if (d->in.pending && p->region == dr->r.index && page >= p->page &&
-	    page < p->page + p->npages)
+	if (being_installed(d, dr, page))
 		return 1;
-	if (d->in.pbuf == NULL || d->in.front_reg != dr->r.index ||
-	    page < d->in.front_page ||
+	if (!front_known(d, dr) || page < d->in.front_page ||
 	    page - d->in.front_page >= (span ? span : 1) || d->in.gap_ns == 0)
 		return 0;
 	since = now_ns() - d->in.take_ns;

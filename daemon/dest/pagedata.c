@@ -19,6 +19,7 @@
 
 #include "daemon/compat.h"
 #include "daemon/conn.h"
+#include "daemon/dest/installer.h"
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
@@ -335,6 +336,19 @@ bulk_take(struct dest *d, struct conn *c, const struct frame_hdr *h,
 }
 
 /*
+ * A frame's pages, from v, into the root d and then its children: what a
+ * bulk frame back from the installing thread goes on to (offload.c).
+ */
+static void
+frame_in(struct dest *d, const Uffdd__PageData *pd,
+	 const struct evbuffer_iovec *v, int nv)
+{
+	if (install_frame(d, d, pd, v, nv) < 0 && !root_went(d))
+		return;
+	page_done(d, pd, v, nv);
+}
+
+/*
  * A PAGE_DATA frame from either lane: checked, its bytes taken, and its
  * pages installed into the root, then into its children (page_done()).
  * NULL, or why the lanes must go down (the caller, the lanes, takes them
@@ -361,8 +375,14 @@ dest_page_data(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	 * we pointed into (seen with TLS and plaintext lanes alike).
 	 */
 	if (c == d->bulk && h->data_len && !pd->demand &&
-	    dr->r.kind != REGION_FILE_PRIVATE)
-		return bulk_take(d, c, h, pd);
+	    dr->r.kind != REGION_FILE_PRIVATE) {
+		int taken = dest_offload(d, c, h, pd, dr, frame_in, &why);
+
+		if (taken == 0)
+			return why;
+		if (taken == -1)
+			return bulk_take(d, c, h, pd);
+	}
 	if (h->data_len) {
 		if (conn_take_data(c, d->in.buf, h->data_len) < 0)
 			return "short PAGE_DATA";

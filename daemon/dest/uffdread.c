@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "daemon/compat.h"
+#include "daemon/dest/installer.h"
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
 #include "daemon/migration.h"
@@ -40,8 +41,14 @@ dest_drain_uffd(void *arg)
 {
 	struct dest *d = arg;
 	struct uffd_msg msgs[64];
+	int changed = 0;
 	ssize_t r;
 
+	/*
+	 * An event read here lets the target change its map before the
+	 * event is handled: bulk frames planned before are planned again.
+	 */
+	dest_installer_quiet();
 	while ((r = read(d->uffd, msgs, sizeof(msgs))) > 0 ||
 	       (r < 0 && errno == EINTR)) {
 		size_t n;
@@ -57,7 +64,10 @@ dest_drain_uffd(void *arg)
 		memcpy(d->fr.backlog + d->fr.nbacklog, msgs,
 		       n * sizeof(msgs[0]));
 		d->fr.nbacklog += n;
+		for (size_t i = 0; i < n; i++)
+			changed |= msgs[i].event != UFFD_EVENT_PAGEFAULT;
 	}
+	dest_installer_resume(changed);
 	if (r < 0)
 		dest_uffd_read_failed(d);
 }

@@ -279,6 +279,7 @@ engine_main(int ctl, int rpc)
 	peer_close_listeners();
 	metrics_http_close();
 	migration_free_all();
+	dest_installer_stop();
 	wptrack_release_all();
 	conn_free_finishing();
 	control_close();

@@ -55,6 +55,7 @@ static const char usage_text[] =
 	"             [--hello-timeout SEC] [--max-output BYTES]\n"
 	"             [--poll-us N] [--zero-detect yes|no] "
 	"[--metrics [ADDR:]PORT]\n"
+	"             [--bulk-installer yes|no] [--bulk-installer-nice N]\n"
 	"             [--log-level LEVEL] [--log-journal auto|yes|no] [-v]\n"
 	"             [-h|--help] [--version]\n"
 	"\n"
@@ -141,6 +142,13 @@ static const char usage_text[] =
 	"whose bytes\n"
 	"                      are all zero as ZERO markers (default "
 	"no)\n"
+	"  --bulk-installer yes|no  destination: install bulk pages on a "
+	"thread\n"
+	"                      of their own, below the event loop "
+	"(default yes)\n"
+	"  --bulk-installer-nice N  that thread's nice value above the "
+	"daemon's\n"
+	"                      (default 10, 0 to 19)\n"
 	"  --metrics [ADDR:]PORT  serve GET /metrics there over HTTP, "
 	"OpenMetrics\n"
 	"                      text (no ADDR: 127.0.0.1; default: off)\n"
@@ -201,6 +209,8 @@ static const struct option opts[] = {
 	{"max-output", required_argument, NULL, 'K'},
 	{"poll-us", required_argument, NULL, 'K'},
 	{"zero-detect", required_argument, NULL, 'K'},
+	{"bulk-installer", required_argument, NULL, 'K'},
+	{"bulk-installer-nice", required_argument, NULL, 'K'},
 	{"metrics", required_argument, NULL, 'K'},
 	{"config", required_argument, NULL, 'F'},
 	{"check", no_argument, NULL, 'n'},

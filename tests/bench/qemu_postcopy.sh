@@ -31,6 +31,8 @@
 # postcopy plain, and its downtime is at most the floor's + 3 ms.
 # uffdd's daemons run at the unit's nice value, as the service runs them
 # (BENCH_NICE overrides); the QEMUs, and QEMU's own postcopy, at 0.
+# BENCH_ARGS go to both daemons of the hosts table, BENCH_DST_ARGS to its
+# destination's (A/B runs of an option, as in run.sh).
 # The row uffdd-precopy is send --precopy (pre-copy, then post-copy for
 # what the guest wrote last), checked against uffdd-tls (post-copy alone):
 # its post-copy faults at most a tenth, its downtime the floor's + 3 ms.
@@ -345,8 +347,8 @@ row() { [[ " ${HOSTS_ROWS:-floor qemu-plain qemu-tls uffdd-tls uffdd-precopy} " 
 bench_hosts() {
 	local runs=${RUNS:-3} k l i mode
 	make_hosts
-	start_daemon srct
-	start_daemon dstt
+	start_daemon srct ${BENCH_ARGS:-}
+	start_daemon dstt ${BENCH_DST_ARGS:-} ${BENCH_ARGS:-}
 	bench_nice srct dstt
 	qemu_pki
 	for i in $(seq "$runs"); do
