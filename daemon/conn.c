@@ -2,7 +2,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <stdio.h>
@@ -190,14 +189,15 @@ conn_fail(struct conn *c, const char *why)
  * space libevent reserved, more than it asked for, and the bufferevent's
  * own reads add a record each whatever conn_fill() holds back. conn_fill()
  * now reads no more than it asks; this holds a TLS connection's reading
- * at CONN_READ_HIGH whoever reads, and reads again below half of it.
+ * at CONN_READ_HIGH whoever reads, and reads again below half of it (a
+ * plaintext direct reader's too: it spun while its frames were held).
  */
 static void
 conn_bound(struct conn *c)
 {
 	size_t len;
 
-	if (!c->tls || c->dead || c->finishing || c->lingering)
+	if ((!c->tls && !c->rx.rd) || c->dead || c->finishing || c->lingering)
 		return;
 	len = evbuffer_get_length(bufferevent_get_input(c->bev));
 	if (!c->rx.full && len >= CONN_READ_HIGH) {
