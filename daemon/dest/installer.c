@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -56,6 +57,8 @@ static struct {
 	pthread_cond_t idle_cv; /* a piece or a job ended */
 	struct inst_job *queue, **queue_end, *done, **done_end, *cur;
 	int stop;
+	int wanted; /* a lane waits for a job: say each one done */
+	int unsaid; /* jobs done the loop was not told of */
 	int efd;
 	struct event *done_ev;
 	/* The loop's reads of a uffd in progress (nested: a depth). */
@@ -200,6 +203,50 @@ lower_priority(void)
 		atomic_store(&in.nice_errno, errno);
 }
 
+/*
+ * Tells the loop there are jobs done (done_cb()). Only EAGAIN can fail
+ * it, at a count of 2^64-2.
+ */
+static void
+say_done(void)
+{
+	uint64_t one = 1;
+
+	in.wanted = in.unsaid = 0;
+	(void)!write(in.efd, &one, sizeof(one));
+}
+
+/*
+ * Waits for a job, or the stop. Jobs done that the loop was not told of
+ * are told once none comes for SAY_AFTER_NS: while frames stream in the
+ * loop takes them as it hands the next one over (dest_installer_reap()),
+ * and a wakeup across CPUs for each one cost 0.2-0.3 CPU-s a GiB.
+ */
+#define SAY_AFTER_NS 2000000L
+
+static void
+wait_work(void)
+{
+	while (!in.stop && in.queue == NULL) {
+		struct timespec ts;
+
+		if (!in.unsaid) {
+			pthread_cond_wait(&in.work_cv, &in.mu);
+			continue;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += SAY_AFTER_NS;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		if (pthread_cond_timedwait(&in.work_cv, &in.mu, &ts) ==
+			    ETIMEDOUT &&
+		    in.unsaid && in.queue == NULL)
+			say_done();
+	}
+}
+
 static void *
 thread_main(void *arg)
 {
@@ -208,10 +255,8 @@ thread_main(void *arg)
 	pthread_mutex_lock(&in.mu);
 	for (;;) {
 		struct inst_job *j;
-		uint64_t one = 1;
 
-		while (!in.stop && in.queue == NULL)
-			pthread_cond_wait(&in.work_cv, &in.mu);
+		wait_work();
 		if (in.stop)
 			break;
 		j = in.cur = in.queue;
@@ -227,22 +272,21 @@ thread_main(void *arg)
 		*in.done_end = j;
 		in.done_end = &j->next;
 		pthread_cond_broadcast(&in.idle_cv);
-		/* Only EAGAIN, at a count of 2^64-2: read before then. */
-		(void)!write(in.efd, &one, sizeof(one));
+		if (in.wanted)
+			say_done();
+		else
+			in.unsaid = 1;
 	}
 	pthread_mutex_unlock(&in.mu);
 	return NULL;
 }
 
 /* Frames the thread is done with: their ends, on the loop, in order. */
-static void
-done_cb(evutil_socket_t fd, short ev, void *arg)
+void
+dest_installer_reap(void)
 {
-	uint64_t v;
-
-	(void)fd, (void)ev, (void)arg;
-	if (read(in.efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		log_warn("bulk installer: eventfd");
+	if (!in.started)
+		return;
 	if ((errno = atomic_exchange(&in.nice_errno, 0)) != 0)
 		log_warn("bulk installer: lowering its priority by %d "
 			 "(it runs at the loop's)",
@@ -253,12 +297,25 @@ done_cb(evutil_socket_t fd, short ev, void *arg)
 		pthread_mutex_lock(&in.mu);
 		if ((j = in.done) != NULL && (in.done = j->next) == NULL)
 			in.done_end = &in.done;
+		if (j == NULL)
+			in.unsaid = 0;
 		pthread_mutex_unlock(&in.mu);
 		if (j == NULL)
 			break;
 		j->next = NULL;
 		j->finish(j);
 	}
+}
+
+static void
+done_cb(evutil_socket_t fd, short ev, void *arg)
+{
+	uint64_t v;
+
+	(void)fd, (void)ev, (void)arg;
+	if (read(in.efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_warn("bulk installer: eventfd");
+	dest_installer_reap();
 }
 
 /* The thread, made at the first frame. 0, or -1: the loop installs. */
@@ -310,6 +367,21 @@ dest_installer_queue(struct inst_job *j)
 	*in.queue_end = j;
 	in.queue_end = &j->next;
 	pthread_cond_broadcast(&in.work_cv);
+	pthread_mutex_unlock(&in.mu);
+}
+
+/*
+ * A bulk lane waits for a free job: the next frame the thread is done
+ * with is said at once, not when it goes idle.
+ */
+void
+dest_installer_want(void)
+{
+	pthread_mutex_lock(&in.mu);
+	if (in.done != NULL)
+		say_done();
+	else
+		in.wanted = 1;
 	pthread_mutex_unlock(&in.mu);
 }
 

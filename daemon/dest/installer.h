@@ -51,7 +51,9 @@ struct dest_ring {
 /*
  * installer.c: the thread that installs bulk frames. quiet() before the
  * loop reads a uffd, resume() after (changed: the page map changed);
- * queue() once ready() said there is a thread; forget(): before d's uffd
+ * queue() once ready() said there is a thread; want(): a lane waits for a
+ * job, so the next one done is said at once; reap(): the jobs done
+ * finished on the loop (as a frame is handed over); forget(): before d's uffd
  * closes (drop: before d goes).
  */
 void dest_installer_quiet(void);
@@ -59,6 +61,8 @@ void dest_installer_resume(int changed);
 uint64_t dest_installer_epoch(void);
 int dest_installer_ready(void);
 void dest_installer_queue(struct inst_job *);
+void dest_installer_want(void);
+void dest_installer_reap(void);
 void dest_installer_forget(struct dest *, int drop);
 void dest_installer_ring_free(struct dest *);
 

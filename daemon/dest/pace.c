@@ -165,8 +165,11 @@ dest_bulk_waits(const struct dest *d)
 void
 dest_bulk_hold(struct dest *d)
 {
+	/* Every job of the installing thread's taken: offload.c. */
+	int full = d->in.ring != NULL && d->in.ring->stalled;
+
 	if (d->bulk)
-		conn_pause(d->bulk, dest_bulk_waits(d) || held_here(d));
+		conn_pause(d->bulk, dest_bulk_waits(d) || held_here(d) || full);
 	if (d->in.pending && !dest_bulk_waits(d))
 		event_active(d->in.piece_ev, EV_TIMEOUT, 0);
 }
