@@ -137,11 +137,18 @@ piece_begins(struct inst_job *j)
 {
 	for (;;) {
 		atomic_store(&in.busy, 1);
-		if (atomic_load(&j->cancel) ||
-		    atomic_load(&in.epoch) != j->epoch)
+		if (atomic_load(&j->cancel))
 			break;
-		if (!atomic_load(&in.gate))
-			return 1;
+		/*
+		 * The gate first, then the epoch: the loop moves the epoch
+		 * before it opens the gate, so a gate seen open comes with
+		 * the epoch of every event read before.
+		 */
+		if (!atomic_load(&in.gate)) {
+			if (atomic_load(&in.epoch) == j->epoch)
+				return 1;
+			break;
+		}
 		piece_ends();
 		pthread_mutex_lock(&in.mu);
 		while (atomic_load(&in.gate) && !atomic_load(&j->cancel))
