@@ -81,10 +81,6 @@ dest_offload(struct dest *d, struct conn *c, const struct frame_hdr *h,
 	*why = NULL;
 	if (d->root != NULL || d->uffd < 0 || !dest_installer_ready())
 		return -1;
-	/* What the thread did meanwhile first: its jobs come free. */
-	dest_installer_reap();
-	if (d->m->state != MIG_RUNNING || d->uffd < 0)
-		return -2; /* as any frame, then */
 	r = ring_of(d);
 	r->go_on = go_on;
 	if (r->tail - r->head == INST_RING)
@@ -125,6 +121,11 @@ dest_offload(struct dest *d, struct conn *c, const struct frame_hdr *h,
 		dest_bulk_hold(d);
 		dest_installer_want();
 	}
+	/*
+	 * What the thread did meanwhile goes on (once this frame is taken:
+	 * the installs may read the uffd and write to the lanes).
+	 */
+	dest_installer_reap();
 	return 0;
 }
 
