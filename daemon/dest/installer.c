@@ -53,7 +53,8 @@ static struct {
 	pthread_t thread;
 	int started, failed;
 	pthread_mutex_t mu;
-	pthread_cond_t work_cv; /* a job queued, the gate opened, stop */
+	pthread_cond_t work_cv; /* a job queued, stop */
+	pthread_cond_t gate_cv; /* the gate opened, or a job cancelled */
 	pthread_cond_t idle_cv; /* a piece or a job ended */
 	struct inst_job *queue, **queue_end, *done, **done_end, *cur;
 	int stop;
@@ -64,12 +65,14 @@ static struct {
 	/* The loop's reads of a uffd in progress (nested: a depth). */
 	int quiet_depth;
 	atomic_int gate, busy;
+	atomic_int at_gate; /* the thread waits for the gate to open */
 	atomic_uint_fast64_t epoch;
 	int nice; /* conf.installer_nice when it started */
 	atomic_int nice_errno;
 } in = {
 	.mu = PTHREAD_MUTEX_INITIALIZER,
 	.work_cv = PTHREAD_COND_INITIALIZER,
+	.gate_cv = PTHREAD_COND_INITIALIZER,
 	.idle_cv = PTHREAD_COND_INITIALIZER,
 	.efd = -1,
 };
@@ -100,13 +103,17 @@ dest_installer_resume(int changed)
 		atomic_fetch_add(&in.epoch, 1);
 	if (--in.quiet_depth > 0)
 		return;
-	if (!in.started) {
-		atomic_store(&in.gate, 0);
-		return;
-	}
-	pthread_mutex_lock(&in.mu);
 	atomic_store(&in.gate, 0);
-	pthread_cond_broadcast(&in.work_cv);
+	/*
+	 * Only a thread that waits at the gate is woken (not one idle for
+	 * want of a job, at every read of a uffd). at_gate and the gate are
+	 * Dekker's pair: a thread that set at_gate and then saw the gate
+	 * closed is seen here, and waits under the mutex until woken.
+	 */
+	if (!atomic_load(&in.at_gate))
+		return;
+	pthread_mutex_lock(&in.mu);
+	pthread_cond_broadcast(&in.gate_cv);
 	pthread_mutex_unlock(&in.mu);
 }
 
@@ -151,8 +158,10 @@ piece_begins(struct inst_job *j)
 		}
 		piece_ends();
 		pthread_mutex_lock(&in.mu);
+		atomic_store(&in.at_gate, 1);
 		while (atomic_load(&in.gate) && !atomic_load(&j->cancel))
-			pthread_cond_wait(&in.work_cv, &in.mu);
+			pthread_cond_wait(&in.gate_cv, &in.mu);
+		atomic_store(&in.at_gate, 0);
 		pthread_mutex_unlock(&in.mu);
 	}
 	piece_ends();
@@ -425,7 +434,7 @@ dest_installer_forget(struct dest *d, int drop)
 			atomic_store(&j->cancel, 1);
 	if (in.cur != NULL && in.cur->d == d) {
 		atomic_store(&in.cur->cancel, 1);
-		pthread_cond_broadcast(&in.work_cv);
+		pthread_cond_broadcast(&in.gate_cv);
 		while (in.cur != NULL && in.cur->d == d)
 			pthread_cond_wait(&in.idle_cv, &in.mu);
 	}
