@@ -104,7 +104,9 @@ void conn_read_direct(struct conn *);
  * A direct reader takes the data of a frame of `type` (at most cap bytes)
  * from the socket straight into buf, while the owner has not stalled the
  * conn: buf is the owner's until conn_stall(c, 0) once it stalled, and
- * conn_take_data() into buf then copies nothing. NULL: none.
+ * conn_take_data() into buf then copies nothing. NULL: none. A new buf is
+ * for the frames after the one in hand: that one's data stays where it
+ * began (a NULL sink drops it).
  */
 void conn_set_sink(struct conn *, uint16_t type, uint8_t *buf, size_t cap);
 /* Sends iov[0..n) as one piece of output, directly if the conn allows. */

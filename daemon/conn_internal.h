@@ -94,13 +94,15 @@ struct conn_tls_write {
 
 /*
  * conn_set_sink(): buf, cap bytes, for frames of type. The input's first
- * frame has len bytes of data (0: none), got of them in the sink;
- * data_sunk: the frame handed to the owner has its data there; data_left:
- * its data not taken yet.
+ * frame has len bytes of data (0: none), got of them at data (while len
+ * is not 0): the buffer that was the sink when the frame began, which a
+ * later conn_set_sink() does not move (only a NULL sink drops it);
+ * data_sunk: the frame handed to the owner has its data there;
+ * data_left: its data not taken yet.
  */
 struct conn_sink {
 	size_t data_left;
-	uint8_t *buf;
+	uint8_t *buf, *data;
 	size_t cap, len, got;
 	uint16_t type;
 	int data_sunk, done;   /* done: conn_fill() sank a frame */

@@ -103,6 +103,7 @@ conn_sink_start(struct conn *c, struct evbuffer *in)
 		conn_set_failing(c, "out of memory");
 		return;
 	}
+	c->sk.data = c->sk.buf;
 	c->sk.len = h.data_len;
 	c->sk.got = len - head;
 }
@@ -139,7 +140,7 @@ conn_sink_iov(struct conn *c, struct evbuffer *in, size_t want,
 	if (c->sk.len <= c->sk.got)
 		return want;
 	*s = c->sk.len - c->sk.got < want ? c->sk.len - c->sk.got : want;
-	iov[*k].iov_base = c->sk.buf + c->sk.got;
+	iov[*k].iov_base = c->sk.data + c->sk.got;
 	iov[(*k)++].iov_len = *s;
 	return want - *s < CONN_SINK_TAIL ? want - *s : CONN_SINK_TAIL;
 }
@@ -298,10 +299,11 @@ conn_take_data(struct conn *c, void *dst, size_t n)
 {
 	if (n > c->sk.data_left)
 		return -1;
-	if (c->sk.data_sunk && c->sk.buf == NULL)
+	if (c->sk.data_sunk && c->sk.data == NULL)
 		return -1; /* conn_finish() dropped it */
 	else if (c->sk.data_sunk) {
-		const uint8_t *from = c->sk.buf + (c->sk.len - c->sk.data_left);
+		const uint8_t *from =
+			c->sk.data + (c->sk.len - c->sk.data_left);
 
 		if (dst != from) /* into the sink itself: nothing to copy */
 			memcpy(dst, from, n);
@@ -319,6 +321,8 @@ conn_set_sink(struct conn *c, uint16_t type, uint8_t *buf, size_t cap)
 	c->sk.buf = buf;
 	c->sk.type = type;
 	c->sk.cap = buf ? cap : 0;
-	if (buf == NULL)
-		c->sk.len = c->sk.got = 0; /* the input goes too */
+	if (buf == NULL) {
+		c->sk.data = NULL; /* the frame in hand goes too */
+		c->sk.len = c->sk.got = 0;
+	}
 }
