@@ -39,7 +39,7 @@
 /* The daemon's event base (each part makes its own in main). */
 struct event_base *base;
 
-static uint64_t poll_until, bulk_at, demand_at;
+static uint64_t poll_until, bulk_at, demand_at, fault_at;
 static int poll_forced; /* by loop_poll_now(): bulk data does not end it */
 static long poll_switches;
 
@@ -122,6 +122,20 @@ int
 loop_demand_recent(void)
 {
 	return demand_at && now_ns() - demand_at < DEMAND_RECENT_NS;
+}
+
+void
+loop_fault_seen(void)
+{
+	fault_at = now_ns();
+}
+
+int
+loop_faults_recent(void)
+{
+	uint64_t at = fault_at > demand_at ? fault_at : demand_at;
+
+	return at && now_ns() - at < DEMAND_RECENT_NS;
 }
 
 void

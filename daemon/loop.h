@@ -34,6 +34,12 @@ void loop_yield_woken(void);
  * request waits for at most one of them.
  */
 int loop_demand_recent(void);
+/*
+ * A target's fault read (loop_fault_seen()), however it is answered, or
+ * demand traffic, within the last 5 ms.
+ */
+void loop_fault_seen(void);
+int loop_faults_recent(void);
 #define DEMAND_STEP_BYTES (64u << 10)
 void loop_bulk(void);
 /* Runs the event loop until it is told to exit. */

@@ -39,12 +39,14 @@ dest_maybe_complete(struct dest *d)
 	d->bulk = NULL;
 	log_info("migration %s: every page in (%llu; %llu faults, %llu of "
 		 "them left to the bulk stream, which was bringing the page, "
-		 "%llu asked for when it did not); COMPLETE sent, waiting for "
-		 "the source's COMMIT",
+		 "%llu asked for when it did not; %llu bulk frames by the "
+		 "installer thread); COMPLETE sent, waiting for the source's "
+		 "COMMIT",
 		 log_id(d->m->id), (unsigned long long)c.pages,
 		 (unsigned long long)d->m->cnt.demand_faults,
 		 (unsigned long long)d->fr.stream_brought,
-		 (unsigned long long)d->fr.stream_late);
+		 (unsigned long long)d->fr.stream_late,
+		 (unsigned long long)d->in.offloaded);
 }
 
 /* A forked child holds every page: it waits for the root's COMMIT. */

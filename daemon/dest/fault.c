@@ -443,6 +443,7 @@ fault(struct dest *d, uint64_t addr, pid_t tid)
 		return;
 	}
 	d->m->cnt.demand_faults++;
+	loop_fault_seen();
 	switch (pagestate_get(&dr->ps, page)) {
 	case PAGE_MISSING:
 		if (!leave_to_stream(d, dr, page,

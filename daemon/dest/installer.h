@@ -69,8 +69,9 @@ void dest_installer_ring_free(struct dest *);
 /*
  * offload.c: a bulk frame to the installing thread; back from it, it goes
  * on to go_on. 0 (*why set when the lanes must go down); not taken: -1,
- * there is no thread (the frame goes in pieces on the loop), -2, every
- * job is taken (at once on the loop).
+ * there is no thread, or no fault came lately and the thread has none of
+ * d's frames (the frame goes in pieces on the loop), -2, every job is
+ * taken (at once on the loop).
  */
 int dest_offload(struct dest *, struct conn *, const struct frame_hdr *,
 		 const Uffdd__PageData *, struct dst_region *,

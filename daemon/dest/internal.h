@@ -190,6 +190,7 @@ struct dest_lanes {
 struct dest_install {
 	uint8_t *buf;
 	struct dest_ring *ring; /* offload.c, once a frame went there */
+	uint64_t offloaded;	/* bulk frames handed to that thread */
 	/*
 	 * A bulk frame being installed in pieces (bulk_pieces()): its pages
 	 * [pend.page + pdone, pend.page + pend.npages) are still to go in,
