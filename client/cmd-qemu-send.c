@@ -394,7 +394,8 @@ send_devstate(struct send *s)
 		return -1;
 	s->sent = 1;
 	holder_keep();
-	release_bulk(s);
+	if (!s->precopy) /* a pre-copy's go held nothing */
+		release_bulk(s);
 	if (qmp_execute(s->q, "query-migrate", NULL, &r) == 0 &&
 	    json_object_object_get_ex(r, "ram", &ram) &&
 	    json_object_object_get_ex(ram, "transferred", &v))

@@ -118,11 +118,16 @@ ended(const Uffdd__MigrationStatus *s, const char *id, int tty)
 	return 0;
 }
 
-/* Polls status until the migration ends; 0 complete, 1 failed, 3 timeout. */
+/*
+ * Polls status until the migration ends; 0 complete, 1 failed, 3 timeout.
+ * Every 100 ms, and every 10 ms once a running destination has every
+ * page in, when the end (the completion's commit) is milliseconds away.
+ */
 int
 wait_for(const char *id, double timeout)
 {
-	struct timespec t0, busy = {0, 0}, tick = {0, 100 * 1000 * 1000};
+	struct timespec t0, busy = {0, 0}, tick = {0, 100 * 1000 * 1000},
+			    near = {0, 10 * 1000 * 1000}, *next = &tick;
 	int fd = connect_daemon(), tty = isatty(2), rc, answered;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -175,6 +180,11 @@ wait_for(const char *id, double timeout)
 			frame_free(&rep->base);
 			break;
 		}
+		next = strcmp(s->role, "destination") == 0 &&
+				       strcmp(s->state, "running") == 0 &&
+				       s->pages_present >= s->pages_total
+			       ? &near
+			       : &tick;
 		frame_free(&rep->base);
 		if (timeout > 0 && since(&t0) > timeout) {
 			if (tty)
@@ -186,7 +196,7 @@ wait_for(const char *id, double timeout)
 			rc = 3;
 			break;
 		}
-		nanosleep(&tick, NULL);
+		nanosleep(next, NULL);
 	}
 	close(fd);
 	return rc;
