@@ -122,6 +122,7 @@ attach_go(uint64_t serial, const struct authz_caller *who, struct procref *t,
 	d->req.serial = serial;
 	d->ln.export_wait = req->export_wait_secs;
 	d->bh.run_hold = req->hold_bulk ? 1 : 0;
+	d->bh.complete_held = d->bh.run_hold;
 	d->m->ph.hold_bulk = d->bh.run_hold;
 	d->held.no_hold = req->precopy_no_hold ? 1 : 0;
 	migration_set_peer(d->m, from);

@@ -19,16 +19,21 @@
  * Every page of the root and of every forked child is in: COMPLETE, and
  * the bulk lane goes (it has nothing more to bring, and is not opened
  * again). Not before a pre-copy's switchover: every page is present
- * after its first round, and later ones still replace them.
+ * after its first round, and later ones still replace them. Nor, attached
+ * with hold_bulk, before the target runs (runhold.c): after a pre-copy
+ * every page is in at the switchover, and the completion's work on both
+ * hosts (the source's last checks, its COMMIT, its process's end) would
+ * take the CPUs of the stop window, in which the target starts.
  */
 void
 dest_maybe_complete(struct dest *d)
 {
 	Uffdd__Complete c = UFFDD__COMPLETE__INIT;
 
-	if (d->root || d->held.precopy || d->cm.complete_sent ||
-	    d->demand == NULL || d->m->state != MIG_RUNNING ||
-	    d->kin.nkids > 0 || dest_present_total(d) != d->m->cnt.pages_total)
+	if (d->root || d->held.precopy || d->bh.complete_held ||
+	    d->cm.complete_sent || d->demand == NULL ||
+	    d->m->state != MIG_RUNNING || d->kin.nkids > 0 ||
+	    dest_present_total(d) != d->m->cnt.pages_total)
 		return;
 	c.pages = dest_present_total(d);
 	conn_send(d->demand, FRAME_COMPLETE, &c.base);

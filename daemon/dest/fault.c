@@ -231,7 +231,7 @@ dest_request_page(struct dest *d, struct dst_region *dr, uint64_t page)
 	pr.page = page;
 	pr.npages = 1;
 	conn_send(lane, FRAME_PAGE_REQUEST, &pr.base);
-	dest_run_hold_fault(d);
+	dest_run_hold_clock(d);
 	dest_bulk_hold(d);
 	/* The answer is due in microseconds; for one, nothing else moves. */
 	if (dest_bulk_waits(d))

@@ -218,7 +218,10 @@ struct dest_install {
  * recording's time is up. runhold.c (AttachRequest.hold_bulk): run_hold
  * is 1 while the bulk lane is held until the target runs, 2 once
  * released; run_hold_ev releases it BULK_HOLD_SECS after the first fault
- * if no RELEASE came.
+ * (or a pre-copy's switchover) if no RELEASE came. complete_held: attached
+ * so, the migration does not complete (COMPLETE, and the source's checks
+ * and COMMIT after it) before that either, even when every page is in,
+ * as after a pre-copy: the target's start keeps the CPUs.
  */
 struct dest_bulk_hold {
 	struct event *ws_ev;
@@ -228,6 +231,7 @@ struct dest_bulk_hold {
 	 */
 	int frame_owed;
 	int run_hold;
+	int complete_held;
 	int src_holds; /* the source said FEATURE_BULK_HOLD back */
 	struct event *run_hold_ev;
 };
@@ -549,7 +553,7 @@ void dest_request_private(struct dest *);
 /* The privileged part holds it (bygrant.c). */
 int dest_hold_target(struct dest *, char *err, size_t errlen);
 void dest_release_held(struct dest *);
-void dest_run_hold_fault(struct dest *);
+void dest_run_hold_clock(struct dest *);
 void dest_run_hold_hello(struct dest *, const Uffdd__Hello *);
 void dest_runhold_register(void);
 int dest_write_private(struct dest *, struct dst_region *,

@@ -221,6 +221,7 @@ dest_switchover(struct dest *d, struct conn *c, const Uffdd__Switchover *sw)
 	dest_persist_dirty(d);
 	d->m->cnt.pages_present = dest_present_total(d);
 	ack_switchover(d, sw);
+	dest_run_hold_clock(d);
 	dest_maybe_complete(d);
 	return NULL;
 }

@@ -7,6 +7,12 @@
  * it (RELEASE) once the guest runs; if it never does, the lane is read
  * BULK_HOLD_SECS after the target's first fault all the same, so that a
  * client that died does not leave the pages to demand alone.
+ *
+ * The migration's completion waits for the same word (complete.c): a
+ * pre-copy has every page in at its switchover, in the stop window, and
+ * its completion would run there (the source's last checks of what it
+ * froze, its COMMIT, its process ended) while the destination QEMU loads
+ * and starts. A pre-copy's hold counts from the switchover.
  */
 #include "config.h"
 
@@ -46,6 +52,23 @@ release(struct dest *d, const char *why)
 	dest_bulk_hold(d);
 }
 
+/* The target runs: its bulk lane is read, its migration may complete. */
+static void
+target_runs(struct dest *d, const char *why)
+{
+	if (d->bh.complete_held && d->bh.run_hold != 1)
+		log_info("migration %s: the target runs (%s): the migration "
+			 "may complete",
+			 log_id(d->m->id), why);
+	release(d, why);
+	if (!d->bh.complete_held)
+		return;
+	d->bh.complete_held = 0;
+	if (d->bh.run_hold_ev)
+		event_del(d->bh.run_hold_ev);
+	dest_maybe_complete(d);
+}
+
 /* The source's demand HELLO: whether it holds the stream for us too. */
 void
 dest_run_hold_hello(struct dest *d, const Uffdd__Hello *h)
@@ -66,16 +89,21 @@ hold_over(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd;
 	(void)what;
-	release(arg, "held for its longest after the first fault");
+	target_runs(arg, "held for its longest after the first fault or "
+			 "the switchover");
 }
 
-/* A fault while held: the longest hold counts from the first. */
+/*
+ * A fault, or a pre-copy's switchover, while held: the longest hold
+ * counts from the first.
+ */
 void
-dest_run_hold_fault(struct dest *d)
+dest_run_hold_clock(struct dest *d)
 {
 	struct timeval tv = {BULK_HOLD_SECS, 0};
 
-	if (d->bh.run_hold != 1 || d->bh.run_hold_ev != NULL)
+	if ((d->bh.run_hold != 1 && !d->bh.complete_held) ||
+	    d->bh.run_hold_ev != NULL)
 		return;
 	d->bh.run_hold_ev = evtimer_new(base, hold_over, d);
 	evtimer_add(d->bh.run_hold_ev, &tv);
@@ -114,7 +142,7 @@ release_request(uint64_t serial, const struct authz_caller *who,
 				    log_id(m->id));
 		return;
 	}
-	release(d, "released");
+	target_runs(d, "released");
 	rep.id = m->id;
 	control_reply(serial, FRAME_CTL_RELEASE_REPLY, &rep.base);
 }

@@ -6,7 +6,9 @@
 # and both print their post-copy demand faults and freeze time. Then the
 # refusal: a daemon whose kernel cannot track writes (UFFDD_TEST_NO_WP_TRACKING)
 # refuses --precopy naming the feature, and leaves the process running.
-# The pre-copy's attach asks --hold-bulk, which a pre-copy must ignore.
+# The pre-copy's attach asks --hold-bulk: its rounds ignore the hold, but
+# its completion waits for the release (the target's start keeps the CPUs:
+# every page is in at the switchover).
 . "$SRC/tests/lib.sh"
 need_root
 start_daemon src
@@ -28,7 +30,8 @@ one_migration() {
 	RANGE=$(printf '%x-%x' $((BASE)) $((END)))
 	[ "$mode" = precopy ] && exportargs+=(--precopy)
 	# A bulk lane held until the target runs would never carry a
-	# pre-copy's rounds: both daemons drop the hold for one.
+	# pre-copy's rounds: both daemons drop the hold for one, and only
+	# the completion waits for the release (held_completion).
 	[ "$mode" = precopy ] && attachargs+=(--hold-bulk)
 	# shellcheck disable=SC2086
 	start_workload WS source --size "$size" --threads 2 --hot 3 --pace-us 20 $wargs
@@ -48,6 +51,7 @@ one_migration() {
 		fail "$mode: attach: $(cat "$T/attach.out")"
 	t1=$(now_ms)
 	kill -USR1 "$WD"
+	[ "$mode" = precopy ] && held_completion
 	"$CLIENT" --control "$dst_SOCK" wait "$ID" --timeout 300 >"$T/wait.out" ||
 		fail "$mode: wait: $(cat "$T/wait.out")"
 	wait_verified WD
@@ -69,6 +73,30 @@ one_migration() {
 	fi
 	info "$mode: sha256 $h_src equal on both sides"
 	kill -9 "$WS" "$WD" 2>/dev/null || true
+}
+
+# held_completion: a pre-copy attached with --hold-bulk switches over with
+# every page in, and completes only once released.
+held_completion() {
+	local st="" i
+	for i in $(seq 600); do
+		"$CLIENT" --control "$dst_SOCK" status "$ID" --json >"$T/held.json"
+		st=$(key "$T/held.json" state | tr -d '"')
+		[ "$st" != precopy ] && break
+		sleep 0.05
+	done
+	[ "$st" = running ] || fail "precopy: state $st after the rounds, not running: $(cat "$T/held.json")"
+	sleep 0.5
+	"$CLIENT" --control "$dst_SOCK" status "$ID" --json >"$T/held.json"
+	[ "$(key "$T/held.json" state)" = '"running"' ] ||
+		fail "precopy: completed before its release: $(cat "$T/held.json")"
+	[ "$(key "$T/held.json" pages_present)" = "$(key "$T/held.json" pages_total)" ] ||
+		fail "precopy: not every page in after the switchover: $(cat "$T/held.json")"
+	"$CLIENT" --control "$dst_SOCK" release "$ID" >"$T/rel.out" 2>&1 ||
+		fail "precopy: release: $(cat "$T/rel.out")"
+	grep -q "the target runs (released): the migration may complete" "$T/dst.log" ||
+		fail "precopy: the release is not in the log"
+	info "precopy: every page in at the switchover, completed only after the release"
 }
 
 one_migration precopy
