@@ -118,17 +118,28 @@ ended(const Uffdd__MigrationStatus *s, const char *id, int tty)
 	return 0;
 }
 
+/* A destination with every page in, its end near (unless its lanes are down). */
+static int
+near_end(const Uffdd__MigrationStatus *s)
+{
+	return strcmp(s->role, "destination") == 0 &&
+	       (strcmp(s->state, "running") == 0 ||
+		strcmp(s->state, "committing") == 0) &&
+	       s->pages_present >= s->pages_total;
+}
+
 /*
  * Polls status until the migration ends; 0 complete, 1 failed, 3 timeout.
- * Every 100 ms, and every 10 ms once a running destination has every
- * page in, when the end (the completion's commit) is milliseconds away.
+ * Every 100 ms, and every 10 ms for a second once a running (or
+ * committing) destination has every page in: the end, the completion's
+ * commit, is then milliseconds away, unless its lanes are down.
  */
 int
 wait_for(const char *id, double timeout)
 {
 	struct timespec t0, busy = {0, 0}, tick = {0, 100 * 1000 * 1000},
 			    near = {0, 10 * 1000 * 1000}, *next = &tick;
-	int fd = connect_daemon(), tty = isatty(2), rc, answered;
+	int fd = connect_daemon(), tty = isatty(2), rc, answered, nears = 0;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
@@ -180,11 +191,7 @@ wait_for(const char *id, double timeout)
 			frame_free(&rep->base);
 			break;
 		}
-		next = strcmp(s->role, "destination") == 0 &&
-				       strcmp(s->state, "running") == 0 &&
-				       s->pages_present >= s->pages_total
-			       ? &near
-			       : &tick;
+		next = near_end(s) && nears++ < 100 ? &near : &tick;
 		frame_free(&rep->base);
 		if (timeout > 0 && since(&t0) > timeout) {
 			if (tty)
