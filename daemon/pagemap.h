@@ -58,31 +58,6 @@ bit_set_range(uint64_t *b, uint64_t from, uint64_t to)
 	b[lw] |= tail;
 }
 
-/*
- * bit_set_range() for bits two threads set at once (the record of
- * installed pages: the loop and the bulk installer): every word changed
- * atomically, so that neither store loses the other's bits.
- */
-static inline void
-bit_set_range_atomic(uint64_t *b, uint64_t from, uint64_t to)
-{
-	uint64_t fw = from >> 6, lw, head, tail;
-
-	if (from >= to)
-		return;
-	lw = (to - 1) >> 6;
-	head = ~0ULL << (from & 63);
-	tail = ~0ULL >> (63 - ((to - 1) & 63));
-	if (fw == lw) {
-		__atomic_fetch_or(&b[fw], head & tail, __ATOMIC_RELAXED);
-		return;
-	}
-	__atomic_fetch_or(&b[fw], head, __ATOMIC_RELAXED);
-	for (uint64_t w = fw + 1; w < lw; w++)
-		__atomic_store_n(&b[w], ~0ULL, __ATOMIC_RELAXED);
-	__atomic_fetch_or(&b[lw], tail, __ATOMIC_RELAXED);
-}
-
 enum pagemap_method {
 	PAGEMAP_READ,	    /* batched pread of /proc/PID/pagemap */
 	PAGEMAP_SCAN_IOCTL, /* the PAGEMAP_SCAN ioctl, 6.7+ */

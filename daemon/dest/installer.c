@@ -41,7 +41,6 @@
 #include "daemon/dest/internal.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
-#include "daemon/pagemap.h"
 #include "daemon/uffd.h"
 
 /*
@@ -183,7 +182,7 @@ install_run(struct inst_job *j, struct inst_run *r)
 	while (r->done < r->npages) {
 		uint64_t n =
 			r->npages - r->done < max ? r->npages - r->done : max;
-		uint64_t at = r->addr + r->done * ps, got = 0, was = r->done;
+		uint64_t at = r->addr + r->done * ps, got = 0;
 		const uint8_t *src =
 			j->buf + (r->page - j->page + r->done) * ps;
 		enum uffd_res res;
@@ -196,14 +195,6 @@ install_run(struct inst_job *j, struct inst_run *r)
 			uffd_wake(j->uffd, r->addr + r->done * ps, ps);
 			r->done++;
 		}
-		/*
-		 * Recorded at once, as the loop records its own installs: a
-		 * daemon killed before the loop takes the frame back must
-		 * still know these went in (record.c).
-		 */
-		if (j->installed != NULL)
-			bit_set_range_atomic(j->installed, r->page + was,
-					     r->page + r->done);
 		piece_ends();
 		if (res != UFFD_OK && res != UFFD_EXISTS)
 			return -1;

@@ -27,8 +27,7 @@ struct inst_job {
 	uint32_t region;
 	uint64_t page, npages, ps;
 	int uffd;
-	uint8_t *buf;	     /* FRAME_DATA_MAX bytes */
-	uint64_t *installed; /* the region's record bits, or NULL (record.c) */
+	uint8_t *buf; /* FRAME_DATA_MAX bytes */
 	struct inst_run *runs;
 	size_t nruns;
 	uint64_t epoch;	   /* dest_installer_epoch() when planned */

@@ -68,7 +68,6 @@ plan(struct dst_region *dr, struct inst_job *j)
 		p += n;
 	}
 	j->epoch = dest_installer_epoch();
-	j->installed = dr->installed;
 }
 
 /* Threads of a target waiting for pages that keep its installs on the loop. */

@@ -13,10 +13,7 @@
  * whose bit is set counts as installed whatever the pagemap says: a fault
  * there gets a zero page, as from the daemon that installed it.
  *
- * The bit is set right after the install, never before, by whoever
- * installed (the loop, or the bulk installer's thread right after its
- * piece: a bit left for the loop to set when it takes the frame back
- * would leave the window open until then). Set before, a
+ * The bit is set right after the install, never before: set before, a
  * daemon killed in between would leave a page marked that never went in,
  * and a zero page would be served where the source's bytes belong. Set
  * after, a daemon killed between the install and the store leaves a page
@@ -253,9 +250,8 @@ dest_record_has(const struct dst_region *dr, uint64_t page)
 void
 dest_record_mark(const struct dst_region *dr, uint64_t page, uint64_t n)
 {
-	/* The bulk installer sets bits of the same words (installer.c). */
 	if (dr->installed && n)
-		bit_set_range_atomic(dr->installed, page, page + n);
+		bit_set_range(dr->installed, page, page + n);
 }
 
 /*
